@@ -1,0 +1,90 @@
+# sparsecnn build: everything goes to build/, tools to build/bin/, tests to
+# build/tests/. With nvcc and cuDNN present the GPU backend is built for sm_90
+# (plus PTX); without them the same tools are built CPU-only.
+#
+# File conventions (no Makefile edits needed for new files):
+#   <dir>/<tool>_main.c        -> build/bin/<tool>
+#   tests/test_*.c             -> build/tests/test_*      (every build)
+#   tests/gpu_test_*.c         -> build/tests/gpu_test_*  (GPU builds only)
+#   *.cu, *_gpu.c              GPU builds only
+#   *_none.c                   CPU-only builds only (stand-ins for GPU code)
+
+BUILD   := build
+CC      ?= gcc
+CUDA    ?= /usr/local/cuda
+NVCC    := $(shell command -v nvcc 2>/dev/null || ls $(CUDA)/bin/nvcc 2>/dev/null)
+CUDNN_H := $(firstword $(wildcard $(CUDA)/include/cudnn.h /usr/local/include/cudnn.h /usr/include/cudnn.h /usr/include/x86_64-linux-gnu/cudnn.h))
+GPU     ?= $(if $(and $(NVCC),$(CUDNN_H)),1,0)
+
+HDF5_INC := -I/usr/include/hdf5/serial
+HDF5_LIB := -L/usr/lib/x86_64-linux-gnu/hdf5/serial -lhdf5
+BLAS_INC := -I/usr/include/x86_64-linux-gnu/openblas-pthread
+# OpenBLAS is linked statically so binaries run where it is not installed.
+BLAS_LIB := /usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.a -lpthread
+
+CFLAGS  ?= -O2 -g
+CFLAGS  += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fopenmp -I. $(HDF5_INC) $(BLAS_INC) -MMD -MP
+LDLIBS  := $(HDF5_LIB) $(BLAS_LIB) -lm -fopenmp
+
+DIRS    := runtime kernels datasets train prune quantize export
+ALL_C   := $(foreach d,$(DIRS),$(wildcard $(d)/*.c))
+MAINS   := $(filter %_main.c,$(ALL_C))
+LIB_C   := $(filter-out %_main.c,$(ALL_C))
+
+ifeq ($(GPU),1)
+  CU_SRC  := $(foreach d,$(DIRS),$(wildcard $(d)/*.cu))
+  LIB_C   := $(filter-out %_none.c,$(LIB_C))
+  CFLAGS  += -DSC_HAVE_CUDA -I$(CUDA)/include
+  NVFLAGS := -O3 -std=c++17 -I. -DSC_HAVE_CUDA -gencode arch=compute_90,code=sm_90 \
+             -gencode arch=compute_90,code=compute_90 -Xcompiler -Wall -MMD -MP
+  LDLIBS  += -L$(CUDA)/lib64 -Wl,-rpath,$(CUDA)/lib64 -lcudnn -lcublas -lcudart -lstdc++
+  TEST_SRC := $(wildcard tests/test_*.c tests/gpu_test_*.c)
+else
+  CU_SRC  :=
+  LIB_C   := $(filter-out %_gpu.c,$(LIB_C))
+  TEST_SRC := $(wildcard tests/test_*.c)
+endif
+
+LIB_OBJ := $(LIB_C:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
+LIB     := $(BUILD)/libsparsecnn.a
+TOOLS   := $(foreach m,$(MAINS),$(BUILD)/bin/$(notdir $(m:_main.c=)))
+TESTS   := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+
+.PHONY: all test clean info
+all: $(TOOLS) $(TESTS)
+	@echo "built $(words $(TOOLS)) tools and $(words $(TESTS)) tests (GPU=$(GPU))"
+
+info:
+	@echo "GPU=$(GPU) NVCC=$(NVCC) CUDNN_H=$(CUDNN_H)"
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+
+$(LIB): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+# Each tool's main object links against the library.
+define TOOL_RULE
+$(BUILD)/bin/$(notdir $(1:_main.c=)): $(BUILD)/obj/$(1:.c=.o) $(LIB)
+	@mkdir -p $(BUILD)/bin
+	$(CC) -o $$@ $$^ $(LDLIBS)
+endef
+$(foreach m,$(MAINS),$(eval $(call TOOL_RULE,$(m))))
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ $(LDLIBS)
+
+test: all
+	@bash tests/run.sh
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

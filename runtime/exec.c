@@ -1,0 +1,81 @@
+// Executor front end: picks a backend and forwards every call to it.
+#include "exec.h"
+
+#include <stdlib.h>
+
+#include "exec_backend.h"
+
+struct exec {
+    const exec_backend *be;
+    void *st;
+};
+
+// Creates an executor on the requested device.
+exec *exec_create(net *nt, sc_device dev, sc_precision prec, int max_batch, sc_err *err) {
+    const exec_backend *be = dev == DEV_GPU ? exec_gpu_backend(err) : exec_cpu_backend();
+    if (!be) {
+        if (dev == DEV_GPU && err && !err->msg[0]) sc_fail(err, "no usable GPU");
+        return NULL;
+    }
+    exec *e = calloc(1, sizeof *e);
+    if (!e) {
+        sc_fail(err, "out of memory");
+        return NULL;
+    }
+    e->be = be;
+    e->st = be->create(nt, prec, max_batch, err);
+    if (!e->st) {
+        free(e);
+        return NULL;
+    }
+    return e;
+}
+
+// Frees an executor (NULL is fine).
+void exec_free(exec *e) {
+    if (!e) return;
+    e->be->destroy(e->st);
+    free(e);
+}
+
+// One SGD step on the backend.
+int exec_train_step(exec *e, const exec_batch *b, const exec_hparams *h, sc_err *err) {
+    return e->be->train_step(e->st, b, h, err);
+}
+
+// Inference-mode forward on the backend.
+int exec_eval_batch(exec *e, const exec_batch *b, float smoothing, float *logits, sc_err *err) {
+    return e->be->eval_batch(e->st, b, smoothing, logits, err);
+}
+
+// Takes and resets the accumulated statistics.
+int exec_stats_take(exec *e, exec_stats *out, sc_err *err) {
+    return e->be->stats_take(e->st, out, err);
+}
+
+// Device -> net copy of parameters, masks and buffers.
+int exec_read_net(exec *e, sc_err *err) { return e->be->read_net(e->st, err); }
+
+// Net -> device copy of parameters, masks and buffers.
+int exec_write_net(exec *e, sc_err *err) { return e->be->write_net(e->st, err); }
+
+// Device -> host copy of the momentum buffer.
+int exec_read_momentum(exec *e, float *mom, sc_err *err) {
+    return e->be->read_momentum(e->st, mom, err);
+}
+
+// Host -> device copy of the momentum buffer.
+int exec_write_momentum(exec *e, const float *mom, sc_err *err) {
+    return e->be->write_momentum(e->st, mom, err);
+}
+
+// Device -> host copy of the last step's gradient.
+int exec_read_grad(exec *e, float *grad, sc_err *err) {
+    return e->be->read_grad(e->st, grad, err);
+}
+
+// Name of the device that runs this executor.
+const char *exec_device_name(const exec *e) { return e->be->device_name(e->st); }
+
+// True when the GPU backend exists and finds a device.
+int exec_gpu_available(void) { return exec_gpu_backend(NULL) != NULL; }

@@ -1,0 +1,43 @@
+// Model files (checkpoints) in HDF5: the net (description text, parameters,
+// masks, BN buffers) plus the training state needed to resume. The layout is
+// documented in docs/model-format.md. Writes are atomic: a temporary file in
+// the same directory, then rename().
+#ifndef SC_MODEL_IO_H
+#define SC_MODEL_IO_H
+
+#include <stdint.h>
+
+#include "error.h"
+#include "net.h"
+#include "rng.h"
+
+typedef struct {
+    char dataset[256];       // dataset name ("cifar100", "synthetic") or folder path
+    int epoch;               // completed epochs of the current training run
+    int epochs_total;        // epochs that run was asked for
+    long step;               // completed optimizer steps
+    uint64_t seed;
+    rng rng_state;           // generator state at the end of `epoch`
+    char *config;            // JSON text of the tool's settings, for --resume (owned, may be NULL)
+    int nhistory;
+    char **history;          // one line per step applied to the model (owned)
+    double val_accuracy;     // percent, < 0 when unknown
+    double test_accuracy;    // percent, < 0 when unknown
+    float *momentum;         // (nparam) optimizer momentum, or NULL (owned)
+} model_meta;
+
+// Sets every field to its "unknown" value (accuracies -1, pointers NULL).
+void model_meta_init(model_meta *m);
+// Frees what a model_meta owns and re-initialises it.
+void model_meta_free(model_meta *m);
+// Appends a line to the history (copied).
+int model_meta_add_history(model_meta *m, const char *line, sc_err *err);
+
+// Writes net and meta to path atomically (meta may be NULL).
+int model_save(const char *path, const net *nt, const model_meta *meta, sc_err *err);
+
+// Reads a model file; fills meta when not NULL. Errors name the file and
+// what is wrong (not HDF5, truncated, missing dataset, wrong shape, ...).
+net *model_load(const char *path, model_meta *meta, sc_err *err);
+
+#endif

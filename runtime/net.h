@@ -1,0 +1,111 @@
+// The network graph: a list of layers in execution order, the named parameter
+// tensors, and three flat float buffers (trainable parameters, their masks,
+// BN running statistics). Every net is built from a plain-text description
+// (built-in architectures are generated as such text), so a model file that
+// stores the text can always rebuild the same graph.
+#ifndef SC_NET_H
+#define SC_NET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+#include "rng.h"
+
+// --- layers -----------------------------------------------------------------
+
+typedef enum {
+    LK_CONV,     // 2-D convolution, k x k kernel, stride, zero padding, optional bias
+    LK_BN,       // batch norm over channels (spatial), gamma/beta + running stats
+    LK_RELU,     // max(x, 0)
+    LK_MAXPOOL,  // k x k window, stride, padding (pads never win)
+    LK_AVGPOOL,  // k x k window, stride, padding (pads count as zeros, divisor k*k)
+    LK_GAP,      // global average pool: (c, h, w) -> (c, 1, 1)
+    LK_ADD,      // elementwise sum of the outputs of src and src2 (same shape)
+    LK_LINEAR,   // fully connected; input flattened in (c, h, w) order
+} layer_kind;
+
+typedef struct {
+    layer_kind kind;
+    char name[32];       // unique within the net, e.g. "conv1", "layer2.0.bn2"
+    int src;             // layer whose output feeds this one; -1 = network input
+    int src2;            // LK_ADD: the other input; -1 otherwise
+    int in_c, in_h, in_w;  // input shape per image
+    int c, h, w;         // output shape per image
+    int k, stride, pad;  // conv/pool window, stride, padding
+    int weight, bias;    // conv/linear: indices into net.tensors, -1 if none
+    int gamma, beta;     // bn: indices into net.tensors
+    int mean, var;       // bn: indices into net.tensors (buffers)
+    float eps, momentum; // bn: epsilon, running-average momentum (PyTorch's meaning)
+} layer;
+
+// --- parameter tensors ------------------------------------------------------
+
+typedef enum { PT_WEIGHT, PT_BIAS, PT_GAMMA, PT_BETA, PT_MEAN, PT_VAR } ptensor_kind;
+
+typedef struct {
+    char name[48];       // "<layer name>.weight", ".bias", ".gamma", ".beta", ".mean", ".var"
+    ptensor_kind kind;
+    int layer;           // owning layer
+    int ndim, dims[4];   // conv weight (K, C, R, S); linear weight (out, in); else (C)
+    size_t count;        // product of dims
+    size_t offset;       // into net.param (trainable) or net.buf (PT_MEAN, PT_VAR)
+    int trainable;       // 1: lives in param/mask; 0: lives in buf
+    int prunable;        // conv and linear weights, except the first conv
+} ptensor;
+
+// --- the net ----------------------------------------------------------------
+
+typedef struct {
+    char arch[64];       // "resnet18", ..., or the description file's base name
+    char *desc;          // the description text the graph was built from (owned)
+    int in_c, in_h, in_w, classes;
+    float in_mean[3], in_std[3];  // input normalisation (per channel, pixel/255 units)
+    int nlayers;
+    layer *layers;
+    int ntensors;
+    ptensor *tensors;
+    size_t nparam;       // trainable floats
+    float *param;        // (nparam) weights, biases, gammas, betas
+    float *mask;         // (nparam) 1 = keep, 0 = pruned; 1 for every non-prunable entry
+    size_t nbuf;
+    float *buf;          // (nbuf) BN running means and variances
+} net;
+
+// Names of the built-in architectures, NULL-terminated.
+extern const char *const net_arch_names[];
+
+// Returns the description text of a built-in architecture (caller frees), or
+// NULL with err filled when the name is unknown.
+char *net_arch_desc(const char *arch, sc_err *err);
+
+// Builds a net from description text for images (in_c, in_h, in_w) and
+// `classes` outputs; parameters are allocated, masks set to 1, weights zeroed.
+net *net_from_desc(const char *arch, const char *desc, int in_c, int in_h, int in_w,
+                   int classes, sc_err *err);
+
+// Builds a built-in architecture by name or, when `arch` names a readable
+// file, the description in that file.
+net *net_create(const char *arch, int in_c, int in_h, int in_w, int classes, sc_err *err);
+
+// Initialises weights (Kaiming normal, fan_out, for conv; PyTorch's uniform
+// for linear), biases 0, gamma 1, beta 0, running mean 0 and var 1.
+void net_init_weights(net *nt, rng *r);
+
+// Frees a net and everything it owns (NULL is fine).
+void net_free(net *nt);
+
+// Index of the tensor with that name, or -1.
+int net_tensor_find(const net *nt, const char *name);
+
+// Pointer to a tensor's data (in param or buf) and, for trainable ones, its mask.
+float *net_tensor_data(const net *nt, int t);
+float *net_tensor_mask(const net *nt, int t);
+
+// Fraction of zero mask entries over the prunable tensors (0 when none).
+double net_sparsity(const net *nt);
+
+// Multiply-accumulate count of one image's forward pass.
+double net_macs(const net *nt);
+
+#endif

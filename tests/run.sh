@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Runs every test program under build/tests (C binaries) and tests/*.sh (CLI
+# tests), adds up their "N passed, N failed, N skipped" lines and ends with
+# the total on a line of its own. Exit status 1 when anything failed.
+set -u
+cd "$(dirname "$0")/.."
+pass=0; fail=0; skip=0; broken=0
+run_one() {  # run_one NAME CMD...
+    local name=$1; shift
+    local out rc line
+    out=$("$@" 2>&1); rc=$?
+    printf '%s\n' "$out" | grep -v '^ok ' | sed "s|^|[$name] |"
+    line=$(printf '%s\n' "$out" | grep -E '[0-9]+ passed, [0-9]+ failed' | tail -n 1)
+    if [ -z "$line" ]; then
+        echo "[$name] no summary line (exit $rc)"; broken=$((broken + 1)); return
+    fi
+    local p f s
+    p=$(sed -E 's/.* ([0-9]+) passed.*/\1/' <<<"$line")
+    f=$(sed -E 's/.* ([0-9]+) failed.*/\1/' <<<"$line")
+    s=$(grep -oE '[0-9]+ skipped' <<<"$line" | grep -oE '[0-9]+' || echo 0)
+    pass=$((pass + p)); fail=$((fail + f)); skip=$((skip + ${s:-0}))
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+        echo "[$name] exit $rc with no failed test"; broken=$((broken + 1))
+    fi
+}
+for t in build/tests/*; do
+    [ -x "$t" ] || continue
+    run_one "$(basename "$t")" "$t"
+done
+for t in tests/*.sh; do
+    [ "$(basename "$t")" = run.sh ] && continue
+    run_one "$(basename "$t")" bash "$t"
+done
+fail=$((fail + broken))
+echo "${pass} passed, ${fail} failed, ${skip} skipped"
+[ "$fail" -eq 0 ]
