@@ -1,0 +1,141 @@
+// Built-in architectures, generated as description text (runtime/net.h) so
+// that every net, built-in or custom, goes through the same parser.
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "net.h"
+
+const char *const net_arch_names[] = {"lenet",  "resnet18", "resnet20", "resnet32", "resnet56",
+                                      "vgg11",  "vgg13",    "vgg16",    "vgg19",    NULL};
+
+// --- a growing text buffer --------------------------------------------------
+
+typedef struct {
+    char *s;
+    size_t len, cap;
+    int oom;
+} sbuf;
+
+// Appends formatted text; remembers allocation failure in b->oom.
+static void sb_add(sbuf *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (b->oom || n < 0) return;
+    if (b->len + (size_t)n + 1 > b->cap) {
+        size_t cap = (b->cap ? b->cap * 2 : 1024) + (size_t)n;
+        char *s = realloc(b->s, cap);
+        if (!s) {
+            b->oom = 1;
+            return;
+        }
+        b->s = s;
+        b->cap = cap;
+    }
+    va_start(ap, fmt);
+    vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+// --- architectures ----------------------------------------------------------
+
+// LeNet-5 style net for tests: two 5x5 convs with max pooling, three linears.
+static void arch_lenet(sbuf *b) {
+    sb_add(b, "# LeNet-style net (small, for tests)\n"
+              "conv 6 5 name=conv1\nrelu\nmaxpool 2\n"
+              "conv 16 5 name=conv2\nrelu\nmaxpool 2\n"
+              "linear 120 name=fc1\nrelu\nlinear 84 name=fc2\nrelu\nlinear classes name=fc3\n");
+}
+
+// One basic residual block (two 3x3 convs); a 1x1 conv + BN shortcut when the
+// shape changes. The shortcut comes first so the block ends bn, add, relu.
+static void resnet_block(sbuf *b, const char *pfx, const char *in, int ch, int stride,
+                         int project) {
+    const char *other = in;
+    char sc[64];
+    if (project) {
+        sb_add(b, "conv %d 1 stride=%d bias=0 name=%s.shortcut from=%s\n", ch, stride, pfx, in);
+        sb_add(b, "bn name=%s.shortcut.bn\n", pfx);
+        snprintf(sc, sizeof sc, "%s.shortcut.bn", pfx);
+        other = sc;
+    }
+    sb_add(b, "conv %d 3 stride=%d pad=1 bias=0 name=%s.conv1 from=%s\n", ch, stride, pfx, in);
+    sb_add(b, "bn name=%s.bn1\nrelu name=%s.relu1\n", pfx, pfx);
+    sb_add(b, "conv %d 3 pad=1 bias=0 name=%s.conv2\n", ch, pfx);
+    sb_add(b, "bn name=%s.bn2\n", pfx);
+    sb_add(b, "add %s name=%s.add\nrelu name=%s.out\n", other, pfx, pfx);
+}
+
+// CIFAR ResNet: 3x3 stem, no max-pool, stages of basic blocks, GAP, linear.
+static void arch_resnet(sbuf *b, const int *widths, const int *blocks, int nstages) {
+    sb_add(b, "conv %d 3 pad=1 bias=0 name=conv1\nbn name=bn1\nrelu name=relu1\n", widths[0]);
+    char in[64] = "relu1";
+    int ch = widths[0];
+    for (int s = 0; s < nstages; s++) {
+        for (int i = 0; i < blocks[s]; i++) {
+            char pfx[48];
+            snprintf(pfx, sizeof pfx, "layer%d.%d", s + 1, i);
+            int stride = (i == 0 && s > 0) ? 2 : 1;
+            int project = stride != 1 || ch != widths[s];
+            resnet_block(b, pfx, in, widths[s], stride, project);
+            ch = widths[s];
+            snprintf(in, sizeof in, "%s.out", pfx);
+        }
+    }
+    sb_add(b, "gap name=pool\nlinear classes name=fc\n");
+}
+
+// VGG with batch norm; cfg lists channels, 0 = 2x2 max-pool; one linear head.
+static void arch_vgg(sbuf *b, const int *cfg, int n) {
+    int conv = 0, pool = 0;
+    for (int i = 0; i < n; i++) {
+        if (cfg[i] == 0) {
+            sb_add(b, "maxpool 2 name=pool%d\n", ++pool);
+            continue;
+        }
+        conv++;
+        sb_add(b, "conv %d 3 pad=1 bias=0 name=conv%d\nbn name=bn%d\nrelu name=relu%d\n", cfg[i],
+               conv, conv, conv);
+    }
+    sb_add(b, "linear classes name=fc\n");
+}
+
+// Returns the description text of a built-in architecture (caller frees).
+char *net_arch_desc(const char *arch, sc_err *err) {
+    static const int v11[] = {64, 0, 128, 0, 256, 256, 0, 512, 512, 0, 512, 512, 0};
+    static const int v13[] = {64, 64, 0, 128, 128, 0, 256, 256, 0, 512, 512, 0, 512, 512, 0};
+    static const int v16[] = {64,  64,  0,   128, 128, 0,   256, 256, 256,
+                              0,   512, 512, 512, 0,   512, 512, 512, 0};
+    static const int v19[] = {64,  64,  0,   128, 128, 0,   256, 256, 256, 256, 0,
+                              512, 512, 512, 512, 0,   512, 512, 512, 512, 0};
+    static const int w18[] = {64, 128, 256, 512}, b18[] = {2, 2, 2, 2};
+    static const int w20[] = {16, 32, 64}, b20[] = {3, 3, 3}, b32[] = {5, 5, 5},
+                     b56[] = {9, 9, 9};
+    sbuf b = {0};
+    sb_add(&b, "# %s (sparsecnn built-in)\n", arch);
+    if (!strcmp(arch, "lenet")) arch_lenet(&b);
+    else if (!strcmp(arch, "resnet18")) arch_resnet(&b, w18, b18, 4);
+    else if (!strcmp(arch, "resnet20")) arch_resnet(&b, w20, b20, 3);
+    else if (!strcmp(arch, "resnet32")) arch_resnet(&b, w20, b32, 3);
+    else if (!strcmp(arch, "resnet56")) arch_resnet(&b, w20, b56, 3);
+    else if (!strcmp(arch, "vgg11")) arch_vgg(&b, v11, (int)(sizeof v11 / sizeof *v11));
+    else if (!strcmp(arch, "vgg13")) arch_vgg(&b, v13, (int)(sizeof v13 / sizeof *v13));
+    else if (!strcmp(arch, "vgg16")) arch_vgg(&b, v16, (int)(sizeof v16 / sizeof *v16));
+    else if (!strcmp(arch, "vgg19")) arch_vgg(&b, v19, (int)(sizeof v19 / sizeof *v19));
+    else {
+        free(b.s);
+        sc_fail(err, "unknown model (%s); known: lenet, resnet18, resnet20, resnet32, resnet56, "
+                     "vgg11, vgg13, vgg16, vgg19, or a description file", arch);
+        return NULL;
+    }
+    if (b.oom) {
+        free(b.s);
+        sc_fail(err, "out of memory");
+        return NULL;
+    }
+    return b.s;
+}

@@ -1,0 +1,137 @@
+// Tests of the network graph: built-in architectures, the description
+// parser's shapes and errors, weight init and the flat layouts.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "runtime/net.h"
+
+// Counts trainable floats of a built-in arch for 100 classes.
+static size_t arch_params(const char *arch) {
+    sc_err err = {0};
+    net *nt = net_create(arch, 3, 32, 32, 100, &err);
+    if (!nt) return 0;
+    size_t n = nt->nparam;
+    net_free(nt);
+    return n;
+}
+
+// Parameter counts match the well-known figures of each architecture.
+static void test_param_counts(tctx *t) {
+    // resnet18 (CIFAR, 100 classes): 11,220,132 trainable parameters in PyTorch.
+    CHECK(t, arch_params("resnet18") == 11220132, "resnet18 %zu", arch_params("resnet18"));
+    // vgg16_bn CIFAR with one 512->100 linear, convs without bias: 14,728,266 + BN.
+    size_t v = arch_params("vgg16");
+    CHECK(t, v == 14710464 + 8448 + 51300, "vgg16 %zu", v);
+    // lenet: conv 3*6*25+6, conv 6*16*25+16, 400*120+120, 120*84+84, 84*100+100.
+    CHECK(t, arch_params("lenet") == 456 + 2416 + 48120 + 10164 + 8500, "lenet");
+    for (const char *const *a = net_arch_names; *a; a++)
+        CHECK(t, arch_params(*a) > 0, "%s does not build", *a);
+}
+
+// Residual wiring: the add layers refer to the right sources and shapes.
+static void test_resnet_wiring(tctx *t) {
+    sc_err err = {0};
+    net *nt = net_create("resnet20", 3, 32, 32, 10, &err);
+    CHECK(t, nt != NULL, "%s", err.msg);
+    if (!nt) return;
+    int adds = 0;
+    for (int i = 0; i < nt->nlayers; i++) {
+        const layer *L = &nt->layers[i];
+        if (L->kind != LK_ADD) continue;
+        adds++;
+        CHECK(t, L->src == i - 1 && nt->layers[L->src].kind == LK_BN, "add %s src", L->name);
+        CHECK(t, nt->layers[i + 1].kind == LK_RELU, "add %s not followed by relu", L->name);
+    }
+    CHECK(t, adds == 9, "resnet20 has %d adds", adds);
+    const layer *last = &nt->layers[nt->nlayers - 1];
+    CHECK(t, last->kind == LK_LINEAR && last->in_c == 64 && last->c == 10, "head");
+    net_free(nt);
+}
+
+// Only conv/linear weights are prunable, and never the first conv.
+static void test_prunable(tctx *t) {
+    sc_err err = {0};
+    net *nt = net_create("vgg11", 3, 32, 32, 10, &err);
+    if (!nt) { CHECK(t, 0, "%s", err.msg); return; }
+    int first = net_tensor_find(nt, "conv1.weight");
+    CHECK(t, first >= 0 && !nt->tensors[first].prunable, "first conv must not be prunable");
+    int n = 0;
+    for (int i = 0; i < nt->ntensors; i++) n += nt->tensors[i].prunable;
+    CHECK(t, n == 7 + 1, "vgg11 prunable tensors %d", n);
+    CHECK(t, net_sparsity(nt) == 0.0, "fresh net sparsity");
+    net_free(nt);
+}
+
+// Shapes of a custom description with stride, padding and pooling.
+static void test_shapes(tctx *t) {
+    sc_err err = {0};
+    const char *d = "conv 5 3 stride=2 pad=1 name=a\nbn\nrelu\navgpool 3 stride=2 pad=1\n"
+                    "conv 7 1 bias=0\ngap\nlinear classes\n";
+    net *nt = net_from_desc("x", d, 3, 9, 7, 4, &err);
+    CHECK(t, nt != NULL, "%s", err.msg);
+    if (!nt) return;
+    CHECK(t, nt->layers[0].h == 5 && nt->layers[0].w == 4, "conv out %dx%d", nt->layers[0].h,
+          nt->layers[0].w);
+    CHECK(t, nt->layers[3].h == 3 && nt->layers[3].w == 2, "pool out %dx%d", nt->layers[3].h,
+          nt->layers[3].w);
+    CHECK(t, nt->layers[4].bias == -1 && nt->layers[0].bias >= 0, "bias flags");
+    net_free(nt);
+}
+
+// Every malformed description is rejected with a message naming the line.
+static void test_bad_desc(tctx *t) {
+    const char *bad[] = {
+        "conv 5\nlinear classes\n",                 // missing kernel size
+        "conv 0 3\nlinear classes\n",               // zero channels
+        "conv 4 3 stride=x\nlinear classes\n",      // bad number
+        "conv 4 3 colour=red\nlinear classes\n",    // unknown option
+        "frob 3\nlinear classes\n",                 // unknown kind
+        "conv 4 3\nadd nowhere\nlinear classes\n",  // unknown reference
+        "conv 4 3\nadd input\nlinear classes\n",    // shape mismatch
+        "conv 4 99\nlinear classes\n",              // empty output
+        "conv 4 3 name=a\nconv 4 3 name=a\nlinear classes\n",  // duplicate name
+        "conv 4 3\nlinear 7\n",                     // wrong class count
+        "# nothing\n",                              // no layers
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        sc_err err = {0};
+        net *nt = net_from_desc("x", bad[i], 3, 8, 8, 10, &err);
+        CHECK(t, nt == NULL && err.msg[0], "description %zu accepted", i);
+        net_free(nt);
+    }
+    sc_err err = {0};
+    CHECK(t, net_create("resnet19", 3, 32, 32, 10, &err) == NULL && strstr(err.msg, "resnet19"),
+          "unknown arch message: %s", err.msg);
+}
+
+// Kaiming init has the expected spread; BN starts at gamma 1, var 1.
+static void test_init(tctx *t) {
+    sc_err err = {0};
+    net *nt = net_create("resnet20", 3, 32, 32, 10, &err);
+    if (!nt) { CHECK(t, 0, "%s", err.msg); return; }
+    rng r;
+    rng_seed(&r, 7, 0);
+    net_init_weights(nt, &r);
+    int w = net_tensor_find(nt, "layer3.2.conv2.weight");
+    const float *d = net_tensor_data(nt, w);
+    double ss = 0;
+    for (size_t i = 0; i < nt->tensors[w].count; i++) ss += (double)d[i] * d[i];
+    double sd = sqrt(ss / (double)nt->tensors[w].count), want = sqrt(2.0 / (64 * 9));
+    CHECK(t, fabs(sd - want) < 0.05 * want, "std %g want %g", sd, want);
+    CHECK(t, net_tensor_data(nt, net_tensor_find(nt, "bn1.gamma"))[3] == 1.0f, "gamma");
+    CHECK(t, net_tensor_data(nt, net_tensor_find(nt, "bn1.var"))[5] == 1.0f, "var");
+    net_free(nt);
+}
+
+int main(void) {
+    tctx t = {.suite = "test_net"};
+    RUN(&t, test_param_counts);
+    RUN(&t, test_resnet_wiring);
+    RUN(&t, test_prunable);
+    RUN(&t, test_shapes);
+    RUN(&t, test_bad_desc);
+    RUN(&t, test_init);
+    return check_finish(&t);
+}
