@@ -78,4 +78,4 @@ int exec_read_grad(exec *e, float *grad, sc_err *err) {
 const char *exec_device_name(const exec *e) { return e->be->device_name(e->st); }
 
 // True when the GPU backend exists and finds a device.
-int exec_gpu_available(void) { return exec_gpu_backend(NULL) != NULL; }
+int exec_gpu_available(sc_err *why) { return exec_gpu_backend(why) != NULL; }

@@ -76,7 +76,8 @@ int exec_read_grad(exec *e, float *grad, sc_err *err);
 // Which device really runs ("cpu" or the GPU's name).
 const char *exec_device_name(const exec *e);
 
-// True when a usable GPU backend is compiled in and a device is present.
-int exec_gpu_available(void);
+// True when a usable GPU backend is compiled in and a device is present;
+// otherwise 0 and, when why is not NULL, the reason.
+int exec_gpu_available(sc_err *why);
 
 #endif

@@ -1,0 +1,90 @@
+// GPU context (stream + cuDNN + cuBLAS handles) and utility launches:
+// dtype conversion and deterministic uniform fills.
+#include "kernels/common_gpu.h"
+#include "kernels/device_gpu.h"
+
+// cuBLAS workspace handed to the handle, so captured graphs allocate nothing.
+#define SC_CUBLAS_WS_BYTES ((size_t)32 << 20)
+
+// --- types ------------------------------------------------------------------
+
+// Bytes per element of a dtype.
+extern "C" size_t gpu_dtype_size(gpu_dtype dt) { return dt == GDT_F16 ? 2 : 4; }
+
+// --- context ----------------------------------------------------------------
+
+// Creates a non-blocking stream and cuDNN/cuBLAS handles bound to it.
+extern "C" int gpu_ctx_init(gpu_ctx *g, sc_err *err) {
+    *g = gpu_ctx{};
+    cudaCheck(err, cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
+    cudnnCheck(err, cudnnCreate(&g->cudnn));
+    cudnnCheck(err, cudnnSetStream(g->cudnn, g->stream));
+    cublasCheck(err, cublasCreate(&g->cublas));
+    cublasCheck(err, cublasSetStream(g->cublas, g->stream));
+    cudaCheck(err, cudaMalloc(&g->cublas_ws, SC_CUBLAS_WS_BYTES));
+    cublasCheck(err, cublasSetWorkspace(g->cublas, g->cublas_ws, SC_CUBLAS_WS_BYTES));
+    return 0;
+}
+
+// Destroys what gpu_ctx_init created (a zeroed context is fine).
+extern "C" void gpu_ctx_free(gpu_ctx *g) {
+    if (g->cublas) cublasDestroy(g->cublas);
+    if (g->cudnn) cudnnDestroy(g->cudnn);
+    if (g->cublas_ws) cudaFree(g->cublas_ws);
+    if (g->stream) cudaStreamDestroy(g->stream);
+    *g = gpu_ctx{};
+}
+
+// --- conversion -------------------------------------------------------------
+
+// dst = src element by element.
+template <typename S, typename D>
+__global__ void convert_kernel(size_t n, const S *src, D *dst) {
+    SC_GRID_LOOP(i, n) dst[i] = sc_fromf<D>(sc_tof(src[i]));
+}
+
+// dst (n) [ddt] = src (n) [sdt].
+extern "C" int gpu_convert(const gpu_ctx *g, size_t n, gpu_dtype sdt, const void *src,
+                           gpu_dtype ddt, void *dst, sc_err *err) {
+    if (n == 0) return 0;
+    const int th = 256;
+    const unsigned bl = sc_blocks(n, th);
+    if (sdt == GDT_F32 && ddt == GDT_F16)
+        convert_kernel<<<bl, th, 0, g->stream>>>(n, (const float *)src, (__half *)dst);
+    else if (sdt == GDT_F16 && ddt == GDT_F32)
+        convert_kernel<<<bl, th, 0, g->stream>>>(n, (const __half *)src, (float *)dst);
+    else
+        cudaCheck(err, cudaMemcpyAsync(dst, src, n * gpu_dtype_size(sdt),
+                                       cudaMemcpyDeviceToDevice, g->stream));
+    cudaCheckLaunch(err);
+    return 0;
+}
+
+// --- fills ------------------------------------------------------------------
+
+// 64-bit mix (splitmix64 finaliser).
+__device__ __forceinline__ uint64_t fill_mix(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+// p[i] = lo + (hi - lo) * u(seed, i).
+template <typename T>
+__global__ void fill_uniform_kernel(size_t n, T *p, float lo, float hi, uint64_t seed) {
+    SC_GRID_LOOP(i, n) {
+        const uint64_t z = fill_mix(seed * 0x9e3779b97f4a7c15ull + i);
+        const float u = (float)(z >> 40) * (1.0f / 16777216.0f);
+        p[i] = sc_fromf<T>(lo + (hi - lo) * u);
+    }
+}
+
+// p (n) [dt] = uniform values in [lo, hi).
+extern "C" int gpu_fill_uniform(const gpu_ctx *g, gpu_dtype dt, size_t n, void *p, float lo,
+                                float hi, uint64_t seed, sc_err *err) {
+    if (n == 0) return 0;
+    SC_DISPATCH(dt, fill_uniform_kernel<T><<<sc_blocks(n, 256), 256, 0, g->stream>>>(
+                        n, (T *)p, lo, hi, seed));
+    cudaCheckLaunch(err);
+    return 0;
+}

@@ -1,0 +1,80 @@
+// Shared pieces of the GPU kernels (GPU builds only): the element types, the
+// context every GPU function takes (stream and library handles, no globals),
+// the small device-resident structs a training step reads and updates
+// (hyper-parameters, statistics, loss scaler), and a few utility launches.
+//
+// Layout conventions of every *_gpu function: activations are NHWC, conv
+// filters KRSC, all pointers are device pointers unless a comment says
+// otherwise, and work is queued on g->stream without a host sync.
+#ifndef SC_KERNELS_COMMON_GPU_H
+#define SC_KERNELS_COMMON_GPU_H
+
+#ifdef SC_HAVE_CUDA
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/gpu_check.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// --- types ------------------------------------------------------------------
+
+typedef enum { GDT_F32 = 0, GDT_F16 = 1 } gpu_dtype;
+
+// Stream and library handles; cuDNN and cuBLAS are bound to the stream.
+typedef struct {
+    cudaStream_t stream;
+    cudnnHandle_t cudnn;
+    cublasHandle_t cublas;
+    void *cublas_ws;  // cuBLAS workspace (so graph capture needs no allocation)
+} gpu_ctx;
+
+// Per-step hyper-parameters, uploaded with each batch (device memory).
+typedef struct {
+    float lr, momentum, weight_decay, smoothing;
+    int nesterov;
+    int pad_[3];
+} gpu_hparams;
+
+// Statistics accumulated on the device until the host takes them.
+typedef struct {
+    double loss_sum;
+    unsigned long long correct, count, skipped;
+} gpu_stats;
+
+// Dynamic loss scaling state (device memory). overflow is set by the gradient
+// gather when a non-finite gradient shows up and cleared by scaler_update_gpu.
+typedef struct {
+    float scale, inv_scale;
+    int good_steps, overflow;
+} gpu_scaler;
+
+// Bytes per element of a dtype.
+size_t gpu_dtype_size(gpu_dtype dt);
+
+// --- context ----------------------------------------------------------------
+
+// Creates a non-blocking stream and cuDNN/cuBLAS handles bound to it.
+int gpu_ctx_init(gpu_ctx *g, sc_err *err);
+// Destroys what gpu_ctx_init created (a zeroed context is fine).
+void gpu_ctx_free(gpu_ctx *g);
+
+// --- utility launches -------------------------------------------------------
+
+// dst (n) [ddt] = src (n) [sdt], converted (fp32 <-> fp16 rounds to nearest).
+int gpu_convert(const gpu_ctx *g, size_t n, gpu_dtype sdt, const void *src, gpu_dtype ddt,
+                void *dst, sc_err *err);
+
+// p (n) [dt] = uniform values in [lo, hi) from a hash of (seed, index).
+int gpu_fill_uniform(const gpu_ctx *g, gpu_dtype dt, size_t n, void *p, float lo, float hi,
+                     uint64_t seed, sc_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif  // SC_HAVE_CUDA
+#endif

@@ -1,0 +1,37 @@
+// CPU fully connected layer, fp32, on CBLAS sgemm:
+// y (N, OUT) = x (N, IN) wt^T + bias, wt (OUT, IN).
+#include "linear.h"
+
+#include <cblas.h>
+#include <stddef.h>
+
+// Forward; bias may be NULL.
+void linear_forward_cpu(int n, int in, int out, const float *x, const float *wt,
+                        const float *bias, float *y) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, wt, in,
+                0.0f, y, out);
+    if (!bias) return;
+    for (int i = 0; i < n; i++)
+        for (int o = 0; o < out; o++) y[(size_t)i * out + o] += bias[o];
+}
+
+// dx (N, IN) = dy (N, OUT) wt (OUT, IN), overwritten.
+void linear_backward_data_cpu(int n, int in, int out, const float *dy, const float *wt,
+                              float *dx) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dy, out, wt, in,
+                0.0f, dx, in);
+}
+
+// dw (OUT, IN) = dy^T x and dbias (OUT, may be NULL) = column sums of dy
+// (in double), overwritten.
+void linear_backward_filter_cpu(int n, int in, int out, const float *x, const float *dy,
+                                float *dw, float *dbias) {
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x, in, 0.0f,
+                dw, in);
+    if (!dbias) return;
+    for (int o = 0; o < out; o++) {
+        double sum = 0.0;
+        for (int i = 0; i < n; i++) sum += dy[(size_t)i * out + o];
+        dbias[o] = (float)sum;
+    }
+}

@@ -1,0 +1,108 @@
+// GPU softmax cross-entropy: one warp per image, statistics reduced per
+// block and added to the device counters with one atomic each.
+#include "kernels/device_gpu.h"
+#include "kernels/loss_gpu.h"
+
+#define LOSS_WARPS 8
+
+// Warp-wide max / sum.
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// First index of the row maximum (ties: lowest index), warp-wide.
+__device__ __forceinline__ int warp_argmax(float v, int idx) {
+    for (int o = 16; o; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+        if (ov > v || (ov == v && oi < idx)) v = ov, idx = oi;
+    }
+    return idx;
+}
+
+// Loss and gradient of rows; blockDim = 32 * LOSS_WARPS, one warp per row.
+template <typename L, typename G>
+__global__ void xent_kernel(int n, int k, const L *logits, const int *labels,
+                            const gpu_hparams *hp, float grad_scale, const gpu_scaler *sc,
+                            G *dlogits, gpu_stats *stats) {
+    __shared__ float s_loss[LOSS_WARPS];
+    __shared__ int s_hit[LOSS_WARPS];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int row = blockIdx.x * LOSS_WARPS + warp;
+    float loss = 0.0f;
+    int hit = 0;
+    if (row < n) {
+        const L *x = logits + (size_t)row * k;
+        const float eps = hp->smoothing, off = eps / k, on = 1.0f - eps + off;
+        const int lab = labels[row];
+        float mx = -INFINITY;
+        int bi = k;
+        for (int j = lane; j < k; j += 32) {
+            const float v = sc_tof(x[j]);
+            if (v > mx) mx = v, bi = j;
+        }
+        bi = warp_argmax(mx, bi);
+        mx = warp_max(mx);
+        float se = 0.0f, td = 0.0f;
+        for (int j = lane; j < k; j += 32) {
+            const float v = sc_tof(x[j]) - mx;
+            se += __expf(v);
+            td += (j == lab ? on : off) * v;
+        }
+        se = warp_sum(se);
+        td = warp_sum(td);
+        loss = __logf(se) - td;
+        hit = bi == lab;
+        if (dlogits) {
+            const float gs = grad_scale * (sc ? sc->scale : 1.0f), inv = 1.0f / se;
+            G *d = dlogits + (size_t)row * k;
+            for (int j = lane; j < k; j += 32) {
+                const float p = __expf(sc_tof(x[j]) - mx) * inv;
+                d[j] = sc_fromf<G>((p - (j == lab ? on : off)) * gs);
+            }
+        }
+    }
+    if (lane == 0) s_loss[warp] = loss, s_hit[warp] = hit;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double tl = 0.0;
+        unsigned long long th = 0;
+        for (int w = 0; w < LOSS_WARPS; w++) tl += s_loss[w], th += (unsigned)s_hit[w];
+        atomicAdd(&stats->loss_sum, tl);
+        atomicAdd(&stats->correct, th);
+        if (blockIdx.x == 0) atomicAdd(&stats->count, (unsigned long long)n);
+    }
+}
+
+// Typed launch of xent_kernel.
+template <typename L, typename G>
+static void xent_launch(const gpu_ctx *g, int n, int k, const void *logits, const int *labels,
+                        const gpu_hparams *hp, float gs, const gpu_scaler *sc, void *dl,
+                        gpu_stats *stats) {
+    const unsigned blocks = (unsigned)((n + LOSS_WARPS - 1) / LOSS_WARPS);
+    xent_kernel<L, G><<<blocks, 32 * LOSS_WARPS, 0, g->stream>>>(
+        n, k, (const L *)logits, labels, hp, gs, sc, (G *)dl, stats);
+}
+
+// Loss, hits and (optionally) the gradient of a batch of logits.
+extern "C" int softmax_xent_gpu(const gpu_ctx *g, gpu_dtype ldt, gpu_dtype gdt, int n, int k,
+                                const void *logits, const int *labels, const gpu_hparams *hp,
+                                float grad_scale, const gpu_scaler *sc, void *dlogits,
+                                gpu_stats *stats, sc_err *err) {
+    if (n <= 0) return 0;
+    if (k < 1) return sc_fail(err, "softmax_xent_gpu: %d classes", k);
+    if (ldt == GDT_F16) {
+        if (gdt == GDT_F16) xent_launch<__half, __half>(g, n, k, logits, labels, hp, grad_scale, sc, dlogits, stats);
+        else xent_launch<__half, float>(g, n, k, logits, labels, hp, grad_scale, sc, dlogits, stats);
+    } else {
+        if (gdt == GDT_F16) xent_launch<float, __half>(g, n, k, logits, labels, hp, grad_scale, sc, dlogits, stats);
+        else xent_launch<float, float>(g, n, k, logits, labels, hp, grad_scale, sc, dlogits, stats);
+    }
+    cudaCheckLaunch(err);
+    return 0;
+}

@@ -1,0 +1,391 @@
+// Evolutionary operators of the pruning search (seed 001, Algorithm 1).
+// See docs/prune.md for the reading of the algorithm and eqs. 2-4.
+#include "evolve.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "prune/gmp.h"
+
+// --- configuration and schedule ---------------------------------------------
+
+// Defaults for `iterations` iterations towards `target`.
+void evolve_cfg_default(evolve_cfg *c, int iterations, double target) {
+    *c = (evolve_cfg){.iterations = iterations, .target = target, .threshold = 1.0,
+                      .ramp_begin = 0.0, .ramp_end = 0.75, .layer_frac = 0.5, .init_max = -1.0,
+                      .s_max = 0.995, .mutate_sigma = 0.2, .sens_rate = 0.3,
+                      .cluster_every = 5, .clusters = 0, .keep = 2, .patience = 3};
+}
+
+// Cubic floor of the overall sparsity after iteration iter.
+double evolve_floor(const evolve_cfg *c, int iter) {
+    if (c->iterations <= 0) return c->target;
+    return gmp_sparsity_at(0.0, c->target, (double)iter / c->iterations, c->ramp_begin,
+                           c->ramp_end);
+}
+
+// Random initial genomes; init_max < 0 means twice the first non-zero floor.
+void evolve_init(prune_pop *p, const evolve_cfg *c, rng *r) {
+    double hi = c->init_max;
+    if (hi < 0.0) {
+        double f = 0.0;
+        for (int it = 1; it <= c->iterations && f <= 0.0; it++) f = evolve_floor(c, it);
+        hi = fmin(c->target, 2.0 * f);
+    }
+    for (int i = 0; i < p->n; i++)
+        for (int l = 0; l < p->L; l++) p->sol[i].genome[l] = hi * rng_uniform(r);
+}
+
+// --- planning a raise (eq. 4) -----------------------------------------------
+
+// Robustness from sensitivities, scale-free.
+void evolve_robustness(const double *sens, int L, double *rho) {
+    double lo = DBL_MAX, mean = 0.0;
+    for (int l = 0; l < L; l++) lo = fmin(lo, sens[l]);
+    for (int l = 0; l < L; l++) mean += (sens[l] - lo) / L;
+    for (int l = 0; l < L; l++) rho[l] = 1.0 / (1.0 + (sens[l] - lo) / (mean + 1e-12));
+}
+
+// Picks up to k layers without replacement with probability proportional to w.
+static void pick_layers(const double *w, int L, int k, rng *r, int *chosen) {
+    for (int l = 0; l < L; l++) chosen[l] = 0;
+    for (int j = 0; j < k; j++) {
+        double sum = 0.0;
+        for (int l = 0; l < L; l++) sum += chosen[l] ? 0.0 : w[l];
+        if (sum <= 0.0) return;
+        double u = rng_uniform(r) * sum;
+        int pick = -1;
+        for (int l = 0; l < L; l++) {
+            if (chosen[l] || w[l] <= 0.0) continue;
+            pick = l;
+            u -= w[l];
+            if (u < 0.0) break;
+        }
+        chosen[pick] = 1;
+    }
+}
+
+// Spreads `need` weights over the chosen layers in proportion to a[l], no
+// layer beyond cap[l]; returns what could not be placed. give (L) accumulates.
+static double water_fill(const double *a, const double *cap, const int *chosen, int L,
+                         double need, double *give) {
+    int full[512], *sat = L <= 512 ? full : calloc((size_t)L, sizeof *sat);
+    if (!sat) return need;
+    for (int l = 0; l < L; l++) sat[l] = !chosen[l] || cap[l] - give[l] <= 0.0 || a[l] <= 0.0;
+    for (int round = 0; round <= L && need > 1e-9; round++) {
+        double asum = 0.0;
+        for (int l = 0; l < L; l++) asum += sat[l] ? 0.0 : a[l];
+        if (asum <= 0.0) break;
+        int clipped = 0;
+        for (int l = 0; l < L; l++) {  // first saturate every layer that overflows
+            if (sat[l] || need * a[l] / asum < cap[l] - give[l]) continue;
+            need -= cap[l] - give[l];
+            give[l] = cap[l];
+            sat[l] = clipped = 1;
+        }
+        if (clipped) continue;
+        for (int l = 0; l < L; l++)
+            if (!sat[l]) give[l] += need * a[l] / asum;
+        need = 0.0;
+    }
+    if (sat != full) free(sat);
+    return need;
+}
+
+// Targets for the next raise of solution s (see the header).
+void evolve_plan(const prune_sol *s, const prune_layers *pl, const double *sens,
+                 const evolve_cfg *c, double floor, rng *r, double *target) {
+    int L = pl->n;
+    double *rho = malloc((size_t)L * 4 * sizeof *rho), *a = rho + L, *cap = a + L,
+           *give = cap + L;
+    int *chosen = calloc((size_t)L, sizeof *chosen);
+    double have = 0.0;
+    for (int l = 0; l < L; l++) {
+        target[l] = fmax(s->sparsity[l], fmin(s->genome[l], c->s_max));
+        have += target[l] * (double)pl->count[l];
+    }
+    double need = floor * (double)pl->total - have;
+    if (!rho || !chosen || need <= 0.5) goto done;
+    evolve_robustness(sens, L, rho);
+    for (int l = 0; l < L; l++) {
+        double room = fmax(0.0, c->s_max - target[l]);
+        a[l] = rho[l] * room;  // pick weights: robust layers with room
+        give[l] = 0.0;
+    }
+    int k = (int)lround(c->layer_frac * L);
+    pick_layers(a, L, k < 1 ? 1 : k, r, chosen);
+    for (int l = 0; l < L; l++) {
+        a[l] = rho[l] * (1.0 - target[l]) * (double)pl->count[l];
+        cap[l] = fmax(0.0, c->s_max - target[l]) * (double)pl->count[l];
+    }
+    need = water_fill(a, cap, chosen, L, need, give);
+    for (int l = 0; l < L && need > 1e-9; l++) chosen[l] = 1;  // the subset was too small
+    if (need > 1e-9) need = water_fill(a, cap, chosen, L, need, give);
+    for (int l = 0; l < L && need > 1e-9; l++) {  // every layer at s_max: go beyond
+        double more = fmin(need, (1.0 - target[l]) * (double)pl->count[l] - give[l]);
+        give[l] += more;
+        need -= more;
+    }
+    for (int l = 0; l < L; l++) target[l] = fmin(1.0, target[l] + give[l] / pl->count[l]);
+done:
+    free(rho);
+    free(chosen);
+}
+
+// --- sensitivities ----------------------------------------------------------
+
+// Per layer, the least-squares slope of the drop left after the other
+// layers' current estimates (one backfitting sweep), folded into the EMA.
+void evolve_sens_update(double *sens, int L, int n, const double *cut, const double *drop,
+                        double rate) {
+    if (n < 3) return;
+    double *y = malloc((size_t)n * sizeof *y), *obs = malloc((size_t)L * sizeof *obs);
+    for (int l = 0; l < L && y && obs; l++) {
+        double cm = 0.0, ym = 0.0, sxy = 0.0, sxx = 0.0;
+        for (int i = 0; i < n; i++) {
+            y[i] = drop[i];
+            for (int m = 0; m < L; m++)
+                if (m != l) y[i] -= sens[m] * cut[i * L + m];
+            cm += cut[i * L + l] / n;
+            ym += y[i] / n;
+        }
+        for (int i = 0; i < n; i++) {
+            double dx = cut[i * L + l] - cm;
+            sxy += dx * (y[i] - ym);
+            sxx += dx * dx;
+        }
+        obs[l] = sxx < 1e-10 ? NAN : sxy / sxx;  // no contrast: nothing learned
+    }
+    for (int l = 0; l < L && y && obs; l++)
+        if (!isnan(obs[l])) sens[l] = (1.0 - rate) * sens[l] + rate * obs[l];
+    free(y);
+    free(obs);
+}
+
+// --- mutation and crossover -------------------------------------------------
+
+// Genome = mask sparsity, raised in a random quarter of the layers.
+void evolve_mutate(prune_sol *s, int L, const evolve_cfg *c, rng *r) {
+    int m = L / 4 < 1 ? 1 : L / 4;
+    for (int l = 0; l < L; l++) s->genome[l] = s->sparsity[l];
+    for (int j = 0; j < m; j++) {
+        int l = (int)rng_below(r, (uint32_t)L);
+        double d = fabs(c->mutate_sigma * rng_normal(r));
+        s->genome[l] = fmin(c->s_max, s->sparsity[l] + d * (1.0 - s->sparsity[l]));
+    }
+}
+
+// Child genome: parent a's sparsities, parent b's in random layers.
+void evolve_crossover(prune_sol *child, const prune_sol *a, const prune_sol *b, int L, rng *r) {
+    for (int l = 0; l < L; l++)
+        child->genome[l] =
+            fmax(child->sparsity[l], rng_uniform(r) < 0.5 ? b->sparsity[l] : a->sparsity[l]);
+}
+
+// --- k-means ----------------------------------------------------------------
+
+// Squared Euclidean distance of two d-dim points.
+static double dist2(const double *x, const double *y, int d) {
+    double s = 0.0;
+    for (int j = 0; j < d; j++) s += (x[j] - y[j]) * (x[j] - y[j]);
+    return s;
+}
+
+// k-means++ seeding: the first centre uniformly, the others by squared distance.
+static void kmeans_seed(const double *x, int n, int d, int k, rng *r, double *cen, double *dmin) {
+    memcpy(cen, x + (size_t)rng_below(r, (uint32_t)n) * d, (size_t)d * sizeof *cen);
+    for (int i = 0; i < n; i++) dmin[i] = dist2(x + (size_t)i * d, cen, d);
+    for (int c = 1; c < k; c++) {
+        double sum = 0.0;
+        for (int i = 0; i < n; i++) sum += dmin[i];
+        int pick = (int)rng_below(r, (uint32_t)n);
+        if (sum > 0.0) {
+            double u = rng_uniform(r) * sum;
+            for (pick = 0; pick < n - 1 && (u -= dmin[pick]) >= 0.0; pick++) {}
+        }
+        memcpy(cen + (size_t)c * d, x + (size_t)pick * d, (size_t)d * sizeof *cen);
+        for (int i = 0; i < n; i++)
+            dmin[i] = fmin(dmin[i], dist2(x + (size_t)i * d, cen + (size_t)c * d, d));
+    }
+}
+
+// Assigns every point to its nearest centre; returns how many changed.
+static int kmeans_assign(const double *x, int n, int d, int k, const double *cen, int *assign) {
+    int changed = 0;
+    for (int i = 0; i < n; i++) {
+        int best = 0;
+        double bd = DBL_MAX;
+        for (int c = 0; c < k; c++) {
+            double dd = dist2(x + (size_t)i * d, cen + (size_t)c * d, d);
+            if (dd < bd) {
+                bd = dd;
+                best = c;
+            }
+        }
+        changed += assign[i] != best;
+        assign[i] = best;
+    }
+    return changed;
+}
+
+// Moves every centre to the mean of its points (empty clusters stay put).
+static void kmeans_update(const double *x, int n, int d, int k, const int *assign, double *cen) {
+    for (int c = 0; c < k; c++) {
+        int m = 0;
+        for (int i = 0; i < n; i++) m += assign[i] == c;
+        if (!m) continue;
+        for (int j = 0; j < d; j++) {
+            double s = 0.0;
+            for (int i = 0; i < n; i++)
+                if (assign[i] == c) s += x[(size_t)i * d + j];
+            cen[(size_t)c * d + j] = s / m;
+        }
+    }
+}
+
+// Clusters n points of d dims into k groups.
+int evolve_kmeans(const double *x, int n, int d, int k, rng *r, int *assign, sc_err *err) {
+    if (n < 1 || d < 1) return sc_fail(err, "k-means needs points (%d of %d dims)", n, d);
+    k = k < 1 ? 1 : k > n ? n : k;
+    double *cen = malloc(((size_t)k * d + (size_t)n) * sizeof *cen);
+    if (!cen) return sc_fail(err, "out of memory (k-means)");
+    kmeans_seed(x, n, d, k, r, cen, cen + (size_t)k * d);
+    for (int i = 0; i < n; i++) assign[i] = -1;
+    for (int it = 0; it < 50; it++) {
+        if (!kmeans_assign(x, n, d, k, cen, assign)) break;
+        kmeans_update(x, n, d, k, assign, cen);
+    }
+    free(cen);
+    return 0;
+}
+
+// --- selection --------------------------------------------------------------
+
+// A random admitted solution other than `not` when possible.
+static int pick_admitted(const int *adm, int n, int not, rng *r) {
+    int cnt = 0;
+    for (int i = 0; i < n; i++) cnt += adm[i] && i != not;
+    if (!cnt) return not;
+    int j = (int)rng_below(r, (uint32_t)cnt);
+    for (int i = 0; i < n; i++)
+        if (adm[i] && i != not && j-- == 0) return i;
+    return not;
+}
+
+// Index of the most accurate solution (first on ties).
+static int most_accurate(const prune_pop *p) {
+    int b = 0;
+    for (int i = 1; i < p->n; i++)
+        if (p->sol[i].acc > p->sol[b].acc) b = i;
+    return b;
+}
+
+// Rewinds a rejected solution whose mask grew and gives it a new genome.
+static void reject(prune_pop *p, int i, const double *cut, const int *adm, rng *r,
+                   const evolve_cfg *c, prune_hist *h) {
+    int grew = 0;
+    for (int l = 0; l < p->L; l++) grew |= cut[i * p->L + l] > 0.0;
+    p->sol[i].fails++;
+    if (!grew) return;  // nothing to rewind: its mask did not change this round
+    prune_sol_rewind(p, i);
+    h->rewound++;
+    int a = pick_admitted(adm, p->n, i, r), b = pick_admitted(adm, p->n, a, r);
+    if (a != i && b != i && a != b && rng_uniform(r) < 0.5) {
+        evolve_crossover(&p->sol[i], &p->sol[a], &p->sol[b], p->L, r);
+        h->crossed++;
+    } else {
+        evolve_mutate(&p->sol[i], p->L, c, r);
+        h->mutated++;
+    }
+}
+
+// Replaces solution i by a copy of src with a mutated genome.
+static void replace(prune_pop *p, int i, int src, const evolve_cfg *c, rng *r, prune_hist *h) {
+    prune_sol_copy(p, i, src);
+    evolve_mutate(&p->sol[i], p->L, c, r);
+    h->replaced++;
+}
+
+// Thins crowded clusters: keeps the `keep` most accurate of each.
+static int thin_clusters(prune_pop *p, const evolve_cfg *c, rng *r, prune_hist *h,
+                         sc_err *err) {
+    int n = p->n, L = p->L, k = c->clusters > 0 ? c->clusters : (n + 2) / 3;
+    double *x = malloc((size_t)n * L * sizeof *x);
+    int *as = malloc((size_t)n * 2 * sizeof *as), *rank = as + n;
+    if (!x || !as) {
+        free(x);
+        free(as);
+        return sc_fail(err, "out of memory (clustering)");
+    }
+    for (int i = 0; i < n; i++) memcpy(x + (size_t)i * L, p->sol[i].sparsity, (size_t)L * sizeof *x);
+    int rc = evolve_kmeans(x, n, L, k, r, as, err);
+    int best = most_accurate(p);
+    for (int i = 0; i < n && !rc; i++) {  // rank within its cluster by accuracy
+        rank[i] = 0;
+        for (int j = 0; j < n; j++)
+            if (as[j] == as[i] && (p->sol[j].acc > p->sol[i].acc ||
+                                   (p->sol[j].acc == p->sol[i].acc && j < i)))
+                rank[i]++;
+    }
+    for (int i = 0; i < n && !rc; i++) {
+        p->sol[i].cluster = as[i];
+        if (rank[i] >= c->keep && i != best) replace(p, i, best, c, r, h);
+    }
+    free(x);
+    free(as);
+    return rc;
+}
+
+// The selection step of one iteration (see the header).
+int evolve_select(prune_pop *p, const evolve_cfg *c, int iter, const double *cut, rng *r,
+                  prune_hist *h, sc_err *err) {
+    int n = p->n;
+    int *adm = calloc((size_t)n, sizeof *adm);
+    double *drop = calloc((size_t)n, sizeof *drop);
+    if (!adm || !drop) {
+        free(adm);
+        free(drop);
+        return sc_fail(err, "out of memory (selection)");
+    }
+    double top = p->sol[most_accurate(p)].acc;
+    for (int i = 0; i < n; i++) {
+        adm[i] = p->sol[i].acc >= top - c->threshold;
+        drop[i] = p->sol[i].acc_prev - p->sol[i].acc;
+    }
+    evolve_sens_update(p->sens, p->L, n, cut, drop, c->sens_rate);
+    for (int i = 0; i < n; i++) {
+        if (!adm[i]) continue;
+        memcpy(p->sol[i].genome, p->sol[i].sparsity, (size_t)p->L * sizeof(double));
+        p->sol[i].fails = 0;
+        p->sol[i].age++;
+        h->admitted++;
+    }
+    for (int i = 0; i < n; i++)
+        if (!adm[i]) reject(p, i, cut, adm, r, c, h);
+    for (int i = 0; i < n; i++)
+        if (!adm[i] && p->sol[i].fails >= c->patience) replace(p, i, pick_admitted(adm, n, i, r), c, r, h);
+    int rc = 0;
+    if (n > 1 && c->cluster_every > 0 && iter % c->cluster_every == 0)
+        rc = thin_clusters(p, c, r, h, err);
+    p->best = most_accurate(p);
+    free(adm);
+    free(drop);
+    return rc;
+}
+
+// Most accurate solution at or above min_sparsity overall.
+int evolve_best(const prune_pop *p, const prune_layers *pl, double min_sparsity) {
+    int best = -1, sparsest = 0;
+    double smax = -1.0;
+    for (int i = 0; i < p->n; i++) {
+        double s = prune_sparsity_overall(pl, p->sol[i].sparsity);
+        if (s > smax) {
+            smax = s;
+            sparsest = i;
+        }
+        if (s + 1e-9 >= min_sparsity && (best < 0 || p->sol[i].acc > p->sol[best].acc)) best = i;
+    }
+    return best >= 0 ? best : sparsest;
+}

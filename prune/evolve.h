@@ -1,0 +1,86 @@
+// The evolutionary operators of seed 001's Algorithm 1 on a host population
+// (prune/pop.h): random initial per-layer sparsities, the overall sparsity
+// floor (a cubic schedule), the per-iteration choice of layers to prune
+// further and the size of each layer's cut from its sensitivity (eq. 4 as
+// read in docs/prune.md), the sensitivity estimates, admission within a
+// threshold of the best, rewinding with mutation or crossover, and k-means
+// clustering of the population with a few representatives kept per cluster.
+// Training and evaluation are the caller's (prune/search.c).
+#ifndef SC_PRUNE_EVOLVE_H
+#define SC_PRUNE_EVOLVE_H
+
+#include "prune/mask.h"
+#include "prune/pop.h"
+#include "runtime/error.h"
+#include "runtime/rng.h"
+
+typedef struct {
+    int iterations;       // search iterations
+    double target;        // final overall sparsity over the pruned layers
+    double threshold;     // admitted when accuracy >= best - threshold (points)
+    double ramp_begin;    // fraction of the iterations before the floor rises
+    double ramp_end;      // fraction of the iterations at which the floor reaches target
+    double layer_frac;    // fraction of the layers picked for pruning each iteration
+    double init_max;      // initial genomes: per-layer sparsity uniform in [0, init_max]
+    double s_max;         // highest sparsity of any one layer
+    double mutate_sigma;  // mutation: std dev of a layer's relative sparsity change
+    double sens_rate;     // rate of the sensitivities' exponential moving average
+    int cluster_every;    // iterations between clusterings (0: never)
+    int clusters;         // k of k-means (0: ceil(n / 3))
+    int keep;             // representatives kept per cluster
+    int patience;         // consecutive rejections before a solution is replaced
+} evolve_cfg;
+
+// Fills the defaults for `iterations` iterations towards `target`.
+void evolve_cfg_default(evolve_cfg *c, int iterations, double target);
+
+// Overall sparsity floor after iteration `iter` (1-based; 0 = start).
+double evolve_floor(const evolve_cfg *c, int iter);
+
+// Random initial genomes (per-layer sparsities uniform in [0, init_max]).
+void evolve_init(prune_pop *p, const evolve_cfg *c, rng *r);
+
+// Robustness of each layer from the sensitivities: 1 / (1 + (s - min) /
+// mean(s - min)); 1 everywhere when all are equal.
+void evolve_robustness(const double *sens, int L, double *rho);
+
+// Per-layer targets for a solution's next raise: its mask sparsity raised to
+// its genome, then filled up to the overall `floor` over a random subset of
+// layers chosen by robustness and room, each chosen layer cut in proportion
+// to robustness * remaining weights (eq. 4), no layer above s_max.
+void evolve_plan(const prune_sol *s, const prune_layers *pl, const double *sens,
+                 const evolve_cfg *c, double floor, rng *r, double *target);
+
+// Updates sensitivities from one iteration: cut[i*L + l] is the fraction of
+// layer l's remaining weights solution i cut, drop[i] its accuracy drop; the
+// observation for layer l is the least-squares slope, across solutions, of
+// the drop minus the other layers' share (their current estimates) on cut.
+void evolve_sens_update(double *sens, int L, int n, const double *cut, const double *drop,
+                        double rate);
+
+// Mutation: its genome becomes its mask sparsity raised in a random quarter
+// of the layers by a random fraction of their remaining weights.
+void evolve_mutate(prune_sol *s, int L, const evolve_cfg *c, rng *r);
+
+// Crossover: the child's genome takes parent a's sparsities with those of
+// parent b in randomly chosen layers (never below the child's own mask).
+void evolve_crossover(prune_sol *child, const prune_sol *a, const prune_sol *b, int L, rng *r);
+
+// k-means (k-means++ seeding, Lloyd iterations) of n points of d dims;
+// assign (n) receives cluster ids in [0, k). k is clamped to [1, n].
+int evolve_kmeans(const double *x, int n, int d, int k, rng *r, int *assign, sc_err *err);
+
+// The selection step after every solution trained and was evaluated this
+// iteration: admits solutions within the threshold of the best, updates the
+// sensitivities, rewinds the rejected ones whose masks grew and gives them a
+// mutated or crossed-over genome, replaces solutions rejected `patience`
+// times in a row, and every cluster_every iterations thins crowded clusters.
+// cut is as for evolve_sens_update. Counts go into h.
+int evolve_select(prune_pop *p, const evolve_cfg *c, int iter, const double *cut, rng *r,
+                  prune_hist *h, sc_err *err);
+
+// Index of the most accurate solution whose overall sparsity is at least
+// `min_sparsity` (the most sparse one when none is).
+int evolve_best(const prune_pop *p, const prune_layers *pl, double min_sparsity);
+
+#endif

@@ -1,0 +1,15 @@
+// Gradual magnitude pruning (Zhu & Gupta, 2017): the cubic sparsity schedule
+//   s(t) = s_f + (s_i - s_f) * (1 - u)^3,  u = clamp((t - begin) / (end - begin), 0, 1)
+// over training progress t in [0, 1], and uniform per-layer targets. The
+// evolutionary search uses the same schedule as the floor of its overall
+// sparsity. One-shot pruning is the degenerate schedule (begin = end = 0).
+#ifndef SC_PRUNE_GMP_H
+#define SC_PRUNE_GMP_H
+
+// Sparsity at progress t of a cubic ramp from s_init to s_final over [begin, end].
+double gmp_sparsity_at(double s_init, double s_final, double t, double begin, double end);
+
+// Sets all L per-layer targets to s.
+void gmp_targets_uniform(int L, double s, double *target);
+
+#endif

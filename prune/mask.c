@@ -1,0 +1,224 @@
+// Pruning masks: prunable layers, the magnitude/gradient coefficient (eq. 2)
+// and per-layer targets turned into monotone masks (eq. 3). See docs/prune.md.
+#include "mask.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+// --- the prunable layers ----------------------------------------------------
+
+// Collects the net's prunable tensors in tensor order.
+int prune_layers_init(prune_layers *pl, const net *nt, sc_err *err) {
+    memset(pl, 0, sizeof *pl);
+    int n = 0;
+    for (int t = 0; t < nt->ntensors; t++) n += nt->tensors[t].prunable != 0;
+    if (n == 0) return sc_fail(err, "net %s has no prunable layer", nt->arch);
+    pl->tensor = malloc((size_t)n * sizeof *pl->tensor);
+    pl->count = malloc((size_t)n * sizeof *pl->count);
+    pl->offset = malloc((size_t)n * sizeof *pl->offset);
+    if (!pl->tensor || !pl->count || !pl->offset) {
+        prune_layers_free(pl);
+        return sc_fail(err, "out of memory");
+    }
+    for (int t = 0; t < nt->ntensors; t++) {
+        const ptensor *p = &nt->tensors[t];
+        if (!p->prunable) continue;
+        pl->tensor[pl->n] = t;
+        pl->count[pl->n] = p->count;
+        pl->offset[pl->n] = p->offset;
+        pl->total += p->count;
+        pl->n++;
+    }
+    return 0;
+}
+
+// Frees the arrays of pl and zeroes it.
+void prune_layers_free(prune_layers *pl) {
+    free(pl->tensor);
+    free(pl->count);
+    free(pl->offset);
+    memset(pl, 0, sizeof *pl);
+}
+
+// Counts zero entries of a mask.
+size_t prune_mask_zeros(const float *mask, size_t n) {
+    size_t z = 0;
+    for (size_t i = 0; i < n; i++) z += mask[i] == 0.0f;
+    return z;
+}
+
+// Fraction of pruned entries of prunable layer i.
+double prune_layer_sparsity(const net *nt, const prune_layers *pl, int i) {
+    size_t z = prune_mask_zeros(nt->mask + pl->offset[i], pl->count[i]);
+    return (double)z / (double)pl->count[i];
+}
+
+// Per-layer sparsities of the net.
+void prune_sparsity_read(const net *nt, const prune_layers *pl, double *s) {
+    for (int i = 0; i < pl->n; i++) s[i] = prune_layer_sparsity(nt, pl, i);
+}
+
+// Size-weighted mean of per-layer sparsities.
+double prune_sparsity_overall(const prune_layers *pl, const double *s) {
+    double z = 0.0;
+    for (int i = 0; i < pl->n; i++) z += s[i] * (double)pl->count[i];
+    return pl->total ? z / (double)pl->total : 0.0;
+}
+
+// round(s * count), clamped to [0, count].
+size_t prune_target_zeros(size_t count, double s) {
+    if (!(s > 0.0)) return 0;
+    if (s >= 1.0) return count;
+    size_t z = (size_t)llround(s * (double)count);
+    return z > count ? count : z;
+}
+
+// --- criterion (eq. 2) ------------------------------------------------------
+
+// Mean of |x| over the kept entries (0 when none are kept or x is NULL).
+static double kept_abs_mean(const float *x, const float *mask, size_t n) {
+    if (!x) return 0.0;
+    double s = 0.0;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (mask[i] == 0.0f) continue;
+        s += fabs((double)x[i]);
+        k++;
+    }
+    return k ? s / (double)k : 0.0;
+}
+
+// Coefficient of each kept entry; +inf for pruned ones.
+int prune_coef(const float *w, const float *gabs, const float *mask, size_t n, prune_crit c,
+               float *coef, sc_err *err) {
+    double mw = kept_abs_mean(w, mask, n), mg = kept_abs_mean(gabs, mask, n);
+    if (!isfinite(mw) || (gabs && !isfinite(mg)))
+        return sc_fail(err, "non-finite %s in a pruned layer", isfinite(mw) ? "gradient" : "weight");
+    float aw = (mw > 0.0 && c.alpha != 0.0f) ? (float)(c.alpha / mw) : 0.0f;
+    float ag = (gabs && mg > 0.0 && c.beta != 0.0f) ? (float)(c.beta / mg) : 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        if (mask[i] == 0.0f) {
+            coef[i] = INFINITY;
+            continue;
+        }
+        float v = aw * fabsf(w[i]);
+        if (ag != 0.0f) v += ag * fabsf(gabs[i]);
+        coef[i] = v;
+    }
+    return 0;
+}
+
+// --- selection --------------------------------------------------------------
+
+// Swaps two floats.
+static void fswap(float *a, float *b) {
+    float t = *a;
+    *a = *b;
+    *b = t;
+}
+
+// The k-th smallest value (0-based) of a[0..m), reordering a (quickselect
+// with median-of-three pivots; a holds no NaN).
+static float select_kth(float *a, size_t m, size_t k) {
+    ptrdiff_t lo = 0, hi = (ptrdiff_t)m - 1, kk = (ptrdiff_t)k;
+    while (lo < hi) {
+        ptrdiff_t mid = lo + (hi - lo) / 2;
+        if (a[mid] < a[lo]) fswap(&a[mid], &a[lo]);
+        if (a[hi] < a[lo]) fswap(&a[hi], &a[lo]);
+        if (a[hi] < a[mid]) fswap(&a[hi], &a[mid]);
+        float pivot = a[mid];
+        ptrdiff_t i = lo, j = hi;
+        while (i <= j) {
+            while (a[i] < pivot) i++;
+            while (a[j] > pivot) j--;
+            if (i <= j) fswap(&a[i++], &a[j--]);
+        }
+        // a[lo..j] <= pivot, a[i..hi] >= pivot, a[j+1..i-1] == pivot.
+        if (kk <= j) hi = j;
+        else if (kk >= i) lo = i;
+        else return a[kk];
+    }
+    return a[kk];
+}
+
+// --- masks (eq. 3) ----------------------------------------------------------
+
+// Prunes entry i: mask, weight and momentum to zero.
+static void prune_entry(size_t i, float *w, float *mask, float *mom) {
+    mask[i] = 0.0f;
+    w[i] = 0.0f;
+    if (mom) mom[i] = 0.0f;
+}
+
+// Raises one layer to `zeros` pruned entries by lowest coefficient.
+int prune_layer_raise(float *w, float *mask, float *mom, const float *gabs, size_t n,
+                      size_t zeros, prune_crit c, float *scratch, sc_err *err) {
+    size_t have = prune_mask_zeros(mask, n);
+    if (zeros > n) zeros = n;
+    if (zeros <= have) return 0;
+    size_t need = zeros - have;
+    float *coef = scratch, *vals = scratch + n;  // (n) each
+    SC_TRY(prune_coef(w, gabs, mask, n, c, coef, err));
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (mask[i] != 0.0f) vals[m++] = coef[i];
+    float v = select_kth(vals, m, need - 1);
+    // Entries strictly below v go first, then entries equal to v by position.
+    size_t done = 0;
+    for (size_t i = 0; i < n && done < need; i++)
+        if (mask[i] != 0.0f && coef[i] < v) {
+            prune_entry(i, w, mask, mom);
+            done++;
+        }
+    for (size_t i = 0; i < n && done < need; i++)
+        if (mask[i] != 0.0f && coef[i] == v) {
+            prune_entry(i, w, mask, mom);
+            done++;
+        }
+    if (done != need) return sc_fail(err, "mask selection pruned %zu of %zu entries", done, need);
+    return 0;
+}
+
+// Raises every prunable layer to its target sparsity.
+int prune_mask_raise(net *nt, const prune_layers *pl, const double *target, const float *gabs,
+                     prune_crit c, float *mom, sc_err *err) {
+    size_t maxn = 0;
+    for (int i = 0; i < pl->n; i++)
+        if (pl->count[i] > maxn) maxn = pl->count[i];
+    float *scratch = malloc(2 * maxn * sizeof *scratch);
+    if (!scratch) return sc_fail(err, "out of memory (%zu floats)", 2 * maxn);
+    int rc = 0;
+    for (int i = 0; i < pl->n && !rc; i++) {
+        size_t off = pl->offset[i];
+        rc = prune_layer_raise(nt->param + off, nt->mask + off, mom ? mom + off : NULL,
+                               gabs ? gabs + off : NULL, pl->count[i],
+                               prune_target_zeros(pl->count[i], target[i]), c, scratch, err);
+        if (rc) sc_wrap(err, "layer %s", nt->tensors[pl->tensor[i]].name);
+    }
+    free(scratch);
+    return rc;
+}
+
+// Multiplies parameters and momentum by the mask.
+void prune_mask_apply(net *nt, float *mom) {
+    for (size_t i = 0; i < nt->nparam; i++) {
+        if (nt->mask[i] != 0.0f) continue;
+        nt->param[i] = 0.0f;
+        if (mom) mom[i] = 0.0f;
+    }
+}
+
+// Counts masked entries of prunable layers whose weight or momentum is not zero.
+size_t prune_mask_violations(const net *nt, const prune_layers *pl, const float *mom) {
+    size_t bad = 0;
+    for (int l = 0; l < pl->n; l++) {
+        size_t off = pl->offset[l];
+        for (size_t i = off; i < off + pl->count[l]; i++) {
+            if (nt->mask[i] != 0.0f) continue;
+            bad += nt->param[i] != 0.0f || (mom && mom[i] != 0.0f);
+        }
+    }
+    return bad;
+}

@@ -1,0 +1,94 @@
+// The population of the pruning search, held on the host: per solution its
+// parameters, masks, momentum and BN buffers, its per-layer sparsities and
+// genome (the per-layer targets it proposes), its last validation accuracy
+// and its data-stream position; a pre-round snapshot of each for rewinding;
+// the layer sensitivities and the per-iteration history. The whole state is
+// saved to one binary file (written atomically, checksummed) for --resume.
+// gmp and oneshot run as a population of one.
+#ifndef SC_PRUNE_POP_H
+#define SC_PRUNE_POP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/error.h"
+#include "runtime/net.h"
+
+// --- one solution -----------------------------------------------------------
+
+typedef struct {
+    double *sparsity;  // (L) per-layer sparsity of its mask
+    double *genome;    // (L) per-layer targets proposed for its next raise
+    float *param;      // (nparam) trainable parameters
+    float *mask;       // (nparam) 1 keep / 0 pruned
+    float *mom;        // (nparam) optimizer momentum
+    float *buf;        // (nbuf) BN running statistics
+    double acc;        // last validation accuracy, percent (< 0 unknown)
+    double acc_prev;   // validation accuracy before the last round
+    long batches;      // batches drawn from its data stream
+    int stream;        // data stream id (its loader's seed offset)
+    int age;           // iterations since it was last created, copied or rewound
+    int fails;         // consecutive rejections
+    int cluster;       // k-means cluster of the last clustering (-1 none)
+} prune_sol;
+
+// --- history ----------------------------------------------------------------
+
+typedef struct {
+    int iter;              // 1-based iteration (0: the starting point)
+    int phase;             // 0 start, 1 search/prune, 2 finetune
+    double target;         // overall sparsity the schedule asked for
+    double best_acc;       // best validation accuracy in the population, percent
+    double mean_acc;       // mean validation accuracy
+    double best_sparsity;  // overall sparsity of the best solution
+    double mean_sparsity;  // mean overall sparsity
+    long images;           // training images seen so far by all solutions
+    double seconds;        // wall time so far (over resumed runs)
+    int admitted, rewound, mutated, crossed, replaced;  // evolve events this iteration
+} prune_hist;
+
+// --- the population ---------------------------------------------------------
+
+typedef struct {
+    int n, L;              // solutions, prunable layers
+    size_t nparam, nbuf;
+    prune_sol *sol;        // (n) current solutions
+    prune_sol *snap;       // (n) pre-round snapshots for rewinding
+    double *sens;          // (L) layer sensitivity (accuracy points, EMA)
+    int iter;              // finished iterations
+    int best;              // index of the best solution after the last iteration
+    long images;           // training images seen so far
+    double seconds;        // wall time spent so far
+    int nhist, cap_hist;
+    prune_hist *hist;      // (nhist) one row per finished iteration (+ the start)
+} prune_pop;
+
+// Allocates a population of n solutions for nt's sizes and L prunable layers.
+prune_pop *prune_pop_create(int n, int L, const net *nt, sc_err *err);
+// Frees a population (NULL is fine).
+void prune_pop_free(prune_pop *p);
+
+// Copies the net's parameters, masks and buffers (and mom when not NULL)
+// into solution i.
+void prune_sol_store(prune_pop *p, int i, const net *nt, const float *mom);
+// Copies solution i into the net (and its momentum into mom when not NULL).
+void prune_sol_load(const prune_pop *p, int i, net *nt, float *mom);
+// Copies everything of solution src into dst except dst's data stream.
+void prune_sol_copy(prune_pop *p, int dst, int src);
+// Saves solution i into its snapshot.
+void prune_sol_snapshot(prune_pop *p, int i);
+// Restores solution i from its snapshot (weights, masks, sparsities, accuracy).
+void prune_sol_rewind(prune_pop *p, int i);
+
+// Appends a history row.
+int prune_pop_add_hist(prune_pop *p, const prune_hist *h, sc_err *err);
+
+// Writes the population state and the settings text `config` to path
+// atomically (a temporary file, fsync, rename).
+int prune_state_save(const char *path, const prune_pop *p, const char *config, sc_err *err);
+// Reads a state file written by prune_state_save into a new population;
+// *config receives the settings text (caller frees). Fails, naming the file,
+// on a truncated, corrupt or mismatched (other net sizes) file.
+prune_pop *prune_state_load(const char *path, const net *nt, int L, char **config, sc_err *err);
+
+#endif

@@ -1,0 +1,505 @@
+// The CPU executor backend: runs a net with the plain-C reference kernels
+// (kernels/*_cpu.c), NCHW fp32. It keeps its own copies of the parameters,
+// masks and BN buffers (like a device would), one activation buffer per
+// layer (a ReLU that is the only reader of its source works in place), and a
+// small pool of gradient buffers reused along the backward pass.
+//
+// Everything is deterministic: the kernels write each element from one thread
+// in a fixed order, so the same inputs give bitwise-identical results.
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec_backend.h"
+#include "kernels/activation.h"
+#include "kernels/augment.h"
+#include "kernels/batchnorm.h"
+#include "kernels/conv2d.h"
+#include "kernels/linear.h"
+#include "kernels/loss.h"
+#include "kernels/pool.h"
+#include "kernels/sgd.h"
+
+typedef struct {
+    net *nt;
+    int max_batch;
+    size_t max_size;        // largest c*h*w over the layers
+    float *param, *mask;    // (nparam) own copies
+    float *buf;             // (nbuf) BN running statistics
+    float *grad;            // (nparam) last step's gradient, before masking and decay
+    float *mom;             // (nparam) optimizer momentum
+    float *input;           // (max_batch, in_c, in_h, in_w) normalised input
+    float **act;            // per layer (max_batch, c, h, w); may alias the source's
+    uint8_t *owns;          // per layer: act[i] was allocated for it
+    float **save_mean;      // per BN layer (c) batch mean, NULL for other layers
+    float **save_invstd;    // per BN layer (c) 1/sqrt(var + eps)
+    int *gslot;             // per layer: gradient buffer of its output, -1 = none flows
+    uint8_t (*gfirst)[2];   // per layer and input: its backward writes that slot first
+    int nslots;
+    float **slots;          // (nslots) gradient buffers, each (max_batch * max_size)
+    float *scratch;         // (max_batch * max_size) for gradients to be accumulated
+    float *work;            // conv scratch, the largest conv2d_cpu_workspace()
+    exec_stats stats;
+} cpu_exec;
+
+// --- small helpers ----------------------------------------------------------
+
+// Floats per image of layer i's output.
+static size_t layer_size(const layer *L) { return (size_t)L->c * L->h * L->w; }
+
+// Output of layer `src` (-1 = the normalised input).
+static float *cpu_src(cpu_exec *e, int src) { return src < 0 ? e->input : e->act[src]; }
+
+// Trainable tensor t's values, or NULL when t < 0.
+static float *cpu_param(cpu_exec *e, int t) {
+    return t < 0 ? NULL : e->param + e->nt->tensors[t].offset;
+}
+
+// Gradient of trainable tensor t, or NULL when t < 0.
+static float *cpu_grad(cpu_exec *e, int t) {
+    return t < 0 ? NULL : e->grad + e->nt->tensors[t].offset;
+}
+
+// BN buffer tensor t (running mean or var).
+static float *cpu_buf(cpu_exec *e, int t) { return e->buf + e->nt->tensors[t].offset; }
+
+// Convolution dimensions of layer L for a batch of n.
+static int cpu_conv_dims(const layer *L, int n, conv2d_dims *d) {
+    return conv2d_dims_init(d, n, L->in_c, L->in_h, L->in_w, L->c, L->k, L->k, L->stride,
+                            L->pad);
+}
+
+// Pooling dimensions of layer L for a batch of n.
+static int cpu_pool_dims(const layer *L, int n, pool_dims *d) {
+    return pool_dims_init(d, n, L->in_c, L->in_h, L->in_w, L->k, L->stride, L->pad);
+}
+
+// Allocates n floats, zeroed; NULL on failure.
+static float *cpu_alloc(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
+
+// --- plan: checks, in-place ReLUs, gradient buffers ---------------------------
+
+// Checks that every layer is something the CPU kernels can run.
+static int cpu_plan_check(const net *nt, int max_batch, sc_err *err) {
+    if (max_batch < 1) return sc_fail(err, "bad batch size (%d)", max_batch);
+    if (nt->in_c != 3)
+        return sc_fail(err, "the CPU executor needs 3-channel input (got %d)", nt->in_c);
+    if (nt->nlayers < 1) return sc_fail(err, "the net has no layers");
+    const layer *last = &nt->layers[nt->nlayers - 1];
+    if (layer_size(last) != (size_t)nt->classes)
+        return sc_fail(err, "the last layer gives %zu outputs, not %d classes", layer_size(last),
+                       nt->classes);
+    for (int i = 0; i < nt->nlayers; i++) {
+        const layer *L = &nt->layers[i];
+        conv2d_dims cd;
+        pool_dims pd;
+        if (L->src >= i || L->src < -1 || (L->kind == LK_ADD && (L->src2 >= i || L->src2 < -1)))
+            return sc_fail(err, "layer %s reads a later layer", L->name);
+        if (L->kind == LK_CONV && (cpu_conv_dims(L, max_batch, &cd) || L->weight < 0))
+            return sc_fail(err, "layer %s: bad convolution", L->name);
+        if ((L->kind == LK_MAXPOOL || L->kind == LK_AVGPOOL) && cpu_pool_dims(L, max_batch, &pd))
+            return sc_fail(err, "layer %s: bad pooling window", L->name);
+        if (L->kind == LK_LINEAR && L->weight < 0)
+            return sc_fail(err, "layer %s: linear layer without weights", L->name);
+    }
+    return 0;
+}
+
+// Points act[i] of every ReLU that is the sole reader of a non-ReLU layer at
+// that layer's buffer (its backward needs only the ReLU output); allocates the rest.
+static int cpu_plan_acts(cpu_exec *e, sc_err *err) {
+    const net *nt = e->nt;
+    int *readers = calloc((size_t)nt->nlayers, sizeof *readers);
+    if (!readers) return sc_fail(err, "out of memory");
+    for (int i = 0; i < nt->nlayers; i++) {
+        const layer *L = &nt->layers[i];
+        if (L->src >= 0) readers[L->src]++;
+        if (L->kind == LK_ADD && L->src2 >= 0) readers[L->src2]++;
+    }
+    int rc = 0;
+    for (int i = 0; i < nt->nlayers && !rc; i++) {
+        const layer *L = &nt->layers[i];
+        if (L->kind == LK_RELU && L->src >= 0 && readers[L->src] == 1 &&
+            nt->layers[L->src].kind != LK_RELU) {
+            e->act[i] = e->act[L->src];
+            continue;
+        }
+        e->act[i] = cpu_alloc((size_t)e->max_batch * layer_size(L));
+        e->owns[i] = 1;
+        if (!e->act[i]) rc = sc_fail(err, "out of memory (activations of layer %s)", L->name);
+    }
+    free(readers);
+    return rc;
+}
+
+// Takes a gradient buffer index from the free stack or makes a new one.
+static int cpu_slot_take(int *stack, int *top, int *nslots) {
+    return *top > 0 ? stack[--*top] : (*nslots)++;
+}
+
+// Assigns gradient buffers by walking the backward order: a layer's output
+// gradient needs a buffer from its last reader's backward until its own.
+static int cpu_plan_grads(cpu_exec *e, sc_err *err) {
+    const net *nt = e->nt;
+    int *stack = malloc((size_t)nt->nlayers * sizeof *stack), top = 0, ns = 0;
+    if (!stack) return sc_fail(err, "out of memory");
+    for (int i = 0; i < nt->nlayers; i++) e->gslot[i] = -1;
+    e->gslot[nt->nlayers - 1] = cpu_slot_take(stack, &top, &ns);
+    for (int j = nt->nlayers - 1; j >= 0; j--) {
+        if (e->gslot[j] < 0) continue;  // nothing downstream of j reaches the loss
+        const layer *L = &nt->layers[j];
+        const int in[2] = {L->src, L->kind == LK_ADD ? L->src2 : -1};
+        for (int k = 0; k < 2; k++) {
+            e->gfirst[j][k] = 0;
+            if (in[k] < 0) continue;
+            if (e->gslot[in[k]] < 0) {
+                e->gslot[in[k]] = cpu_slot_take(stack, &top, &ns);
+                e->gfirst[j][k] = 1;
+            }
+        }
+        stack[top++] = e->gslot[j];
+    }
+    free(stack);
+    e->nslots = ns;
+    e->slots = calloc((size_t)ns, sizeof *e->slots);
+    if (!e->slots) return sc_fail(err, "out of memory");
+    for (int s = 0; s < ns; s++)
+        if (!(e->slots[s] = cpu_alloc((size_t)e->max_batch * e->max_size)))
+            return sc_fail(err, "out of memory (gradient buffers)");
+    return 0;
+}
+
+// Allocates the BN saved statistics and the conv workspace.
+static int cpu_plan_scratch(cpu_exec *e, sc_err *err) {
+    const net *nt = e->nt;
+    size_t work = 0;
+    for (int i = 0; i < nt->nlayers; i++) {
+        const layer *L = &nt->layers[i];
+        conv2d_dims d;
+        if (L->kind == LK_CONV && !cpu_conv_dims(L, e->max_batch, &d)) {
+            size_t w = conv2d_cpu_workspace(&d);
+            work = w > work ? w : work;
+        }
+        if (L->kind != LK_BN) continue;
+        e->save_mean[i] = cpu_alloc((size_t)L->c);
+        e->save_invstd[i] = cpu_alloc((size_t)L->c);
+        if (!e->save_mean[i] || !e->save_invstd[i]) return sc_fail(err, "out of memory");
+    }
+    e->work = cpu_alloc(work);
+    e->scratch = cpu_alloc((size_t)e->max_batch * e->max_size);
+    if (!e->work || !e->scratch) return sc_fail(err, "out of memory (scratch buffers)");
+    return 0;
+}
+
+// --- create / destroy -------------------------------------------------------
+
+// Frees a CPU executor state (NULL is fine).
+static void cpu_destroy(void *st) {
+    cpu_exec *e = st;
+    if (!e) return;
+    for (int i = 0; i < e->nt->nlayers; i++) {
+        if (e->act && e->owns && e->owns[i]) free(e->act[i]);
+        if (e->save_mean) free(e->save_mean[i]);
+        if (e->save_invstd) free(e->save_invstd[i]);
+    }
+    for (int s = 0; s < e->nslots && e->slots; s++) free(e->slots[s]);
+    free(e->param), free(e->mask), free(e->buf), free(e->grad), free(e->mom), free(e->input);
+    free(e->act), free(e->owns), free(e->save_mean), free(e->save_invstd), free(e->gslot);
+    free(e->gfirst), free(e->slots), free(e->scratch), free(e->work);
+    free(e);
+}
+
+// Allocates the flat per-net and per-layer arrays of the state.
+static int cpu_alloc_arrays(cpu_exec *e, sc_err *err) {
+    const net *nt = e->nt;
+    const size_t nl = (size_t)nt->nlayers;
+    e->param = cpu_alloc(nt->nparam), e->mask = cpu_alloc(nt->nparam);
+    e->buf = cpu_alloc(nt->nbuf), e->grad = cpu_alloc(nt->nparam);
+    e->mom = cpu_alloc(nt->nparam);
+    e->input = cpu_alloc((size_t)e->max_batch * nt->in_c * nt->in_h * nt->in_w);
+    e->act = calloc(nl, sizeof *e->act), e->owns = calloc(nl, 1);
+    e->save_mean = calloc(nl, sizeof *e->save_mean);
+    e->save_invstd = calloc(nl, sizeof *e->save_invstd);
+    e->gslot = calloc(nl, sizeof *e->gslot), e->gfirst = calloc(nl, sizeof *e->gfirst);
+    if (!e->param || !e->mask || !e->buf || !e->grad || !e->mom || !e->input || !e->act ||
+        !e->owns || !e->save_mean || !e->save_invstd || !e->gslot || !e->gfirst)
+        return sc_fail(err, "out of memory");
+    return 0;
+}
+
+// Creates the CPU state for nt and copies in its parameters, masks and buffers.
+static void *cpu_create(net *nt, sc_precision prec, int max_batch, sc_err *err) {
+    if (prec != PREC_FP32) {
+        sc_fail(err, "the CPU executor runs fp32 only (fp16 needs the GPU)");
+        return NULL;
+    }
+    if (cpu_plan_check(nt, max_batch, err)) return NULL;
+    cpu_exec *e = calloc(1, sizeof *e);
+    if (!e) {
+        sc_fail(err, "out of memory");
+        return NULL;
+    }
+    e->nt = nt;
+    e->max_batch = max_batch;
+    for (int i = 0; i < nt->nlayers; i++)
+        if (layer_size(&nt->layers[i]) > e->max_size) e->max_size = layer_size(&nt->layers[i]);
+    if (cpu_alloc_arrays(e, err) || cpu_plan_acts(e, err) || cpu_plan_grads(e, err) ||
+        cpu_plan_scratch(e, err)) {
+        cpu_destroy(e);
+        return NULL;
+    }
+    memcpy(e->param, nt->param, nt->nparam * sizeof *e->param);
+    memcpy(e->mask, nt->mask, nt->nparam * sizeof *e->mask);
+    memcpy(e->buf, nt->buf, nt->nbuf * sizeof *e->buf);
+    return e;
+}
+
+// --- forward ----------------------------------------------------------------
+
+// Runs layer i forward on n images (train: batch-statistics BN).
+static void cpu_layer_forward(cpu_exec *e, int i, int n, int train) {
+    const layer *L = &e->nt->layers[i];
+    const float *x = cpu_src(e, L->src);  // (n, in_c, in_h, in_w)
+    float *y = e->act[i];                 // (n, c, h, w)
+    const size_t ny = (size_t)n * layer_size(L);
+    conv2d_dims cd;
+    pool_dims pd;
+    switch (L->kind) {
+    case LK_CONV:
+        cpu_conv_dims(L, n, &cd);
+        conv2d_forward_cpu(&cd, x, cpu_param(e, L->weight), cpu_param(e, L->bias), y, e->work);
+        break;
+    case LK_BN:
+        if (train)
+            batchnorm_forward_train_cpu(n, L->c, L->h * L->w, x, cpu_param(e, L->gamma),
+                                        cpu_param(e, L->beta), L->eps, L->momentum,
+                                        cpu_buf(e, L->mean), cpu_buf(e, L->var), y,
+                                        e->save_mean[i], e->save_invstd[i]);
+        else
+            batchnorm_forward_infer_cpu(n, L->c, L->h * L->w, x, cpu_param(e, L->gamma),
+                                        cpu_param(e, L->beta), cpu_buf(e, L->mean),
+                                        cpu_buf(e, L->var), L->eps, y);
+        break;
+    case LK_RELU: relu_forward_cpu(ny, x, y); break;
+    case LK_MAXPOOL: cpu_pool_dims(L, n, &pd), maxpool_forward_cpu(&pd, x, y); break;
+    case LK_AVGPOOL: cpu_pool_dims(L, n, &pd), avgpool_forward_cpu(&pd, x, y); break;
+    case LK_GAP: gap_forward_cpu(n, L->c, L->in_h * L->in_w, x, y); break;
+    case LK_ADD: add_forward_cpu(ny, x, cpu_src(e, L->src2), y); break;
+    case LK_LINEAR:
+        linear_forward_cpu(n, L->in_c * L->in_h * L->in_w, L->c, x, cpu_param(e, L->weight),
+                           cpu_param(e, L->bias), y);
+        break;
+    }
+}
+
+// Checks a batch, normalises its images into e->input and runs every layer.
+static int cpu_forward(cpu_exec *e, const exec_batch *b, int train, sc_err *err) {
+    const net *nt = e->nt;
+    if (b->n < 1 || b->n > e->max_batch)
+        return sc_fail(err, "batch of %d images (the executor takes 1 to %d)", b->n,
+                       e->max_batch);
+    if (!b->images || !b->labels) return sc_fail(err, "batch without images or labels");
+    for (int i = 0; i < b->n; i++)
+        if (b->labels[i] < 0 || b->labels[i] >= nt->classes)
+            return sc_fail(err, "label out of range (image %d, label %d, %d classes)", i,
+                           b->labels[i], nt->classes);
+    augment_normalize_cpu(b->n, nt->in_h, nt->in_w, b->images, b->dx, b->dy, b->flip,
+                          nt->in_mean, nt->in_std, e->input);
+    for (int i = 0; i < nt->nlayers; i++) cpu_layer_forward(e, i, b->n, train);
+    return 0;
+}
+
+// --- backward ---------------------------------------------------------------
+
+// Where layer j's backward writes the gradient of its input k: straight into
+// that input's buffer when it is the first writer, else into the scratch
+// buffer (to be added by cpu_grad_done). NULL when the input is the network's.
+static float *cpu_grad_target(cpu_exec *e, int j, int k) {
+    const layer *L = &e->nt->layers[j];
+    const int src = k ? L->src2 : L->src;
+    if (src < 0) return NULL;
+    return e->gfirst[j][k] ? e->slots[e->gslot[src]] : e->scratch;
+}
+
+// Adds the scratch buffer into input k's gradient when it was not the first writer.
+static void cpu_grad_done(cpu_exec *e, int j, int k, size_t count) {
+    const layer *L = &e->nt->layers[j];
+    const int src = k ? L->src2 : L->src;
+    if (src >= 0 && !e->gfirst[j][k]) accumulate_cpu(count, e->scratch, e->slots[e->gslot[src]]);
+}
+
+// Conv and linear backward: parameter gradients, then the input gradient.
+static void cpu_layer_backward_affine(cpu_exec *e, int j, int n, const float *dy) {
+    const layer *L = &e->nt->layers[j];
+    const float *x = cpu_src(e, L->src);
+    float *dx = cpu_grad_target(e, j, 0);
+    float *dw = cpu_grad(e, L->weight), *db = cpu_grad(e, L->bias);
+    const float *w = cpu_param(e, L->weight);
+    const int in = L->in_c * L->in_h * L->in_w;
+    if (L->kind == LK_CONV) {
+        conv2d_dims d;
+        cpu_conv_dims(L, n, &d);
+        conv2d_backward_filter_cpu(&d, x, dy, dw, db, e->work);
+        if (dx) conv2d_backward_data_cpu(&d, dy, w, dx, e->work);
+    } else {
+        linear_backward_filter_cpu(n, in, L->c, x, dy, dw, db);
+        if (dx) linear_backward_data_cpu(n, in, L->c, dy, w, dx);
+    }
+    if (dx) cpu_grad_done(e, j, 0, (size_t)n * in);
+}
+
+// Runs layer j backward on n images: parameter gradients overwritten, input
+// gradients written or accumulated.
+static void cpu_layer_backward(cpu_exec *e, int j, int n) {
+    const layer *L = &e->nt->layers[j];
+    const float *dy = e->slots[e->gslot[j]];  // (n, c, h, w)
+    const float *x = cpu_src(e, L->src);
+    const size_t nx = (size_t)n * L->in_c * L->in_h * L->in_w;
+    float *dx = cpu_grad_target(e, j, 0);
+    pool_dims pd;
+    switch (L->kind) {
+    case LK_CONV:
+    case LK_LINEAR: cpu_layer_backward_affine(e, j, n, dy); return;
+    case LK_BN:
+        batchnorm_backward_cpu(n, L->c, L->h * L->w, x, dy, cpu_param(e, L->gamma),
+                               e->save_mean[j], e->save_invstd[j], dx ? dx : e->scratch,
+                               cpu_grad(e, L->gamma), cpu_grad(e, L->beta));
+        break;
+    case LK_RELU:
+        if (dx) relu_backward_cpu(nx, e->act[j], dy, dx);
+        break;
+    case LK_MAXPOOL:
+        if (dx) cpu_pool_dims(L, n, &pd), maxpool_backward_cpu(&pd, x, dy, dx);
+        break;
+    case LK_AVGPOOL:
+        if (dx) cpu_pool_dims(L, n, &pd), avgpool_backward_cpu(&pd, dy, dx);
+        break;
+    case LK_GAP:
+        if (dx) gap_backward_cpu(n, L->c, L->in_h * L->in_w, dy, dx);
+        break;
+    case LK_ADD:
+        for (int k = 0; k < 2; k++) {
+            float *t = cpu_grad_target(e, j, k);
+            if (!t) continue;
+            if (e->gfirst[j][k]) memcpy(t, dy, nx * sizeof *t);
+            else accumulate_cpu(nx, dy, e->slots[e->gslot[k ? L->src2 : L->src]]);
+        }
+        return;
+    }
+    if (dx) cpu_grad_done(e, j, 0, nx);
+}
+
+// --- train / eval -----------------------------------------------------------
+
+// Adds one batch's loss and hits to the running statistics.
+static void cpu_stats_add(cpu_exec *e, double loss, long hits, int n) {
+    e->stats.loss_sum += loss;
+    e->stats.correct += hits;
+    e->stats.count += n;
+}
+
+// One SGD step: forward (training BN), loss, backward, masked update.
+static int cpu_train_step(void *st, const exec_batch *b, const exec_hparams *h, sc_err *err) {
+    cpu_exec *e = st;
+    const net *nt = e->nt;
+    SC_TRY(cpu_forward(e, b, 1, err));
+    const int last = nt->nlayers - 1;
+    long hits = 0;
+    double loss = softmax_xent_cpu(b->n, nt->classes, e->act[last], b->labels,
+                                   h->label_smoothing, 1.0f / (float)b->n,
+                                   e->slots[e->gslot[last]], &hits);
+    for (int j = last; j >= 0; j--)
+        if (e->gslot[j] >= 0) cpu_layer_backward(e, j, b->n);
+    sgd_step_cpu(nt->nparam, e->param, e->grad, e->mom, e->mask, h->lr, h->momentum,
+                 h->weight_decay, h->nesterov);
+    cpu_stats_add(e, loss, hits, b->n);
+    return 0;
+}
+
+// Inference-mode forward; accumulates statistics and optionally copies logits.
+static int cpu_eval_batch(void *st, const exec_batch *b, float smoothing, float *logits,
+                          sc_err *err) {
+    cpu_exec *e = st;
+    const net *nt = e->nt;
+    SC_TRY(cpu_forward(e, b, 0, err));
+    const float *z = e->act[nt->nlayers - 1];  // (n, classes)
+    long hits = 0;
+    double loss = softmax_xent_cpu(b->n, nt->classes, z, b->labels, smoothing, 1.0f, NULL, &hits);
+    cpu_stats_add(e, loss, hits, b->n);
+    if (logits) memcpy(logits, z, (size_t)b->n * nt->classes * sizeof *logits);
+    return 0;
+}
+
+// --- host copies ------------------------------------------------------------
+
+// Returns and resets the accumulated statistics.
+static int cpu_stats_take(void *st, exec_stats *out, sc_err *err) {
+    cpu_exec *e = st;
+    *out = e->stats;
+    memset(&e->stats, 0, sizeof e->stats);
+    return 0;
+}
+
+// Copies parameters, masks and BN buffers into the net.
+static int cpu_read_net(void *st, sc_err *err) {
+    cpu_exec *e = st;
+    net *nt = e->nt;
+    memcpy(nt->param, e->param, nt->nparam * sizeof *e->param);
+    memcpy(nt->mask, e->mask, nt->nparam * sizeof *e->mask);
+    memcpy(nt->buf, e->buf, nt->nbuf * sizeof *e->buf);
+    return 0;
+}
+
+// Copies the net's parameters, masks and BN buffers in.
+static int cpu_write_net(void *st, sc_err *err) {
+    cpu_exec *e = st;
+    const net *nt = e->nt;
+    memcpy(e->param, nt->param, nt->nparam * sizeof *e->param);
+    memcpy(e->mask, nt->mask, nt->nparam * sizeof *e->mask);
+    memcpy(e->buf, nt->buf, nt->nbuf * sizeof *e->buf);
+    return 0;
+}
+
+// Copies the momentum buffer out.
+static int cpu_read_momentum(void *st, float *mom, sc_err *err) {
+    cpu_exec *e = st;
+    memcpy(mom, e->mom, e->nt->nparam * sizeof *mom);
+    return 0;
+}
+
+// Copies a momentum buffer in.
+static int cpu_write_momentum(void *st, const float *mom, sc_err *err) {
+    cpu_exec *e = st;
+    memcpy(e->mom, mom, e->nt->nparam * sizeof *mom);
+    return 0;
+}
+
+// Copies the last step's gradient out (zeros before the first step).
+static int cpu_read_grad(void *st, float *grad, sc_err *err) {
+    cpu_exec *e = st;
+    memcpy(grad, e->grad, e->nt->nparam * sizeof *grad);
+    return 0;
+}
+
+// The CPU backend's device name.
+static const char *cpu_device_name(const void *st) { return "cpu"; }
+
+// --- table ------------------------------------------------------------------
+
+static const exec_backend cpu_backend = {
+    .name = "cpu",
+    .create = cpu_create,
+    .destroy = cpu_destroy,
+    .train_step = cpu_train_step,
+    .eval_batch = cpu_eval_batch,
+    .stats_take = cpu_stats_take,
+    .read_net = cpu_read_net,
+    .write_net = cpu_write_net,
+    .read_momentum = cpu_read_momentum,
+    .write_momentum = cpu_write_momentum,
+    .read_grad = cpu_read_grad,
+    .device_name = cpu_device_name,
+};
+
+// The CPU backend; always present.
+const exec_backend *exec_cpu_backend(void) { return &cpu_backend; }

@@ -1,0 +1,893 @@
+// Model files in HDF5: the net (description, parameters, masks, BN buffers)
+// and the training state, written atomically and read back with every part
+// checked. The layout is documented in docs/model-format.md.
+#include "model_io.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <hdf5.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MODEL_FORMAT "sparsecnn-model"
+#define MODEL_FORMAT_VERSION 1
+
+// --- model_meta -------------------------------------------------------------
+
+// Sets every field to its "unknown" value (accuracies -1, pointers NULL).
+void model_meta_init(model_meta *m) {
+    memset(m, 0, sizeof *m);
+    m->val_accuracy = -1;
+    m->test_accuracy = -1;
+}
+
+// Frees what a model_meta owns and re-initialises it.
+void model_meta_free(model_meta *m) {
+    if (!m) return;
+    free(m->config);
+    for (int i = 0; i < m->nhistory; i++) free(m->history[i]);
+    free(m->history);
+    free(m->momentum);
+    model_meta_init(m);
+}
+
+// Appends a copy of line to the history; newlines become spaces.
+int model_meta_add_history(model_meta *m, const char *line, sc_err *err) {
+    char **h = realloc(m->history, (size_t)(m->nhistory + 1) * sizeof *h);
+    if (!h) return sc_fail(err, "out of memory (history)");
+    m->history = h;
+    char *s = strdup(line ? line : "");
+    if (!s) return sc_fail(err, "out of memory (history)");
+    for (char *p = s; *p; p++)
+        if (*p == '\n' || *p == '\r') *p = ' ';
+    h[m->nhistory++] = s;
+    return 0;
+}
+
+// --- HDF5 error handling ----------------------------------------------------
+
+typedef struct {
+    const char *path;  // the model file, named in every message
+    sc_err *err;
+    hid_t file;
+} mio;
+
+// Keeps the innermost HDF5 error description (the most specific one).
+static herr_t mio_walk_cb(unsigned n, const H5E_error2_t *e, void *data) {
+    if (n == 0 && e->desc) snprintf((char *)data, 160, "%s", e->desc);
+    return 0;
+}
+
+// Fills the error with the failed call, the file, HDF5's own message and
+// the source line; returns -1.
+static int mio_h5_fail(mio *io, const char *expr, const char *src, int line) {
+    char h5msg[160] = "";
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, mio_walk_cb, h5msg);
+    return sc_fail(io->err, "HDF5 call failed: %s (%s, HDF5: %s, at %s:%d)", expr, io->path,
+                   h5msg[0] ? h5msg : "no details", src, line);
+}
+
+// Jumps to the function's fail label when an HDF5 call returns < 0.
+#define H5_CHECK(io, expr)                                  \
+    do {                                                    \
+        if ((expr) < 0) {                                   \
+            mio_h5_fail((io), #expr, __FILE__, __LINE__);   \
+            goto fail;                                      \
+        }                                                   \
+    } while (0)
+
+// Closes an HDF5 id when valid; a failed close turns rc into -1.
+#define H5_CLOSE(io, fn, id, rc)                                                  \
+    do {                                                                          \
+        if ((id) >= 0 && fn(id) < 0 && (rc) == 0)                                 \
+            (rc) = mio_h5_fail((io), #fn "(" #id ")", __FILE__, __LINE__);        \
+        (id) = -1;                                                                \
+    } while (0)
+
+typedef struct {
+    H5E_auto2_t func;
+    void *data;
+} mio_quiet;
+
+// Stops HDF5 from printing its error stack; we report errors ourselves.
+static void mio_quiet_begin(mio_quiet *q) {
+    if (H5Eget_auto2(H5E_DEFAULT, &q->func, &q->data) < 0) q->func = NULL, q->data = NULL;
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+}
+
+// Restores HDF5's previous error printing.
+static void mio_quiet_end(const mio_quiet *q) { H5Eset_auto2(H5E_DEFAULT, q->func, q->data); }
+
+// Creates a variable-length UTF-8 string type.
+static hid_t mio_str_type(mio *io) {
+    hid_t t = -1;
+    H5_CHECK(io, t = H5Tcopy(H5T_C_S1));
+    H5_CHECK(io, H5Tset_size(t, H5T_VARIABLE));
+    H5_CHECK(io, H5Tset_cset(t, H5T_CSET_UTF8));
+    return t;
+fail:
+    if (t >= 0) H5Tclose(t);
+    return -1;
+}
+
+// --- writing ----------------------------------------------------------------
+
+// Writes an attribute of n values (n == 0: a scalar).
+static int mio_attr_write(mio *io, hid_t obj, const char *name, hid_t ftype, hid_t mtype,
+                          int n, const void *buf) {
+    hid_t sp = -1, a = -1;
+    int rc = -1;
+    hsize_t dims[1] = {(hsize_t)n};
+    H5_CHECK(io, sp = n == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, dims, NULL));
+    H5_CHECK(io, a = H5Acreate2(obj, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT));
+    H5_CHECK(io, H5Awrite(a, mtype, buf));
+    rc = 0;
+fail:
+    H5_CLOSE(io, H5Aclose, a, rc);
+    H5_CLOSE(io, H5Sclose, sp, rc);
+    return rc;
+}
+
+// Writes a string attribute.
+static int mio_attr_str(mio *io, hid_t obj, const char *name, const char *value) {
+    hid_t t = mio_str_type(io);
+    if (t < 0) return -1;
+    int rc = mio_attr_write(io, obj, name, t, t, 0, &value);
+    H5_CLOSE(io, H5Tclose, t, rc);
+    return rc;
+}
+
+// Writes a 32-bit integer attribute.
+static int mio_attr_int(mio *io, hid_t obj, const char *name, int v) {
+    return mio_attr_write(io, obj, name, H5T_STD_I32LE, H5T_NATIVE_INT, 0, &v);
+}
+
+// Writes a dataset of ndim dims (ndim == 0: a scalar).
+static int mio_dset_write(mio *io, hid_t loc, const char *name, hid_t ftype, hid_t mtype,
+                          int ndim, const hsize_t *dims, const void *buf) {
+    hid_t sp = -1, d = -1;
+    int rc = -1;
+    H5_CHECK(io, sp = ndim == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(ndim, dims, NULL));
+    H5_CHECK(io, d = H5Dcreate2(loc, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    hssize_t npts;
+    H5_CHECK(io, npts = H5Sget_simple_extent_npoints(sp));
+    if (npts > 0) H5_CHECK(io, H5Dwrite(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf));
+    rc = 0;
+fail:
+    H5_CLOSE(io, H5Dclose, d, rc);
+    H5_CLOSE(io, H5Sclose, sp, rc);
+    return rc;
+}
+
+// Writes n strings as a 1-D dataset (ndim 1) or one string as a scalar (ndim 0).
+static int mio_dset_strs(mio *io, hid_t loc, const char *name, int ndim, int n,
+                         const char *const *strs) {
+    hid_t t = mio_str_type(io);
+    if (t < 0) return -1;
+    hsize_t dims[1] = {(hsize_t)n};
+    int rc = mio_dset_write(io, loc, name, t, t, ndim, dims, strs);
+    H5_CLOSE(io, H5Tclose, t, rc);
+    return rc;
+}
+
+// Creates a group; returns its id or -1.
+static hid_t mio_group_create(mio *io, hid_t loc, const char *name) {
+    hid_t g = -1;
+    H5_CHECK(io, g = H5Gcreate2(loc, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    return g;
+fail:
+    return -1;
+}
+
+typedef enum { MG_PARAMS, MG_MASKS, MG_BUFFERS, MG_MOMENTUM } mio_kind;
+
+// Says whether a tensor belongs in the group of that kind.
+static int mio_kind_has(mio_kind k, const ptensor *t) {
+    if (k == MG_MASKS) return t->prunable;
+    if (k == MG_BUFFERS) return !t->trainable;
+    return t->trainable;
+}
+
+// Group path of each kind, as it appears in the file.
+static const char *mio_kind_path(mio_kind k) {
+    static const char *const paths[] = {"/params", "/masks", "/buffers", "/optimizer/momentum"};
+    return paths[k];
+}
+
+// Source floats of a tensor for a group kind.
+static const float *mio_kind_src(mio_kind k, const net *nt, const model_meta *m,
+                                 const ptensor *t) {
+    if (k == MG_BUFFERS) return nt->buf + t->offset;
+    if (k == MG_MASKS) return nt->mask + t->offset;
+    if (k == MG_MOMENTUM) return m->momentum + t->offset;
+    return nt->param + t->offset;
+}
+
+// Writes one tensor (float32, or uint8 0/1 for masks) into group g.
+static int mio_tensor_write(mio *io, hid_t g, mio_kind k, const float *src, const ptensor *t) {
+    hsize_t dims[4];
+    for (int i = 0; i < t->ndim; i++) dims[i] = (hsize_t)t->dims[i];
+    if (k != MG_MASKS)
+        return mio_dset_write(io, g, t->name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, t->ndim, dims,
+                              src);
+    uint8_t *m = malloc(t->count ? t->count : 1);  // (count)
+    if (!m) return sc_fail(io->err, "out of memory (%s, %s)", io->path, t->name);
+    for (size_t i = 0; i < t->count; i++) m[i] = src[i] != 0.0f;
+    int rc = mio_dset_write(io, g, t->name, H5T_STD_U8LE, H5T_NATIVE_UINT8, t->ndim, dims, m);
+    free(m);
+    return rc;
+}
+
+// Writes every tensor of one kind into the (already created) group g.
+static int mio_tensors_write(mio *io, hid_t g, mio_kind k, const net *nt, const model_meta *m) {
+    for (int i = 0; i < nt->ntensors; i++) {
+        const ptensor *t = &nt->tensors[i];
+        if (!mio_kind_has(k, t)) continue;
+        if (!t->name[0] || strchr(t->name, '/') || !strcmp(t->name, "."))
+            return sc_fail(io->err, "tensor name not usable in HDF5 (%s, '%s')", io->path, t->name);
+        SC_TRY(mio_tensor_write(io, g, k, mio_kind_src(k, nt, m, t), t));
+    }
+    return 0;
+}
+
+// Creates a group and fills it with the tensors of one kind.
+static int mio_group_write(mio *io, hid_t loc, const char *name, mio_kind k, const net *nt,
+                           const model_meta *m) {
+    hid_t g = mio_group_create(io, loc, name);
+    if (g < 0) return -1;
+    int rc = mio_tensors_write(io, g, k, nt, m);
+    H5_CLOSE(io, H5Gclose, g, rc);
+    return rc;
+}
+
+// Writes the root attributes that identify the file and the net's input.
+static int mio_root_write(mio *io, const net *nt, const model_meta *m) {
+    hid_t r = io->file;
+    SC_TRY(mio_attr_str(io, r, "format", MODEL_FORMAT));
+    SC_TRY(mio_attr_int(io, r, "format_version", MODEL_FORMAT_VERSION));
+    SC_TRY(mio_attr_str(io, r, "arch", nt->arch));
+    SC_TRY(mio_attr_str(io, r, "dataset", m->dataset));
+    SC_TRY(mio_attr_int(io, r, "classes", nt->classes));
+    SC_TRY(mio_attr_int(io, r, "in_c", nt->in_c));
+    SC_TRY(mio_attr_int(io, r, "in_h", nt->in_h));
+    SC_TRY(mio_attr_int(io, r, "in_w", nt->in_w));
+    return 0;
+}
+
+// Writes /net: the description text and the input normalisation.
+static int mio_net_write(mio *io, const net *nt) {
+    hid_t g = mio_group_create(io, io->file, "net");
+    if (g < 0) return -1;
+    hsize_t three[1] = {3};
+    const char *desc = nt->desc ? nt->desc : "";
+    int rc = mio_dset_strs(io, g, "description", 0, 1, &desc);
+    if (rc == 0)
+        rc = mio_dset_write(io, g, "input_mean", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 1, three,
+                            nt->in_mean);
+    if (rc == 0)
+        rc = mio_dset_write(io, g, "input_std", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 1, three,
+                            nt->in_std);
+    H5_CLOSE(io, H5Gclose, g, rc);
+    return rc;
+}
+
+// Writes /state attributes and /state/config.
+static int mio_state_write_attrs(mio *io, hid_t g, const model_meta *m) {
+    long long step = m->step;
+    uint64_t seed = m->seed;
+    SC_TRY(mio_attr_int(io, g, "epoch", m->epoch));
+    SC_TRY(mio_attr_int(io, g, "epochs_total", m->epochs_total));
+    SC_TRY(mio_attr_write(io, g, "step", H5T_STD_I64LE, H5T_NATIVE_LLONG, 0, &step));
+    SC_TRY(mio_attr_write(io, g, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, 0, &seed));
+    SC_TRY(mio_attr_write(io, g, "rng", H5T_STD_U64LE, H5T_NATIVE_UINT64, 4, m->rng_state.s));
+    SC_TRY(mio_attr_write(io, g, "val_accuracy", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 0,
+                          &m->val_accuracy));
+    SC_TRY(mio_attr_write(io, g, "test_accuracy", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 0,
+                          &m->test_accuracy));
+    if (m->config) SC_TRY(mio_dset_strs(io, g, "config", 0, 1, (const char *const *)&m->config));
+    return 0;
+}
+
+// Writes /state and /history.
+static int mio_state_write(mio *io, const model_meta *m) {
+    hid_t g = mio_group_create(io, io->file, "state");
+    if (g < 0) return -1;
+    int rc = mio_state_write_attrs(io, g, m);
+    H5_CLOSE(io, H5Gclose, g, rc);
+    SC_TRY(rc);
+    return mio_dset_strs(io, io->file, "history", 1, m->nhistory,
+                         (const char *const *)m->history);
+}
+
+// Writes /optimizer/momentum when the meta carries momentum.
+static int mio_momentum_write(mio *io, const net *nt, const model_meta *m) {
+    if (!m->momentum) return 0;
+    hid_t g = mio_group_create(io, io->file, "optimizer");
+    if (g < 0) return -1;
+    int rc = mio_group_write(io, g, "momentum", MG_MOMENTUM, nt, m);
+    H5_CLOSE(io, H5Gclose, g, rc);
+    return rc;
+}
+
+// Writes the whole model into the open file.
+static int mio_write_all(mio *io, const net *nt, const model_meta *m) {
+    SC_TRY(mio_root_write(io, nt, m));
+    SC_TRY(mio_net_write(io, nt));
+    SC_TRY(mio_group_write(io, io->file, "params", MG_PARAMS, nt, m));
+    SC_TRY(mio_group_write(io, io->file, "masks", MG_MASKS, nt, m));
+    SC_TRY(mio_group_write(io, io->file, "buffers", MG_BUFFERS, nt, m));
+    SC_TRY(mio_momentum_write(io, nt, m));
+    return mio_state_write(io, m);
+}
+
+// --- atomic file replacement ------------------------------------------------
+
+// Checks that the directory that will hold path exists.
+static int mio_dir_check(const char *path, char *dir, size_t dirlen, sc_err *err) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) {
+        snprintf(dir, dirlen, ".");
+    } else if (slash == path) {
+        snprintf(dir, dirlen, "/");
+    } else {
+        if ((size_t)(slash - path) >= dirlen) return sc_fail(err, "path too long (%s)", path);
+        memcpy(dir, path, (size_t)(slash - path));
+        dir[slash - path] = '\0';
+    }
+    struct stat st;
+    if (stat(dir, &st) != 0) return sc_fail(err, "directory does not exist (%s, %s)", dir, path);
+    if (!S_ISDIR(st.st_mode)) return sc_fail(err, "not a directory (%s, %s)", dir, path);
+    return 0;
+}
+
+// Flushes a file or directory to disk.
+static int mio_fsync_path(const char *path, int flags, sc_err *err) {
+    int fd = open(path, O_RDONLY | flags);
+    if (fd < 0) return sc_fail(err, "cannot open for fsync (%s, %s)", path, strerror(errno));
+    int rc = fsync(fd);
+    int e = errno;
+    close(fd);
+    if (rc != 0 && e != EINVAL) return sc_fail(err, "fsync failed (%s, %s)", path, strerror(e));
+    return 0;
+}
+
+// Creates tmp, writes the model, flushes and closes it.
+static int mio_save_tmp(mio *io, const char *tmp, const net *nt, const model_meta *m) {
+    hid_t fapl = -1;
+    int rc = -1;
+    io->file = -1;
+    H5_CHECK(io, fapl = H5Pcreate(H5P_FILE_ACCESS));
+    H5_CHECK(io, H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG));
+    H5_CHECK(io, io->file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
+    if (mio_write_all(io, nt, m) != 0) goto fail;
+    H5_CHECK(io, H5Fflush(io->file, H5F_SCOPE_GLOBAL));
+    rc = 0;
+fail:
+    H5_CLOSE(io, H5Fclose, io->file, rc);
+    H5_CLOSE(io, H5Pclose, fapl, rc);
+    return rc;
+}
+
+// Writes net and meta to path atomically: a temporary file in the same
+// directory, fsync, then rename over path.
+int model_save(const char *path, const net *nt, const model_meta *meta, sc_err *err) {
+    model_meta dflt;
+    if (!meta) {
+        model_meta_init(&dflt);
+        meta = &dflt;
+    }
+    char dir[PATH_MAX], tmp[PATH_MAX];
+    SC_TRY(mio_dir_check(path, dir, sizeof dir, err));
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
+        return sc_fail(err, "path too long (%s)", path);
+    mio io = {path, err, -1};
+    mio_quiet q;
+    mio_quiet_begin(&q);
+    int rc = mio_save_tmp(&io, tmp, nt, meta);
+    mio_quiet_end(&q);
+    if (rc == 0) rc = mio_fsync_path(tmp, 0, err);
+    if (rc == 0 && rename(tmp, path) != 0)
+        rc = sc_fail(err, "cannot rename temporary file (%s, %s)", path, strerror(errno));
+    if (rc != 0) {
+        unlink(tmp);
+        return -1;
+    }
+    return mio_fsync_path(dir, O_DIRECTORY, err);
+}
+
+// --- reading: generic pieces ------------------------------------------------
+
+// Joins a group path and a name for messages: ("/", "a") -> "/a".
+static const char *mio_join(char *buf, size_t len, const char *where, const char *name) {
+    size_t w = strlen(where);
+    snprintf(buf, len, "%s%s%s", where, w && where[w - 1] == '/' ? "" : "/", name);
+    return buf;
+}
+
+// Checks that name exists under loc; fills a "missing" error otherwise.
+static int mio_need_link(mio *io, hid_t loc, const char *where, const char *name) {
+    htri_t ex = H5Lexists(loc, name, H5P_DEFAULT);
+    if (ex > 0) return 0;
+    char full[160];
+    return sc_fail(io->err, "model file lacks %s (%s)", mio_join(full, sizeof full, where, name),
+                   io->path);
+}
+
+// Checks that the type class of obj is numeric (integer or float).
+static int mio_need_numeric(mio *io, hid_t type, const char *what) {
+    H5T_class_t c = H5Tget_class(type);
+    if (c == H5T_INTEGER || c == H5T_FLOAT) return 0;
+    return sc_fail(io->err, "%s is not numeric (%s)", what, io->path);
+}
+
+// Reads an attribute of n values (n == 1 for a scalar) after checking it.
+static int mio_attr_read(mio *io, hid_t obj, const char *where, const char *name, hid_t mtype,
+                         hssize_t n, void *buf) {
+    hid_t a = -1, t = -1, sp = -1;
+    int rc = -1;
+    char what[160];
+    snprintf(what, sizeof what, "attribute %s of %s", name, where);
+    htri_t ex = H5Aexists(obj, name);
+    if (ex <= 0) return sc_fail(io->err, "model file lacks %s (%s)", what, io->path);
+    H5_CHECK(io, a = H5Aopen(obj, name, H5P_DEFAULT));
+    H5_CHECK(io, t = H5Aget_type(a));
+    H5_CHECK(io, sp = H5Aget_space(a));
+    if (mio_need_numeric(io, t, what) != 0) goto fail;
+    hssize_t got;
+    H5_CHECK(io, got = H5Sget_simple_extent_npoints(sp));
+    if (got != n) {
+        sc_fail(io->err, "%s has %lld values, expected %lld (%s)", what, (long long)got,
+                (long long)n, io->path);
+        goto fail;
+    }
+    H5_CHECK(io, H5Aread(a, mtype, buf));
+    rc = 0;
+fail:
+    H5_CLOSE(io, H5Sclose, sp, rc);
+    H5_CLOSE(io, H5Tclose, t, rc);
+    H5_CLOSE(io, H5Aclose, a, rc);
+    return rc;
+}
+
+// Frees an array of n strings.
+static void mio_strs_free(char **s, hssize_t n) {
+    if (!s) return;
+    for (hssize_t i = 0; i < n; i++) free(s[i]);
+    free(s);
+}
+
+// Reads n strings of a variable-length string type into out (copies).
+static int mio_strs_read_vlen(mio *io, hid_t obj, int is_attr, hid_t ftype, hssize_t n,
+                              char **out) {
+    hid_t mt = -1;
+    int rc = -1;
+    char **raw = calloc((size_t)n, sizeof *raw);
+    if (!raw) return sc_fail(io->err, "out of memory (%s)", io->path);
+    H5T_cset_t cs;
+    H5_CHECK(io, cs = H5Tget_cset(ftype));
+    H5_CHECK(io, mt = H5Tcopy(H5T_C_S1));
+    H5_CHECK(io, H5Tset_size(mt, H5T_VARIABLE));
+    H5_CHECK(io, H5Tset_cset(mt, cs));
+    if (is_attr) H5_CHECK(io, H5Aread(obj, mt, raw));
+    else H5_CHECK(io, H5Dread(obj, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, raw));
+    rc = 0;
+    for (hssize_t i = 0; i < n; i++) {
+        out[i] = strdup(raw[i] ? raw[i] : "");
+        if (!out[i] && rc == 0) rc = sc_fail(io->err, "out of memory (%s)", io->path);
+        if (raw[i]) H5free_memory(raw[i]);
+    }
+fail:
+    free(raw);
+    H5_CLOSE(io, H5Tclose, mt, rc);
+    return rc;
+}
+
+// Reads n strings of a fixed-length string type into out (copies).
+static int mio_strs_read_fixed(mio *io, hid_t obj, int is_attr, hid_t ftype, hssize_t n,
+                               char **out) {
+    size_t sz = H5Tget_size(ftype);
+    if (sz == 0) return sc_fail(io->err, "bad string type (%s)", io->path);
+    char *raw = calloc((size_t)n, sz);
+    if (!raw) return sc_fail(io->err, "out of memory (%s)", io->path);
+    int rc = -1;
+    if (is_attr) H5_CHECK(io, H5Aread(obj, ftype, raw));
+    else H5_CHECK(io, H5Dread(obj, ftype, H5S_ALL, H5S_ALL, H5P_DEFAULT, raw));
+    rc = 0;
+    for (hssize_t i = 0; i < n && rc == 0; i++) {
+        out[i] = strndup(raw + (size_t)i * sz, sz);
+        if (!out[i]) rc = sc_fail(io->err, "out of memory (%s)", io->path);
+    }
+fail:
+    free(raw);
+    return rc;
+}
+
+// Reads all strings of an attribute or dataset (variable or fixed length)
+// into a new array; *n receives the count.
+static char **mio_strs_read(mio *io, hid_t obj, int is_attr, const char *what, hssize_t *n) {
+    hid_t t = -1, sp = -1;
+    char **out = NULL;
+    int rc = -1;
+    H5_CHECK(io, t = is_attr ? H5Aget_type(obj) : H5Dget_type(obj));
+    H5_CHECK(io, sp = is_attr ? H5Aget_space(obj) : H5Dget_space(obj));
+    if (H5Tget_class(t) != H5T_STRING) {
+        sc_fail(io->err, "%s is not a string (%s)", what, io->path);
+        goto fail;
+    }
+    H5_CHECK(io, *n = H5Sget_simple_extent_npoints(sp));
+    out = calloc((size_t)*n + 1, sizeof *out);
+    if (!out) {
+        sc_fail(io->err, "out of memory (%s)", io->path);
+        goto fail;
+    }
+    htri_t vl;
+    H5_CHECK(io, vl = H5Tis_variable_str(t));
+    if (*n > 0)
+        rc = vl ? mio_strs_read_vlen(io, obj, is_attr, t, *n, out)
+                : mio_strs_read_fixed(io, obj, is_attr, t, *n, out);
+    else
+        rc = 0;
+fail:
+    H5_CLOSE(io, H5Sclose, sp, rc);
+    H5_CLOSE(io, H5Tclose, t, rc);
+    if (rc != 0) {
+        mio_strs_free(out, out ? *n : 0);
+        return NULL;
+    }
+    return out;
+}
+
+// Reads one string from an attribute (is_attr) or dataset named name under
+// loc; returns a malloc'd copy or NULL with the error filled.
+static char *mio_str_read(mio *io, hid_t loc, const char *where, const char *name, int is_attr) {
+    char what[160];
+    if (is_attr) snprintf(what, sizeof what, "attribute %s of %s", name, where);
+    else mio_join(what, sizeof what, where, name);
+    if (is_attr ? H5Aexists(loc, name) <= 0 : H5Lexists(loc, name, H5P_DEFAULT) <= 0) {
+        sc_fail(io->err, "model file lacks %s (%s)", what, io->path);
+        return NULL;
+    }
+    hid_t o = -1;
+    char **s = NULL;
+    hssize_t n = 0;
+    int rc = 0;
+    H5_CHECK(io, o = is_attr ? H5Aopen(loc, name, H5P_DEFAULT) : H5Dopen2(loc, name, H5P_DEFAULT));
+    s = mio_strs_read(io, o, is_attr, what, &n);
+    if (s && n != 1) {
+        sc_fail(io->err, "%s holds %lld strings, expected 1 (%s)", what, (long long)n, io->path);
+        mio_strs_free(s, n);
+        s = NULL;
+    }
+fail:
+    if (o >= 0) {
+        if (is_attr) H5_CLOSE(io, H5Aclose, o, rc);
+        else H5_CLOSE(io, H5Dclose, o, rc);
+    }
+    if (!s || rc != 0) {
+        mio_strs_free(s, n);
+        return NULL;
+    }
+    char *one = s[0];
+    free(s);
+    return one;
+}
+
+// Formats dims as "(a, b, c)".
+static void mio_dims_fmt(char *out, size_t len, int ndim, const hsize_t *d) {
+    size_t o = (size_t)snprintf(out, len, "(");
+    for (int i = 0; i < ndim && o < len; i++)
+        o += (size_t)snprintf(out + o, len - o, "%s%llu", i ? ", " : "", (unsigned long long)d[i]);
+    if (o < len) snprintf(out + o, len - o, ")");
+}
+
+// Checks a dataset's rank and dims against what the net needs.
+static int mio_shape_check(mio *io, hid_t d, const char *what, int ndim, const hsize_t *want) {
+    hid_t sp = -1;
+    int rc = -1;
+    hsize_t got[H5S_MAX_RANK];
+    int nd;
+    H5_CHECK(io, sp = H5Dget_space(d));
+    H5_CHECK(io, nd = H5Sget_simple_extent_ndims(sp));
+    H5_CHECK(io, H5Sget_simple_extent_dims(sp, got, NULL));
+    int same = nd == ndim;
+    for (int i = 0; same && i < nd; i++) same = got[i] == want[i];
+    if (!same) {
+        char a[96], b[96];
+        mio_dims_fmt(a, sizeof a, nd, got);
+        mio_dims_fmt(b, sizeof b, ndim, want);
+        sc_fail(io->err, "%s has shape %s, the net needs %s (%s)", what, a, b, io->path);
+        goto fail;
+    }
+    rc = 0;
+fail:
+    H5_CLOSE(io, H5Sclose, sp, rc);
+    return rc;
+}
+
+// Reads numeric dataset loc/name (shown as where/name) of the given shape
+// into buf as mtype.
+static int mio_dset_read(mio *io, hid_t loc, const char *where, const char *name, hid_t mtype,
+                         int ndim, const hsize_t *dims, void *buf) {
+    char what[160];
+    mio_join(what, sizeof what, where, name);
+    SC_TRY(mio_need_link(io, loc, where, name));
+    hid_t d = -1, t = -1;
+    int rc = -1;
+    H5_CHECK(io, d = H5Dopen2(loc, name, H5P_DEFAULT));
+    H5_CHECK(io, t = H5Dget_type(d));
+    if (mio_need_numeric(io, t, what) != 0) goto fail;
+    if (mio_shape_check(io, d, what, ndim, dims) != 0) goto fail;
+    H5_CHECK(io, H5Dread(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf));
+    rc = 0;
+fail:
+    H5_CLOSE(io, H5Tclose, t, rc);
+    H5_CLOSE(io, H5Dclose, d, rc);
+    return rc;
+}
+
+// Opens a group that must exist; returns its id or -1.
+static hid_t mio_group_open(mio *io, hid_t loc, const char *where, const char *name) {
+    if (mio_need_link(io, loc, where, name) != 0) return -1;
+    hid_t g = -1;
+    H5_CHECK(io, g = H5Gopen2(loc, name, H5P_DEFAULT));
+    return g;
+fail:
+    return -1;
+}
+
+// --- reading: the model -----------------------------------------------------
+
+// Reads one tensor of a group kind into the net (or into momentum).
+static int mio_tensor_read(mio *io, hid_t g, mio_kind k, net *nt, float *mom, const ptensor *t) {
+    hsize_t dims[4];
+    for (int i = 0; i < t->ndim; i++) dims[i] = (hsize_t)t->dims[i];
+    const char *where = mio_kind_path(k);
+    if (k == MG_PARAMS || k == MG_BUFFERS || k == MG_MOMENTUM) {
+        float *dst = k == MG_PARAMS ? nt->param : k == MG_BUFFERS ? nt->buf : mom;
+        return mio_dset_read(io, g, where, t->name, H5T_NATIVE_FLOAT, t->ndim, dims,
+                             dst + t->offset);
+    }
+    uint8_t *m = malloc(t->count ? t->count : 1);  // (count)
+    if (!m) return sc_fail(io->err, "out of memory (%s)", io->path);
+    int rc = mio_dset_read(io, g, where, t->name, H5T_NATIVE_UINT8, t->ndim, dims, m);
+    for (size_t i = 0; rc == 0 && i < t->count; i++) {
+        if (m[i] > 1)
+            rc = sc_fail(io->err, "%s/%s holds mask value %d, expected 0 or 1 (%s)", where,
+                         t->name, m[i], io->path);
+        nt->mask[t->offset + i] = m[i] ? 1.0f : 0.0f;
+    }
+    free(m);
+    return rc;
+}
+
+// Reads every tensor of one kind from group g and checks that the group
+// holds nothing else.
+static int mio_tensors_read(mio *io, hid_t g, mio_kind k, net *nt, float *mom) {
+    hsize_t want = 0;
+    for (int i = 0; i < nt->ntensors; i++) {
+        if (!mio_kind_has(k, &nt->tensors[i])) continue;
+        SC_TRY(mio_tensor_read(io, g, k, nt, mom, &nt->tensors[i]));
+        want++;
+    }
+    H5G_info_t info;
+    if (H5Gget_info(g, &info) < 0) return mio_h5_fail(io, "H5Gget_info(g)", __FILE__, __LINE__);
+    if (info.nlinks != want)
+        return sc_fail(io->err, "%s holds %llu entries, the net has %llu (%s)", mio_kind_path(k),
+                       (unsigned long long)info.nlinks, (unsigned long long)want, io->path);
+    return 0;
+}
+
+// Opens the group of a kind under loc and reads its tensors.
+static int mio_group_read(mio *io, hid_t loc, const char *where, const char *name, mio_kind k,
+                          net *nt, float *mom) {
+    hid_t g = mio_group_open(io, loc, where, name);
+    if (g < 0) return -1;
+    int rc = mio_tensors_read(io, g, k, nt, mom);
+    H5_CLOSE(io, H5Gclose, g, rc);
+    return rc;
+}
+
+// Checks the format attributes that mark a sparsecnn model file.
+static int mio_format_check(mio *io) {
+    if (H5Aexists(io->file, "format") <= 0)
+        return sc_fail(io->err, "not a sparsecnn model file, no 'format' attribute (%s)", io->path);
+    char *fmt = mio_str_read(io, io->file, "/", "format", 1);
+    if (!fmt) return -1;
+    int ok = !strcmp(fmt, MODEL_FORMAT);
+    if (!ok) sc_fail(io->err, "not a sparsecnn model file, format is '%s' (%s)", fmt, io->path);
+    free(fmt);
+    if (!ok) return -1;
+    int ver = 0;
+    SC_TRY(mio_attr_read(io, io->file, "/", "format_version", H5T_NATIVE_INT, 1, &ver));
+    if (ver != MODEL_FORMAT_VERSION)
+        return sc_fail(io->err, "unsupported model format version %d, this build reads %d (%s)",
+                       ver, MODEL_FORMAT_VERSION, io->path);
+    return 0;
+}
+
+// Reads the root attributes and /net, and rebuilds the graph.
+static net *mio_net_build(mio *io, char *dataset, size_t dslen) {
+    int dims[4];  // classes, in_c, in_h, in_w
+    const char *names[4] = {"classes", "in_c", "in_h", "in_w"};
+    for (int i = 0; i < 4; i++) {
+        if (mio_attr_read(io, io->file, "/", names[i], H5T_NATIVE_INT, 1, &dims[i]) != 0)
+            return NULL;
+        if (dims[i] <= 0 || dims[i] > (1 << 20)) {
+            sc_fail(io->err, "bad %s %d (%s)", names[i], dims[i], io->path);
+            return NULL;
+        }
+    }
+    char *arch = mio_str_read(io, io->file, "/", "arch", 1);
+    char *ds = arch ? mio_str_read(io, io->file, "/", "dataset", 1) : NULL;
+    hid_t g = ds ? mio_group_open(io, io->file, "/", "net") : -1;
+    char *desc = g >= 0 ? mio_str_read(io, g, "/net", "description", 0) : NULL;
+    net *nt = NULL;
+    if (desc && strlen(ds) >= dslen) {
+        sc_fail(io->err, "dataset name too long (%s)", io->path);
+    } else if (desc) {
+        snprintf(dataset, dslen, "%s", ds);
+        nt = net_from_desc(arch, desc, dims[1], dims[2], dims[3], dims[0], io->err);
+        if (!nt) sc_wrap(io->err, "bad network description in %s", io->path);
+    }
+    hsize_t three[1] = {3};
+    if (nt && (mio_dset_read(io, g, "/net", "input_mean", H5T_NATIVE_FLOAT, 1, three,
+                             nt->in_mean) != 0 ||
+               mio_dset_read(io, g, "/net", "input_std", H5T_NATIVE_FLOAT, 1, three,
+                             nt->in_std) != 0)) {
+        net_free(nt);
+        nt = NULL;
+    }
+    int rc = 0;
+    H5_CLOSE(io, H5Gclose, g, rc);
+    if (rc != 0) {
+        net_free(nt);
+        nt = NULL;
+    }
+    free(arch);
+    free(ds);
+    free(desc);
+    return nt;
+}
+
+// Reads /state attributes into meta.
+static int mio_state_attrs_read(mio *io, hid_t g, model_meta *m) {
+    long long step = 0;
+    SC_TRY(mio_attr_read(io, g, "/state", "epoch", H5T_NATIVE_INT, 1, &m->epoch));
+    SC_TRY(mio_attr_read(io, g, "/state", "epochs_total", H5T_NATIVE_INT, 1, &m->epochs_total));
+    SC_TRY(mio_attr_read(io, g, "/state", "step", H5T_NATIVE_LLONG, 1, &step));
+    SC_TRY(mio_attr_read(io, g, "/state", "seed", H5T_NATIVE_UINT64, 1, &m->seed));
+    SC_TRY(mio_attr_read(io, g, "/state", "rng", H5T_NATIVE_UINT64, 4, m->rng_state.s));
+    SC_TRY(mio_attr_read(io, g, "/state", "val_accuracy", H5T_NATIVE_DOUBLE, 1,
+                         &m->val_accuracy));
+    SC_TRY(mio_attr_read(io, g, "/state", "test_accuracy", H5T_NATIVE_DOUBLE, 1,
+                         &m->test_accuracy));
+    m->step = (long)step;
+    htri_t ex = H5Lexists(g, "config", H5P_DEFAULT);
+    if (ex < 0) return mio_h5_fail(io, "H5Lexists(config)", __FILE__, __LINE__);
+    if (ex > 0 && !(m->config = mio_str_read(io, g, "/state", "config", 0))) return -1;
+    return 0;
+}
+
+// Reads /history into meta.
+static int mio_history_read(mio *io, model_meta *m) {
+    SC_TRY(mio_need_link(io, io->file, "/", "history"));
+    hid_t d = -1;
+    int rc = -1;
+    hssize_t n = 0;
+    H5_CHECK(io, d = H5Dopen2(io->file, "history", H5P_DEFAULT));
+    char **h = mio_strs_read(io, d, 0, "/history", &n);
+    if (h) {
+        m->history = h;
+        m->nhistory = (int)n;
+        rc = 0;
+    }
+fail:
+    H5_CLOSE(io, H5Dclose, d, rc);
+    return rc;
+}
+
+// Reads /optimizer/momentum into meta when the file has it.
+static int mio_momentum_read(mio *io, const net *nt, model_meta *m) {
+    htri_t ex = H5Lexists(io->file, "optimizer", H5P_DEFAULT);
+    if (ex < 0) return mio_h5_fail(io, "H5Lexists(optimizer)", __FILE__, __LINE__);
+    if (ex == 0) return 0;
+    hid_t g = mio_group_open(io, io->file, "/", "optimizer");
+    if (g < 0) return -1;
+    int rc = -1;
+    m->momentum = calloc(nt->nparam ? nt->nparam : 1, sizeof(float));  // (nparam)
+    if (!m->momentum) sc_fail(io->err, "out of memory (%s)", io->path);
+    else rc = mio_group_read(io, g, "/optimizer", "momentum", MG_MOMENTUM, (net *)nt,
+                             m->momentum);
+    H5_CLOSE(io, H5Gclose, g, rc);
+    return rc;
+}
+
+// Reads the training state: /state, /history and momentum.
+static int mio_meta_read(mio *io, const net *nt, model_meta *m) {
+    hid_t g = mio_group_open(io, io->file, "/", "state");
+    if (g < 0) return -1;
+    int rc = mio_state_attrs_read(io, g, m);
+    H5_CLOSE(io, H5Gclose, g, rc);
+    SC_TRY(rc);
+    SC_TRY(mio_history_read(io, m));
+    return mio_momentum_read(io, nt, m);
+}
+
+// Reads the whole model from the open file.
+static net *mio_read_all(mio *io, model_meta *m) {
+    if (mio_format_check(io) != 0) return NULL;
+    char dataset[sizeof m->dataset];
+    net *nt = mio_net_build(io, dataset, sizeof dataset);
+    if (!nt) return NULL;
+    for (size_t i = 0; i < nt->nparam; i++) nt->mask[i] = 1.0f;
+    int rc = mio_group_read(io, io->file, "/", "params", MG_PARAMS, nt, NULL);
+    if (rc == 0) rc = mio_group_read(io, io->file, "/", "masks", MG_MASKS, nt, NULL);
+    if (rc == 0) rc = mio_group_read(io, io->file, "/", "buffers", MG_BUFFERS, nt, NULL);
+    if (rc == 0 && m) {
+        snprintf(m->dataset, sizeof m->dataset, "%s", dataset);
+        rc = mio_meta_read(io, nt, m);
+    }
+    if (rc != 0) {
+        net_free(nt);
+        return NULL;
+    }
+    return nt;
+}
+
+// Checks that path is a readable HDF5 file, then opens it read-only.
+static hid_t mio_open(mio *io) {
+    struct stat st;
+    if (stat(io->path, &st) != 0) {
+        sc_fail(io->err, "cannot read model file (%s, %s)", io->path, strerror(errno));
+        return -1;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        sc_fail(io->err, "model file is a directory (%s)", io->path);
+        return -1;
+    }
+    if (H5Fis_hdf5(io->path) <= 0) {
+        sc_fail(io->err, "not an HDF5 file (%s, %lld bytes)", io->path, (long long)st.st_size);
+        return -1;
+    }
+    hid_t fapl = -1, f = -1;
+    int rc = 0;
+    H5_CHECK(io, fapl = H5Pcreate(H5P_FILE_ACCESS));
+    H5_CHECK(io, H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG));
+    f = H5Fopen(io->path, H5F_ACC_RDONLY, fapl);
+    if (f < 0) {
+        char h5msg[160] = "";
+        H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, mio_walk_cb, h5msg);
+        sc_fail(io->err, "HDF5 file damaged or truncated (%s, HDF5: %s)", io->path,
+                h5msg[0] ? h5msg : "cannot open");
+    }
+fail:
+    H5_CLOSE(io, H5Pclose, fapl, rc);
+    return rc == 0 ? f : -1;
+}
+
+// Reads a model file; fills meta when not NULL (meta is re-initialised
+// first and left empty on failure).
+net *model_load(const char *path, model_meta *meta, sc_err *err) {
+    if (meta) model_meta_init(meta);
+    mio io = {path, err, -1};
+    mio_quiet q;
+    mio_quiet_begin(&q);
+    net *nt = NULL;
+    io.file = mio_open(&io);
+    if (io.file >= 0) {
+        nt = mio_read_all(&io, meta);
+        int rc = 0;
+        H5_CLOSE(&io, H5Fclose, io.file, rc);
+        if (rc != 0) {
+            net_free(nt);
+            nt = NULL;
+        }
+    }
+    mio_quiet_end(&q);
+    if (!nt && meta) model_meta_free(meta);
+    return nt;
+}

@@ -1,0 +1,291 @@
+// Tests of the search's host parts: the cubic schedule, planning a raise
+// (eq. 4), sensitivities, k-means, selection with rewinding, and the state
+// file (round trip, corruption, another net).
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "prune/evolve.h"
+#include "prune/gmp.h"
+#include "prune/mask.h"
+#include "prune/pop.h"
+
+// --- helpers ----------------------------------------------------------------
+
+// A fake layer list of L layers with the given sizes (no net needed).
+static prune_layers fake_layers(int L, const size_t *count) {
+    prune_layers pl = {.n = L};
+    pl.tensor = calloc((size_t)L, sizeof *pl.tensor);
+    pl.count = calloc((size_t)L, sizeof *pl.count);
+    pl.offset = calloc((size_t)L, sizeof *pl.offset);
+    for (int l = 0; l < L; l++) {
+        pl.count[l] = count[l];
+        pl.offset[l] = pl.total;
+        pl.total += count[l];
+    }
+    return pl;
+}
+
+// A random population for lenet's sizes with distinct contents.
+static prune_pop *random_pop(const net *nt, int n, int L, rng *r) {
+    prune_pop *p = prune_pop_create(n, L, nt, NULL);
+    if (!p) return NULL;
+    for (int i = 0; i < n; i++) {
+        prune_sol *s = &p->sol[i];
+        for (size_t k = 0; k < p->nparam; k++) {
+            s->mask[k] = rng_uniform(r) < 0.3f ? 0.0f : 1.0f;
+            s->param[k] = s->mask[k] * rng_normal(r);
+            s->mom[k] = s->mask[k] * rng_normal(r);
+        }
+        for (size_t k = 0; k < p->nbuf; k++) s->buf[k] = rng_uniform(r);
+        for (int l = 0; l < L; l++) s->sparsity[l] = rng_uniform(r), s->genome[l] = rng_uniform(r);
+        s->acc = 50 + i, s->acc_prev = 40 + i, s->batches = 1000 + i, s->stream = 7 * i;
+        s->age = i, s->fails = i % 2, s->cluster = i % 3;
+    }
+    for (int l = 0; l < L; l++) p->sens[l] = rng_normal(r);
+    prune_hist h = {.iter = 3, .best_acc = 61.5, .images = 12345, .admitted = 2};
+    prune_pop_add_hist(p, &h, NULL);
+    p->iter = 3, p->best = n - 1, p->images = 12345, p->seconds = 9.5;
+    return p;
+}
+
+// True when two solutions are identical in every stored field.
+static int sol_equal(const prune_sol *a, const prune_sol *b, int L, size_t np, size_t nb) {
+    return a->acc == b->acc && a->acc_prev == b->acc_prev && a->batches == b->batches &&
+           a->stream == b->stream && a->age == b->age && a->fails == b->fails &&
+           a->cluster == b->cluster && !memcmp(a->sparsity, b->sparsity, L * sizeof(double)) &&
+           !memcmp(a->genome, b->genome, L * sizeof(double)) &&
+           !memcmp(a->param, b->param, np * 4) && !memcmp(a->mask, b->mask, np * 4) &&
+           !memcmp(a->mom, b->mom, np * 4) && !memcmp(a->buf, b->buf, nb * 4);
+}
+
+// --- schedule ---------------------------------------------------------------
+
+// The cubic schedule: endpoints, monotone, the cubic value in the middle.
+static void test_cubic(tctx *t) {
+    CHECK_CLOSE(t, gmp_sparsity_at(0.0, 0.9, 0.0, 0.0, 1.0), 0.0, 1e-12);
+    CHECK_CLOSE(t, gmp_sparsity_at(0.0, 0.9, 1.0, 0.0, 1.0), 0.9, 1e-12);
+    CHECK_CLOSE(t, gmp_sparsity_at(0.0, 0.9, 0.5, 0.0, 1.0), 0.9 * (1 - 0.125), 1e-12);
+    CHECK_CLOSE(t, gmp_sparsity_at(0.2, 0.9, 0.1, 0.25, 0.75), 0.2, 1e-12);
+    CHECK_CLOSE(t, gmp_sparsity_at(0.2, 0.9, 0.8, 0.25, 0.75), 0.9, 1e-12);
+    CHECK_CLOSE(t, gmp_sparsity_at(0.0, 0.9, 0.0, 0.0, 0.0), 0.9, 1e-12);  // one-shot
+    double prev = -1;
+    for (int i = 0; i <= 100; i++) {
+        double s = gmp_sparsity_at(0.0, 0.95, i / 100.0, 0.1, 0.8);
+        CHECK(t, s >= prev, "not monotone at %d", i);
+        prev = s;
+    }
+    evolve_cfg c;
+    evolve_cfg_default(&c, 20, 0.9);
+    CHECK_CLOSE(t, evolve_floor(&c, 0), 0.0, 1e-12);
+    CHECK_CLOSE(t, evolve_floor(&c, 15), 0.9, 1e-12);
+    CHECK_CLOSE(t, evolve_floor(&c, 20), 0.9, 1e-12);
+}
+
+// --- planning ---------------------------------------------------------------
+
+// A plan reaches the floor, never lowers a layer, keeps layers under s_max
+// when it can, and cuts the sensitive layer less than the others.
+static void test_plan(tctx *t) {
+    const size_t cnt[5] = {300, 5000, 77, 20000, 1234};
+    prune_layers pl = fake_layers(5, cnt);
+    evolve_cfg c;
+    evolve_cfg_default(&c, 10, 0.95);
+    c.layer_frac = 1.0;
+    rng r;
+    rng_seed(&r, 3, 0);
+    double sp[5] = {0.1, 0.5, 0.0, 0.3, 0.2}, gen[5] = {0.1, 0.5, 0.6, 0.3, 0.2}, tg[5];
+    double sens[5] = {0, 0, 0, 0, 0};
+    prune_sol s = {.sparsity = sp, .genome = gen};
+    double floors[4] = {0.2, 0.6, 0.95, 0.999};
+    for (int f = 0; f < 4; f++) {
+        evolve_plan(&s, &pl, sens, &c, floors[f], &r, tg);
+        double got = prune_sparsity_overall(&pl, tg);
+        CHECK(t, got >= floors[f] - 1e-9, "floor %g got %g", floors[f], got);
+        for (int l = 0; l < 5; l++) CHECK(t, tg[l] >= sp[l] && tg[l] >= fmin(gen[l], c.s_max), "lowered %d", l);
+        if (floors[f] < c.s_max) {
+            for (int l = 0; l < 5; l++) CHECK(t, tg[l] <= c.s_max + 1e-12, "above s_max %d", l);
+            if (floors[f] > 0.5) CHECK(t, got <= floors[f] + 1e-9, "overshot %g", got);
+        }
+    }
+    // Sensitive layer 3 (the largest): cut less than with equal sensitivities.
+    double flat[5];
+    evolve_plan(&s, &pl, sens, &c, 0.6, &r, flat);
+    sens[3] = 10.0;
+    evolve_plan(&s, &pl, sens, &c, 0.6, &r, tg);
+    CHECK(t, tg[3] < flat[3], "sensitive layer %g vs %g", tg[3], flat[3]);
+    // With equal sensitivities and all layers chosen every layer loses the same fraction.
+    double z[5] = {0, 0, 0, 0, 0}, zg[5] = {0, 0, 0, 0, 0};
+    prune_sol s0 = {.sparsity = z, .genome = zg};
+    sens[3] = 0.0;
+    evolve_plan(&s0, &pl, sens, &c, 0.5, &r, tg);
+    for (int l = 0; l < 5; l++) CHECK_CLOSE(t, tg[l], 0.5, 1e-9);
+    // A small subset still reaches the floor.
+    c.layer_frac = 0.2;
+    evolve_plan(&s0, &pl, sens, &c, 0.4, &r, tg);
+    CHECK(t, prune_sparsity_overall(&pl, tg) >= 0.4 - 1e-9, "subset floor");
+    prune_layers_free(&pl);
+}
+
+// Sensitivities follow the slope of drop on cut.
+static void test_sens(tctx *t) {
+    rng r;
+    rng_seed(&r, 9, 0);
+    int n = 8, L = 3;
+    double sens[3] = {0, 0, 0}, cut[24], drop[8];
+    for (int it = 0; it < 40; it++) {
+        for (int i = 0; i < n; i++) {
+            for (int l = 0; l < L; l++) cut[i * L + l] = rng_uniform(&r) < 0.5 ? 0.0 : 0.2 * rng_uniform(&r);
+            drop[i] = 30.0 * cut[i * L + 1] + 0.05 * rng_normal(&r) - 1.0;
+        }
+        evolve_sens_update(sens, L, n, cut, drop, 0.3);
+    }
+    CHECK(t, fabs(sens[1] - 30.0) < 3.0, "sens[1] %g", sens[1]);
+    CHECK(t, fabs(sens[0]) < 3.0 && fabs(sens[2]) < 3.0, "sens %g %g", sens[0], sens[2]);
+    double rho[3];
+    evolve_robustness(sens, L, rho);
+    CHECK(t, rho[1] < rho[0] && rho[1] < rho[2], "robustness %g %g %g", rho[0], rho[1], rho[2]);
+}
+
+// k-means separates three tight blobs of awkward sizes.
+static void test_kmeans(tctx *t) {
+    rng r;
+    rng_seed(&r, 4, 0);
+    int n = 13, d = 5, as[13];
+    double x[13 * 5];
+    int truth[13];
+    for (int i = 0; i < n; i++) {
+        truth[i] = i % 3;
+        for (int j = 0; j < d; j++) x[i * d + j] = truth[i] * 0.4 + 0.01 * rng_normal(&r);
+    }
+    CHECK(t, evolve_kmeans(x, n, d, 3, &r, as, NULL) == 0, "kmeans");
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++)
+            CHECK(t, (as[i] == as[j]) == (truth[i] == truth[j]), "points %d %d", i, j);
+    CHECK(t, evolve_kmeans(x, 2, d, 5, &r, as, NULL) == 0 && as[0] != as[1], "k > n");
+}
+
+// --- selection ---------------------------------------------------------------
+
+// Rejected solutions whose masks grew are rewound to their snapshot; the
+// admitted keep their state and take their sparsity as genome.
+static void test_select(tctx *t) {
+    sc_err err = {0};
+    net *nt = net_create("lenet", 3, 32, 32, 10, &err);
+    if (!nt) {
+        CHECK(t, 0, "%s", err.msg);
+        return;
+    }
+    rng r;
+    rng_seed(&r, 21, 0);
+    int n = 5, L = 4;
+    prune_pop *p = random_pop(nt, n, L, &r);
+    evolve_cfg c;
+    evolve_cfg_default(&c, 10, 0.9);
+    c.cluster_every = 0;
+    c.patience = 100;
+    c.threshold = 1.5;
+    double acc[5] = {70.0, 69.5, 60.0, 71.0, 50.0}, cut[20] = {0};
+    for (int i = 0; i < n; i++) {
+        prune_sol_snapshot(p, i);
+        p->sol[i].acc_prev = p->sol[i].acc;
+        for (size_t k = 0; k < p->nparam; k++) p->sol[i].param[k] += 1.0f;  // "trained"
+        p->sol[i].acc = acc[i];
+        cut[i * L + 1] = 0.1;
+    }
+    cut[4 * L + 1] = 0.0;  // solution 4 did not grow: nothing to rewind
+    prune_hist h = {0};
+    CHECK(t, evolve_select(p, &c, 1, cut, &r, &h, &err) == 0, "%s", err.msg);
+    CHECK(t, h.admitted == 3 && h.rewound == 1, "admitted %d rewound %d", h.admitted, h.rewound);
+    CHECK(t, p->best == 3, "best %d", p->best);
+    CHECK(t, !memcmp(p->sol[2].param, p->snap[2].param, p->nparam * 4), "not rewound");
+    CHECK(t, p->sol[2].acc == p->snap[2].acc, "accuracy not rewound");
+    CHECK(t, memcmp(p->sol[0].param, p->snap[0].param, p->nparam * 4) != 0, "admitted rewound");
+    CHECK(t, memcmp(p->sol[4].param, p->snap[4].param, p->nparam * 4) != 0, "unchanged rewound");
+    CHECK(t, !memcmp(p->sol[0].genome, p->sol[0].sparsity, L * sizeof(double)), "genome");
+    for (int l = 0; l < L; l++)
+        CHECK(t, p->sol[2].genome[l] >= p->sol[2].sparsity[l] - 1e-12, "genome below mask");
+    CHECK(t, p->sol[2].fails == 1 + 0 && p->sol[4].fails == 1, "fails %d %d", p->sol[2].fails,
+          p->sol[4].fails);
+    // Clustering keeps at most `keep` per cluster and copies the best over the rest.
+    c.cluster_every = 1;
+    c.clusters = 1;
+    c.keep = 2;
+    prune_hist h2 = {0};
+    CHECK(t, evolve_select(p, &c, 2, cut, &r, &h2, &err) == 0, "%s", err.msg);
+    CHECK(t, h2.replaced >= n - 2, "replaced %d", h2.replaced);
+    prune_pop_free(p);
+    net_free(nt);
+}
+
+// --- state file ---------------------------------------------------------------
+
+// Writes, reads back bit for bit, then rejects corrupt, truncated and
+// mismatched files with a message naming the file.
+static void test_state_file(tctx *t) {
+    sc_err err = {0};
+    net *nt = net_create("lenet", 3, 32, 32, 10, &err);
+    net *other = net_create("lenet", 3, 32, 32, 7, &err);
+    if (!nt || !other) {
+        CHECK(t, 0, "%s", err.msg);
+        return;
+    }
+    rng r;
+    rng_seed(&r, 8, 0);
+    prune_pop *p = random_pop(nt, 3, 4, &r);
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/test_prune_state_%d.bin", (int)getpid());
+    CHECK(t, prune_state_save(path, p, "{\"method\":\"evolve\"}", &err) == 0, "%s", err.msg);
+    char *cfg = NULL;
+    prune_pop *q = prune_state_load(path, nt, 4, &cfg, &err);
+    CHECK(t, q != NULL, "%s", err.msg);
+    if (q) {
+        CHECK(t, cfg && !strcmp(cfg, "{\"method\":\"evolve\"}"), "config %s", cfg ? cfg : "");
+        CHECK(t, q->n == 3 && q->iter == 3 && q->best == 2 && q->images == 12345, "header");
+        CHECK(t, q->nhist == 1 && q->hist[0].best_acc == 61.5, "history");
+        CHECK(t, !memcmp(q->sens, p->sens, 4 * sizeof(double)), "sens");
+        for (int i = 0; i < 3; i++)
+            CHECK(t, sol_equal(&q->sol[i], &p->sol[i], 4, p->nparam, p->nbuf), "solution %d", i);
+    }
+    free(cfg);
+    prune_pop_free(q);
+    // Another net's sizes.
+    q = prune_state_load(path, other, 4, &cfg, &err);
+    CHECK(t, q == NULL && strstr(err.msg, "another net") && strstr(err.msg, path), "%s", err.msg);
+    prune_pop_free(q);
+    // One flipped byte in the middle.
+    FILE *f = fopen(path, "r+b");
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, size / 2, SEEK_SET);
+    int ch = fgetc(f);
+    fseek(f, size / 2, SEEK_SET);
+    fputc(ch ^ 0x10, f);
+    fclose(f);
+    q = prune_state_load(path, nt, 4, &cfg, &err);
+    CHECK(t, q == NULL && strstr(err.msg, "corrupt"), "flipped byte: %s", err.msg);
+    prune_pop_free(q);
+    // Truncated.
+    CHECK(t, truncate(path, size / 3) == 0, "truncate");
+    q = prune_state_load(path, nt, 4, &cfg, &err);
+    CHECK(t, q == NULL && strstr(err.msg, path), "truncated: %s", err.msg);
+    prune_pop_free(q);
+    remove(path);
+    prune_pop_free(p);
+    net_free(nt);
+    net_free(other);
+}
+
+int main(void) {
+    tctx t = {.suite = "test_prune_evolve"};
+    RUN(&t, test_cubic);
+    RUN(&t, test_plan);
+    RUN(&t, test_sens);
+    RUN(&t, test_kmeans);
+    RUN(&t, test_select);
+    RUN(&t, test_state_file);
+    return check_finish(&t);
+}
