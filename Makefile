@@ -50,7 +50,7 @@ LIB     := $(BUILD)/libsparsecnn.a
 TOOLS   := $(foreach m,$(MAINS),$(BUILD)/bin/$(notdir $(m:_main.c=)))
 TESTS   := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test clean info
+.PHONY: all test clean info setup demo build
 all: $(TOOLS) $(TESTS)
 	@echo "built $(words $(TOOLS)) tools and $(words $(TESTS)) tests (GPU=$(GPU))"
 
@@ -81,8 +81,36 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(LDLIBS)
 
-test: all
+# Debian/Ubuntu packages the build and the tests need; installed when root.
+PKGS := build-essential libhdf5-dev hdf5-tools libopenblas-dev libgsl-dev gnuplot-nox \
+        python3-h5py python3-scipy python3-numpy
+
+# Installs what is missing (as root), or says what to install.
+setup:
+	@missing=""; for p in $(PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" -eq 0 ]; then echo "setup: installing$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null || exit 1; \
+	  else echo "setup: missing packages:$$missing; run: sudo apt-get install$$missing" >&2; exit 1; fi; \
+	fi
+
+# Set-up first, then the build (a fresh make reads the installed headers).
+build: setup
+	@$(MAKE) --no-print-directory -j$$(nproc) all
+
+# Every test; the last line is "N passed, N failed, N skipped".
+test: build
 	@bash tests/run.sh
+
+# The main job: the pipeline on the default data (data/cifar-100-binary when
+# present, else the synthetic set); resnet18 for 30 epochs on a GPU, a quick
+# LeNet run on a CPU-only machine. Override with DEMO_TRAIN="...".
+DEMO_GPU_TRAIN := --model resnet18 --epochs 30
+DEMO_CPU_TRAIN := --model lenet --epochs 5 --batch 128
+demo: build
+	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && [ "$(GPU)" = 1 ]; then \
+	  args="$${DEMO_TRAIN:-$(DEMO_GPU_TRAIN)}"; else args="$${DEMO_TRAIN:-$(DEMO_CPU_TRAIN)}"; fi; \
+	echo "demo: $(BUILD)/bin/train $$args"; $(BUILD)/bin/train $$args
 
 clean:
 	rm -rf $(BUILD)

@@ -101,12 +101,18 @@ void evolve_plan(const prune_sol *s, const prune_layers *pl, const double *sens,
     double *rho = malloc((size_t)L * 4 * sizeof *rho), *a = rho + L, *cap = a + L,
            *give = cap + L;
     int *chosen = calloc((size_t)L, sizeof *chosen);
-    double have = 0.0;
+    double have = 0.0, extra = 0.0, want = floor * (double)pl->total;
     for (int l = 0; l < L; l++) {
         target[l] = fmax(s->sparsity[l], fmin(s->genome[l], c->s_max));
-        have += target[l] * (double)pl->count[l];
+        have += s->sparsity[l] * (double)pl->count[l];
+        extra += (target[l] - s->sparsity[l]) * (double)pl->count[l];
     }
-    double need = floor * (double)pl->total - have;
+    if (have + extra > want) {  // the genome alone passes the floor: scale it down to it
+        double lam = extra > 0.0 ? fmax(0.0, (want - have) / extra) : 0.0;
+        for (int l = 0; l < L; l++) target[l] = s->sparsity[l] + lam * (target[l] - s->sparsity[l]);
+        extra *= lam;
+    }
+    double need = want - have - extra;
     if (!rho || !chosen || need <= 0.5) goto done;
     evolve_robustness(sens, L, rho);
     for (int l = 0; l < L; l++) {

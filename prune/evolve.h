@@ -44,10 +44,12 @@ void evolve_init(prune_pop *p, const evolve_cfg *c, rng *r);
 // mean(s - min)); 1 everywhere when all are equal.
 void evolve_robustness(const double *sens, int L, double *rho);
 
-// Per-layer targets for a solution's next raise: its mask sparsity raised to
-// its genome, then filled up to the overall `floor` over a random subset of
-// layers chosen by robustness and room, each chosen layer cut in proportion
-// to robustness * remaining weights (eq. 4), no layer above s_max.
+// Per-layer targets for a solution's next raise: its mask sparsity raised
+// towards its genome (scaled down when the genome alone passes the floor),
+// then filled up to the overall `floor` over a random subset of layers
+// chosen by robustness and room, each chosen layer cut in proportion to
+// robustness * remaining weights (eq. 4), no layer above s_max. The overall
+// target is the floor, or the mask's own sparsity when that is higher.
 void evolve_plan(const prune_sol *s, const prune_layers *pl, const double *sens,
                  const evolve_cfg *c, double floor, rng *r, double *target);
 

@@ -13,7 +13,8 @@
 
 // One training step run without a graph, with CUDA events around every
 // layer's forward and backward: fwd_ms and bwd_ms (nlayers) receive each
-// layer's times (a fused BN group's time goes to its last layer), other_ms[4]
+// layer's times (a fused BN group's forward shows on its BN, its backward
+// on its last layer), other_ms[4]
 // the input preparation + weight cast, the loss, the gradient gather and the
 // optimizer (SGD + loss scale). Synchronises.
 int exec_gpu_profile_step(void *st, const exec_batch *b, const exec_hparams *h, float *fwd_ms,

@@ -100,15 +100,18 @@ static void test_plan(tctx *t) {
     double sp[5] = {0.1, 0.5, 0.0, 0.3, 0.2}, gen[5] = {0.1, 0.5, 0.6, 0.3, 0.2}, tg[5];
     double sens[5] = {0, 0, 0, 0, 0};
     prune_sol s = {.sparsity = sp, .genome = gen};
-    double floors[4] = {0.2, 0.6, 0.95, 0.999};
-    for (int f = 0; f < 4; f++) {
+    double floors[5] = {0.2, 0.3, 0.6, 0.95, 0.999}, gen_overall = prune_sparsity_overall(&pl, gen);
+    double sp_overall = prune_sparsity_overall(&pl, sp);
+    for (int f = 0; f < 5; f++) {
         evolve_plan(&s, &pl, sens, &c, floors[f], &r, tg);
         double got = prune_sparsity_overall(&pl, tg);
         CHECK(t, got >= floors[f] - 1e-9, "floor %g got %g", floors[f], got);
-        for (int l = 0; l < 5; l++) CHECK(t, tg[l] >= sp[l] && tg[l] >= fmin(gen[l], c.s_max), "lowered %d", l);
+        for (int l = 0; l < 5; l++) CHECK(t, tg[l] >= sp[l] - 1e-12, "lowered %d", l);
+        if (got > gen_overall)  // a floor above the genome: the genome is kept
+            for (int l = 0; l < 5; l++) CHECK(t, tg[l] >= gen[l] - 1e-12, "genome %d", l);
         if (floors[f] < c.s_max) {
             for (int l = 0; l < 5; l++) CHECK(t, tg[l] <= c.s_max + 1e-12, "above s_max %d", l);
-            if (floors[f] > 0.5) CHECK(t, got <= floors[f] + 1e-9, "overshot %g", got);
+            CHECK(t, got <= fmax(floors[f], sp_overall) + 1e-9, "overshot %g", got);
         }
     }
     // Sensitive layer 3 (the largest): cut less than with equal sensitivities.

@@ -347,7 +347,8 @@ static int train_tool(train_run *r, int argc, char **argv) {
 }
 
 // Reads the options stored in the checkpoint to resume and merges them with
-// the current ones (current options win); returns a cli status.
+// the current ones (current options win); returns a cli status, or -1 when
+// the checkpoint cannot be read (the error is printed).
 static int resume_opts(train_opts *o, int argc, char **argv) {
     char dir[1024], path[1100];
     sc_err err = {0};
@@ -358,7 +359,7 @@ static int resume_opts(train_opts *o, int argc, char **argv) {
     if (o->output) snprintf(path, sizeof path, "%s", o->output);
     else if (rundir_latest(o->runs, dir, sizeof dir, &err) || rundir_join(path, sizeof path, dir, "model.h5", &err)) {
         cli_error(TOOL, "%s", err.msg);
-        return SC_EXIT_INPUT;
+        return -1;
     }
     model_meta m;
     model_meta_init(&m);
@@ -367,12 +368,12 @@ static int resume_opts(train_opts *o, int argc, char **argv) {
     if (!nt || !m.config) {
         cli_error(TOOL, "%s", nt ? "the checkpoint stores no training settings" : err.msg);
         model_meta_free(&m);
-        return SC_EXIT_INPUT;
+        return -1;
     }
     int n;
     char **v = args_merge(m.config, argc, argv, &n);
     model_meta_free(&m);
-    return v ? opts_parse(o, n, v) : SC_EXIT_INPUT;
+    return v ? opts_parse(o, n, v) : -1;
 }
 
 int main(int argc, char **argv) {
@@ -382,6 +383,6 @@ int main(int argc, char **argv) {
     int rc = opts_parse(&r.o, argc, argv);
     if (rc == CLI_OK && r.o.resume) rc = resume_opts(&r.o, argc, argv);
     if (rc == CLI_HELP) return SC_EXIT_OK;
-    if (rc != CLI_OK) return rc == CLI_USAGE ? SC_EXIT_USAGE : rc;
+    if (rc != CLI_OK) return rc == CLI_USAGE ? SC_EXIT_USAGE : SC_EXIT_INPUT;
     return train_tool(&r, argc, argv);
 }

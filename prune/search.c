@@ -1,0 +1,401 @@
+// The pruning run: rounds of masked training over a host population on one
+// executor, for evolve, gmp and oneshot. See prune/search.h and docs/prune.md.
+#include "search.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "prune/gmp.h"
+
+// --- configuration ----------------------------------------------------------
+
+// Defaults of a method.
+void prune_cfg_default(prune_cfg *c, prune_method m) {
+    memset(c, 0, sizeof *c);
+    c->method = m;
+    c->population = m == PM_EVOLVE ? 8 : 1;
+    c->rounds = 30;
+    c->batches = 50;
+    c->target = 0.9;
+    c->crit = (prune_crit){.alpha = 1.0f, .beta = m == PM_EVOLVE ? 0.5f : 0.0f};
+    c->grad_steps = 4;
+    c->ramp_begin = 0.0;
+    c->ramp_end = 0.75;
+    c->hp = (train_hparams){.batch = 128, .lr = 0.01f, .sched = SCHED_COSINE, .momentum = 0.9f,
+                            .weight_decay = 5e-4f, .smoothing = 0.1f, .nesterov = 1};
+    c->augment = 1;
+    c->seed = 1;
+    c->scan_images = 2000;
+    evolve_cfg_default(&c->ev, c->rounds, c->target);
+}
+
+// Total iterations: the search (or gmp/oneshot rounds) plus evolve's fine-tuning.
+int prune_search_total(const prune_search *s) {
+    return s->cfg.rounds + (s->cfg.method == PM_EVOLVE ? s->cfg.finetune : 0);
+}
+
+// True when iteration `it` (0-based) is evolve's population search.
+static int in_search(const prune_search *s, int it) {
+    return s->cfg.method == PM_EVOLVE && it < s->cfg.rounds;
+}
+
+// --- set-up -----------------------------------------------------------------
+
+// Allocates the search's buffers and one data stream per solution.
+int prune_search_init(prune_search *s, const prune_cfg *cfg, const dataset *ds, net *nt,
+                      exec *ex, sc_err *err) {
+    memset(s, 0, sizeof *s);
+    s->cfg = *cfg;
+    if (cfg->method != PM_EVOLVE) s->cfg.population = 1;
+    s->cfg.ev.iterations = cfg->rounds;
+    s->cfg.ev.target = cfg->target;
+    s->cfg.ev.ramp_begin = cfg->ramp_begin;
+    s->cfg.ev.ramp_end = cfg->ramp_end;
+    s->ds = ds;
+    s->nt = nt;
+    s->ex = ex;
+    s->start_acc = -1.0;
+    s->t_run = progress_clock();
+    SC_TRY(prune_layers_init(&s->pl, nt, err));
+    int n = s->cfg.population;
+    s->mom = calloc(nt->nparam, sizeof *s->mom);
+    s->gabs = calloc(nt->nparam, sizeof *s->gabs);
+    s->grad = calloc(nt->nparam, sizeof *s->grad);
+    s->cut = calloc((size_t)n * s->pl.n, sizeof *s->cut);
+    s->ld = calloc((size_t)n, sizeof *s->ld);
+    if (!s->mom || !s->gabs || !s->grad || !s->cut || !s->ld) return sc_fail(err, "out of memory");
+    for (int i = 0; i < n; i++) {
+        uint64_t seed = cfg->seed * 0x9E3779B97F4A7C15ull + (uint64_t)i * 0xD1B54A32D192ED03ull;
+        SC_TRY(loader_init(&s->ld[i], &ds->train, cfg->hp.batch, cfg->augment, seed, err));
+        if (loader_batches_per_epoch(&s->ld[i]) < 1)
+            return sc_fail(err, "batch %d is larger than the training split (%d images)",
+                           cfg->hp.batch, ds->train.n);
+    }
+    return 0;
+}
+
+// Frees the search's buffers, loaders and population.
+void prune_search_free(prune_search *s) {
+    for (int i = 0; s->ld && i < s->cfg.population; i++) loader_free(&s->ld[i]);
+    free(s->ld);
+    free(s->mom);
+    free(s->gabs);
+    free(s->grad);
+    free(s->cut);
+    prune_pop_free(s->pop);
+    prune_layers_free(&s->pl);
+    memset(s, 0, sizeof *s);
+}
+
+// --- moving solutions through the executor ----------------------------------
+
+// Uploads solution i (parameters, masks, buffers, momentum) to the executor.
+static int sol_upload(prune_search *s, int i, sc_err *err) {
+    prune_sol_load(s->pop, i, s->nt, s->mom);
+    SC_TRY(exec_write_net(s->ex, err));
+    return exec_write_momentum(s->ex, s->mom, err);
+}
+
+// Accuracy (percent) of the executor's net on the first `limit` validation
+// images (limit <= 0: all).
+static int val_accuracy(prune_search *s, int limit, double *acc, sc_err *err) {
+    data_split sub = s->ds->val;
+    double loss;
+    if (limit > 0 && limit < sub.n) sub.n = limit;
+    if (sub.n == 0) return sc_fail(err, "the validation split is empty (fitness needs one)");
+    return train_evaluate(s->ex, &sub, s->cfg.hp.batch, s->cfg.hp.smoothing, acc, &loss, err);
+}
+
+// --- one round of one solution ------------------------------------------------
+
+// Trains solution i for one round: `batches` batches from its data stream at
+// the learning rate of global step it*batches + b; the mean |gradient| of the
+// last grad_steps steps goes to s->gabs when want_grad. Leaves the trained
+// state in s->nt and s->mom.
+static int round_train(prune_search *s, int i, int it, int want_grad, progress *pg,
+                       sc_err *err) {
+    prune_sol *sol = &s->pop->sol[i];
+    loader *ld = &s->ld[sol->stream];
+    int B = s->cfg.batches, bpe = loader_batches_per_epoch(ld);
+    int G = s->cfg.grad_steps < B ? s->cfg.grad_steps : B;
+    long total = (long)prune_search_total(s) * B;
+    exec_hparams hp = {.momentum = s->cfg.hp.momentum, .weight_decay = s->cfg.hp.weight_decay,
+                       .nesterov = s->cfg.hp.nesterov, .label_smoothing = s->cfg.hp.smoothing};
+    SC_TRY(sol_upload(s, i, err));
+    loader_start_epoch(ld, (int)(sol->batches / bpe));
+    loader_seek(ld, (int)(sol->batches % bpe));
+    if (want_grad) memset(s->gabs, 0, s->nt->nparam * sizeof *s->gabs);
+    for (int b = 0; b < B; b++) {
+        exec_batch bt;
+        if (!loader_next(ld, &bt)) {
+            loader_start_epoch(ld, (int)(sol->batches / bpe));
+            if (!loader_next(ld, &bt)) return sc_fail(err, "the training split gave no batch");
+        }
+        hp.lr = train_lr_at(&s->cfg.hp, (long)it * B + b, total);
+        SC_TRY(exec_train_step(s->ex, &bt, &hp, err));
+        sol->batches++;
+        s->pop->images += bt.n;
+        if (want_grad && b >= B - G) {
+            SC_TRY(exec_read_grad(s->ex, s->grad, err));
+            for (size_t k = 0; k < s->nt->nparam; k++) s->gabs[k] += fabsf(s->grad[k]) / (float)G;
+        }
+        if (pg) progress_update(pg, pg->done + 1, NULL);
+    }
+    SC_TRY(exec_read_net(s->ex, err));
+    return exec_read_momentum(s->ex, s->mom, err);
+}
+
+// Raises the masks in s->nt to `target` and records the cut per layer in row i.
+static int round_raise(prune_search *s, int i, const double *target, int use_grad,
+                       sc_err *err) {
+    int L = s->pl.n;
+    const double *before = s->pop->sol[i].sparsity;
+    prune_crit c = s->cfg.method == PM_EVOLVE ? s->cfg.crit : (prune_crit){1.0f, 0.0f};
+    double *after = s->cut + (size_t)i * L;
+    SC_TRY(prune_mask_raise(s->nt, &s->pl, target, use_grad ? s->gabs : NULL, c, s->mom, err));
+    prune_sparsity_read(s->nt, &s->pl, after);
+    int grew = 0;
+    for (int l = 0; l < L; l++) {
+        double d = after[l] - before[l];
+        after[l] = before[l] < 1.0 && d > 0.0 ? d / (1.0 - before[l]) : 0.0;
+        grew |= d > 0.0;
+    }
+    return grew ? exec_write_net(s->ex, err) : 0;
+}
+
+// The per-layer targets of solution i for iteration it; returns 0 when its
+// masks do not change this round.
+static int round_targets(prune_search *s, int i, int it, rng *r, double *target) {
+    const prune_cfg *c = &s->cfg;
+    if (c->method == PM_GMP) {
+        double v = gmp_sparsity_at(0.0, c->target, (double)(it + 1) / c->rounds, c->ramp_begin,
+                                   c->ramp_end);
+        gmp_targets_uniform(s->pl.n, v, target);
+        return 1;
+    }
+    if (!in_search(s, it)) return 0;
+    evolve_plan(&s->pop->sol[i], &s->pl, s->pop->sens, &c->ev, evolve_floor(&c->ev, it + 1), r,
+                target);
+    return 1;
+}
+
+// One round of solution i: snapshot, train, raise masks, evaluate, store.
+static int round_run(prune_search *s, int i, int it, rng *r, progress *pg, sc_err *err) {
+    prune_sol *sol = &s->pop->sol[i];
+    int L = s->pl.n;
+    double target[L > 0 ? L : 1];
+    memset(s->cut + (size_t)i * L, 0, (size_t)L * sizeof *s->cut);
+    if (in_search(s, it) && s->pop->n > 1) prune_sol_snapshot(s->pop, i);
+    sol->acc_prev = sol->acc;
+    int grow = round_targets(s, i, it, r, target);
+    int use_grad = grow && s->cfg.method == PM_EVOLVE && s->cfg.crit.beta != 0.0f;
+    SC_TRY(round_train(s, i, it, use_grad, pg, err));
+    if (grow) SC_TRY(round_raise(s, i, target, use_grad, err));
+    SC_TRY(val_accuracy(s, 0, &sol->acc, err));
+    prune_sol_store(s->pop, i, s->nt, s->mom);
+    prune_sparsity_read(s->nt, &s->pl, sol->sparsity);
+    return 0;
+}
+
+// --- one iteration ------------------------------------------------------------
+
+// Fills the accuracy and sparsity figures of a history row over the solutions
+// flagged in `active`.
+static void hist_fill(const prune_search *s, const int *active, prune_hist *h) {
+    int n = 0, best = -1;
+    h->mean_acc = h->mean_sparsity = 0.0;
+    for (int i = 0; i < s->pop->n; i++) {
+        if (!active[i]) continue;
+        double sp = prune_sparsity_overall(&s->pl, s->pop->sol[i].sparsity);
+        h->mean_acc += s->pop->sol[i].acc;
+        h->mean_sparsity += sp;
+        n++;
+        if (best < 0 || s->pop->sol[i].acc > s->pop->sol[best].acc) best = i;
+    }
+    if (!n) return;
+    h->mean_acc /= n;
+    h->mean_sparsity /= n;
+    h->best_acc = s->pop->sol[best].acc;
+    h->best_sparsity = prune_sparsity_overall(&s->pl, s->pop->sol[best].sparsity);
+    h->images = s->pop->images;
+}
+
+// Overall sparsity the schedule asks for after iteration it (0-based).
+static double schedule_target(const prune_search *s, int it) {
+    const prune_cfg *c = &s->cfg;
+    if (c->method == PM_ONESHOT || it >= c->rounds) return c->target;
+    if (c->method == PM_EVOLVE) return evolve_floor(&c->ev, it + 1);
+    return gmp_sparsity_at(0.0, c->target, (double)(it + 1) / c->rounds, c->ramp_begin,
+                           c->ramp_end);
+}
+
+// Runs iteration it (0-based): every active solution's round, then evolve's
+// selection; appends the history row.
+static int iteration_run(prune_search *s, int it, sc_err *err) {
+    prune_pop *p = s->pop;
+    int search = in_search(s, it), active[p->n];
+    rng r;
+    rng_seed(&r, s->cfg.seed, 0x5E1EC7000ull + (uint64_t)it);
+    for (int i = 0; i < p->n; i++) active[i] = search || i == p->best;
+    progress pg;
+    char label[64];
+    snprintf(label, sizeof label, "iteration %d/%d", it + 1, prune_search_total(s));
+    progress_start(&pg, stderr, label, (long)(search ? p->n : 1) * s->cfg.batches, s->cfg.quiet);
+    for (int i = 0; i < p->n; i++)
+        if (active[i]) SC_TRY(round_run(s, i, it, &r, &pg, err));
+    prune_hist h = {.iter = it + 1, .phase = it < s->cfg.rounds ? 1 : 2,
+                    .target = schedule_target(s, it)};
+    hist_fill(s, active, &h);
+    if (search) SC_TRY(evolve_select(p, &s->cfg.ev, it + 1, s->cut, &r, &h, err));
+    if (search && it + 1 == s->cfg.rounds) {
+        double tol = (double)(s->pl.n + 1) / (double)s->pl.total;
+        p->best = evolve_best(p, &s->pl, s->cfg.target - tol);
+    }
+    p->iter = it + 1;
+    double now = progress_clock();
+    p->seconds += now - s->t_run;
+    s->t_run = now;
+    h.seconds = p->seconds;
+    char text[200];
+    snprintf(text, sizeof text, "val best %.2f%% mean %.2f%%, sparsity %.4f (target %.4f)",
+             h.best_acc, h.mean_acc, h.best_sparsity, h.target);
+    if (search && p->n > 1)
+        snprintf(text + strlen(text), sizeof text - strlen(text),
+                 ", admitted %d, rewound %d, mutated %d, crossed %d, replaced %d", h.admitted,
+                 h.rewound, h.mutated, h.crossed, h.replaced);
+    progress_finish(&pg, text);
+    return prune_pop_add_hist(p, &h, err);
+}
+
+// --- the start ------------------------------------------------------------------
+
+// Per-layer sensitivity of the trained start model: the validation accuracy
+// drop when that layer alone is cut to the target by magnitude, per unit of
+// the fraction of its remaining weights removed.
+static int sens_scan(prune_search *s, double acc0, sc_err *err) {
+    int L = s->pl.n;
+    double target[L];
+    prune_crit mag = {1.0f, 0.0f};
+    for (int l = 0; l < L; l++) {
+        prune_sol_load(s->pop, 0, s->nt, NULL);
+        const double *cur = s->pop->sol[0].sparsity;
+        double cut = cur[l] < 1.0 ? (s->cfg.target - cur[l]) / (1.0 - cur[l]) : 0.0;
+        if (cut <= 0.0) continue;
+        memcpy(target, cur, (size_t)L * sizeof *target);
+        target[l] = s->cfg.target;
+        SC_TRY(prune_mask_raise(s->nt, &s->pl, target, NULL, mag, NULL, err));
+        SC_TRY(exec_write_net(s->ex, err));
+        double acc;
+        SC_TRY(val_accuracy(s, s->cfg.scan_images, &acc, err));
+        s->pop->sens[l] = (acc0 - acc) / cut;
+    }
+    return sol_upload(s, 0, err);
+}
+
+// Fills the solutions from the start model (or random weights) and evaluates them.
+static int begin_solutions(prune_search *s, sc_err *err) {
+    prune_pop *p = s->pop;
+    for (int i = 0; i < p->n; i++) {
+        if (s->cfg.from_scratch) {
+            rng g;
+            rng_seed(&g, s->cfg.seed, 0xA11CE00ull + (uint64_t)i);
+            net_init_weights(s->nt, &g);
+        }
+        prune_sol_store(p, i, s->nt, NULL);  // momentum starts at zero
+        prune_sparsity_read(s->nt, &s->pl, p->sol[i].sparsity);
+        memcpy(p->sol[i].genome, p->sol[i].sparsity, (size_t)p->L * sizeof(double));
+        if (s->cfg.from_scratch || i == 0) {
+            SC_TRY(sol_upload(s, i, err));
+            SC_TRY(val_accuracy(s, 0, &p->sol[i].acc, err));
+        } else {
+            p->sol[i].acc = p->sol[0].acc;
+        }
+        p->sol[i].acc_prev = p->sol[i].acc;
+    }
+    s->start_acc = p->sol[0].acc;
+    return 0;
+}
+
+// Oneshot: every layer straight to the target by magnitude, then evaluated.
+static int begin_oneshot(prune_search *s, sc_err *err) {
+    int L = s->pl.n;
+    double target[L];
+    gmp_targets_uniform(L, s->cfg.target, target);
+    prune_sol_load(s->pop, 0, s->nt, s->mom);
+    SC_TRY(prune_mask_raise(s->nt, &s->pl, target, NULL, (prune_crit){1.0f, 0.0f}, s->mom, err));
+    SC_TRY(exec_write_net(s->ex, err));
+    prune_sol *sol = &s->pop->sol[0];
+    SC_TRY(val_accuracy(s, 0, &sol->acc, err));
+    prune_sol_store(s->pop, 0, s->nt, s->mom);
+    prune_sparsity_read(s->nt, &s->pl, sol->sparsity);
+    return 0;
+}
+
+// Creates and evaluates the starting population; records iteration 0.
+int prune_search_begin(prune_search *s, sc_err *err) {
+    prune_pop_free(s->pop);
+    s->pop = prune_pop_create(s->cfg.population, s->pl.n, s->nt, err);
+    if (!s->pop) return -1;
+    SC_TRY(begin_solutions(s, err));
+    if (s->cfg.method == PM_EVOLVE) {
+        rng r;
+        rng_seed(&r, s->cfg.seed, 0x6E0E5ull);
+        evolve_init(s->pop, &s->cfg.ev, &r);
+        if (!s->cfg.from_scratch && s->cfg.scan_images > 0) SC_TRY(sens_scan(s, s->start_acc, err));
+    }
+    if (s->cfg.method == PM_ONESHOT) SC_TRY(begin_oneshot(s, err));
+    int active[s->pop->n];
+    for (int i = 0; i < s->pop->n; i++) active[i] = 1;
+    prune_hist h = {.iter = 0, .phase = 0, .target = s->cfg.method == PM_ONESHOT ? s->cfg.target : 0};
+    hist_fill(s, active, &h);
+    s->pop->seconds = progress_clock() - s->t_run;
+    s->t_run = progress_clock();
+    h.seconds = s->pop->seconds;
+    return prune_pop_add_hist(s->pop, &h, err);
+}
+
+// Loads a saved population in place of the current one.
+int prune_search_resume(prune_search *s, const char *state_path, char **config, sc_err *err) {
+    prune_pop *p = prune_state_load(state_path, s->nt, s->pl.n, config, err);
+    if (!p) return -1;
+    if (p->n != s->cfg.population) {
+        int n = p->n;
+        prune_pop_free(p);
+        free(*config);
+        *config = NULL;
+        return sc_fail(err, "state file %s holds %d solutions, the settings ask for %d",
+                       state_path, n, s->cfg.population);
+    }
+    prune_pop_free(s->pop);
+    s->pop = p;
+    s->start_acc = p->nhist > 0 ? p->hist[0].best_acc : -1.0;
+    s->t_run = progress_clock();
+    return 0;
+}
+
+// --- the run --------------------------------------------------------------------
+
+// Runs iterations until the end or a stop condition, saving after each.
+int prune_search_run(prune_search *s, const char *state_path, const char *config, sc_err *err) {
+    int total = prune_search_total(s);
+    s->finished = 0;
+    double t0 = progress_clock();
+    if (state_path && s->pop->iter == 0) SC_TRY(prune_state_save(state_path, s->pop, config, err));
+    while (s->pop->iter < total) {
+        SC_TRY(iteration_run(s, s->pop->iter, err));
+        if (state_path) SC_TRY(prune_state_save(state_path, s->pop, config, err));
+        if (s->cfg.stop_after > 0 && s->pop->iter >= s->cfg.stop_after) break;
+        if (s->cfg.time_limit > 0 && progress_clock() - t0 >= s->cfg.time_limit) break;
+    }
+    s->finished = s->pop->iter >= total;
+    return 0;
+}
+
+// Loads the winning solution into the net and the executor.
+int prune_search_result(prune_search *s, int *index, sc_err *err) {
+    int b = s->cfg.method == PM_EVOLVE ? s->pop->best : 0;
+    if (index) *index = b;
+    return sol_upload(s, b, err);
+}

@@ -1,0 +1,102 @@
+// The pruning run: rounds of training on one executor over a host population
+// (prune/pop.h), for the three methods of the `prune` tool:
+//   evolve   seed 001's Algorithm 1 (prune/evolve.h), `population` solutions
+//   gmp      gradual magnitude pruning, cubic schedule, uniform per layer
+//   oneshot  magnitude pruning to the target at once, then fine-tuning
+// Every round a solution trains `batches` batches from its own data stream,
+// its masks are raised to the round's per-layer targets (coefficient of eq. 2
+// from its weights and the mean |gradient| of the round's last steps) and it
+// is evaluated on the VALIDATION split. After every iteration the state is
+// saved atomically, so a killed run resumes from the last finished one and
+// ends exactly as an uninterrupted run would.
+#ifndef SC_PRUNE_SEARCH_H
+#define SC_PRUNE_SEARCH_H
+
+#include <stdint.h>
+
+#include "datasets/cifar.h"
+#include "datasets/loader.h"
+#include "prune/evolve.h"
+#include "prune/mask.h"
+#include "prune/pop.h"
+#include "runtime/error.h"
+#include "runtime/exec.h"
+#include "runtime/progress.h"
+#include "train/trainer.h"
+
+typedef enum { PM_EVOLVE = 0, PM_GMP = 1, PM_ONESHOT = 2 } prune_method;
+
+// The method names in enum order, '|'-separated (for the CLI).
+#define PRUNE_METHODS "evolve|gmp|oneshot"
+
+typedef struct {
+    prune_method method;
+    int population;       // solutions (1 for gmp and oneshot)
+    int rounds;           // evolve: search iterations; gmp/oneshot: training rounds
+    int finetune;         // evolve: rounds training the winner after the search
+    int batches;          // batches per round
+    double target;        // overall sparsity over the pruned layers, [0, 1)
+    prune_crit crit;      // coefficient (gmp and oneshot use magnitude: alpha 1, beta 0)
+    int grad_steps;       // last steps of a round whose |gradient| is averaged
+    double ramp_begin;    // fraction of the rounds before the sparsity starts rising
+    double ramp_end;      // fraction of the rounds at which it reaches the target
+    train_hparams hp;     // batch, lr, schedule, momentum, weight decay, smoothing
+    int augment;          // random crop and flip
+    uint64_t seed;
+    int from_scratch;     // 1: every solution starts from its own random weights
+    int scan_images;      // evolve from a trained model: validation images used by the
+                          // initial per-layer sensitivity scan (0: no scan)
+    int stop_after;       // stop once this many iterations are finished (0: run all)
+    double time_limit;    // stop after the iteration that passes this many seconds (0: none)
+    int quiet;            // 1: no progress display
+    evolve_cfg ev;        // evolve's settings (iterations and target are set from above)
+} prune_cfg;
+
+// Fills the defaults of a method (see docs/prune.md).
+void prune_cfg_default(prune_cfg *c, prune_method m);
+
+typedef struct {
+    prune_cfg cfg;
+    const dataset *ds;
+    net *nt;             // the executor's net (the caller's; holds the start model)
+    exec *ex;            // the caller's executor for nt
+    prune_layers pl;
+    prune_pop *pop;
+    loader *ld;          // (population) one data stream per solution
+    float *mom;          // (nparam) momentum of the loaded solution
+    float *gabs;         // (nparam) mean |gradient| of the round's last steps
+    float *grad;         // (nparam) one step's gradient
+    double *cut;         // (population * L) fraction of remaining weights cut per layer
+    double start_acc;    // validation accuracy of the start model (before any pruning)
+    int finished;        // 1 once every iteration is done
+    double t_run;        // wall clock when this process started running
+} prune_search;
+
+// Sets up a search for the start model in nt on executor ex; the population
+// is created by prune_search_begin or prune_search_resume.
+int prune_search_init(prune_search *s, const prune_cfg *cfg, const dataset *ds, net *nt,
+                      exec *ex, sc_err *err);
+// Frees what the search owns (not nt, ex or ds).
+void prune_search_free(prune_search *s);
+
+// Creates the population from the start model: random weights per solution
+// from scratch, else copies; evaluates it, sets up evolve's genomes and
+// sensitivities or oneshot's masks, records iteration 0.
+int prune_search_begin(prune_search *s, sc_err *err);
+// Replaces the population by the one saved in a state file; *config gets
+// the settings text stored with it (caller frees).
+int prune_search_resume(prune_search *s, const char *state_path, char **config, sc_err *err);
+
+// Runs the remaining iterations, saving the state after each to state_path
+// (NULL: never) with `config`; stops early on stop_after/time_limit (then
+// s->finished stays 0).
+int prune_search_run(prune_search *s, const char *state_path, const char *config, sc_err *err);
+
+// Total iterations of the run (search plus fine-tuning rounds).
+int prune_search_total(const prune_search *s);
+
+// Loads the result (the best solution at the target) into nt and the
+// executor; *index receives its index when not NULL.
+int prune_search_result(prune_search *s, int *index, sc_err *err);
+
+#endif
