@@ -14,7 +14,8 @@
 
 typedef enum { LAYOUT_CIFAR10, LAYOUT_CIFAR100 } cifar_layout;
 
-// Stream id of the validation split's generator (epochs use small stream ids).
+// Stream id of the validation split's generator, apart from the loader's epoch
+// streams (datasets/loader.c) and anything else drawn from the same seed.
 #define VAL_STREAM 0x76616c73706c6974ULL
 
 // --- small helpers ----------------------------------------------------------
@@ -300,6 +301,7 @@ static int dataset_resolve(const char *spec, const char *data_dir, dataset *ds,
     *strict = 0;
     snprintf(ds->path, sizeof ds->path, "%s", spec);
     path_base(ds->name, sizeof ds->name, spec);
+    if (!ds->name[0]) snprintf(ds->name, sizeof ds->name, "dataset");
     return folder_detect_layout(spec, layout, err);
 }
 
@@ -344,8 +346,8 @@ static int dataset_split_val(dataset *ds, int val_size, uint64_t seed, sc_err *e
         data_split *d = pick[i] ? v : t;
         int j = pick[i] ? nv++ : nt++;
         if (d == t && j == i) continue;
-        memcpy(d->images + (size_t)j * CIFAR_IMAGE_BYTES, t->images + (size_t)i * CIFAR_IMAGE_BYTES,
-               CIFAR_IMAGE_BYTES);
+        memcpy(d->images + (size_t)j * CIFAR_IMAGE_BYTES,
+               t->images + (size_t)i * CIFAR_IMAGE_BYTES, CIFAR_IMAGE_BYTES);
         d->labels[j] = t->labels[i];
         if (t->coarse) d->coarse[j] = t->coarse[i];
     }
