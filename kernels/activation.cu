@@ -52,6 +52,7 @@ static int ew_launch(const gpu_ctx *g, size_t n, const void *a, const void *b, v
 
 // --- ops --------------------------------------------------------------------
 
+// The per-element functions of the ops below (a, b: inputs; old: destination).
 struct op_relu {
     __device__ float operator()(float a, float, float) const { return a > 0.0f ? a : 0.0f; }
 };

@@ -3,16 +3,19 @@
 #include "kernels/augment_gpu.h"
 #include "kernels/device_gpu.h"
 
-// Reflects v into [0, n) without repeating the edge (numpy "reflect").
+// Reflects v into [0, n) without repeating the edge (numpy "reflect"),
+// periodically, so any offset maps inside the image.
 __device__ __forceinline__ int aug_reflect(int v, int n) {
-    if (v < 0) v = -v;
-    if (v >= n) v = 2 * n - 2 - v;
-    return v;
+    if (n == 1) return 0;
+    const int period = 2 * (n - 1);
+    v %= period;
+    if (v < 0) v += period;
+    return v < n ? v : period - v;
 }
 
 // Channel statistics as kernel arguments.
 struct aug_norm {
-    float mean[3], inv_std[3];
+    float mean[3], std[3];
 };
 
 // out (N, H, W, cpad) from img (N, 3, H, W).
@@ -29,8 +32,8 @@ __global__ void augment_kernel(int n, int h, int w, int cpad, const uint8_t *img
         const uint8_t *src = img + (size_t)i * 3 * h * w + (size_t)sy * w + sx;
         T *dst = out + pix * cpad;
         for (int ch = 0; ch < 3; ch++) {
-            const float v = (float)src[(size_t)ch * h * w] * (1.0f / 255.0f);
-            dst[ch] = sc_fromf<T>((v - nm.mean[ch]) * nm.inv_std[ch]);
+            const float v = (float)src[(size_t)ch * h * w] / 255.0f;  // as the CPU rounds it
+            dst[ch] = sc_fromf<T>((v - nm.mean[ch]) / nm.std[ch]);
         }
         for (int ch = 3; ch < cpad; ch++) dst[ch] = sc_fromf<T>(0.0f);
     }
@@ -47,7 +50,7 @@ extern "C" int augment_normalize_gpu(const gpu_ctx *g, gpu_dtype dt, int n, int 
     for (int c = 0; c < 3; c++) {
         if (!(std[c] > 0.0f)) return sc_fail(err, "augment: std[%d] is %g", c, std[c]);
         nm.mean[c] = mean[c];
-        nm.inv_std[c] = 1.0f / std[c];
+        nm.std[c] = std[c];
     }
     const size_t total = (size_t)n * h * w;
     SC_DISPATCH(dt, augment_kernel<T><<<sc_blocks(total, 256), 256, 0, g->stream>>>(

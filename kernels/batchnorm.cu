@@ -1,6 +1,6 @@
-// GPU batch norm plans on cuDNN: fp16 NHWC through the persistent "Ex"
-// kernels (optionally fused with ReLU or add + ReLU), fp32 through the plain
-// spatial kernels.
+// GPU batch norm plans on cuDNN: NHWC through the persistent "Ex" kernels
+// (in fp16 optionally fused with ReLU or add + ReLU), falling back to the
+// plain spatial kernels where cuDNN refuses the persistent ones.
 #include <stdlib.h>
 
 #include "kernels/batchnorm_gpu.h"
@@ -9,7 +9,7 @@ struct bn_gpu {
     gpu_dtype dt;
     int n, c, h, w;
     bn_fuse fuse;
-    int ex;                        // 1: the Ex API (fp16), 0: the plain API (fp32)
+    int ex;                        // 1: the Ex API (persistent), 0: the plain API
     cudnnBatchNormMode_t mode;
     cudnnBatchNormOps_t ops;
     cudnnTensorDescriptor_t xd;    // (N, C, H, W) NHWC; also y, z, dy, dx, dz
@@ -34,13 +34,12 @@ static int bn_sizes(const gpu_ctx *g, bn_gpu *b, sc_err *err) {
     return 0;
 }
 
-// Creates descriptors and queries sizes.
+// Creates descriptors and queries sizes: the persistent NHWC "Ex" kernels
+// when cuDNN takes the combination, else (plain BN only) the spatial ones.
 static int bn_plan_init(const gpu_ctx *g, bn_gpu *b, sc_err *err) {
     const cudnnDataType_t t = b->dt == GDT_F16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
-    b->ex = b->dt == GDT_F16;
-    if (!b->ex && b->fuse != BN_FUSE_NONE)
+    if (b->dt != GDT_F16 && b->fuse != BN_FUSE_NONE)
         return sc_fail(err, "bn plan: fused BN needs fp16 (got fp32, fusion %d)", (int)b->fuse);
-    b->mode = b->ex ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT : CUDNN_BATCHNORM_SPATIAL;
     b->ops = b->fuse == BN_FUSE_RELU       ? CUDNN_BATCHNORM_OPS_BN_ACTIVATION
              : b->fuse == BN_FUSE_ADD_RELU ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION
                                            : CUDNN_BATCHNORM_OPS_BN;
@@ -48,10 +47,18 @@ static int bn_plan_init(const gpu_ctx *g, bn_gpu *b, sc_err *err) {
     cudnnCheck(err, cudnnCreateTensorDescriptor(&b->pd));
     cudnnCheck(err, cudnnCreateActivationDescriptor(&b->act));
     cudnnCheck(err, cudnnSetTensor4dDescriptor(b->xd, CUDNN_TENSOR_NHWC, t, b->n, b->c, b->h, b->w));
-    cudnnCheck(err, cudnnDeriveBNTensorDescriptor(b->pd, b->xd, b->mode));
     cudnnCheck(err, cudnnSetActivationDescriptor(b->act, CUDNN_ACTIVATION_RELU,
                                                  CUDNN_NOT_PROPAGATE_NAN, 0.0));
-    return b->ex ? bn_sizes(g, b, err) : 0;
+    b->ex = 1;
+    b->mode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
+    cudnnCheck(err, cudnnDeriveBNTensorDescriptor(b->pd, b->xd, b->mode));
+    if (bn_sizes(g, b, err) == 0) return 0;
+    if (b->fuse != BN_FUSE_NONE) return -1;
+    b->ex = 0;
+    b->mode = CUDNN_BATCHNORM_SPATIAL;
+    b->ws_fwd = b->ws_bwd = b->reserve = 0;
+    cudnnCheck(err, cudnnDeriveBNTensorDescriptor(b->pd, b->xd, b->mode));
+    return 0;
 }
 
 // Plans a BN over x (N, H, W, C).

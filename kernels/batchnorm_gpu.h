@@ -7,7 +7,8 @@
 // fp16 plans use cuDNN's NHWC persistent kernels and can fuse what follows
 // the BN in the net: BN_FUSE_RELU y = relu(bn(x)), BN_FUSE_ADD_RELU
 // y = relu(bn(x) + z); their backward gives dx and (ADD_RELU) dz from the
-// output y and its gradient dy. fp32 plans are plain BN.
+// output y and its gradient dy. fp32 plans are plain BN (persistent NHWC
+// kernels where cuDNN takes them, else the spatial ones).
 #ifndef SC_KERNELS_BATCHNORM_GPU_H
 #define SC_KERNELS_BATCHNORM_GPU_H
 

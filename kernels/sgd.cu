@@ -53,6 +53,7 @@ static int seg_map_build(const param_seg *segs, int nseg, int which, seg_map *m,
     cudaCheck(err, cudaMalloc(&m->blocks, v.size() * sizeof(seg_block)));
     cudaCheck(err, cudaMemcpy(m->blocks, v.data(), v.size() * sizeof(seg_block),
                               cudaMemcpyHostToDevice));
+    cudaCheck(err, cudaDeviceSynchronize());  // a pageable copy may still be in flight
     return 0;
 }
 

@@ -2,8 +2,10 @@
 // benchmarks and tests that hold the backend's state directly
 // (exec_gpu_backend()->create(...)). Everything else goes through exec.h.
 //
-// Environment: SC_GPU_GRAPH=0 turns off the capture of training steps into
-// CUDA graphs (every step then runs as separate launches).
+// Environment (for experiments): SC_GPU_GRAPH=0 turns off the capture of
+// training steps into CUDA graphs (every step then runs as separate
+// launches); SC_GPU_STEM_PAD=N pads the 3 input channels to N (3..16,
+// default 8) in fp16.
 #ifndef SC_EXEC_GPU_H
 #define SC_EXEC_GPU_H
 
