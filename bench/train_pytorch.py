@@ -2,7 +2,7 @@
 """PyTorch reference for `train`: the same architectures (resnet18 CIFAR variant with
 1x1-conv shortcuts, vgg16 with batch norm and one linear head), the same recipe
 (batch 512, SGD Nesterov 0.9, weight decay 5e-4 on all parameters, one-cycle with 25%
-linear warm-up from lr/25 and linear decay to lr/25e4, label smoothing 0.1, random crop
+warm-up from lr/25 and decay to lr/25e4 (cosine, or linear), label smoothing 0.1, random crop
 from a 4-pixel reflect-padded image + horizontal flip) and the same split (5,000 seeded
 validation images held out of the 50,000 training images), with PyTorch's usual fast
 settings: cudnn.benchmark, channels_last, autocast (bf16 or fp16), data resident on the
@@ -92,22 +92,24 @@ def main():
     ap.add_argument('--batch', type=int, default=512); ap.add_argument('--lr', type=float, default=None)
     ap.add_argument('--data', default='data/cifar-100-binary'); ap.add_argument('--seed', type=int, default=1)
     ap.add_argument('--dtype', default='bf16', choices=['bf16', 'fp16'])
+    ap.add_argument('--val', type=int, default=5000, help='validation images held out (0: train on all)')
+    ap.add_argument('--anneal', default='cos', choices=['cos', 'linear'])
     a = ap.parse_args()
     torch.manual_seed(a.seed); torch.backends.cudnn.benchmark = True
     dev = 'cuda'; dtype = torch.bfloat16 if a.dtype == 'bf16' else torch.float16
     xtr, ytr = read_cifar100(f'{a.data}/train.bin'); xte, yte = read_cifar100(f'{a.data}/test.bin')
     perm = np.random.default_rng(a.seed).permutation(len(xtr))
-    val, tr = perm[:5000], np.sort(perm[5000:])
+    val, tr = perm[:a.val], np.sort(perm[a.val:])
     xv, yv = torch.tensor(xtr[val], device=dev), torch.tensor(ytr[val], device=dev)
     xt, yt = torch.tensor(xtr[tr], device=dev), torch.tensor(ytr[tr], device=dev)
     xe, ye = torch.tensor(xte, device=dev), torch.tensor(yte, device=dev)
     mean = (xt.float() / 255).mean((0, 2, 3)).view(1, 3, 1, 1); std = (xt.float() / 255).std((0, 2, 3)).view(1, 3, 1, 1)
     model = (ResNet18(100) if a.model == 'resnet18' else vgg16(100)).to(dev).to(memory_format=torch.channels_last)
-    lr = a.lr or (0.4 if a.model == 'resnet18' else 0.2)
+    lr = a.lr or 0.4
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, nesterov=True, weight_decay=5e-4)
     steps = a.epochs * (xt.shape[0] // a.batch)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, lr, total_steps=steps, pct_start=0.25,
-                                                anneal_strategy='linear', three_phase=False)
+                                                anneal_strategy=a.anneal, three_phase=False, cycle_momentum=False)
     lossf = nn.CrossEntropyLoss(label_smoothing=0.1); gen = torch.Generator(device=dev); gen.manual_seed(a.seed)
     epoch_times = []
     for ep in range(a.epochs):
@@ -120,7 +122,7 @@ def main():
                 loss = lossf(model(xb), yt[idx])
             opt.zero_grad(set_to_none=True); loss.backward(); opt.step(); sched.step()
         torch.cuda.synchronize(); epoch_times.append(time.perf_counter() - t0)
-        va = evaluate(model, xv, yv, mean, std, 1000, dtype)
+        va = evaluate(model, xv, yv, mean, std, 1000, dtype) if a.val else float('nan')
         print(f'epoch {ep + 1}/{a.epochs} loss {loss.item():.3f} val {va:.2f}% {epoch_times[-1]:.2f}s', flush=True)
     te = evaluate(model, xe, ye, mean, std, 1000, dtype)
     train_s = sum(epoch_times)

@@ -24,7 +24,8 @@
 typedef struct {
     cli_common c;
     const char *model, *lr, *sched, *precision, *data_dir, *runs, *output;
-    int epochs, batch, nesterov, augment, val_size, resume;
+    int epochs, batch, nesterov, augment, val_size, resume, cycle_momentum;
+    const char *anneal;
     double warmup, momentum, wd, smoothing;
     const char *dataset;  // positional, or the default
 } train_opts;
@@ -41,9 +42,13 @@ static int opts_parse(train_opts *o, int argc, char **argv) {
         {.name = "batch", .short_name = 'b', .type = OPT_INT, .dst = &o->batch, .def = "512",
          .min = 1, .max = 65536, .help = "images per step"},
         {.name = "lr", .type = OPT_STRING, .dst = &o->lr, .def = "auto", .metavar = "X",
-         .help = "peak learning rate (auto: 0.4 resnet, 0.2 vgg, 0.05 otherwise)"},
+         .help = "peak learning rate (auto: 0.4 for resnet and vgg, 0.05 otherwise)"},
         {.name = "sched", .type = OPT_CHOICE, .dst = &o->sched, .def = "onecycle",
          .choices = "onecycle|cosine|constant", .help = "learning-rate schedule"},
+        {.name = "anneal", .type = OPT_CHOICE, .dst = &o->anneal, .def = "cos",
+         .choices = "cos|linear", .help = "one-cycle: shape of the warm-up and the decay"},
+        {.name = "cycle-momentum", .type = OPT_FLAG, .dst = &o->cycle_momentum, .def = "0",
+         .help = "one-cycle: momentum cycles +-0.05 against the rate"},
         {.name = "warmup", .type = OPT_FLOAT, .dst = &o->warmup, .def = "0.25", .min = 0,
          .max = 1, .help = "fraction of the steps spent warming up"},
         {.name = "momentum", .type = OPT_FLOAT, .dst = &o->momentum, .def = "0.9", .min = 0,
@@ -122,7 +127,7 @@ static const char *dataset_default(const char *data_dir) {
 // Peak learning rate from --lr (auto picks by architecture); -1 when invalid.
 static float lr_resolve(const char *lr, const char *model) {
     if (!strcmp(lr, "auto"))
-        return strstr(model, "resnet") ? 0.4f : strstr(model, "vgg") ? 0.2f : 0.05f;
+        return strstr(model, "resnet") || strstr(model, "vgg") ? 0.4f : 0.05f;
     char *end;
     double v = strtod(lr, &end);
     return (end != lr && !*end && v > 0 && v < 100) ? (float)v : -1.0f;
@@ -175,6 +180,8 @@ static int hparams_set(train_run *r, sc_err *err) {
     h->weight_decay = (float)r->o.wd;
     h->smoothing = (float)r->o.smoothing;
     h->nesterov = r->o.nesterov;
+    h->anneal_linear = !strcmp(r->o.anneal, "linear");
+    h->cycle_momentum = r->o.cycle_momentum;
     return 0;
 }
 
@@ -255,9 +262,12 @@ static int epochs_run(train_run *r, json_writer *hist, double *secs, long *image
         *secs += t;
         *images += st.count;
         char text[160];
-        snprintf(text, sizeof text, "loss %.3f train %.1f%% val %.2f%% %.0f img/s%s",
-                 st.loss_sum / (double)(st.count ? st.count : 1), 100.0 * st.correct / (double)(st.count ? st.count : 1),
-                 val, (double)st.count / (t > 0 ? t : 1e-9), st.skipped ? " (fp16 steps skipped)" : "");
+        double n = (double)(st.count ? st.count : 1);
+        char vtxt[32] = "";
+        if (r->ds.val.n) snprintf(vtxt, sizeof vtxt, " val %.2f%%", val);
+        snprintf(text, sizeof text, "loss %.3f train %.1f%%%s %.0f img/s%s", st.loss_sum / n,
+                 100.0 * (double)st.correct / n, vtxt, (double)st.count / (t > 0 ? t : 1e-9),
+                 st.skipped ? " (fp16 steps skipped)" : "");
         progress_finish(&pg, text);
         epoch_json(hist, ep + 1, &st, val, t);
         r->meta.epoch = ep + 1;
@@ -279,8 +289,10 @@ static int finish(train_run *r, json_writer *hist, double secs, long images, sc_
              r->prec == PREC_FP16 ? "fp16" : "fp32", r->meta.val_accuracy, test);
     SC_TRY(model_meta_add_history(&r->meta, line, err));
     SC_TRY(checkpoint_save(r, err));
-    printf("test accuracy %.2f%% (val %.2f%%), %.1f s training, %.0f img/s; model: %s\n", test,
-           r->meta.val_accuracy, secs, secs > 0 ? (double)images / secs : 0.0, r->out);
+    char val[48] = "no validation split";
+    if (r->ds.val.n) snprintf(val, sizeof val, "val %.2f%%", r->meta.val_accuracy);
+    printf("test accuracy %.2f%% (%s), %.1f s training, %.0f img/s; model: %s\n", test, val, secs,
+           secs > 0 ? (double)images / secs : 0.0, r->out);
     json_writer *j = hist;
     json_array_end(j);
     json_add_string(j, "tool", TOOL);

@@ -6,19 +6,39 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+// Interpolates from a to b at fraction t in [0, 1], cosine or linear.
+static double anneal(double a, double b, double t, int linear) {
+    t = fmin(1.0, fmax(0.0, t));
+    return linear ? a + (b - a) * t : b + (a - b) * 0.5 * (1.0 + cos(M_PI * t));
+}
+
+// Fraction of the current one-cycle phase and whether it is the warm-up.
+static double phase_at(const train_hparams *h, long step, long total, int *warm) {
+    double t = (double)step / (double)total, w = h->warmup;
+    *warm = t < w;
+    return *warm ? t / w : (t - w) / fmax(1e-12, 1.0 - w);
+}
+
 // Learning rate at `step` of `total` steps under the configured schedule.
 float train_lr_at(const train_hparams *h, long step, long total) {
     if (h->sched == SCHED_CONSTANT || total <= 0) return h->lr;
-    double t = (double)step / (double)total;
-    double w = h->warmup;
+    int warm;
+    double u = phase_at(h, step, total, &warm);
     if (h->sched == SCHED_ONECYCLE) {
         double lo = h->lr / 25.0, end = lo / 1e4;
-        if (t < w) return (float)(lo + (h->lr - lo) * t / w);
-        return (float)(h->lr + (end - h->lr) * fmin(1.0, (t - w) / fmax(1e-12, 1.0 - w)));
+        return (float)(warm ? anneal(lo, h->lr, u, h->anneal_linear)
+                            : anneal(h->lr, end, u, h->anneal_linear));
     }
-    if (t < w) return (float)(h->lr * t / w);
-    double u = fmin(1.0, (t - w) / fmax(1e-12, 1.0 - w));
-    return (float)(h->lr * 0.5 * (1.0 + cos(M_PI * u)));
+    return (float)(warm ? h->lr * u : anneal(h->lr, 0.0, u, 0));
+}
+
+// Momentum at `step`: cycled against the one-cycle rate, else constant.
+float train_momentum_at(const train_hparams *h, long step, long total) {
+    if (h->sched != SCHED_ONECYCLE || !h->cycle_momentum || total <= 0) return h->momentum;
+    int warm;
+    double u = phase_at(h, step, total, &warm);
+    double hi = fmin(0.999, h->momentum + 0.05), lo = h->momentum - 0.05;
+    return (float)(warm ? anneal(hi, lo, u, h->anneal_linear) : anneal(lo, hi, u, h->anneal_linear));
 }
 
 // Fills the progress text with the running loss and accuracy.
@@ -48,6 +68,7 @@ int train_epoch(exec *e, loader *ld, const train_hparams *h, long *step, long to
     SC_TRY(exec_stats_take(e, &part, err));  // start from clean statistics
     while (loader_next(ld, &b)) {
         hp.lr = train_lr_at(h, *step, total_steps);
+        hp.momentum = train_momentum_at(h, *step, total_steps);
         SC_TRY(exec_train_step(e, &b, &hp, err));
         (*step)++;
         done++;

@@ -21,13 +21,20 @@ typedef struct {
     sched_kind sched;     // learning-rate schedule
     float momentum, weight_decay, smoothing;
     int nesterov;
+    int anneal_linear;    // one-cycle: 1 = linear decay after warm-up, 0 = cosine (PyTorch's default)
+    int cycle_momentum;   // one-cycle: momentum from momentum+0.05 down to momentum-0.05
+                          // during warm-up and back while the rate decays (0 = constant)
 } train_hparams;
 
-// Learning rate at `step` of `total` steps. One-cycle: linear warm-up from
-// lr/25 to lr over warmup*total steps, then linear down to lr/1e4 (PyTorch's
-// OneCycleLR with anneal_strategy='linear'); cosine: linear warm-up from 0,
-// then cosine to 0; constant: lr.
+// Learning rate at `step` of `total` steps. One-cycle (PyTorch's OneCycleLR):
+// warm-up from lr/25 to lr over warmup*total steps, then down to lr/25e4,
+// both phases cosine, or linear with anneal_linear; cosine: linear warm-up
+// from 0, then cosine to 0; constant: lr.
 float train_lr_at(const train_hparams *h, long step, long total);
+
+// Momentum at `step` of `total` steps (cycled inversely to the one-cycle rate
+// when cycle_momentum is set, else constant).
+float train_momentum_at(const train_hparams *h, long step, long total);
 
 // Trains one epoch: for every batch of the loader (already started on the
 // epoch), sets the learning rate from the schedule at *step and steps the
