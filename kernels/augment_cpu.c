@@ -61,7 +61,7 @@ void augment_normalize_cpu(int n, int h, int w, const uint8_t *img, const int8_t
     float lut[3][256];
     augment_lut_fill(mean, std, lut);
     size_t plane = (size_t)3 * h * w;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)n * h * w > 32768)
     for (int i = 0; i < n; i++)
         augment_image(h, w, img + i * plane, dx ? dx[i] : 0, dy ? dy[i] : 0, flip ? flip[i] : 0,
                       (const float(*)[256])lut, out + i * plane);

@@ -281,8 +281,14 @@ static void cpu_layer_forward(cpu_exec *e, int i, int n, int train) {
                                         cpu_buf(e, L->var), L->eps, y);
         break;
     case LK_RELU: relu_forward_cpu(ny, x, y); break;
-    case LK_MAXPOOL: cpu_pool_dims(L, n, &pd), maxpool_forward_cpu(&pd, x, y); break;
-    case LK_AVGPOOL: cpu_pool_dims(L, n, &pd), avgpool_forward_cpu(&pd, x, y); break;
+    case LK_MAXPOOL:
+        cpu_pool_dims(L, n, &pd);
+        maxpool_forward_cpu(&pd, x, y);
+        break;
+    case LK_AVGPOOL:
+        cpu_pool_dims(L, n, &pd);
+        avgpool_forward_cpu(&pd, x, y);
+        break;
     case LK_GAP: gap_forward_cpu(n, L->c, L->in_h * L->in_w, x, y); break;
     case LK_ADD: add_forward_cpu(ny, x, cpu_src(e, L->src2), y); break;
     case LK_LINEAR:
@@ -369,10 +375,12 @@ static void cpu_layer_backward(cpu_exec *e, int j, int n) {
         if (dx) relu_backward_cpu(nx, e->act[j], dy, dx);
         break;
     case LK_MAXPOOL:
-        if (dx) cpu_pool_dims(L, n, &pd), maxpool_backward_cpu(&pd, x, dy, dx);
+        cpu_pool_dims(L, n, &pd);
+        if (dx) maxpool_backward_cpu(&pd, x, dy, dx);
         break;
     case LK_AVGPOOL:
-        if (dx) cpu_pool_dims(L, n, &pd), avgpool_backward_cpu(&pd, dy, dx);
+        cpu_pool_dims(L, n, &pd);
+        if (dx) avgpool_backward_cpu(&pd, dy, dx);
         break;
     case LK_GAP:
         if (dx) gap_backward_cpu(n, L->c, L->in_h * L->in_w, dy, dx);

@@ -5,6 +5,11 @@
 set -u
 cd "$(dirname "$0")/.."
 pass=0; fail=0; skip=0; broken=0
+# OpenBLAS 0.3.21 does not know recent CPUs and falls back to SSE3 kernels;
+# its AVX2 kernels are 1.5x faster for the CPU tests where the CPU has AVX2.
+if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx2 /proc/cpuinfo 2>/dev/null; then
+    export OPENBLAS_CORETYPE=Haswell
+fi
 run_one() {  # run_one NAME CMD...
     local name=$1; shift
     local out rc line

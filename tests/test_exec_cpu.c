@@ -5,13 +5,15 @@
 // exactly zero, bitwise determinism across executors, eval statistics and
 // the host copies.
 //
-// Finite differences are taken in float through the executor (step 1e-3 on
-// O(0.1-1) parameters), and every parameter is checked with
-// |num - ana| <= 1e-2 * |ana| + 1e-4. Observed errors are <= 2e-5 (float
-// noise of the loss divided by 2h); a missing or doubled term in a backward
-// pass gives errors of the gradient's own size, 1e-3 to 1e-1. The nets and
-// seeds are chosen so no ReLU/max-pool kink lies within the step (a kink
-// crossed by the step makes the numeric value wrong, not the analytic one).
+// Finite differences are taken in float through the executor, and every
+// parameter is checked with |num - ana| <= 1e-2 * |ana| + 1e-4 * (1e-3 / h)
+// for step h = 1e-3 (observed errors <= 2e-5: float noise of the loss
+// divided by 2h). When the step crosses a ReLU/max-pool kink the numeric
+// value is wrong, not the analytic one (it converges to the analytic value
+// as h shrinks), so a failing element is retried with h = 3e-4 and 1e-4;
+// at most 10% of the elements may need a retry, and none may fail all three.
+// A missing or doubled term in a backward pass gives errors of the
+// gradient's own size (1e-3 to 1e-1) at every step.
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,9 +23,10 @@
 #include "runtime/rng.h"
 #include "tests/check.h"
 
-#define FD_H 1e-3f
 #define FD_RTOL 1e-2
-#define FD_ATOL 1e-4
+#define FD_ATOL 1e-4  // at h = 1e-3, scaled by 1e-3 / h
+
+static const float FD_STEPS[3] = {1e-3f, 3e-4f, 1e-4f};
 
 // --- helpers ----------------------------------------------------------------
 
@@ -92,6 +95,24 @@ static double exec_loss(exec *e, const exec_batch *b, int bn_train, float smooth
 
 // --- gradient checks --------------------------------------------------------
 
+// Central difference of the loss w.r.t. parameter i of the net with step h.
+static double fd_param(exec *e, net *nt, const exec_batch *b, int bn_train, float smoothing,
+                       size_t i, float h) {
+    const float keep = nt->param[i];
+    nt->param[i] = keep + h;
+    const double lp = exec_loss(e, b, bn_train, smoothing);
+    nt->param[i] = keep - h;
+    const double lm = exec_loss(e, b, bn_train, smoothing);
+    nt->param[i] = keep;
+    return (lp - lm) / (2.0 * (double)h);
+}
+
+// Error of num against ana in units of the tolerance for step h (> 1: fails).
+static double fd_excess(double num, double ana, float h) {
+    double x = fabs(num - ana) / (FD_RTOL * fabs(ana) + FD_ATOL * (1e-3 / h));
+    return isnan(x) ? INFINITY : x;  // NaN: a failed loss evaluation
+}
+
 // Compares exec_read_grad with central differences of the loss for every
 // trainable parameter of the net; returns the number of elements checked.
 static int grad_check(tctx *t, const char *desc, int bn_train, uint64_t seed) {
@@ -111,24 +132,22 @@ static int grad_check(tctx *t, const char *desc, int bn_train, uint64_t seed) {
     CHECK(t, exec_train_step(e, &tb.b, &h, &err) == 0, "%s", err.msg);
     exec_read_grad(e, grad, &err);
     exec_stats_take(e, &st, &err);
-    double worst = 0.0;
-    size_t wi = 0, bad = 0;
-    double wnum = 0.0;
+    double worst = 0.0, wnum = 0.0;
+    size_t wi = 0, bad = 0, retried = 0;
     for (size_t i = 0; i < nt->nparam; i++) {
-        const float keep = nt->param[i];
-        nt->param[i] = keep + FD_H;
-        const double lp = exec_loss(e, &tb.b, bn_train, smoothing);
-        nt->param[i] = keep - FD_H;
-        const double lm = exec_loss(e, &tb.b, bn_train, smoothing);
-        nt->param[i] = keep;
-        const double num = (lp - lm) / (2.0 * FD_H), ana = grad[i];
-        double excess = fabs(num - ana) / (FD_RTOL * fabs(ana) + FD_ATOL);
-        if (isnan(excess)) excess = INFINITY;  // a failed loss evaluation
-        if (excess > 1.0) bad++;
-        if (excess > worst) worst = excess, wi = i, wnum = num;
+        int s = 0;
+        double num = fd_param(e, nt, &tb.b, bn_train, smoothing, i, FD_STEPS[0]);
+        const double first = num, excess = fd_excess(num, grad[i], FD_STEPS[0]);
+        while (fd_excess(num, grad[i], FD_STEPS[s]) > 1.0 && ++s < 3)
+            num = fd_param(e, nt, &tb.b, bn_train, smoothing, i, FD_STEPS[s]);
+        bad += s == 3;
+        retried += s > 0 && s < 3;
+        if (s == 3 && excess > worst) worst = excess, wi = i, wnum = first;
     }
-    CHECK(t, bad == 0, "%zu of %zu gradients off; worst param %zu: analytic %.6g numeric %.6g",
-          bad, nt->nparam, wi, (double)grad[wi], wnum);
+    CHECK(t, bad == 0, "%zu of %zu gradients off at every step; worst param %zu: analytic %.6g "
+          "numeric %.6g (h = 1e-3)", bad, nt->nparam, wi, (double)grad[wi], wnum);
+    CHECK(t, retried * 10 <= nt->nparam, "%zu of %zu gradients needed a smaller step", retried,
+          nt->nparam);
     int n = (int)nt->nparam;
     free(grad);
     tbatch_free(&tb);
@@ -137,8 +156,9 @@ static int grad_check(tctx *t, const char *desc, int bn_train, uint64_t seed) {
     return n;
 }
 
-// A residual net without BN: every layer kind but BN, an output read by two
-// layers (gradient accumulation), a branch from the input, stride and padding.
+// A residual net without BN: every layer kind but BN, an output read by three
+// layers (r1: gradients accumulated by a conv and by an add), an add of a
+// layer with itself, a branch from the input, stride and padding.
 static const char *DESC_PLAIN =
     "conv 4 3 pad=1 name=c1\n"
     "relu name=r1\n"
@@ -146,6 +166,9 @@ static const char *DESC_PLAIN =
     "add r1 name=a1\n"
     "conv 4 1 bias=0 from=input name=skip\n"
     "add a1 name=a2\n"
+    "conv 4 1 from=r1 name=late\n"
+    "add a2 name=a3\n"
+    "add a3 from=a3\n"
     "relu\n"
     "maxpool 2\n"                     // 8 -> 4
     "conv 6 3 stride=2 pad=1 bias=0\n"  // 4 -> 2

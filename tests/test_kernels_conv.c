@@ -7,6 +7,7 @@
 // kernels vs double references on O(1) data; float rounding is ~1e-6 here,
 // a wrong index or a missing term is >= 1e-1). Finite differences use step
 // 1e-3 in double; L is linear in each argument so they are exact to ~1e-12.
+#include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -298,13 +299,16 @@ static void test_conv_grouped(tctx *t) {
     conv_case_free(&cc);
 }
 
-// Two runs on the same inputs give bitwise-equal outputs and gradients.
+// Runs on the same inputs give bitwise-equal outputs and gradients, with the
+// default thread count and with one thread.
 static void test_conv_deterministic(tctx *t) {
     const conv_shape sh = {5, 16, 32, 32, 16, 3, 3, 1, 1, 1};
     conv_case cc;
     conv_case_init(&cc, &sh, 500);
-    float *out[2][3];
-    for (int run = 0; run < 2; run++) {
+    float *out[3][3];
+    const int threads = omp_get_max_threads();
+    for (int run = 0; run < 3; run++) {
+        omp_set_num_threads(run == 2 ? 1 : threads);
         out[run][0] = malloc(cc.ny * sizeof(float));
         out[run][1] = malloc(cc.nx * sizeof(float));
         out[run][2] = malloc(cc.nw * sizeof(float));
@@ -312,10 +316,13 @@ static void test_conv_deterministic(tctx *t) {
         conv2d_backward_data_cpu(&cc.d, cc.r, cc.w, out[run][1], cc.work);
         conv2d_backward_filter_cpu(&cc.d, cc.x, cc.r, out[run][2], NULL, cc.work);
     }
-    CHECK(t, memcmp(out[0][0], out[1][0], cc.ny * sizeof(float)) == 0, "forward differs");
-    CHECK(t, memcmp(out[0][1], out[1][1], cc.nx * sizeof(float)) == 0, "dx differs");
-    CHECK(t, memcmp(out[0][2], out[1][2], cc.nw * sizeof(float)) == 0, "dw differs");
-    for (int run = 0; run < 2; run++)
+    omp_set_num_threads(threads);
+    for (int run = 1; run < 3; run++) {
+        CHECK(t, memcmp(out[0][0], out[run][0], cc.ny * sizeof(float)) == 0, "forward differs");
+        CHECK(t, memcmp(out[0][1], out[run][1], cc.nx * sizeof(float)) == 0, "dx differs");
+        CHECK(t, memcmp(out[0][2], out[run][2], cc.nw * sizeof(float)) == 0, "dw differs");
+    }
+    for (int run = 0; run < 3; run++)
         for (int j = 0; j < 3; j++) free(out[run][j]);
     conv_case_free(&cc);
 }
