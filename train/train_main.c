@@ -156,7 +156,7 @@ static int device_pick(train_run *r, sc_err *err) {
         return sc_fail(err, "--precision fp16 needs the GPU (running on the CPU)");
     r->prec = !strcmp(r->o.precision, "fp32") ? PREC_FP32
               : !strcmp(r->o.precision, "fp16") || gpu ? PREC_FP16 : PREC_FP32;
-    if (!strcmp(d, "auto") && !gpu) log_line(stderr, r->o.c.quiet, "train: no GPU (%s); using the CPU", why.msg);
+    if (!strcmp(d, "auto") && !gpu) log_line(stderr, r->o.c.quiet, "train: %s; using the CPU", why.msg);
     return 0;
 }
 
