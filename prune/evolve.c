@@ -16,7 +16,8 @@ void evolve_cfg_default(evolve_cfg *c, int iterations, double target) {
     *c = (evolve_cfg){.iterations = iterations, .target = target, .threshold = 1.0,
                       .ramp_begin = 0.0, .ramp_end = 0.75, .layer_frac = 0.5, .init_max = -1.0,
                       .s_max = 0.995, .mutate_sigma = 0.2, .sens_rate = 0.3,
-                      .cluster_every = 5, .clusters = 0, .keep = 2, .patience = 3};
+                      .cluster_every = 5, .clusters = 0, .keep = 2, .patience = 3,
+                      .chance = 0.0};
 }
 
 // Cubic floor of the overall sparsity after iteration iter.
@@ -67,39 +68,74 @@ static void pick_layers(const double *w, int L, int k, rng *r, int *chosen) {
     }
 }
 
-// Spreads `need` weights over the chosen layers in proportion to a[l], no
-// layer beyond cap[l]; returns what could not be placed. give (L) accumulates.
-static double water_fill(const double *a, const double *cap, const int *chosen, int L,
-                         double need, double *give) {
-    int full[512], *sat = L <= 512 ? full : calloc((size_t)L, sizeof *sat);
-    if (!sat) return need;
-    for (int l = 0; l < L; l++) sat[l] = !chosen[l] || cap[l] - give[l] <= 0.0 || a[l] <= 0.0;
-    for (int round = 0; round <= L && need > 1e-9; round++) {
-        double asum = 0.0;
-        for (int l = 0; l < L; l++) asum += sat[l] ? 0.0 : a[l];
-        if (asum <= 0.0) break;
-        int clipped = 0;
-        for (int l = 0; l < L; l++) {  // first saturate every layer that overflows
-            if (sat[l] || need * a[l] / asum < cap[l] - give[l]) continue;
-            need -= cap[l] - give[l];
-            give[l] = cap[l];
-            sat[l] = clipped = 1;
-        }
-        if (clipped) continue;
-        for (int l = 0; l < L; l++)
-            if (!sat[l]) give[l] += need * a[l] / asum;
-        need = 0.0;
+// x in [lo, hi] with x e^x = mu (mu >= 0), by bisection: the log-density cut
+// of one layer at multiplier mu.
+static double solve_xex(double mu, double lo, double hi) {
+    if (lo * exp(lo) >= mu) return lo;
+    if (hi * exp(hi) <= mu) return hi;
+    for (int it = 0; it < 80; it++) {
+        double mid = 0.5 * (lo + hi);
+        if (mid * exp(mid) < mu) lo = mid;
+        else hi = mid;
     }
-    if (sat != full) free(sat);
-    return need;
+    return 0.5 * (lo + hi);
+}
+
+// Weights kept overall when every layer sits at x_l(lam) = the solution of
+// 2 sens_l x e^x = lam n_l within [xlo_l, xhi]; x (L) receives the cuts.
+static double kept_at(double lam, const double *sens, const prune_layers *pl, const double *xlo,
+                      double xhi, double *x) {
+    double kept = 0.0;
+    for (int l = 0; l < pl->n; l++) {
+        x[l] = solve_xex(lam * (double)pl->count[l] / (2.0 * sens[l]), xlo[l], xhi);
+        kept += (double)pl->count[l] * exp(-x[l]);
+    }
+    return kept;
+}
+
+// Per-layer sparsities minimising sum_l sens_l * ln(1/d_l)^2 (d_l: density)
+// with the overall sparsity at `floor`, no layer below lo[l] or above s_max.
+void evolve_allocate(const double *sens, const prune_layers *pl, const double *lo, double floor,
+                     double s_max, double *target) {
+    int L = pl->n;
+    double *xlo = calloc((size_t)L * 2, sizeof *xlo), *x = xlo + L;
+    double xhi = -log(1.0 - s_max), want = (1.0 - floor) * (double)pl->total;
+    if (!xlo) {
+        for (int l = 0; l < L; l++) target[l] = fmax(lo[l], floor);
+        return;
+    }
+    for (int l = 0; l < L; l++) xlo[l] = fmin(xhi, -log(fmax(1e-12, 1.0 - lo[l])));
+    double a = -60.0, b = 60.0;  // log(lam)
+    if (kept_at(0.0, sens, pl, xlo, xhi, x) <= want) {
+        a = b = -INFINITY;  // already sparse enough
+    } else if (kept_at(exp(b), sens, pl, xlo, xhi, x) > want) {
+        a = b;  // every layer at s_max
+    } else {
+        for (int it = 0; it < 100; it++) {
+            double mid = 0.5 * (a + b);
+            if (kept_at(exp(mid), sens, pl, xlo, xhi, x) > want) a = mid;
+            else b = mid;
+        }
+    }
+    kept_at(exp(b), sens, pl, xlo, xhi, x);
+    for (int l = 0; l < L; l++) target[l] = fmax(lo[l], 1.0 - exp(-x[l]));
+    free(xlo);
+}
+
+// Effective sensitivities of a plan: floored at 5% of their mean (so no layer
+// is free), halved in the layers chosen for pruning this round.
+static void sens_effective(const double *sens, int L, const int *chosen, double *out) {
+    double mean = 0.0;
+    for (int l = 0; l < L; l++) mean += fmax(0.0, sens[l]) / L;
+    double lo = 0.05 * mean + 1e-9;
+    for (int l = 0; l < L; l++) out[l] = fmax(lo, sens[l]) * (chosen[l] ? 0.5 : 1.0);
 }
 
 // Targets for the next raise of solution s (see the header).
 void evolve_plan(const prune_sol *s, const prune_layers *pl, const double *sens,
                  const evolve_cfg *c, double floor, rng *r, double *target) {
     int L = pl->n;
-    double *rho = malloc((size_t)L * 4 * sizeof *rho), *a = rho + L, *cap = a + L,
-           *give = cap + L;
+    double *rho = malloc((size_t)L * 3 * sizeof *rho), *w = rho + L, *lo = w + L;
     int *chosen = calloc((size_t)L, sizeof *chosen);
     double have = 0.0, extra = 0.0, want = floor * (double)pl->total;
     for (int l = 0; l < L; l++) {
@@ -112,29 +148,14 @@ void evolve_plan(const prune_sol *s, const prune_layers *pl, const double *sens,
         for (int l = 0; l < L; l++) target[l] = s->sparsity[l] + lam * (target[l] - s->sparsity[l]);
         extra *= lam;
     }
-    double need = want - have - extra;
-    if (!rho || !chosen || need <= 0.5) goto done;
+    if (!rho || !chosen || want - have - extra <= 0.5) goto done;
     evolve_robustness(sens, L, rho);
-    for (int l = 0; l < L; l++) {
-        double room = fmax(0.0, c->s_max - target[l]);
-        a[l] = rho[l] * room;  // pick weights: robust layers with room
-        give[l] = 0.0;
-    }
+    for (int l = 0; l < L; l++) w[l] = rho[l] * fmax(0.0, c->s_max - target[l]);
     int k = (int)lround(c->layer_frac * L);
-    pick_layers(a, L, k < 1 ? 1 : k, r, chosen);
-    for (int l = 0; l < L; l++) {
-        a[l] = rho[l] * (1.0 - target[l]) * (double)pl->count[l];
-        cap[l] = fmax(0.0, c->s_max - target[l]) * (double)pl->count[l];
-    }
-    need = water_fill(a, cap, chosen, L, need, give);
-    for (int l = 0; l < L && need > 1e-9; l++) chosen[l] = 1;  // the subset was too small
-    if (need > 1e-9) need = water_fill(a, cap, chosen, L, need, give);
-    for (int l = 0; l < L && need > 1e-9; l++) {  // every layer at s_max: go beyond
-        double more = fmin(need, (1.0 - target[l]) * (double)pl->count[l] - give[l]);
-        give[l] += more;
-        need -= more;
-    }
-    for (int l = 0; l < L; l++) target[l] = fmin(1.0, target[l] + give[l] / pl->count[l]);
+    pick_layers(w, L, k < 1 ? 1 : k, r, chosen);
+    sens_effective(sens, L, chosen, w);
+    memcpy(lo, target, (size_t)L * sizeof *lo);
+    evolve_allocate(w, pl, lo, floor, fmax(c->s_max, floor), target);
 done:
     free(rho);
     free(chosen);
@@ -142,30 +163,41 @@ done:
 
 // --- sensitivities ----------------------------------------------------------
 
+// ln(1 / (1 - s))^2, the cost feature of sparsity s.
+double evolve_cost(double s) {
+    double x = -log(fmax(1e-12, 1.0 - s));
+    return x * x;
+}
+
+// Ridge weight pulling a layer's observed slope towards its current
+// estimate, in units of the cost feature's squared spread across solutions.
+#define SENS_RIDGE 0.1
+
 // Per layer, the least-squares slope of the drop left after the other
-// layers' current estimates (one backfitting sweep), folded into the EMA.
-void evolve_sens_update(double *sens, int L, int n, const double *cut, const double *drop,
+// layers' current estimates (one backfitting sweep), shrunk towards the
+// current estimate, clipped at 0 and folded into the EMA.
+void evolve_sens_update(double *sens, int L, int n, const double *cost, const double *drop,
                         double rate) {
-    if (n < 3) return;
+    if (n < 4) return;
     double *y = malloc((size_t)n * sizeof *y), *obs = malloc((size_t)L * sizeof *obs);
     for (int l = 0; l < L && y && obs; l++) {
         double cm = 0.0, ym = 0.0, sxy = 0.0, sxx = 0.0;
         for (int i = 0; i < n; i++) {
             y[i] = drop[i];
             for (int m = 0; m < L; m++)
-                if (m != l) y[i] -= sens[m] * cut[i * L + m];
-            cm += cut[i * L + l] / n;
+                if (m != l) y[i] -= sens[m] * cost[i * L + m];
+            cm += cost[i * L + l] / n;
             ym += y[i] / n;
         }
         for (int i = 0; i < n; i++) {
-            double dx = cut[i * L + l] - cm;
+            double dx = cost[i * L + l] - cm;
             sxy += dx * (y[i] - ym);
             sxx += dx * dx;
         }
-        obs[l] = sxx < 1e-10 ? NAN : sxy / sxx;  // no contrast: nothing learned
+        // Ridge towards the current estimate: little contrast, little change.
+        obs[l] = fmax(0.0, (sxy + SENS_RIDGE * sens[l]) / (sxx + SENS_RIDGE));
     }
-    for (int l = 0; l < L && y && obs; l++)
-        if (!isnan(obs[l])) sens[l] = (1.0 - rate) * sens[l] + rate * obs[l];
+    for (int l = 0; l < L && y && obs; l++) sens[l] = (1.0 - rate) * sens[l] + rate * obs[l];
     free(y);
     free(obs);
 }
@@ -289,10 +321,10 @@ static int most_accurate(const prune_pop *p) {
 }
 
 // Rewinds a rejected solution whose mask grew and gives it a new genome.
-static void reject(prune_pop *p, int i, const double *cut, const int *adm, rng *r,
+static void reject(prune_pop *p, int i, const double *cost, const int *adm, rng *r,
                    const evolve_cfg *c, prune_hist *h) {
     int grew = 0;
-    for (int l = 0; l < p->L; l++) grew |= cut[i * p->L + l] > 0.0;
+    for (int l = 0; l < p->L; l++) grew |= cost[i * p->L + l] > 0.0;
     p->sol[i].fails++;
     if (!grew) return;  // nothing to rewind: its mask did not change this round
     prune_sol_rewind(p, i);
@@ -345,7 +377,7 @@ static int thin_clusters(prune_pop *p, const evolve_cfg *c, rng *r, prune_hist *
 }
 
 // The selection step of one iteration (see the header).
-int evolve_select(prune_pop *p, const evolve_cfg *c, int iter, const double *cut, rng *r,
+int evolve_select(prune_pop *p, const evolve_cfg *c, int iter, const double *cost, rng *r,
                   prune_hist *h, sc_err *err) {
     int n = p->n;
     int *adm = calloc((size_t)n, sizeof *adm);
@@ -355,12 +387,13 @@ int evolve_select(prune_pop *p, const evolve_cfg *c, int iter, const double *cut
         free(drop);
         return sc_fail(err, "out of memory (selection)");
     }
-    double top = p->sol[most_accurate(p)].acc;
+    double top = p->sol[most_accurate(p)].acc, mean = 0.0;
     for (int i = 0; i < n; i++) {
         adm[i] = p->sol[i].acc >= top - c->threshold;
         drop[i] = p->sol[i].acc_prev - p->sol[i].acc;
+        mean += p->sol[i].acc / n;
     }
-    evolve_sens_update(p->sens, p->L, n, cut, drop, c->sens_rate);
+    if (mean >= 1.5 * c->chance) evolve_sens_update(p->sens, p->L, n, cost, drop, c->sens_rate);
     for (int i = 0; i < n; i++) {
         if (!adm[i]) continue;
         memcpy(p->sol[i].genome, p->sol[i].sparsity, (size_t)p->L * sizeof(double));
@@ -369,7 +402,7 @@ int evolve_select(prune_pop *p, const evolve_cfg *c, int iter, const double *cut
         h->admitted++;
     }
     for (int i = 0; i < n; i++)
-        if (!adm[i]) reject(p, i, cut, adm, r, c, h);
+        if (!adm[i]) reject(p, i, cost, adm, r, c, h);
     for (int i = 0; i < n; i++)
         if (!adm[i] && p->sol[i].fails >= c->patience) replace(p, i, pick_admitted(adm, n, i, r), c, r, h);
     int rc = 0;

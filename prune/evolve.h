@@ -29,6 +29,7 @@ typedef struct {
     int clusters;         // k of k-means (0: ceil(n / 3))
     int keep;             // representatives kept per cluster
     int patience;         // consecutive rejections before a solution is replaced
+    double chance;        // accuracy of guessing (percent): below 1.5x no sensitivity update
 } evolve_cfg;
 
 // Fills the defaults for `iterations` iterations towards `target`.
@@ -44,21 +45,32 @@ void evolve_init(prune_pop *p, const evolve_cfg *c, rng *r);
 // mean(s - min)); 1 everywhere when all are equal.
 void evolve_robustness(const double *sens, int L, double *rho);
 
+// Per-layer sparsities minimising sum_l sens_l * ln(1/d_l)^2 (d_l the
+// layer's density, the share of its weights kept) subject to an overall
+// sparsity of `floor`, with no layer below lo[l] or above s_max (eq. 4 as
+// read in docs/prune.md). Larger and less sensitive layers are cut more.
+void evolve_allocate(const double *sens, const prune_layers *pl, const double *lo, double floor,
+                     double s_max, double *target);
+
 // Per-layer targets for a solution's next raise: its mask sparsity raised
 // towards its genome (scaled down when the genome alone passes the floor),
-// then filled up to the overall `floor` over a random subset of layers
-// chosen by robustness and room, each chosen layer cut in proportion to
-// robustness * remaining weights (eq. 4), no layer above s_max. The overall
-// target is the floor, or the mask's own sparsity when that is higher.
+// then the rest up to the overall `floor` allocated by evolve_allocate, with
+// the sensitivities halved in a random subset of layers (layer_frac of them,
+// picked by robustness and room) so that those are pruned further.
 void evolve_plan(const prune_sol *s, const prune_layers *pl, const double *sens,
                  const evolve_cfg *c, double floor, rng *r, double *target);
 
-// Updates sensitivities from one iteration: cut[i*L + l] is the fraction of
-// layer l's remaining weights solution i cut, drop[i] its accuracy drop; the
-// observation for layer l is the least-squares slope, across solutions, of
-// the drop minus the other layers' share (their current estimates) on cut.
-void evolve_sens_update(double *sens, int L, int n, const double *cut, const double *drop,
+// Updates sensitivities from one iteration: cost[i*L + l] is the increase of
+// ln(1/d_l)^2 in solution i's layer l this round, drop[i] its accuracy drop.
+// The observation for layer l is the least-squares slope, across solutions,
+// of the drop minus the other layers' share (their current estimates) on
+// its cost, shrunk towards the current estimate (ridge), clipped at 0.
+// Needs 4 or more solutions.
+void evolve_sens_update(double *sens, int L, int n, const double *cost, const double *drop,
                         double rate);
+
+// The cost feature of a layer at sparsity s: ln(1 / (1 - s))^2.
+double evolve_cost(double s);
 
 // Mutation: its genome becomes its mask sparsity raised in a random quarter
 // of the layers by a random fraction of their remaining weights.
@@ -77,8 +89,8 @@ int evolve_kmeans(const double *x, int n, int d, int k, rng *r, int *assign, sc_
 // sensitivities, rewinds the rejected ones whose masks grew and gives them a
 // mutated or crossed-over genome, replaces solutions rejected `patience`
 // times in a row, and every cluster_every iterations thins crowded clusters.
-// cut is as for evolve_sens_update. Counts go into h.
-int evolve_select(prune_pop *p, const evolve_cfg *c, int iter, const double *cut, rng *r,
+// cost is as for evolve_sens_update. Counts go into h.
+int evolve_select(prune_pop *p, const evolve_cfg *c, int iter, const double *cost, rng *r,
                   prune_hist *h, sc_err *err);
 
 // Index of the most accurate solution whose overall sparsity is at least

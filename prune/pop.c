@@ -360,3 +360,24 @@ prune_pop *prune_state_load(const char *path, const net *nt, int L, char **confi
     fclose(s.f);
     return p;
 }
+
+// Reads only the settings text of a state file (checked in full by
+// prune_state_load later).
+int prune_state_config(const char *path, char **config, sc_err *err) {
+    sstream s = {.f = fopen(path, "rb"), .hash = 1469598103934665603ull};
+    state_head h;
+    *config = NULL;
+    if (!s.f) return sc_fail(err, "cannot read state file (%s: %s)", path, strerror(errno));
+    ss_get(&s, &h, sizeof h);
+    int rc = 0;
+    if (s.bad || memcmp(h.magic, STATE_MAGIC, 8) != 0) rc = sc_fail(err, "not a prune state file (%s)", path);
+    else if (h.config_len > (1u << 24)) rc = sc_fail(err, "corrupt prune state file (%s)", path);
+    char *cfg = rc ? NULL : calloc(h.config_len + 1, 1);
+    if (!rc && !cfg) rc = sc_fail(err, "out of memory");
+    if (!rc) ss_get(&s, cfg, h.config_len);
+    if (!rc && s.bad) rc = sc_fail(err, "truncated prune state file (%s)", path);
+    fclose(s.f);
+    if (rc) free(cfg);
+    else *config = cfg;
+    return rc;
+}

@@ -90,5 +90,7 @@ int prune_state_save(const char *path, const prune_pop *p, const char *config, s
 // *config receives the settings text (caller frees). Fails, naming the file,
 // on a truncated, corrupt or mismatched (other net sizes) file.
 prune_pop *prune_state_load(const char *path, const net *nt, int L, char **config, sc_err *err);
+// Reads only the settings text of a state file into *config (caller frees).
+int prune_state_config(const char *path, char **config, sc_err *err);
 
 #endif

@@ -28,6 +28,7 @@ void prune_cfg_default(prune_cfg *c, prune_method m) {
     c->augment = 1;
     c->seed = 1;
     c->scan_images = 2000;
+    c->save_interval = 30.0;
     evolve_cfg_default(&c->ev, c->rounds, c->target);
 }
 
@@ -53,10 +54,12 @@ int prune_search_init(prune_search *s, const prune_cfg *cfg, const dataset *ds, 
     s->cfg.ev.target = cfg->target;
     s->cfg.ev.ramp_begin = cfg->ramp_begin;
     s->cfg.ev.ramp_end = cfg->ramp_end;
+    s->cfg.ev.chance = 100.0 / (nt->classes > 0 ? nt->classes : 1);
     s->ds = ds;
     s->nt = nt;
     s->ex = ex;
     s->start_acc = -1.0;
+    s->loaded = -1;
     s->t_run = progress_clock();
     SC_TRY(prune_layers_init(&s->pl, nt, err));
     int n = s->cfg.population;
@@ -91,11 +94,16 @@ void prune_search_free(prune_search *s) {
 
 // --- moving solutions through the executor ----------------------------------
 
-// Uploads solution i (parameters, masks, buffers, momentum) to the executor.
+// Uploads solution i (parameters, masks, buffers, momentum) to the executor
+// unless it already holds exactly that state.
 static int sol_upload(prune_search *s, int i, sc_err *err) {
+    if (s->loaded == i) return 0;
+    s->loaded = -1;
     prune_sol_load(s->pop, i, s->nt, s->mom);
     SC_TRY(exec_write_net(s->ex, err));
-    return exec_write_momentum(s->ex, s->mom, err);
+    SC_TRY(exec_write_momentum(s->ex, s->mom, err));
+    s->loaded = i;
+    return 0;
 }
 
 // Accuracy (percent) of the executor's net on the first `limit` validation
@@ -147,7 +155,8 @@ static int round_train(prune_search *s, int i, int it, int want_grad, progress *
     return exec_read_momentum(s->ex, s->mom, err);
 }
 
-// Raises the masks in s->nt to `target` and records the cut per layer in row i.
+// Raises the masks in s->nt to `target` and records each layer's cost
+// increase in row i of s->cut.
 static int round_raise(prune_search *s, int i, const double *target, int use_grad,
                        sc_err *err) {
     int L = s->pl.n;
@@ -157,12 +166,14 @@ static int round_raise(prune_search *s, int i, const double *target, int use_gra
     SC_TRY(prune_mask_raise(s->nt, &s->pl, target, use_grad ? s->gabs : NULL, c, s->mom, err));
     prune_sparsity_read(s->nt, &s->pl, after);
     int grew = 0;
-    for (int l = 0; l < L; l++) {
+    for (int l = 0; l < L; l++) {  // the cost feature's increase (evolve_sens_update)
         double d = after[l] - before[l];
-        after[l] = before[l] < 1.0 && d > 0.0 ? d / (1.0 - before[l]) : 0.0;
+        after[l] = d > 0.0 ? evolve_cost(after[l]) - evolve_cost(before[l]) : 0.0;
         grew |= d > 0.0;
     }
-    return grew ? exec_write_net(s->ex, err) : 0;
+    if (!grew) return 0;
+    SC_TRY(exec_write_net(s->ex, err));
+    return exec_write_momentum(s->ex, s->mom, err);
 }
 
 // The per-layer targets of solution i for iteration it; returns 0 when its
@@ -192,10 +203,12 @@ static int round_run(prune_search *s, int i, int it, rng *r, progress *pg, sc_er
     int grow = round_targets(s, i, it, r, target);
     int use_grad = grow && s->cfg.method == PM_EVOLVE && s->cfg.crit.beta != 0.0f;
     SC_TRY(round_train(s, i, it, use_grad, pg, err));
+    s->loaded = -1;  // the device state changes below until it is stored again
     if (grow) SC_TRY(round_raise(s, i, target, use_grad, err));
     SC_TRY(val_accuracy(s, 0, &sol->acc, err));
     prune_sol_store(s->pop, i, s->nt, s->mom);
     prune_sparsity_read(s->nt, &s->pl, sol->sparsity);
+    s->loaded = i;  // device and host hold the same state now
     return 0;
 }
 
@@ -248,7 +261,10 @@ static int iteration_run(prune_search *s, int it, sc_err *err) {
     prune_hist h = {.iter = it + 1, .phase = it < s->cfg.rounds ? 1 : 2,
                     .target = schedule_target(s, it)};
     hist_fill(s, active, &h);
-    if (search) SC_TRY(evolve_select(p, &s->cfg.ev, it + 1, s->cut, &r, &h, err));
+    if (search) {
+        s->loaded = -1;  // selection rewinds and copies solutions on the host
+        SC_TRY(evolve_select(p, &s->cfg.ev, it + 1, s->cut, &r, &h, err));
+    }
     if (search && it + 1 == s->cfg.rounds) {
         double tol = (double)(s->pl.n + 1) / (double)s->pl.total;
         p->best = evolve_best(p, &s->pl, s->cfg.target - tol);
@@ -273,23 +289,24 @@ static int iteration_run(prune_search *s, int it, sc_err *err) {
 
 // Per-layer sensitivity of the trained start model: the validation accuracy
 // drop when that layer alone is cut to the target by magnitude, per unit of
-// the fraction of its remaining weights removed.
+// the cost feature ln(1/density)^2 (evolve_cost).
 static int sens_scan(prune_search *s, double acc0, sc_err *err) {
     int L = s->pl.n;
+    s->loaded = -1;
     double target[L];
     prune_crit mag = {1.0f, 0.0f};
     for (int l = 0; l < L; l++) {
         prune_sol_load(s->pop, 0, s->nt, NULL);
         const double *cur = s->pop->sol[0].sparsity;
-        double cut = cur[l] < 1.0 ? (s->cfg.target - cur[l]) / (1.0 - cur[l]) : 0.0;
-        if (cut <= 0.0) continue;
+        double cost = evolve_cost(s->cfg.target) - evolve_cost(cur[l]);
+        if (cost <= 0.0) continue;
         memcpy(target, cur, (size_t)L * sizeof *target);
         target[l] = s->cfg.target;
         SC_TRY(prune_mask_raise(s->nt, &s->pl, target, NULL, mag, NULL, err));
         SC_TRY(exec_write_net(s->ex, err));
         double acc;
         SC_TRY(val_accuracy(s, s->cfg.scan_images, &acc, err));
-        s->pop->sens[l] = (acc0 - acc) / cut;
+        s->pop->sens[l] = fmax(0.0, acc0 - acc) / cost;
     }
     return sol_upload(s, 0, err);
 }
@@ -297,6 +314,7 @@ static int sens_scan(prune_search *s, double acc0, sc_err *err) {
 // Fills the solutions from the start model (or random weights) and evaluates them.
 static int begin_solutions(prune_search *s, sc_err *err) {
     prune_pop *p = s->pop;
+    s->loaded = -1;
     for (int i = 0; i < p->n; i++) {
         if (s->cfg.from_scratch) {
             rng g;
@@ -321,6 +339,7 @@ static int begin_solutions(prune_search *s, sc_err *err) {
 // Oneshot: every layer straight to the target by magnitude, then evaluated.
 static int begin_oneshot(prune_search *s, sc_err *err) {
     int L = s->pl.n;
+    s->loaded = -1;
     double target[L];
     gmp_targets_uniform(L, s->cfg.target, target);
     prune_sol_load(s->pop, 0, s->nt, s->mom);
@@ -345,11 +364,11 @@ int prune_search_begin(prune_search *s, sc_err *err) {
         evolve_init(s->pop, &s->cfg.ev, &r);
         if (!s->cfg.from_scratch && s->cfg.scan_images > 0) SC_TRY(sens_scan(s, s->start_acc, err));
     }
-    if (s->cfg.method == PM_ONESHOT) SC_TRY(begin_oneshot(s, err));
     int active[s->pop->n];
     for (int i = 0; i < s->pop->n; i++) active[i] = 1;
-    prune_hist h = {.iter = 0, .phase = 0, .target = s->cfg.method == PM_ONESHOT ? s->cfg.target : 0};
-    hist_fill(s, active, &h);
+    prune_hist h = {.iter = 0, .phase = 0};
+    hist_fill(s, active, &h);  // the start model, before oneshot's cut
+    if (s->cfg.method == PM_ONESHOT) SC_TRY(begin_oneshot(s, err));
     s->pop->seconds = progress_clock() - s->t_run;
     s->t_run = progress_clock();
     h.seconds = s->pop->seconds;
@@ -370,6 +389,7 @@ int prune_search_resume(prune_search *s, const char *state_path, char **config, 
     }
     prune_pop_free(s->pop);
     s->pop = p;
+    s->loaded = -1;
     s->start_acc = p->nhist > 0 ? p->hist[0].best_acc : -1.0;
     s->t_run = progress_clock();
     return 0;
@@ -382,12 +402,18 @@ int prune_search_run(prune_search *s, const char *state_path, const char *config
     int total = prune_search_total(s);
     s->finished = 0;
     double t0 = progress_clock();
+    double saved = t0;
     if (state_path && s->pop->iter == 0) SC_TRY(prune_state_save(state_path, s->pop, config, err));
     while (s->pop->iter < total) {
         SC_TRY(iteration_run(s, s->pop->iter, err));
-        if (state_path) SC_TRY(prune_state_save(state_path, s->pop, config, err));
-        if (s->cfg.stop_after > 0 && s->pop->iter >= s->cfg.stop_after) break;
-        if (s->cfg.time_limit > 0 && progress_clock() - t0 >= s->cfg.time_limit) break;
+        int stop = (s->cfg.stop_after > 0 && s->pop->iter >= s->cfg.stop_after) ||
+                   (s->cfg.time_limit > 0 && progress_clock() - t0 >= s->cfg.time_limit);
+        int last = stop || s->pop->iter >= total;
+        if (state_path && (last || progress_clock() - saved >= s->cfg.save_interval)) {
+            SC_TRY(prune_state_save(state_path, s->pop, config, err));
+            saved = progress_clock();
+        }
+        if (stop) break;
     }
     s->finished = s->pop->iter >= total;
     return 0;
@@ -397,5 +423,6 @@ int prune_search_run(prune_search *s, const char *state_path, const char *config
 int prune_search_result(prune_search *s, int *index, sc_err *err) {
     int b = s->cfg.method == PM_EVOLVE ? s->pop->best : 0;
     if (index) *index = b;
+    s->loaded = -1;
     return sol_upload(s, b, err);
 }

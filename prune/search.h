@@ -48,6 +48,8 @@ typedef struct {
                           // initial per-layer sensitivity scan (0: no scan)
     int stop_after;       // stop once this many iterations are finished (0: run all)
     double time_limit;    // stop after the iteration that passes this many seconds (0: none)
+    double save_interval; // seconds between state saves (0: after every iteration); the
+                          // state is always saved when the run stops or ends
     int quiet;            // 1: no progress display
     evolve_cfg ev;        // evolve's settings (iterations and target are set from above)
 } prune_cfg;
@@ -66,9 +68,10 @@ typedef struct {
     float *mom;          // (nparam) momentum of the loaded solution
     float *gabs;         // (nparam) mean |gradient| of the round's last steps
     float *grad;         // (nparam) one step's gradient
-    double *cut;         // (population * L) fraction of remaining weights cut per layer
+    double *cut;         // (population * L) cost increase per layer this round (evolve_cost)
     double start_acc;    // validation accuracy of the start model (before any pruning)
     int finished;        // 1 once every iteration is done
+    int loaded;          // solution whose exact state the executor holds (-1: none)
     double t_run;        // wall clock when this process started running
 } prune_search;
 
@@ -87,9 +90,9 @@ int prune_search_begin(prune_search *s, sc_err *err);
 // the settings text stored with it (caller frees).
 int prune_search_resume(prune_search *s, const char *state_path, char **config, sc_err *err);
 
-// Runs the remaining iterations, saving the state after each to state_path
-// (NULL: never) with `config`; stops early on stop_after/time_limit (then
-// s->finished stays 0).
+// Runs the remaining iterations, saving the state to state_path (NULL:
+// never) with `config` every save_interval seconds and when it stops; stops
+// early on stop_after/time_limit (then s->finished stays 0).
 int prune_search_run(prune_search *s, const char *state_path, const char *config, sc_err *err);
 
 // Total iterations of the run (search plus fine-tuning rounds).

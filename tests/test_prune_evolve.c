@@ -120,12 +120,33 @@ static void test_plan(tctx *t) {
     sens[3] = 10.0;
     evolve_plan(&s, &pl, sens, &c, 0.6, &r, tg);
     CHECK(t, tg[3] < flat[3], "sensitive layer %g vs %g", tg[3], flat[3]);
-    // With equal sensitivities and all layers chosen every layer loses the same fraction.
+    // With equal sensitivities larger layers are cut more, and the floor is met exactly.
     double z[5] = {0, 0, 0, 0, 0}, zg[5] = {0, 0, 0, 0, 0};
     prune_sol s0 = {.sparsity = z, .genome = zg};
     sens[3] = 0.0;
     evolve_plan(&s0, &pl, sens, &c, 0.5, &r, tg);
-    for (int l = 0; l < 5; l++) CHECK_CLOSE(t, tg[l], 0.5, 1e-9);
+    for (int l = 0; l < 5; l++)
+        for (int m = 0; m < 5; m++)
+            if (cnt[l] > cnt[m]) CHECK(t, tg[l] > tg[m], "layer %d (%zu) %g <= layer %d (%zu) %g", l, cnt[l], tg[l], m, cnt[m], tg[m]);
+    CHECK_CLOSE(t, prune_sparsity_overall(&pl, tg), 0.5, 1e-9);
+    // The allocation is the optimum: moving weights between two layers costs more.
+    double sv[5] = {3, 1, 7, 2, 5}, lo[5] = {0, 0, 0, 0, 0}, al[5];
+    evolve_allocate(sv, &pl, lo, 0.7, 0.995, al);
+    double best = 0;
+    for (int l = 0; l < 5; l++) best += sv[l] * evolve_cost(al[l]);
+    for (int l = 0; l < 5; l++)
+        for (int m = 0; m < 5; m++) {
+            if (l == m) continue;
+            double moved[5];
+            memcpy(moved, al, sizeof moved);
+            double dw = 10.0;  // move 10 pruned weights from layer m to layer l
+            moved[l] += dw / cnt[l];
+            moved[m] -= dw / cnt[m];
+            if (moved[l] > 0.995 || moved[m] < 0) continue;
+            double cst = 0;
+            for (int k = 0; k < 5; k++) cst += sv[k] * evolve_cost(moved[k]);
+            CHECK(t, cst >= best - 1e-9, "move %d->%d lowers the cost %g < %g", m, l, cst, best);
+        }
     // A small subset still reaches the floor.
     c.layer_frac = 0.2;
     evolve_plan(&s0, &pl, sens, &c, 0.4, &r, tg);

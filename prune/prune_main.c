@@ -1,0 +1,587 @@
+// The `prune` tool: prunes a CNN with seed 001's evolutionary search over
+// gradient/magnitude masks (--method evolve), or the gmp/oneshot magnitude
+// baselines, from scratch or from a trained model (--from). Writes the pruned
+// model, the per-layer table, the search history (CSV and JSON) and an
+// accuracy-vs-sparsity plot into a run directory; --resume continues a
+// stopped or killed run from its last finished iteration.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "datasets/cifar.h"
+#include "prune/report.h"
+#include "prune/search.h"
+#include "runtime/cli.h"
+#include "runtime/exec.h"
+#include "runtime/json.h"
+#include "runtime/model_io.h"
+#include "runtime/net.h"
+#include "runtime/progress.h"
+#include "runtime/rundir.h"
+
+#define TOOL "prune"
+
+// --- options ----------------------------------------------------------------
+
+typedef struct {
+    cli_common c;
+    const char *method, *from, *model, *lr, *sched, *warmup, *epochs, *finetune, *ramp_end;
+    const char *precision;
+    const char *data_dir, *runs, *output;
+    int population, iterations, batches, batch, nesterov, augment, val_size;
+    int resume, stop_after, scan_images, grad_steps;
+    double threshold, target, alpha, beta, momentum, wd, smoothing, time_limit, save_interval;
+    const char *dataset;  // positional, or from the model file, or the default
+} prune_opts;
+
+// The tool's own options (after the common ones).
+#define PRUNE_OPTS(o)                                                                          \
+    {.name = "method", .type = OPT_CHOICE, .dst = &(o)->method, .def = "evolve",               \
+     .choices = PRUNE_METHODS, .help = "evolutionary search, gradual or one-shot magnitude"},  \
+    {.name = "from", .type = OPT_STRING, .dst = &(o)->from, .metavar = "FILE",                 \
+     .help = "start from this trained model ('latest': runs/latest/model.h5); default: from scratch"}, \
+    {.name = "model", .short_name = 'm', .type = OPT_STRING, .dst = &(o)->model,               \
+     .metavar = "NAME", .help = "architecture from scratch (default resnet18); with --from it must match"}, \
+    {.name = "target-sparsity", .type = OPT_FLOAT, .dst = &(o)->target, .def = "0.9",         \
+     .help = "overall sparsity of the pruned layers, in [0, 1)"},                              \
+    {.name = "population", .type = OPT_INT, .dst = &(o)->population, .def = "8", .min = 1,     \
+     .max = 1024, .help = "evolve: solutions in the population"},                             \
+    {.name = "iterations", .type = OPT_INT, .dst = &(o)->iterations, .def = "30", .min = 1,    \
+     .max = 1000000, .help = "evolve: search iterations (each trains every solution)"},        \
+    {.name = "batches", .type = OPT_INT, .dst = &(o)->batches, .def = "50", .min = 1,          \
+     .max = 100000000, .help = "batches per round (between two mask updates)"},               \
+    {.name = "finetune", .type = OPT_STRING, .dst = &(o)->finetune, .def = "auto",             \
+     .metavar = "N", .help = "evolve: rounds training the winner after the search (auto: population * iterations / 3)"}, \
+    {.name = "threshold", .type = OPT_FLOAT, .dst = &(o)->threshold, .def = "1.0", .min = 0,   \
+     .max = 100, .help = "evolve: admit solutions within this many accuracy points of the best"}, \
+    {.name = "alpha", .type = OPT_FLOAT, .dst = &(o)->alpha, .def = "1.0", .min = 0,           \
+     .max = 1e6, .help = "evolve: weight of |w| in the mask coefficient (eq. 2)"},             \
+    {.name = "beta", .type = OPT_FLOAT, .dst = &(o)->beta, .def = "0.5", .min = 0, .max = 1e6, \
+     .help = "evolve: weight of |gradient| in the mask coefficient (eq. 2)"},                  \
+    {.name = "epochs", .type = OPT_STRING, .dst = &(o)->epochs, .def = "auto", .metavar = "X", \
+     .help = "gmp/oneshot: training epochs (auto: as many images as evolve with these settings)"}, \
+    {.name = "ramp-end", .type = OPT_STRING, .dst = &(o)->ramp_end, .def = "auto",             \
+     .metavar = "X", .help = "fraction of the pruning rounds (evolve: of the search) by which the target is\n"  \
+     "reached (auto: evolve 0.75, gmp 0.5625, the same share of all images as evolve's default)"}, \
+    {.name = "scan-images", .type = OPT_INT, .dst = &(o)->scan_images, .def = "2000", .min = 0, \
+     .max = 1000000, .help = "evolve --from: validation images for the initial sensitivity scan (0: none)"}, \
+    {.name = "grad-steps", .type = OPT_INT, .dst = &(o)->grad_steps, .def = "4", .min = 1,     \
+     .max = 1000000, .help = "evolve: last steps of a round whose |gradient| is averaged"},    \
+    {.name = "batch", .short_name = 'b', .type = OPT_INT, .dst = &(o)->batch, .def = "512",    \
+     .min = 1, .max = 65536, .help = "images per step"},                                       \
+    {.name = "lr", .type = OPT_STRING, .dst = &(o)->lr, .def = "auto", .metavar = "X",         \
+     .help = "peak learning rate (auto: train's from scratch, a tenth of it from a model)"},    \
+    {.name = "sched", .type = OPT_CHOICE, .dst = &(o)->sched, .def = "auto",                   \
+     .choices = "auto|onecycle|cosine|constant",                                               \
+     .help = "learning-rate schedule over the run (auto: onecycle from scratch, else cosine)"}, \
+    {.name = "warmup", .type = OPT_STRING, .dst = &(o)->warmup, .def = "auto", .metavar = "X", \
+     .help = "fraction of the steps spent warming up (auto: 0.25 from scratch, else 0)"},      \
+    {.name = "momentum", .type = OPT_FLOAT, .dst = &(o)->momentum, .def = "0.9", .min = 0,     \
+     .max = 0.999, .help = "SGD momentum"},                                                    \
+    {.name = "nesterov", .type = OPT_FLAG, .dst = &(o)->nesterov, .def = "1",                  \
+     .help = "Nesterov momentum (--no-nesterov: plain momentum)"},                             \
+    {.name = "wd", .type = OPT_FLOAT, .dst = &(o)->wd, .def = "5e-4", .min = 0, .max = 1,      \
+     .help = "weight decay"},                                                                  \
+    {.name = "smoothing", .type = OPT_FLOAT, .dst = &(o)->smoothing, .def = "0.1", .min = 0,   \
+     .max = 0.999, .help = "label smoothing"},                                                 \
+    {.name = "augment", .type = OPT_FLAG, .dst = &(o)->augment, .def = "1",                    \
+     .help = "random crop and flip (--no-augment: off)"},                                      \
+    {.name = "precision", .type = OPT_CHOICE, .dst = &(o)->precision, .def = "auto",           \
+     .choices = "auto|fp16|fp32", .help = "fp16: mixed precision on the GPU (auto: fp16 on GPU, fp32 on CPU)"}, \
+    {.name = "val-size", .type = OPT_INT, .dst = &(o)->val_size, .def = "-1", .min = -1,       \
+     .max = 1000000, .help = "validation images held out of the training set (-1: 5000, or a tenth)"}, \
+    {.name = "data-dir", .type = OPT_STRING, .dst = &(o)->data_dir, .def = "data",             \
+     .metavar = "DIR", .help = "where cifar10/cifar100/synthetic live"},                       \
+    {.name = "runs", .type = OPT_STRING, .dst = &(o)->runs, .def = "runs", .metavar = "DIR",   \
+     .help = "root of the run directories"},                                                   \
+    {.name = "output", .short_name = 'o', .type = OPT_STRING, .dst = &(o)->output,             \
+     .metavar = "FILE", .help = "pruned model to write (default: <run dir>/model.pruned.h5)"}, \
+    {.name = "resume", .type = OPT_FLAG, .dst = &(o)->resume,                                  \
+     .help = "continue the run of -o FILE or runs/latest from its last finished iteration"},   \
+    {.name = "stop-after", .type = OPT_INT, .dst = &(o)->stop_after, .def = "0", .min = 0,     \
+     .max = 1000000, .help = "stop once this many iterations are done (0: all); --resume continues"}, \
+    {.name = "time-limit", .type = OPT_FLOAT, .dst = &(o)->time_limit, .def = "0", .min = 0,   \
+     .max = 1e9, .help = "stop after the iteration that passes this many seconds (0: none)"},  \
+    {.name = "save-interval", .type = OPT_FLOAT, .dst = &(o)->save_interval, .def = "30",     \
+     .min = 0, .max = 1e9, .help = "seconds between state saves (0: every iteration; always on stop and at the end)"}
+
+// Parses argv into o; returns CLI_OK, CLI_HELP or CLI_USAGE.
+static int opts_parse(prune_opts *o, int argc, char **argv) {
+    cli_opt opts[] = {CLI_COMMON_OPTS(o->c), PRUNE_OPTS(o)};
+    cli_spec spec = {.tool = TOOL, .usage = "prune [options] [DATASET]",
+                     .summary = "Prunes a CNN: evolutionary population search over gradient/magnitude masks\n"
+                                "(seed 001), or gradual/one-shot magnitude pruning, from scratch or --from a\n"
+                                "trained model. DATASET: cifar10, cifar100, synthetic or a CIFAR-format folder\n"
+                                "(default: the model's, else cifar100 when present, else synthetic).",
+                     .opts = opts, .nopts = (int)(sizeof opts / sizeof *opts), .min_pos = 0,
+                     .max_pos = 1};
+    const char *pos[1] = {NULL};
+    int npos = 0;
+    int rc = cli_parse(&spec, argc, argv, pos, &npos);
+    o->dataset = npos ? pos[0] : NULL;
+    if (rc == CLI_OK && !(o->target >= 0.0 && o->target < 1.0)) {
+        cli_error(TOOL, "--target-sparsity: must be in [0, 1) (%g)", o->target);
+        return CLI_USAGE;
+    }
+    return rc;
+}
+
+// True for options that steer one process only and are not stored for --resume.
+static int arg_transient(const char *a) {
+    const char *names[] = {"--resume", "--stop-after", "--time-limit"};
+    for (int k = 0; k < 3; k++) {
+        size_t n = strlen(names[k]);
+        if (!strncmp(a, names[k], n) && (a[n] == 0 || a[n] == '=')) return a[n] == 0 ? 2 : 1;
+    }
+    return 0;
+}
+
+// Joins argv[1..] (without transient options) into newline-separated text.
+static char *args_join(int argc, char **argv) {
+    size_t len = 1;
+    for (int i = 1; i < argc; i++) len += strlen(argv[i]) + 1;
+    char *s = calloc(len, 1);
+    for (int i = 1; s && i < argc; i++) {
+        int t = arg_transient(argv[i]);
+        if (t == 2 && strcmp(argv[i], "--resume") != 0) i++;  // skip its value too
+        if (t) continue;
+        strcat(s, argv[i]);
+        strcat(s, "\n");
+    }
+    return s;
+}
+
+// Stored args then the current ones: one argv for a combined parse (the
+// tokens live in a copy kept for the life of the process).
+static char **args_merge(const char *stored, int argc, char **argv, int *out_argc) {
+    int n = 1;
+    for (const char *p = stored; *p; p++) n += *p == '\n';
+    char **v = calloc((size_t)(n + argc + 1), sizeof *v);
+    char *copy = strdup(stored);
+    if (!v || !copy) {
+        free(v);
+        free(copy);
+        return NULL;
+    }
+    int k = 0;
+    v[k++] = argv[0];
+    char *save = NULL;
+    for (char *t = strtok_r(copy, "\n", &save); t; t = strtok_r(NULL, "\n", &save)) v[k++] = t;
+    for (int i = 1; i < argc; i++) v[k++] = argv[i];
+    *out_argc = k;
+    return v;
+}
+
+// --- the run ----------------------------------------------------------------
+
+typedef struct {
+    prune_opts o;
+    dataset ds;
+    net *nt;
+    model_meta meta;     // of the --from model (history carried over), then the output's
+    exec *ex;
+    sc_device dev;
+    sc_precision prec;
+    prune_cfg cfg;
+    prune_search s;
+    char *config;        // the stored settings text
+    char from[1100], rundir[1024], out[1100], prefix[1100], state[1200];
+} prune_run;
+
+// Default dataset: cifar100 when its files exist, else synthetic.
+static const char *dataset_default(const char *data_dir) {
+    char path[1024];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/cifar-100-binary/train.bin", data_dir);
+    return stat(path, &st) == 0 ? "cifar100" : "synthetic";
+}
+
+// Picks device and precision; says when auto falls back to the CPU.
+static int device_pick(prune_run *r, sc_err *err) {
+    const char *d = r->o.c.device;
+    sc_err why = {0};
+    int gpu = strcmp(d, "cpu") && exec_gpu_available(&why);
+    if (!strcmp(d, "gpu") && !gpu) return sc_fail(err, "--device gpu: %s", why.msg);
+    r->dev = gpu ? DEV_GPU : DEV_CPU;
+    if (!strcmp(r->o.precision, "fp16") && !gpu)
+        return sc_fail(err, "--precision fp16 needs the GPU (running on the CPU)");
+    r->prec = !strcmp(r->o.precision, "fp32") ? PREC_FP32
+              : !strcmp(r->o.precision, "fp16") || gpu ? PREC_FP16 : PREC_FP32;
+    if (!strcmp(d, "auto") && !gpu) log_line(stderr, r->o.c.quiet, "prune: no GPU (%s); using the CPU", why.msg);
+    return 0;
+}
+
+// Loads the --from model and checks it against --model and DATASET.
+static int start_from_model(prune_run *r, sc_err *err) {
+    if (!strcmp(r->o.from, "latest")) {
+        const char *cand[] = {"model.h5", NULL};
+        SC_TRY(rundir_find_input(r->o.runs, cand, r->from, sizeof r->from, err));
+    } else {
+        snprintf(r->from, sizeof r->from, "%s", r->o.from);
+    }
+    r->nt = model_load(r->from, &r->meta, err);
+    if (!r->nt) return -1;
+    if (r->o.model && strcmp(r->o.model, r->nt->arch) != 0)
+        return sc_fail(err, "%s: the model is %s, not %s (--model)", r->from, r->nt->arch, r->o.model);
+    if (r->o.dataset && r->meta.dataset[0] && strcmp(r->o.dataset, r->meta.dataset) != 0)
+        return sc_fail(err, "%s: the model was trained on %s, not %s", r->from, r->meta.dataset,
+                       r->o.dataset);
+    if (!r->o.dataset && r->meta.dataset[0]) r->o.dataset = r->meta.dataset;
+    return 0;
+}
+
+// The --val-size stored in a model's settings text (newline-separated
+// arguments), or -1 when it has none.
+static int config_val_size(const char *config) {
+    for (const char *p = config; p && (p = strstr(p, "--val-size")) != NULL; p++) {
+        const char *v = p + strlen("--val-size");
+        if (*v == '=' || *v == '\n') return atoi(v + 1);
+    }
+    return -1;
+}
+
+// The validation split of a --from model must be the one it was trained
+// without: same seed and size as its training run (its file records both).
+static void split_from_model(prune_run *r, uint64_t *seed) {
+    *seed = r->meta.seed;
+    int stored = config_val_size(r->meta.config);
+    if (r->o.val_size == -1 && stored > 0) r->o.val_size = stored;
+    if (stored == 0)
+        log_line(stderr, r->o.c.quiet, "prune: warning: %s was trained on every training image; "
+                 "its validation accuracy (the fitness) is optimistic", r->from);
+}
+
+// Opens the dataset, then builds (from scratch) or checks (--from) the net.
+static int data_and_net(prune_run *r, sc_err *err) {
+    uint64_t split_seed = (uint64_t)r->o.c.seed;
+    if (r->o.from) {
+        SC_TRY(start_from_model(r, err));
+        split_from_model(r, &split_seed);
+    }
+    if (!r->o.dataset) r->o.dataset = dataset_default(r->o.data_dir);
+    SC_TRY(dataset_open(r->o.dataset, r->o.data_dir, r->o.val_size, split_seed, &r->ds, err));
+    r->meta.seed = split_seed;  // the output records the split it was selected on
+    if (r->ds.val.n == 0) return sc_fail(err, "pruning needs a validation split (--val-size 0)");
+    if (r->nt) {
+        if (r->nt->classes != r->ds.classes)
+            return sc_fail(err, "%s: the model has %d classes, dataset %s has %d", r->from,
+                           r->nt->classes, r->o.dataset, r->ds.classes);
+        return 0;
+    }
+    r->nt = net_create(r->o.model ? r->o.model : "resnet18", 3, CIFAR_SIDE, CIFAR_SIDE, r->ds.classes, err);
+    if (!r->nt) return -1;
+    memcpy(r->nt->in_mean, r->ds.mean, sizeof r->ds.mean);
+    memcpy(r->nt->in_std, r->ds.std, sizeof r->ds.std);
+    snprintf(r->meta.dataset, sizeof r->meta.dataset, "%s", r->o.dataset);
+    return 0;
+}
+
+// Parses a positive number or "auto" (returns `dflt`); -1 when invalid.
+static double num_or_auto(const char *s, double dflt, double lo, double hi) {
+    if (!strcmp(s, "auto")) return dflt;
+    char *end;
+    double v = strtod(s, &end);
+    return end != s && !*end && v >= lo && v <= hi ? v : -1.0;
+}
+
+// Evolve's fine-tuning rounds: --finetune, or a third of the search's rounds.
+static int finetune_rounds(const prune_opts *o, int *rounds, sc_err *err) {
+    double v = num_or_auto(o->finetune, -2.0, 0.0, 1e6);
+    if (v == -1.0 || (v >= 0 && v != floor(v)))
+        return sc_fail(err, "--finetune: not a whole number >= 0 or auto (%s)", o->finetune);
+    *rounds = v == -2.0 ? (int)lround((double)o->population * o->iterations / 3.0) : (int)v;
+    return 0;
+}
+
+// Rounds of gmp/oneshot: --epochs, or evolve's image budget with these settings.
+static int gmp_rounds(prune_run *r, int *rounds, sc_err *err) {
+    prune_opts *o = &r->o;
+    int ft;
+    SC_TRY(finetune_rounds(o, &ft, err));
+    long auto_rounds = (long)o->population * o->iterations + ft;
+    double ep = num_or_auto(o->epochs, -2.0, 0.0, 1e6);
+    if (ep == -1.0) return sc_fail(err, "--epochs: not a number >= 0 or auto (%s)", o->epochs);
+    if (ep == -2.0) {
+        *rounds = (int)(auto_rounds > 1000000 ? 1000000 : auto_rounds);
+        return 0;
+    }
+    int bpe = r->ds.train.n / o->batch;
+    *rounds = (int)ceil(ep * bpe / o->batches);
+    return 0;
+}
+
+// Fills the search settings from the options.
+static int cfg_set(prune_run *r, sc_err *err) {
+    prune_opts *o = &r->o;
+    prune_cfg *c = &r->cfg;
+    int scratch = o->from == NULL;
+    prune_cfg_default(c, (prune_method)cli_choice_index(PRUNE_METHODS, o->method));
+    c->population = c->method == PM_EVOLVE ? o->population : 1;
+    c->rounds = o->iterations;
+    if (c->method != PM_EVOLVE) SC_TRY(gmp_rounds(r, &c->rounds, err));
+    SC_TRY(finetune_rounds(o, &c->finetune, err));
+    c->batches = o->batches;
+    c->target = o->target;
+    c->crit = (prune_crit){.alpha = (float)o->alpha, .beta = (float)o->beta};
+    c->grad_steps = o->grad_steps;
+    c->ramp_begin = scratch ? 0.2 : 0.0;
+    c->ramp_end = num_or_auto(o->ramp_end, c->method == PM_GMP ? 0.5625 : 0.75, 0.0, 1.0);
+    if (c->ramp_end < 0 || c->ramp_end <= c->ramp_begin)
+        return sc_fail(err, "--ramp-end: not a number in (%g, 1] or auto (%s)", c->ramp_begin, o->ramp_end);
+    c->from_scratch = scratch;
+    c->scan_images = o->scan_images;
+    c->augment = o->augment;
+    c->seed = (uint64_t)o->c.seed;
+    c->stop_after = o->stop_after;
+    c->time_limit = o->time_limit;
+    c->save_interval = o->save_interval;
+    c->quiet = o->c.quiet;
+    c->ev.threshold = o->threshold;
+    const char *a = r->nt->arch;
+    double lr = strstr(a, "resnet") ? 0.4 : strstr(a, "vgg") ? 0.2 : 0.05;
+    c->hp.lr = (float)num_or_auto(o->lr, scratch ? lr : lr / 10, 1e-9, 100);
+    if (c->hp.lr <= 0) return sc_fail(err, "--lr: not a positive number or auto (%s)", o->lr);
+    c->hp.warmup = (float)num_or_auto(o->warmup, scratch ? 0.25 : 0.0, 0.0, 1.0);
+    if (c->hp.warmup < 0) return sc_fail(err, "--warmup: not a number in [0, 1] or auto (%s)", o->warmup);
+    int sc = cli_choice_index("auto|onecycle|cosine|constant", o->sched);
+    c->hp.sched = sc == 0 ? (scratch ? SCHED_ONECYCLE : SCHED_COSINE) : (sched_kind)(sc - 1);
+    c->hp.batch = o->batch;
+    c->hp.momentum = (float)o->momentum;
+    c->hp.weight_decay = (float)o->wd;
+    c->hp.smoothing = (float)o->smoothing;
+    c->hp.nesterov = o->nesterov;
+    return 0;
+}
+
+// Side-file prefix: -o FILE without ".h5", else <run dir>/prune; on
+// --resume without -o the run directory is runs/latest.
+static int prefix_of(const prune_opts *o, const char *rundir, char *out, size_t len, sc_err *err) {
+    if (!o->output) return rundir_join(out, len, rundir, "prune", err);
+    if (snprintf(out, len, "%s", o->output) >= (int)len) return sc_fail(err, "path too long (%s)", o->output);
+    size_t n = strlen(out);
+    if (n > 3 && !strcmp(out + n - 3, ".h5")) out[n - 3] = 0;
+    return 0;
+}
+
+// Output, state and report paths: -o FILE (side files next to it), else a
+// new run directory (or runs/latest on --resume).
+static int paths_set(prune_run *r, sc_err *err) {
+    if (r->o.output) {
+        snprintf(r->out, sizeof r->out, "%s", r->o.output);
+    } else {
+        if (r->o.resume) SC_TRY(rundir_latest(r->o.runs, r->rundir, sizeof r->rundir, err));
+        else SC_TRY(rundir_create(r->o.runs, r->o.dataset, r->nt->arch, r->rundir, sizeof r->rundir, err));
+        SC_TRY(rundir_join(r->out, sizeof r->out, r->rundir, "model.pruned.h5", err));
+    }
+    SC_TRY(prefix_of(&r->o, r->rundir, r->prefix, sizeof r->prefix, err));
+    snprintf(r->state, sizeof r->state, "%s.state", r->prefix);
+    return 0;
+}
+
+// --- reports ------------------------------------------------------------------
+
+// Writes the history CSV/JSON files and the plot next to the output.
+static int reports_write(prune_run *r, char *plot, size_t plotlen, sc_err *err) {
+    char path[1300], title[256];
+    prune_pop *p = r->s.pop;
+    snprintf(path, sizeof path, "%s_history.csv", r->prefix);
+    SC_TRY(prune_report_csv(path, p, err));
+    json_writer j;
+    json_init(&j);
+    json_object_begin(&j, NULL);
+    prune_report_json_history(&j, p);
+    json_object_end(&j);
+    snprintf(path, sizeof path, "%s_history.json", r->prefix);
+    int rc = json_write_file(&j, path, err);
+    json_free(&j);
+    SC_TRY(rc);
+    snprintf(title, sizeof title, "prune %s: %s on %s, target %.3f", r->o.method, r->nt->arch,
+             r->o.dataset, r->cfg.target);
+    snprintf(path, sizeof path, "%s_plot", r->prefix);
+    return prune_report_plot(path, p, title, plot, plotlen, err);
+}
+
+// Writes the JSON summary (--json) of a finished or stopped run.
+static int summary_json(prune_run *r, double val, double test, const char *plot, sc_err *err) {
+    if (!r->o.c.json) return 0;
+    prune_pop *p = r->s.pop;
+    json_writer j;
+    json_init(&j);
+    json_object_begin(&j, NULL);
+    json_add_string(&j, "tool", TOOL);
+    json_add_string(&j, "dataset", r->o.dataset);
+    json_add_string(&j, "model", r->nt->arch);
+    json_add_string(&j, "output", r->s.finished ? r->out : NULL);
+    json_add_string(&j, "from", r->o.from ? r->from : NULL);
+    json_add_string(&j, "method", r->o.method);
+    json_add_bool(&j, "finished", r->s.finished);
+    json_add_int(&j, "iterations_done", p->iter);
+    json_add_int(&j, "iterations_total", prune_search_total(&r->s));
+    json_add_int(&j, "population", r->cfg.population);
+    json_add_int(&j, "batches", r->cfg.batches);
+    json_add_int(&j, "batch", r->cfg.hp.batch);
+    json_add_string(&j, "device", exec_device_name(r->ex));
+    json_add_string(&j, "precision", r->prec == PREC_FP16 ? "fp16" : "fp32");
+    json_add_number(&j, "target_sparsity", r->cfg.target);
+    json_add_number(&j, "sparsity", net_sparsity(r->nt));
+    json_add_number(&j, "start_val_accuracy", p->nhist ? p->hist[0].best_acc : NAN);
+    json_add_number(&j, "val_accuracy", val);
+    json_add_number(&j, "test_accuracy", test);
+    json_add_int(&j, "images", p->images);
+    json_add_number(&j, "images_per_second", p->seconds > 0 ? (double)p->images / p->seconds : 0.0);
+    json_add_number(&j, "seconds", p->seconds);
+    json_add_string(&j, "plot", plot);
+    prune_report_json_layers(&j, r->nt);
+    prune_report_json_history(&j, p);
+    json_object_end(&j);
+    int rc = 0;
+    if (strcmp(r->o.c.json, "-")) rc = json_write_file(&j, r->o.c.json, err);
+    else printf("%s\n", json_text(&j));
+    json_free(&j);
+    return rc;
+}
+
+// Writes the pruned model with its history line and the accuracies.
+static int model_write(prune_run *r, int best, double val, double test, sc_err *err) {
+    char line[2048];
+    snprintf(line, sizeof line,
+             "prune: method %s, %s, population %d, %d iterations x %d batches of %d, alpha %g beta %g, "
+             "sparsity %.4f (target %.4f), %s %s: val %.2f%% test %.2f%%",
+             r->o.method, r->o.from ? r->from : "from scratch", r->cfg.population,
+             prune_search_total(&r->s), r->cfg.batches, r->cfg.hp.batch, r->cfg.crit.alpha,
+             r->cfg.crit.beta, net_sparsity(r->nt), r->cfg.target, exec_device_name(r->ex),
+             r->prec == PREC_FP16 ? "fp16" : "fp32", val, test);
+    SC_TRY(model_meta_add_history(&r->meta, line, err));
+    free(r->meta.config);
+    r->meta.config = strdup(r->config);
+    r->meta.val_accuracy = val;
+    r->meta.test_accuracy = test;
+    free(r->meta.momentum);
+    r->meta.momentum = malloc(r->nt->nparam * sizeof(float));
+    if (!r->meta.config || !r->meta.momentum) return sc_fail(err, "out of memory");
+    memcpy(r->meta.momentum, r->s.pop->sol[best].mom, r->nt->nparam * sizeof(float));
+    return model_save(r->out, r->nt, &r->meta, err);
+}
+
+// Evaluates the winner on the test split, writes the model and every report.
+static int finish(prune_run *r, sc_err *err) {
+    int best;
+    double test, loss, val;
+    char plot[1300] = "";
+    SC_TRY(prune_search_result(&r->s, &best, err));
+    val = r->s.pop->sol[best].acc;
+    SC_TRY(train_evaluate(r->ex, &r->ds.test, r->cfg.hp.batch, r->cfg.hp.smoothing, &test, &loss, err));
+    SC_TRY(model_write(r, best, val, test, err));
+    SC_TRY(reports_write(r, plot, sizeof plot, err));
+    prune_report_table(stdout, r->nt);
+    printf("pruned %s to %.2f%% sparsity (pruned layers): val %.2f%% test %.2f%% (start val %.2f%%), "
+           "%ld training images, %.1f s; model: %s, plot: %s\n",
+           r->nt->arch, 100.0 * net_sparsity(r->nt), val, test, r->s.pop->hist[0].best_acc,
+           r->s.pop->images, r->s.pop->seconds, r->out, plot);
+    return summary_json(r, val, test, plot, err);
+}
+
+// A stopped run: reports so far and how to continue.
+static int stopped(prune_run *r, sc_err *err) {
+    char plot[1300] = "";
+    SC_TRY(reports_write(r, plot, sizeof plot, err));
+    printf("stopped after iteration %d of %d; continue with: prune --resume%s%s\n", r->s.pop->iter,
+           prune_search_total(&r->s), r->o.output ? " -o " : "", r->o.output ? r->o.output : "");
+    return summary_json(r, r->s.pop->hist[r->s.pop->nhist - 1].best_acc, NAN, plot, err);
+}
+
+// Logs what is about to run.
+static void intro(prune_run *r) {
+    log_line(stderr, r->o.c.quiet,
+             "prune: %s %s on %s (%d train, %d val), %s, population %d, %d iterations x %d batches "
+             "of %d, target %.3f, lr %g, %s %s -> %s",
+             r->o.method, r->nt->arch, r->o.dataset, r->ds.train.n, r->ds.val.n,
+             r->o.from ? r->from : "from scratch", r->cfg.population, prune_search_total(&r->s),
+             r->cfg.batches, r->cfg.hp.batch, r->cfg.target, r->cfg.hp.lr,
+             exec_device_name(r->ex), r->prec == PREC_FP16 ? "fp16" : "fp32", r->out);
+}
+
+// Starts or resumes the search, runs it and finishes.
+static int search_go(prune_run *r, sc_err *err) {
+    SC_TRY(prune_search_init(&r->s, &r->cfg, &r->ds, r->nt, r->ex, err));
+    intro(r);
+    if (r->o.resume) {
+        char *stored = NULL;
+        SC_TRY(prune_search_resume(&r->s, r->state, &stored, err));
+        free(stored);
+        if (r->s.pop->iter >= prune_search_total(&r->s))
+            log_line(stderr, r->o.c.quiet, "prune: %s: every iteration is done; writing the result", r->state);
+        else
+            log_line(stderr, r->o.c.quiet, "prune: resuming after iteration %d of %d", r->s.pop->iter,
+                     prune_search_total(&r->s));
+    } else {
+        SC_TRY(prune_search_begin(&r->s, err));
+    }
+    SC_TRY(prune_search_run(&r->s, r->state, r->config, err));
+    return r->s.finished ? finish(r, err) : stopped(r, err);
+}
+
+// Runs the whole tool after option parsing; returns an exit status.
+static int prune_tool(prune_run *r, int argc, char **argv) {
+    sc_err err = {0};
+    int rc = device_pick(r, &err) || data_and_net(r, &err) || cfg_set(r, &err) || paths_set(r, &err);
+    if (!rc && !r->config && !(r->config = args_join(argc, argv))) rc = sc_fail(&err, "out of memory");
+    if (!rc) {
+        r->ex = exec_create(r->nt, r->dev, r->prec, r->cfg.hp.batch, &err);
+        rc = !r->ex;
+    }
+    if (!rc) rc = search_go(r, &err);
+    if (rc) cli_error(TOOL, "%s", err.msg);
+    prune_search_free(&r->s);
+    exec_free(r->ex);
+    net_free(r->nt);
+    model_meta_free(&r->meta);
+    dataset_free(&r->ds);
+    free(r->config);
+    return rc ? SC_EXIT_INPUT : SC_EXIT_OK;
+}
+
+// Reads the settings stored in the state to resume and merges them with the
+// current ones (current options win); returns a cli status, or -1 after
+// printing an input error.
+static int resume_opts(prune_run *r, int argc, char **argv) {
+    prune_opts *o = &r->o;
+    char dir[1024] = "", prefix[1100], path[1200];
+    sc_err err = {0};
+    if (o->dataset) {
+        cli_error(TOOL, "--resume takes the dataset and settings from the run (%s)", o->dataset);
+        return CLI_USAGE;
+    }
+    if ((!o->output && rundir_latest(o->runs, dir, sizeof dir, &err)) ||
+        prefix_of(o, dir, prefix, sizeof prefix, &err)) {
+        cli_error(TOOL, "%s", err.msg);
+        return -1;
+    }
+    snprintf(path, sizeof path, "%s.state", prefix);
+    if (prune_state_config(path, &r->config, &err)) {
+        cli_error(TOOL, "%s", err.msg);
+        return -1;
+    }
+    int n;
+    char **v = args_merge(r->config, argc, argv, &n);
+    if (!v) {
+        cli_error(TOOL, "out of memory");
+        return -1;
+    }
+    memset(o, 0, sizeof *o);
+    return opts_parse(o, n, v);  // v and its strings live until exit
+}
+
+int main(int argc, char **argv) {
+    prune_run r;
+    memset(&r, 0, sizeof r);
+    model_meta_init(&r.meta);
+    int rc = opts_parse(&r.o, argc, argv);
+    if (rc == CLI_OK && r.o.resume) rc = resume_opts(&r, argc, argv);
+    if (rc != CLI_OK) free(r.config);
+    if (rc == CLI_HELP) return SC_EXIT_OK;
+    if (rc != CLI_OK) return rc == CLI_USAGE ? SC_EXIT_USAGE : SC_EXIT_INPUT;
+    return prune_tool(&r, argc, argv);
+}

@@ -1,0 +1,264 @@
+// Reports of the prune tool: per-layer table, history CSV/JSON, the plot.
+#include "report.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+// --- per-layer figures ------------------------------------------------------
+
+// Non-zero mask entries of tensor t.
+static size_t tensor_nonzeros(const net *nt, int t) {
+    const ptensor *p = &nt->tensors[t];
+    size_t nz = 0;
+    for (size_t i = 0; i < p->count; i++) nz += nt->mask[p->offset + i] != 0.0f;
+    return nz;
+}
+
+// "KxCxRxS" of a tensor into out.
+static void tensor_shape(const ptensor *p, char *out, size_t len) {
+    size_t k = 0;
+    out[0] = 0;
+    for (int d = 0; d < p->ndim && k < len; d++)
+        k += (size_t)snprintf(out + k, len - k, d ? "x%d" : "%d", p->dims[d]);
+}
+
+// True for conv/linear weights (the rows of the table).
+static int is_weight(const net *nt, int t) {
+    const ptensor *p = &nt->tensors[t];
+    layer_kind k = nt->layers[p->layer].kind;
+    return p->kind == PT_WEIGHT && (k == LK_CONV || k == LK_LINEAR);
+}
+
+// Prints the per-layer table.
+void prune_report_table(FILE *f, const net *nt) {
+    size_t tot = 0, tnz = 0;
+    fprintf(f, "%-28s %-14s %10s %10s %9s\n", "layer", "shape", "weights", "non-zeros",
+            "sparsity");
+    for (int t = 0; t < nt->ntensors; t++) {
+        if (!is_weight(nt, t)) continue;
+        const ptensor *p = &nt->tensors[t];
+        char shape[64];
+        tensor_shape(p, shape, sizeof shape);
+        size_t nz = tensor_nonzeros(nt, t);
+        fprintf(f, "%-28s %-14s %10zu %10zu %8.2f%%%s\n", p->name, shape, p->count, nz,
+                100.0 * (double)(p->count - nz) / (double)p->count,
+                p->prunable ? "" : "  (not pruned)");
+        if (p->prunable) tot += p->count, tnz += nz;
+    }
+    fprintf(f, "%-28s %-14s %10zu %10zu %8.2f%%\n", "total (pruned layers)", "", tot, tnz,
+            tot ? 100.0 * (double)(tot - tnz) / (double)tot : 0.0);
+}
+
+// Adds the per-layer array to a JSON object.
+void prune_report_json_layers(json_writer *j, const net *nt) {
+    json_array_begin(j, "layers");
+    for (int t = 0; t < nt->ntensors; t++) {
+        if (!is_weight(nt, t)) continue;
+        const ptensor *p = &nt->tensors[t];
+        char shape[64];
+        tensor_shape(p, shape, sizeof shape);
+        size_t nz = tensor_nonzeros(nt, t);
+        json_object_begin(j, NULL);
+        json_add_string(j, "name", p->name);
+        json_add_string(j, "shape", shape);
+        json_add_int(j, "weights", (long long)p->count);
+        json_add_int(j, "nonzeros", (long long)nz);
+        json_add_number(j, "sparsity", (double)(p->count - nz) / (double)p->count);
+        json_add_bool(j, "pruned", p->prunable);
+        json_object_end(j);
+    }
+    json_array_end(j);
+}
+
+// --- history ----------------------------------------------------------------
+
+// Name of a history phase.
+static const char *phase_name(int phase) {
+    return phase == 0 ? "start" : phase == 1 ? "prune" : "finetune";
+}
+
+// Adds the history array to a JSON object.
+void prune_report_json_history(json_writer *j, const prune_pop *p) {
+    json_array_begin(j, "history");
+    for (int i = 0; i < p->nhist; i++) {
+        const prune_hist *h = &p->hist[i];
+        json_object_begin(j, NULL);
+        json_add_int(j, "iteration", h->iter);
+        json_add_string(j, "phase", phase_name(h->phase));
+        json_add_number(j, "target_sparsity", h->target);
+        json_add_number(j, "best_val_accuracy", h->best_acc);
+        json_add_number(j, "mean_val_accuracy", h->mean_acc);
+        json_add_number(j, "best_sparsity", h->best_sparsity);
+        json_add_number(j, "mean_sparsity", h->mean_sparsity);
+        json_add_int(j, "images", h->images);
+        json_add_number(j, "seconds", h->seconds);
+        json_add_int(j, "admitted", h->admitted);
+        json_add_int(j, "rewound", h->rewound);
+        json_add_int(j, "mutated", h->mutated);
+        json_add_int(j, "crossed", h->crossed);
+        json_add_int(j, "replaced", h->replaced);
+        json_object_end(j);
+    }
+    json_array_end(j);
+}
+
+// Opens path's temporary sibling for writing; tmp receives its name.
+static FILE *tmp_open(const char *path, char *tmp, size_t len, sc_err *err) {
+    if (snprintf(tmp, len, "%s.tmp%ld", path, (long)getpid()) >= (int)len) {
+        sc_fail(err, "path too long (%s)", path);
+        return NULL;
+    }
+    FILE *f = fopen(tmp, "w");
+    if (!f) sc_fail(err, "cannot write %s (%s)", path, strerror(errno));
+    return f;
+}
+
+// Closes the temporary file and renames it over path (removes it on failure).
+static int tmp_commit(FILE *f, const char *tmp, const char *path, sc_err *err) {
+    int bad = ferror(f);
+    if (fclose(f) != 0) bad = 1;
+    if (!bad && rename(tmp, path) == 0) return 0;
+    int e = errno;
+    remove(tmp);
+    return sc_fail(err, "cannot write %s (%s)", path, strerror(e));
+}
+
+// Writes the history CSV.
+int prune_report_csv(const char *path, const prune_pop *p, sc_err *err) {
+    char tmp[4200];
+    FILE *f = tmp_open(path, tmp, sizeof tmp, err);
+    if (!f) return -1;
+    fprintf(f, "iteration,phase,target_sparsity,best_val_accuracy,mean_val_accuracy,"
+               "best_sparsity,mean_sparsity,images,seconds,admitted,rewound,mutated,crossed,"
+               "replaced\n");
+    for (int i = 0; i < p->nhist; i++) {
+        const prune_hist *h = &p->hist[i];
+        fprintf(f, "%d,%s,%.6f,%.4f,%.4f,%.6f,%.6f,%ld,%.2f,%d,%d,%d,%d,%d\n", h->iter,
+                phase_name(h->phase), h->target, h->best_acc, h->mean_acc, h->best_sparsity,
+                h->mean_sparsity, h->images, h->seconds, h->admitted, h->rewound, h->mutated,
+                h->crossed, h->replaced);
+    }
+    return tmp_commit(f, tmp, path, err);
+}
+
+// --- plot -------------------------------------------------------------------
+
+// Axis ranges of the history: sparsity in [0, 1], accuracy padded.
+static void plot_ranges(const prune_pop *p, double *ylo, double *yhi) {
+    double lo = 100.0, hi = 0.0;
+    for (int i = 0; i < p->nhist; i++) {
+        lo = fmin(lo, fmin(p->hist[i].best_acc, p->hist[i].mean_acc));
+        hi = fmax(hi, fmax(p->hist[i].best_acc, p->hist[i].mean_acc));
+    }
+    if (hi < lo) lo = 0.0, hi = 100.0;
+    *ylo = fmax(0.0, floor(lo / 5.0) * 5.0 - 5.0);
+    *yhi = fmin(100.0, ceil(hi / 5.0) * 5.0 + 5.0);
+    if (*yhi <= *ylo) *yhi = *ylo + 10.0;
+}
+
+// Writes one SVG polyline (and its points) of best (which = 0) or mean accuracy.
+static void svg_series(FILE *f, const prune_pop *p, int which, double ylo, double yhi,
+                       const char *colour) {
+    const double X0 = 70, Y0 = 40, W = 540, H = 320;
+    fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"", colour);
+    for (int i = 0; i < p->nhist; i++) {
+        const prune_hist *h = &p->hist[i];
+        double sx = which ? h->mean_sparsity : h->best_sparsity, a = which ? h->mean_acc : h->best_acc;
+        fprintf(f, "%.1f,%.1f ", X0 + W * sx, Y0 + H * (1.0 - (a - ylo) / (yhi - ylo)));
+    }
+    fprintf(f, "\"/>\n");
+    for (int i = 0; i < p->nhist; i++) {
+        const prune_hist *h = &p->hist[i];
+        double sx = which ? h->mean_sparsity : h->best_sparsity, a = which ? h->mean_acc : h->best_acc;
+        fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\" fill=\"%s\"/>\n", X0 + W * sx,
+                Y0 + H * (1.0 - (a - ylo) / (yhi - ylo)), colour);
+    }
+}
+
+// Writes the axes, ticks and labels of the SVG plot.
+static void svg_axes(FILE *f, double ylo, double yhi, const char *title) {
+    const double X0 = 70, Y0 = 40, W = 540, H = 320;
+    fprintf(f, "<rect x=\"%g\" y=\"%g\" width=\"%g\" height=\"%g\" fill=\"none\" stroke=\"black\"/>\n",
+            X0, Y0, W, H);
+    for (int k = 0; k <= 10; k++) {
+        double x = X0 + W * k / 10.0;
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%g\" x2=\"%.1f\" y2=\"%g\" stroke=\"#ddd\"/>\n", x, Y0, x, Y0 + H);
+        fprintf(f, "<text x=\"%.1f\" y=\"%g\" font-size=\"11\" text-anchor=\"middle\">%.1f</text>\n", x,
+                Y0 + H + 16, k / 10.0);
+    }
+    for (int k = 0; k <= 5; k++) {
+        double y = Y0 + H * (1.0 - k / 5.0);
+        fprintf(f, "<line x1=\"%g\" y1=\"%.1f\" x2=\"%g\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", X0, y, X0 + W, y);
+        fprintf(f, "<text x=\"%g\" y=\"%.1f\" font-size=\"11\" text-anchor=\"end\">%.1f</text>\n", X0 - 6,
+                y + 4, ylo + (yhi - ylo) * k / 5.0);
+    }
+    fprintf(f, "<text x=\"%g\" y=\"24\" font-size=\"14\" text-anchor=\"middle\">", X0 + W / 2);
+    for (const char *c = title; *c; c++) {  // escape the title
+        if (*c == '<') fputs("&lt;", f);
+        else if (*c == '&') fputs("&amp;", f);
+        else fputc(*c, f);
+    }
+    fprintf(f, "</text>\n<text x=\"%g\" y=\"%g\" font-size=\"12\" text-anchor=\"middle\">overall "
+               "sparsity of the pruned layers</text>\n", X0 + W / 2, Y0 + H + 36);
+    fprintf(f, "<text x=\"16\" y=\"%g\" font-size=\"12\" text-anchor=\"middle\" transform=\"rotate(-90 16 %g)\">"
+               "validation accuracy (%%)</text>\n", Y0 + H / 2, Y0 + H / 2);
+}
+
+// Writes the SVG plot.
+int prune_report_svg(const char *path, const prune_pop *p, const char *title, sc_err *err) {
+    char tmp[4200];
+    double ylo, yhi;
+    FILE *f = tmp_open(path, tmp, sizeof tmp, err);
+    if (!f) return -1;
+    plot_ranges(p, &ylo, &yhi);
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"640\" height=\"420\" "
+               "font-family=\"sans-serif\">\n<rect width=\"640\" height=\"420\" fill=\"white\"/>\n");
+    svg_axes(f, ylo, yhi, title);
+    svg_series(f, p, 1, ylo, yhi, "#999999");
+    svg_series(f, p, 0, ylo, yhi, "#c0392b");
+    fprintf(f, "<text x=\"80\" y=\"58\" font-size=\"12\" fill=\"#c0392b\">best</text>\n"
+               "<text x=\"80\" y=\"74\" font-size=\"12\" fill=\"#999999\">mean</text>\n</svg>\n");
+    return tmp_commit(f, tmp, path, err);
+}
+
+// Runs gnuplot on an inline-data script writing a PNG; 0 on success.
+static int plot_gnuplot(const char *png, const prune_pop *p, const char *title) {
+    if (system("command -v gnuplot >/dev/null 2>&1") != 0) return -1;
+    char tmp[4200], cmd[4400];
+    snprintf(tmp, sizeof tmp, "%s.tmp%ld.png", png, (long)getpid());
+    snprintf(cmd, sizeof cmd, "gnuplot >/dev/null 2>&1");
+    FILE *g = popen(cmd, "w");
+    if (!g) return -1;
+    double ylo, yhi;
+    plot_ranges(p, &ylo, &yhi);
+    fprintf(g, "set terminal pngcairo size 800,520\nset output '%s'\n", tmp);
+    fprintf(g, "set title \"");
+    for (const char *c = title; *c; c++) fputc(*c == '"' || *c == '\\' ? '\'' : *c, g);
+    fprintf(g, "\" noenhanced\nset xlabel 'overall sparsity of the pruned layers'\n"
+               "set ylabel 'validation accuracy (%%)'\nset xrange [0:1]\nset yrange [%g:%g]\n"
+               "set grid\nset key left bottom\n$d << EOD\n", ylo, yhi);
+    for (int i = 0; i < p->nhist; i++)
+        fprintf(g, "%.6f %.4f %.6f %.4f\n", p->hist[i].best_sparsity, p->hist[i].best_acc,
+                p->hist[i].mean_sparsity, p->hist[i].mean_acc);
+    fprintf(g, "EOD\nplot $d using 3:4 with linespoints lc rgb '#999999' title 'mean', "
+               "$d using 1:2 with linespoints lc rgb '#c0392b' lw 2 title 'best'\n");
+    int rc = pclose(g);
+    if (rc != 0 || access(tmp, F_OK) != 0 || rename(tmp, png) != 0) {
+        remove(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+// PNG through gnuplot, else a hand-written SVG.
+int prune_report_plot(const char *prefix, const prune_pop *p, const char *title, char *out,
+                      size_t outlen, sc_err *err) {
+    if (snprintf(out, outlen, "%s.png", prefix) >= (int)outlen)
+        return sc_fail(err, "path too long (%s)", prefix);
+    if (plot_gnuplot(out, p, title) == 0) return 0;
+    snprintf(out, outlen, "%s.svg", prefix);
+    return prune_report_svg(out, p, title, err);
+}

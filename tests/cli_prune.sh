@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# CLI tests of `prune` on synthetic data on the CPU: bad input gives one line
+# `prune: ...` and a non-zero exit; a run stopped after iteration 2 and
+# continued with --resume ends bitwise equal to an uninterrupted one; the
+# run directory holds the model, the history and the plot.
+cd "$(dirname "$0")/.." || exit 1
+. tests/lib.sh
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+PR="$BIN/prune --device cpu --quiet --data-dir $T/data --runs $T/runs"
+TINY="--model lenet --population 3 --iterations 4 --batches 2 --batch 32 --val-size 200 --scan-images 64"
+
+# --- bad usage (exit 2) ---------------------------------------------------------
+expect_fail "unknown method" 2 '^prune: .*method' $PR --method magic synthetic
+expect_fail "sparsity 1" 2 '^prune: .*target-sparsity' $PR --target-sparsity 1 synthetic
+expect_fail "sparsity 1.5" 2 '^prune: .*target-sparsity' $PR --target-sparsity 1.5 synthetic
+expect_fail "negative sparsity" 2 '^prune: .*target-sparsity' $PR --target-sparsity -0.1 synthetic
+expect_fail "population 0" 2 '^prune: .*population' $PR --population 0 synthetic
+expect_fail "population abc" 2 '^prune: .*population' $PR --population abc synthetic
+expect_fail "unknown option" 2 '^prune: .*--frobnicate' $PR --frobnicate synthetic
+expect_fail "two datasets" 2 '^prune: ' $PR synthetic cifar10
+expect_fail "resume with a dataset" 2 '^prune: .*resume' $PR --resume synthetic
+
+# --- bad input (exit 1) ---------------------------------------------------------
+expect_fail "unknown model" 1 '^prune: .*resnet19' $PR --model resnet19 synthetic
+expect_fail "missing from" 1 '^prune: .*nothere.h5' $PR --from "$T/nothere.h5" synthetic
+echo "not hdf5" >"$T/junk.h5"
+expect_fail "corrupt model" 1 '^prune: .*junk.h5' $PR --from "$T/junk.h5" synthetic
+expect_fail "resume without runs" 1 '^prune: .*no previous run' $PR --resume
+expect_fail "bad epochs" 1 '^prune: .*epochs' $PR --method gmp --epochs x synthetic
+expect_fail "fp16 on cpu" 1 '^prune: .*fp16' $PR --precision fp16 synthetic
+
+# A tiny model to start from (pruned from scratch in one round).
+$PR --model lenet --population 1 --iterations 1 --batches 2 --batch 32 --val-size 200 \
+    --target-sparsity 0.1 -o "$T/m.h5" synthetic >/dev/null 2>&1 || bad "tiny model" "prune from scratch failed"
+expect_fail "model of another arch" 1 '^prune: .*lenet.*resnet20' $PR --from "$T/m.h5" --model resnet20 synthetic
+expect_fail "model of another dataset" 1 '^prune: .*synthetic.*cifar10' $PR --from "$T/m.h5" cifar10
+head -c 20000 "$T/m.h5" >"$T/trunc.h5"
+expect_fail "truncated model" 1 '^prune: .*trunc.h5' $PR --from "$T/trunc.h5" synthetic
+if $PR --help | grep -qE -- '--population.*8'; then ok "help lists defaults"; else bad "help lists defaults" "no --population default"; fi
+
+# --- stopped after iteration 2, resumed == uninterrupted ---------------------------
+ARGS="$TINY --from $T/m.h5 --target-sparsity 0.8 --finetune 1 --seed 3"
+$PR $ARGS -o "$T/a.h5" --json "$T/a.json" >/dev/null 2>&1 || bad "uninterrupted run" "failed"
+$PR $ARGS -o "$T/b.h5" --stop-after 2 --json "$T/b.json" >/dev/null 2>&1 || bad "stopped run" "failed"
+if [ -f "$T/b.h5" ]; then bad "stopped run" "wrote a model"; fi
+if [ -f "$T/b.state" ] && grep -q '"finished": *false' "$T/b.json" && grep -q '"iterations_done": *2' "$T/b.json"
+then ok "stopped after iteration 2 with a state file"; else bad "stopped after iteration 2" "$(cat "$T/b.json" 2>/dev/null)"; fi
+$BIN/prune --device cpu --quiet --resume -o "$T/b.h5" --json "$T/b.json" >/dev/null 2>&1 || bad "resume" "failed"
+if h5diff -q "$T/a.h5" "$T/b.h5" /params /params && h5diff -q "$T/a.h5" "$T/b.h5" /masks /masks \
+   && h5diff -q "$T/a.h5" "$T/b.h5" /buffers /buffers; then ok "resume is bitwise equal"
+else bad "resume is bitwise equal" "params differ"; fi
+va=$(grep -oE '"test_accuracy": *[0-9.]+' "$T/a.json"); vb=$(grep -oE '"test_accuracy": *[0-9.]+' "$T/b.json")
+[ -n "$va" ] && [ "$va" = "$vb" ] && ok "same test accuracy ($va)" || bad "same test accuracy" "$va vs $vb"
+sp=$(grep -oE '"sparsity": *[0-9.]+' "$T/a.json" | head -n 1 | grep -oE '[0-9.]+$')
+awk -v s="${sp:-0}" 'BEGIN { exit !(s > 0.799 && s < 0.801) }' && ok "target reached ($sp)" || bad "target reached" "sparsity ${sp:-?}"
+for k in tool dataset model output val_accuracy test_accuracy sparsity images_per_second seconds history layers; do
+    grep -q "\"$k\"" "$T/a.json" || bad "json has $k" "missing"
+done
+grep -q '"tool": *"prune"' "$T/a.json" && ok "json summary" || bad "json summary" "no tool"
+
+# --- run directory: model, history, plot; gmp reaches its target ---------------------
+$PR $TINY --method gmp --from "$T/m.h5" --target-sparsity 0.7 --json "$T/g.json" >/dev/null 2>&1 || bad "gmp run" "failed"
+D=$T/runs/latest
+[ -f "$D/model.pruned.h5" ] && ok "runs/latest/model.pruned.h5" || bad "runs/latest/model.pruned.h5" "missing"
+rows=$(grep -c . "$D/prune_history.csv" 2>/dev/null)
+[ "${rows:-0}" -ge 3 ] && head -n 1 "$D/prune_history.csv" | grep -q best_val_accuracy && ok "history csv ($rows lines)" || bad "history csv" "${rows:-0} lines"
+[ -f "$D/prune_history.json" ] && ok "history json" || bad "history json" "missing"
+{ [ -s "$D/prune_plot.png" ] || grep -q '<svg' "$D/prune_plot.svg" 2>/dev/null; } && ok "plot" || bad "plot" "missing"
+gs=$(grep -oE '"sparsity": *[0-9.]+' "$T/g.json" | head -n 1 | grep -oE '[0-9.]+$')
+awk -v s="${gs:-0}" 'BEGIN { exit !(s > 0.699 && s < 0.701) }' && ok "gmp target ($gs)" || bad "gmp target" "sparsity ${gs:-?}"
+h5dump -d /history "$D/model.pruned.h5" 2>/dev/null | grep -q 'prune: method gmp' && ok "history line in the model" || bad "history line in the model" "missing"
+summary

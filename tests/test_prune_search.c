@@ -1,0 +1,331 @@
+// Tests of the pruning run on tiny synthetic data on the CPU (lenet): zeros
+// stay zero through training (momentum too), masks only grow, targets are
+// reached, a stopped run resumed from its state file ends bitwise equal to
+// an uninterrupted one, the same seed gives the same result, and evolve
+// does at least as well as oneshot at the same sparsity and image budget.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "datasets/cifar.h"
+#include "prune/search.h"
+#include "runtime/exec.h"
+#include "runtime/net.h"
+
+// --- fixture ------------------------------------------------------------------
+
+typedef struct {
+    char dir[128];
+    dataset ds;
+    net *trained;  // lenet trained briefly on the tiny set (start model)
+} fixture;
+
+// Trains nt for `steps` batches of 32 with a constant learning rate.
+static int pretrain(net *nt, const dataset *ds, int steps, sc_err *err) {
+    exec *ex = exec_create(nt, DEV_CPU, PREC_FP32, 32, err);
+    if (!ex) return -1;
+    loader ld;
+    int rc = loader_init(&ld, &ds->train, 32, 1, 99, err);
+    exec_hparams hp = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f, .nesterov = 1};
+    for (int i = 0, ep = 0; !rc && i < steps; i++) {
+        exec_batch b;
+        if (!loader_next(&ld, &b)) {
+            loader_start_epoch(&ld, ++ep);
+            loader_next(&ld, &b);
+        }
+        rc = exec_train_step(ex, &b, &hp, err);
+    }
+    if (!rc) rc = exec_read_net(ex, err);
+    if (!rc) loader_free(&ld);
+    exec_free(ex);
+    return rc;
+}
+
+// Writes a tiny synthetic set (4 classes), opens it and trains the start model.
+static int fixture_init(fixture *f, sc_err *err) {
+    memset(f, 0, sizeof *f);
+    snprintf(f->dir, sizeof f->dir, "/tmp/test_prune_search_%d", (int)getpid());
+    mkdir(f->dir, 0777);
+    SC_TRY(synthetic_write(f->dir, 704, 200, 4, 77, err));
+    SC_TRY(dataset_open(f->dir, NULL, 192, 5, &f->ds, err));
+    f->trained = net_create("lenet", 3, 32, 32, f->ds.classes, err);
+    if (!f->trained) return -1;
+    rng g;
+    rng_seed(&g, 3, 0);
+    net_init_weights(f->trained, &g);
+    memcpy(f->trained->in_mean, f->ds.mean, sizeof f->ds.mean);
+    memcpy(f->trained->in_std, f->ds.std, sizeof f->ds.std);
+    return pretrain(f->trained, &f->ds, 200, err);
+}
+
+// Removes the fixture's files.
+static void fixture_free(fixture *f) {
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->dir);
+    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", f->dir);
+    net_free(f->trained);
+    dataset_free(&f->ds);
+}
+
+// A small configuration of a method.
+static prune_cfg small_cfg(prune_method m, int rounds, double target) {
+    prune_cfg c;
+    prune_cfg_default(&c, m);
+    c.population = m == PM_EVOLVE ? 4 : 1;
+    c.rounds = rounds;
+    c.batches = 3;
+    c.target = target;
+    c.hp.batch = 32;
+    c.hp.lr = 0.01f;
+    c.scan_images = 96;
+    c.quiet = 1;
+    c.seed = 11;
+    return c;
+}
+
+// A copy of the trained model (the executor's net for one run).
+static net *model_copy(const net *src) {
+    net *nt = net_from_desc(src->arch, src->desc, src->in_c, src->in_h, src->in_w, src->classes, NULL);
+    if (!nt) return NULL;
+    memcpy(nt->param, src->param, src->nparam * sizeof *nt->param);
+    memcpy(nt->mask, src->mask, src->nparam * sizeof *nt->mask);
+    memcpy(nt->buf, src->buf, src->nbuf * sizeof *nt->buf);
+    memcpy(nt->in_mean, src->in_mean, sizeof nt->in_mean);
+    memcpy(nt->in_std, src->in_std, sizeof nt->in_std);
+    return nt;
+}
+
+typedef struct {
+    net *nt;
+    exec *ex;
+    prune_search s;
+} run;
+
+// Sets up a run of cfg from a copy of `start`.
+static int run_init(run *r, const fixture *f, const net *start, const prune_cfg *cfg, sc_err *err) {
+    memset(r, 0, sizeof *r);
+    if (!(r->nt = model_copy(start))) return sc_fail(err, "copy");
+    if (!(r->ex = exec_create(r->nt, DEV_CPU, PREC_FP32, cfg->hp.batch, err))) return -1;
+    return prune_search_init(&r->s, cfg, &f->ds, r->nt, r->ex, err);
+}
+
+// Frees a run.
+static void run_free(run *r) {
+    prune_search_free(&r->s);
+    exec_free(r->ex);
+    net_free(r->nt);
+}
+
+// True when two populations hold identical solutions and history accuracies.
+static int pops_equal(const prune_pop *a, const prune_pop *b) {
+    if (a->n != b->n || a->iter != b->iter || a->best != b->best || a->nhist != b->nhist ||
+        a->images != b->images)
+        return 0;
+    for (int i = 0; i < a->n; i++) {
+        const prune_sol *x = &a->sol[i], *y = &b->sol[i];
+        if (x->acc != y->acc || x->batches != y->batches || memcmp(x->param, y->param, a->nparam * 4) ||
+            memcmp(x->mask, y->mask, a->nparam * 4) || memcmp(x->mom, y->mom, a->nparam * 4) ||
+            memcmp(x->buf, y->buf, a->nbuf * 4))
+            return 0;
+    }
+    for (int h = 0; h < a->nhist; h++)
+        if (a->hist[h].best_acc != b->hist[h].best_acc || a->hist[h].mean_acc != b->hist[h].mean_acc)
+            return 0;
+    return !memcmp(a->sens, b->sens, (size_t)a->L * sizeof(double));
+}
+
+// --- tests ----------------------------------------------------------------------
+
+// Zeros stay zero through training: after every gmp iteration the solution's
+// pruned weights and momentum are exactly 0, and its masks only grow.
+static void test_zeros_and_growth(tctx *t, fixture *f) {
+    sc_err err = {0};
+    run r;
+    prune_cfg c = small_cfg(PM_GMP, 6, 0.8);
+    if (run_init(&r, f, f->trained, &c, &err) || prune_search_begin(&r.s, &err)) {
+        CHECK(t, 0, "%s", err.msg);
+        run_free(&r);
+        return;
+    }
+    float *prev = calloc(r.nt->nparam, sizeof *prev);
+    memcpy(prev, r.s.pop->sol[0].mask, r.nt->nparam * sizeof *prev);
+    for (int it = 1; it <= 6; it++) {
+        r.s.cfg.stop_after = it;
+        CHECK(t, prune_search_run(&r.s, NULL, NULL, &err) == 0, "%s", err.msg);
+        prune_sol_load(r.s.pop, 0, r.nt, r.s.mom);
+        CHECK(t, prune_mask_violations(r.nt, &r.s.pl, r.s.mom) == 0, "iteration %d: pruned weights or momentum not zero", it);
+        // The executor's own copy after the last step, too.
+        float *mom = malloc(r.nt->nparam * sizeof *mom);
+        exec_read_momentum(r.ex, mom, &err);
+        exec_read_net(r.ex, &err);
+        CHECK(t, prune_mask_violations(r.nt, &r.s.pl, mom) == 0, "executor state at iteration %d", it);
+        free(mom);
+        size_t revived = 0;
+        for (size_t k = 0; k < r.nt->nparam; k++) revived += prev[k] == 0.0f && r.s.pop->sol[0].mask[k] != 0.0f;
+        CHECK(t, revived == 0, "iteration %d revived %zu weights", it, revived);
+        memcpy(prev, r.s.pop->sol[0].mask, r.nt->nparam * sizeof *prev);
+    }
+    // gmp reaches its target in every layer exactly (round(s * n) zeros).
+    for (int l = 0; l < r.s.pl.n; l++) {
+        size_t z = prune_mask_zeros(r.s.pop->sol[0].mask + r.s.pl.offset[l], r.s.pl.count[l]);
+        CHECK(t, z == prune_target_zeros(r.s.pl.count[l], 0.8), "layer %d: %zu zeros", l, z);
+    }
+    CHECK(t, r.s.finished, "gmp did not finish");
+    free(prev);
+    run_free(&r);
+}
+
+// Evolve from a partly pruned model: every solution keeps the start mask's
+// zeros at every iteration, and the winner reaches the target (within one
+// element per layer).
+static void test_evolve_masks(tctx *t, fixture *f) {
+    sc_err err = {0};
+    net *start = model_copy(f->trained);
+    rng g;
+    rng_seed(&g, 17, 0);
+    prune_layers pl;
+    prune_layers_init(&pl, start, &err);
+    for (int l = 0; l < pl.n; l++)
+        for (size_t k = pl.offset[l]; k < pl.offset[l] + pl.count[l]; k++)
+            if (rng_uniform(&g) < 0.3f) start->mask[k] = 0.0f, start->param[k] = 0.0f;
+    run r;
+    prune_cfg c = small_cfg(PM_EVOLVE, 5, 0.85);
+    c.ev.cluster_every = 2;
+    if (run_init(&r, f, start, &c, &err) || prune_search_begin(&r.s, &err)) {
+        CHECK(t, 0, "%s", err.msg);
+    } else {
+        for (int it = 1; it <= 5; it++) {
+            r.s.cfg.stop_after = it;
+            CHECK(t, prune_search_run(&r.s, NULL, NULL, &err) == 0, "%s", err.msg);
+            for (int i = 0; i < r.s.pop->n; i++) {
+                size_t revived = 0;
+                for (size_t k = 0; k < start->nparam; k++)
+                    revived += start->mask[k] == 0.0f && r.s.pop->sol[i].mask[k] != 0.0f;
+                CHECK(t, revived == 0, "iteration %d solution %d revived %zu", it, i, revived);
+                prune_sol_load(r.s.pop, i, r.nt, r.s.mom);
+                CHECK(t, prune_mask_violations(r.nt, &r.s.pl, r.s.mom) == 0, "zeros, solution %d", i);
+            }
+        }
+        int best;
+        CHECK(t, prune_search_result(&r.s, &best, &err) == 0, "%s", err.msg);
+        double over = net_sparsity(r.nt);
+        CHECK(t, fabs(over - 0.85) * (double)pl.total <= pl.n, "sparsity %.6f", over);
+    }
+    prune_layers_free(&pl);
+    run_free(&r);
+    net_free(start);
+}
+
+// Stopped after iteration 2 and resumed from the state file == uninterrupted;
+// a second uninterrupted run with the same seed is identical too.
+static void test_resume_and_seed(tctx *t, fixture *f) {
+    sc_err err = {0};
+    char state[200];
+    snprintf(state, sizeof state, "%s/prune.state", f->dir);
+    prune_cfg c = small_cfg(PM_EVOLVE, 4, 0.8);
+    c.finetune = 1;
+    c.ev.cluster_every = 2;
+    run a, b, d;
+    int ok = !run_init(&a, f, f->trained, &c, &err) && !prune_search_begin(&a.s, &err) &&
+             !prune_search_run(&a.s, NULL, NULL, &err);
+    CHECK(t, ok && a.s.finished, "uninterrupted run: %s", err.msg);
+    prune_cfg c2 = c;
+    c2.stop_after = 2;
+    ok = !run_init(&b, f, f->trained, &c2, &err) && !prune_search_begin(&b.s, &err) &&
+         !prune_search_run(&b.s, state, "{\"test\":1}", &err);
+    CHECK(t, ok && !b.s.finished && b.s.pop->iter == 2, "stopped run: %s (iter %d)", err.msg,
+          b.s.pop ? b.s.pop->iter : -1);
+    run_free(&b);
+    char *cfg = NULL;
+    ok = !run_init(&b, f, f->trained, &c, &err) && !prune_search_resume(&b.s, state, &cfg, &err) &&
+         !prune_search_run(&b.s, state, cfg, &err);
+    CHECK(t, ok && b.s.finished, "resumed run: %s", err.msg);
+    CHECK(t, cfg && !strcmp(cfg, "{\"test\":1}"), "stored config");
+    free(cfg);
+    CHECK(t, ok && pops_equal(a.s.pop, b.s.pop), "resumed run differs from the uninterrupted one");
+    ok = !run_init(&d, f, f->trained, &c, &err) && !prune_search_begin(&d.s, &err) &&
+         !prune_search_run(&d.s, NULL, NULL, &err);
+    CHECK(t, ok && pops_equal(a.s.pop, d.s.pop), "same seed, different result");
+    prune_cfg c3 = c;
+    c3.seed = 12;
+    run e;
+    ok = !run_init(&e, f, f->trained, &c3, &err) && !prune_search_begin(&e.s, &err) &&
+         !prune_search_run(&e.s, NULL, NULL, &err);
+    CHECK(t, ok && !pops_equal(a.s.pop, e.s.pop), "another seed gives the same result");
+    run_free(&a);
+    run_free(&b);
+    run_free(&d);
+    run_free(&e);
+}
+
+// Validation accuracy of the result of a finished run of cfg.
+static double result_acc(fixture *f, const prune_cfg *cfg, double *sparsity, sc_err *err) {
+    run r;
+    double acc = -1.0;
+    int best;
+    if (!run_init(&r, f, f->trained, cfg, err) && !prune_search_begin(&r.s, err) &&
+        !prune_search_run(&r.s, NULL, NULL, err) && !prune_search_result(&r.s, &best, err)) {
+        acc = r.s.pop->sol[best].acc;
+        *sparsity = net_sparsity(r.nt);
+    }
+    run_free(&r);
+    return acc;
+}
+
+// At 95% sparsity and the same training images (4 search iterations of 4
+// solutions plus 16 fine-tuning rounds against 32 rounds), evolve is at
+// least as accurate (validation) as oneshot, on the mean over three seeds.
+static void test_evolve_vs_oneshot(tctx *t, fixture *f) {
+    sc_err err = {0};
+    double me = 0, mo = 0;
+    for (int seed = 11; seed <= 13; seed++) {
+        prune_cfg ev = small_cfg(PM_EVOLVE, 4, 0.95), os = small_cfg(PM_ONESHOT, 4 * 4 + 16, 0.95);
+        ev.finetune = 16;
+        ev.seed = os.seed = (uint64_t)seed;
+        double se = 0, so = 0;
+        double ae = result_acc(f, &ev, &se, &err), ao = result_acc(f, &os, &so, &err);
+        CHECK(t, ae >= 0 && ao >= 0, "%s", err.msg);
+        CHECK(t, fabs(se - so) < 1e-3, "sparsity %g vs %g", se, so);
+        printf("  seed %d: evolve %.2f%% oneshot %.2f%% at sparsity %.4f\n", seed, ae, ao, se);
+        me += ae / 3;
+        mo += ao / 3;
+    }
+    CHECK(t, me >= mo, "evolve %.2f%% < oneshot %.2f%% (mean of 3 seeds)", me, mo);
+}
+
+// Runs one test that needs the fixture, like RUN() in check.h.
+static void run_with(tctx *t, fixture *f, void (*fn)(tctx *, fixture *), const char *name) {
+    t->test = name;
+    t->bad = 0;
+    fn(t, f);
+    if (t->bad) {
+        t->failed++;
+        printf("FAIL %s\n", name);
+    } else {
+        t->passed++;
+        printf("ok   %s\n", name);
+    }
+    fflush(stdout);
+}
+
+int main(void) {
+    tctx t = {.suite = "test_prune_search"};
+    fixture f;
+    sc_err err = {0};
+    if (fixture_init(&f, &err)) {
+        printf("FAIL fixture: %s\n", err.msg);
+        t.failed = 1;
+        fixture_free(&f);
+        return check_finish(&t);
+    }
+    run_with(&t, &f, test_zeros_and_growth, "test_zeros_and_growth");
+    run_with(&t, &f, test_evolve_masks, "test_evolve_masks");
+    run_with(&t, &f, test_resume_and_seed, "test_resume_and_seed");
+    run_with(&t, &f, test_evolve_vs_oneshot, "test_evolve_vs_oneshot");
+    fixture_free(&f);
+    return check_finish(&t);
+}
