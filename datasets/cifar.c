@@ -434,3 +434,11 @@ void dataset_free(dataset *ds) {
     data_split_free(&ds->test);
     memset(ds, 0, sizeof *ds);
 }
+
+// "cifar100" when its training file exists under data_dir, else "synthetic".
+const char *dataset_default_name(const char *data_dir) {
+    char path[1024];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/cifar-100-binary/train.bin", data_dir);
+    return stat(path, &st) == 0 ? "cifar100" : "synthetic";
+}

@@ -57,6 +57,10 @@ int dataset_open(const char *spec, const char *data_dir, int val_size, uint64_t 
 // Frees every split of ds and zeroes it (safe on a zeroed or freed dataset).
 void dataset_free(dataset *ds);
 
+// The default dataset of the tools: "cifar100" when
+// <data_dir>/cifar-100-binary/train.bin exists, else "synthetic".
+const char *dataset_default_name(const char *data_dir);
+
 // Default validation size for a training set of ntrain images: 5000, or a
 // tenth of the training set when that is smaller.
 int dataset_default_val_size(int ntrain);

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "datasets/cifar.h"
 #include "prune/report.h"
@@ -190,27 +189,10 @@ typedef struct {
     char from[1100], rundir[1024], out[1100], prefix[1100], state[1200];
 } prune_run;
 
-// Default dataset: cifar100 when its files exist, else synthetic.
-static const char *dataset_default(const char *data_dir) {
-    char path[1024];
-    struct stat st;
-    snprintf(path, sizeof path, "%s/cifar-100-binary/train.bin", data_dir);
-    return stat(path, &st) == 0 ? "cifar100" : "synthetic";
-}
-
-// Picks device and precision; says when auto falls back to the CPU.
+// Picks device and precision from the options.
 static int device_pick(prune_run *r, sc_err *err) {
-    const char *d = r->o.c.device;
-    sc_err why = {0};
-    int gpu = strcmp(d, "cpu") && exec_gpu_available(&why);
-    if (!strcmp(d, "gpu") && !gpu) return sc_fail(err, "--device gpu: %s", why.msg);
-    r->dev = gpu ? DEV_GPU : DEV_CPU;
-    if (!strcmp(r->o.precision, "fp16") && !gpu)
-        return sc_fail(err, "--precision fp16 needs the GPU (running on the CPU)");
-    r->prec = !strcmp(r->o.precision, "fp32") ? PREC_FP32
-              : !strcmp(r->o.precision, "fp16") || gpu ? PREC_FP16 : PREC_FP32;
-    if (!strcmp(d, "auto") && !gpu) log_line(stderr, r->o.c.quiet, "prune: no GPU (%s); using the CPU", why.msg);
-    return 0;
+    return exec_pick_device(TOOL, r->o.c.device, r->o.precision, r->o.c.quiet, &r->dev, &r->prec,
+                            err);
 }
 
 // Loads the --from model and checks it against --model and DATASET.
@@ -260,7 +242,7 @@ static int data_and_net(prune_run *r, sc_err *err) {
         SC_TRY(start_from_model(r, err));
         split_from_model(r, &split_seed);
     }
-    if (!r->o.dataset) r->o.dataset = dataset_default(r->o.data_dir);
+    if (!r->o.dataset) r->o.dataset = dataset_default_name(r->o.data_dir);
     SC_TRY(dataset_open(r->o.dataset, r->o.data_dir, r->o.val_size, split_seed, &r->ds, err));
     r->meta.seed = split_seed;  // the output records the split it was selected on
     if (r->ds.val.n == 0) return sc_fail(err, "pruning needs a validation split (--val-size 0)");

@@ -1,7 +1,9 @@
 // Executor front end: picks a backend and forwards every call to it.
 #include "exec.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "exec_backend.h"
 
@@ -79,3 +81,17 @@ const char *exec_device_name(const exec *e) { return e->be->device_name(e->st); 
 
 // True when the GPU backend exists and finds a device.
 int exec_gpu_available(sc_err *why) { return exec_gpu_backend(why) != NULL; }
+
+// Resolves a tool's --device and --precision options.
+int exec_pick_device(const char *tool, const char *device, const char *precision, int quiet,
+                     sc_device *dev, sc_precision *prec, sc_err *err) {
+    sc_err why = {0};
+    int gpu = strcmp(device, "cpu") && exec_gpu_available(&why);
+    if (!strcmp(device, "gpu") && !gpu) return sc_fail(err, "--device gpu: %s", why.msg);
+    if (!strcmp(precision, "fp16") && !gpu)
+        return sc_fail(err, "--precision fp16 needs the GPU (running on the CPU)");
+    *dev = gpu ? DEV_GPU : DEV_CPU;
+    *prec = !strcmp(precision, "fp32") ? PREC_FP32 : gpu ? PREC_FP16 : PREC_FP32;
+    if (!strcmp(device, "auto") && !gpu && !quiet) fprintf(stderr, "%s: %s; using the CPU\n", tool, why.msg);
+    return 0;
+}

@@ -73,6 +73,14 @@ int exec_write_momentum(exec *e, const float *mom, sc_err *err);
 // Gradient of the last training step (unscaled, before masking), (nparam) floats.
 int exec_read_grad(exec *e, float *grad, sc_err *err);
 
+// Resolves the --device (cpu|gpu|auto) and --precision (auto|fp16|fp32)
+// options of a tool: auto takes the GPU when one works, else the CPU (and
+// says so on stderr as "tool: ...; using the CPU" unless quiet); auto
+// precision is fp16 on the GPU and fp32 on the CPU. Errors for --device gpu
+// without a GPU and for fp16 on the CPU.
+int exec_pick_device(const char *tool, const char *device, const char *precision, int quiet,
+                     sc_device *dev, sc_precision *prec, sc_err *err);
+
 // Which device really runs ("cpu" or the GPU's name).
 const char *exec_device_name(const exec *e);
 

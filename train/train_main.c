@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "datasets/cifar.h"
 #include "datasets/loader.h"
@@ -116,14 +115,6 @@ static char **args_merge(const char *stored, int argc, char **argv, int *out_arg
 
 // --- set-up -----------------------------------------------------------------
 
-// Default dataset: cifar100 when its files exist, else synthetic.
-static const char *dataset_default(const char *data_dir) {
-    char path[1024];
-    struct stat st;
-    snprintf(path, sizeof path, "%s/cifar-100-binary/train.bin", data_dir);
-    return stat(path, &st) == 0 ? "cifar100" : "synthetic";
-}
-
 // Peak learning rate from --lr (auto picks by architecture); -1 when invalid.
 static float lr_resolve(const char *lr, const char *model) {
     if (!strcmp(lr, "auto"))
@@ -145,24 +136,15 @@ typedef struct {
     train_hparams hp;
 } train_run;
 
-// Picks device and precision from the options; prints which device runs.
+// Picks device and precision from the options.
 static int device_pick(train_run *r, sc_err *err) {
-    const char *d = r->o.c.device;
-    sc_err why = {0};
-    int gpu = strcmp(d, "cpu") && exec_gpu_available(&why);
-    if (!strcmp(d, "gpu") && !gpu) return sc_fail(err, "--device gpu: %s", why.msg);
-    r->dev = gpu ? DEV_GPU : DEV_CPU;
-    if (!strcmp(r->o.precision, "fp16") && !gpu)
-        return sc_fail(err, "--precision fp16 needs the GPU (running on the CPU)");
-    r->prec = !strcmp(r->o.precision, "fp32") ? PREC_FP32
-              : !strcmp(r->o.precision, "fp16") || gpu ? PREC_FP16 : PREC_FP32;
-    if (!strcmp(d, "auto") && !gpu) log_line(stderr, r->o.c.quiet, "train: %s; using the CPU", why.msg);
-    return 0;
+    return exec_pick_device(TOOL, r->o.c.device, r->o.precision, r->o.c.quiet, &r->dev, &r->prec,
+                            err);
 }
 
 // Opens the dataset named by the options (or the default one).
 static int data_open(train_run *r, sc_err *err) {
-    if (!r->o.dataset) r->o.dataset = dataset_default(r->o.data_dir);
+    if (!r->o.dataset) r->o.dataset = dataset_default_name(r->o.data_dir);
     return dataset_open(r->o.dataset, r->o.data_dir, r->o.val_size, (uint64_t)r->o.c.seed, &r->ds,
                         err);
 }
