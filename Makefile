@@ -103,14 +103,19 @@ test: build
 	@bash tests/run.sh
 
 # The main job: the pipeline on the default data (data/cifar-100-binary when
-# present, else the synthetic set); resnet18 for 30 epochs on a GPU, a quick
-# LeNet run on a CPU-only machine. Override with DEMO_TRAIN="...".
+# present, else the synthetic set): train, then prune the trained model.
+# On a GPU: resnet18 for 30 epochs and the evolutionary search to 90%; on a
+# CPU-only machine a quick LeNet version. Override with DEMO_TRAIN / DEMO_PRUNE.
 DEMO_GPU_TRAIN := --model resnet18 --epochs 30
+DEMO_GPU_PRUNE := --from latest --target-sparsity 0.9 --lr 0.2 --sched onecycle --warmup 0.1 --batches 10 --iterations 24
 DEMO_CPU_TRAIN := --model lenet --epochs 5 --batch 128
+DEMO_CPU_PRUNE := --from latest --target-sparsity 0.9 --batch 128 --population 4 --iterations 6 --batches 10
 demo: build
 	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && [ "$(GPU)" = 1 ]; then \
-	  args="$${DEMO_TRAIN:-$(DEMO_GPU_TRAIN)}"; else args="$${DEMO_TRAIN:-$(DEMO_CPU_TRAIN)}"; fi; \
-	echo "demo: $(BUILD)/bin/train $$args"; $(BUILD)/bin/train $$args
+	  t="$${DEMO_TRAIN:-$(DEMO_GPU_TRAIN)}"; p="$${DEMO_PRUNE:-$(DEMO_GPU_PRUNE)}"; \
+	else t="$${DEMO_TRAIN:-$(DEMO_CPU_TRAIN)}"; p="$${DEMO_PRUNE:-$(DEMO_CPU_PRUNE)}"; fi; \
+	echo "demo: $(BUILD)/bin/train $$t"; $(BUILD)/bin/train $$t || exit 1; \
+	echo "demo: $(BUILD)/bin/prune $$p"; $(BUILD)/bin/prune $$p
 
 clean:
 	rm -rf $(BUILD)

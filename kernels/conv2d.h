@@ -1,6 +1,6 @@
 // 2-D convolution (cross-correlation, as in every DL framework), NCHW fp32,
-// weights (K, C, R, S). CPU reference in conv2d_cpu.c; GPU version (cuDNN)
-// declared below under SC_HAVE_CUDA.
+// weights (K, C, R, S). CPU reference in conv2d_cpu.c; the GPU version (cuDNN,
+// NHWC fp16/fp32) is in conv2d.cu with its API in conv2d_gpu.h.
 #ifndef SC_KERNELS_CONV2D_H
 #define SC_KERNELS_CONV2D_H
 
