@@ -22,6 +22,9 @@
 
 #define TOOL "prune"
 
+// Options that steer one invocation and are not stored for --resume.
+static const char *const prune_transient[] = {"--resume", "--stop-after=", "--time-limit=", NULL};
+
 // --- options ----------------------------------------------------------------
 
 typedef struct {
@@ -127,52 +130,7 @@ static int opts_parse(prune_opts *o, int argc, char **argv) {
     return rc;
 }
 
-// True for options that steer one process only and are not stored for --resume.
-static int arg_transient(const char *a) {
-    const char *names[] = {"--resume", "--stop-after", "--time-limit"};
-    for (int k = 0; k < 3; k++) {
-        size_t n = strlen(names[k]);
-        if (!strncmp(a, names[k], n) && (a[n] == 0 || a[n] == '=')) return a[n] == 0 ? 2 : 1;
-    }
-    return 0;
-}
-
-// Joins argv[1..] (without transient options) into newline-separated text.
-static char *args_join(int argc, char **argv) {
-    size_t len = 1;
-    for (int i = 1; i < argc; i++) len += strlen(argv[i]) + 1;
-    char *s = calloc(len, 1);
-    for (int i = 1; s && i < argc; i++) {
-        int t = arg_transient(argv[i]);
-        if (t == 2 && strcmp(argv[i], "--resume") != 0) i++;  // skip its value too
-        if (t) continue;
-        strcat(s, argv[i]);
-        strcat(s, "\n");
-    }
-    return s;
-}
-
 // Stored args then the current ones: one argv for a combined parse (the
-// tokens live in a copy kept for the life of the process).
-static char **args_merge(const char *stored, int argc, char **argv, int *out_argc) {
-    int n = 1;
-    for (const char *p = stored; *p; p++) n += *p == '\n';
-    char **v = calloc((size_t)(n + argc + 1), sizeof *v);
-    char *copy = strdup(stored);
-    if (!v || !copy) {
-        free(v);
-        free(copy);
-        return NULL;
-    }
-    int k = 0;
-    v[k++] = argv[0];
-    char *save = NULL;
-    for (char *t = strtok_r(copy, "\n", &save); t; t = strtok_r(NULL, "\n", &save)) v[k++] = t;
-    for (int i = 1; i < argc; i++) v[k++] = argv[i];
-    *out_argc = k;
-    return v;
-}
-
 // --- the run ----------------------------------------------------------------
 
 typedef struct {
@@ -509,7 +467,7 @@ static int search_go(prune_run *r, sc_err *err) {
 static int prune_tool(prune_run *r, int argc, char **argv) {
     sc_err err = {0};
     int rc = device_pick(r, &err) || data_and_net(r, &err) || cfg_set(r, &err) || paths_set(r, &err);
-    if (!rc && !r->config && !(r->config = args_join(argc, argv))) rc = sc_fail(&err, "out of memory");
+    if (!rc && !r->config && !(r->config = cli_args_join(argc, argv, prune_transient))) rc = sc_fail(&err, "out of memory");
     if (!rc) {
         r->ex = exec_create(r->nt, r->dev, r->prec, r->cfg.hp.batch, &err);
         rc = !r->ex;
@@ -547,7 +505,7 @@ static int resume_opts(prune_run *r, int argc, char **argv) {
         return -1;
     }
     int n;
-    char **v = args_merge(r->config, argc, argv, &n);
+    char **v = cli_args_merge(r->config, argc, argv, &n);
     if (!v) {
         cli_error(TOOL, "out of memory");
         return -1;

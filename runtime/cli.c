@@ -349,3 +349,54 @@ void cli_print_help(const cli_spec *spec, FILE *f) {
     for (int i = 0; i < spec->nopts; i++) cli_help_opt(f, &spec->opts[i], col);
     fprintf(f, "%-*s%s\n", col, "  -h, --help", "show this help and exit");
 }
+
+// --- settings stored for --resume ---------------------------------------------
+
+// How many argv entries starting at a are left out: 0, 1 or 2 (with a value).
+static int args_skipped(const char *a, const char *const *skip) {
+    for (int k = 0; skip && skip[k]; k++) {
+        size_t n = strlen(skip[k]);
+        int valued = n > 0 && skip[k][n - 1] == '=';
+        if (!valued && !strcmp(a, skip[k])) return 1;
+        if (valued && !strncmp(a, skip[k], n)) return 1;             // --name=value
+        if (valued && !strncmp(a, skip[k], n - 1) && !a[n - 1]) return 2;  // --name value
+    }
+    return 0;
+}
+
+// Joins argv[1..] into newline-separated text without the skipped options.
+char *cli_args_join(int argc, char **argv, const char *const *skip) {
+    size_t len = 1;
+    for (int i = 1; i < argc; i++) len += strlen(argv[i]) + 1;
+    char *s = calloc(len, 1);
+    for (int i = 1; s && i < argc; i++) {
+        int k = args_skipped(argv[i], skip);
+        if (k) {
+            i += k - 1;
+            continue;
+        }
+        strcat(s, argv[i]);
+        strcat(s, "\n");
+    }
+    return s;
+}
+
+// argv[0], the stored arguments, then argv[1..], for one combined parse.
+char **cli_args_merge(const char *stored, int argc, char **argv, int *out_argc) {
+    int n = 1;
+    for (const char *p = stored; *p; p++) n += *p == '\n';
+    char **v = calloc((size_t)(n + argc + 1), sizeof *v);
+    char *copy = strdup(stored);
+    if (!v || !copy) {
+        free(v);
+        free(copy);
+        return NULL;
+    }
+    int k = 0;
+    v[k++] = argv[0];
+    char *save = NULL;
+    for (char *t = strtok_r(copy, "\n", &save); t; t = strtok_r(NULL, "\n", &save)) v[k++] = t;
+    for (int i = 1; i < argc; i++) v[k++] = argv[i];
+    *out_argc = k;
+    return v;
+}

@@ -60,6 +60,19 @@ void cli_error(const char *tool, const char *fmt, ...) __attribute__((format(pri
 // Index of value among "a|b|c" choices, or -1.
 int cli_choice_index(const char *choices, const char *value);
 
+// --- settings stored in a model file for --resume ---------------------------
+
+// Joins argv[1..] into newline-separated text, leaving out the options in
+// `skip` (NULL-terminated; "--resume" is a flag, "--stop-after=" takes a
+// value, given as "--stop-after N" or "--stop-after=N"); skip may be NULL.
+// Caller frees; NULL when out of memory.
+char *cli_args_join(int argc, char **argv, const char *const *skip);
+
+// Builds argv[0], the stored arguments, then argv[1..]: one vector for a
+// combined parse in which the current options win. The vector and its
+// strings live for the rest of the process. NULL when out of memory.
+char **cli_args_merge(const char *stored, int argc, char **argv, int *out_argc);
+
 // --- the options every tool has ---------------------------------------------
 
 typedef struct {

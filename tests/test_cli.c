@@ -503,6 +503,25 @@ static void cleanup(void) {
     if (strstr(g_dir, "sc_cli_")) (void)!system(cmd);
 }
 
+// Stored settings: skipped options (flags, valued in both spellings) are left
+// out, and a merge puts the stored arguments before the current ones.
+static void test_cli_args_store(tctx *t) {
+    char *argv[] = {"prune", "--resume", "--stop-after", "3", "--lr=0.2", "--time-limit=9",
+                    "-o", "x.h5", "cifar100"};
+    const char *const skip[] = {"--resume", "--stop-after=", "--time-limit=", NULL};
+    char *s = cli_args_join(9, argv, skip);
+    CHECK(t, s && !strcmp(s, "--lr=0.2\n-o\nx.h5\ncifar100\n"), "joined: %s", s ? s : "(null)");
+    char *cur[] = {"prune", "--quiet"};
+    int n = 0;
+    char **v = s ? cli_args_merge(s, 2, cur, &n) : NULL;
+    CHECK(t, v && n == 6 && !strcmp(v[0], "prune") && !strcmp(v[1], "--lr=0.2") &&
+             !strcmp(v[4], "cifar100") && !strcmp(v[5], "--quiet"), "merged %d", n);
+    char *all = cli_args_join(9, argv, NULL);
+    CHECK(t, all && strstr(all, "--resume\n--stop-after\n3\n"), "no skip list keeps all");
+    free(all);
+    free(s);
+}
+
 int main(void) {
     tctx t = {.suite = "test_cli"};
     const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
@@ -522,6 +541,7 @@ int main(void) {
     RUN(&t, test_progress_tty);
     RUN(&t, test_json);
     RUN(&t, test_json_misuse);
+    RUN(&t, test_cli_args_store);
     cleanup();
     return check_finish(&t);
 }

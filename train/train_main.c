@@ -85,34 +85,6 @@ static int opts_parse(train_opts *o, int argc, char **argv) {
     return rc;
 }
 
-// Joins argv[1..] into newline-separated text (stored for --resume).
-static char *args_join(int argc, char **argv) {
-    size_t len = 1;
-    for (int i = 1; i < argc; i++) len += strlen(argv[i]) + 1;
-    char *s = calloc(len, 1);
-    for (int i = 1; s && i < argc; i++) {
-        strcat(s, argv[i]);
-        strcat(s, "\n");
-    }
-    return s;
-}
-
-// Splits stored args and appends the current ones: argv for one combined parse.
-static char **args_merge(const char *stored, int argc, char **argv, int *out_argc) {
-    int n = 1;
-    for (const char *p = stored; *p; p++) n += *p == '\n';
-    char **v = calloc((size_t)(n + argc + 1), sizeof *v);
-    char *copy = strdup(stored);
-    if (!v || !copy) return NULL;
-    int k = 0;
-    v[k++] = argv[0];
-    char *save = NULL;
-    for (char *t = strtok_r(copy, "\n", &save); t; t = strtok_r(NULL, "\n", &save)) v[k++] = t;
-    for (int i = 1; i < argc; i++) v[k++] = argv[i];
-    *out_argc = k;
-    return v;  // the tokens live in `copy`, kept for the life of the process
-}
-
 // --- set-up -----------------------------------------------------------------
 
 // Peak learning rate from --lr (auto picks by architecture); -1 when invalid.
@@ -181,7 +153,7 @@ static int fresh_start(train_run *r, int argc, char **argv, sc_err *err) {
     r->meta.epochs_total = r->o.epochs;
     r->meta.seed = (uint64_t)r->o.c.seed;
     r->meta.rng_state = g;
-    if (!(r->meta.config = args_join(argc, argv))) return sc_fail(err, "out of memory");
+    if (!(r->meta.config = cli_args_join(argc, argv, NULL))) return sc_fail(err, "out of memory");
     if (r->o.output) return 0;
     SC_TRY(rundir_create(r->o.runs, r->o.dataset, r->nt->arch, r->rundir, sizeof r->rundir, err));
     return 0;
@@ -365,7 +337,7 @@ static int resume_opts(train_opts *o, int argc, char **argv) {
         return -1;
     }
     int n;
-    char **v = args_merge(m.config, argc, argv, &n);
+    char **v = cli_args_merge(m.config, argc, argv, &n);
     model_meta_free(&m);
     return v ? opts_parse(o, n, v) : -1;
 }
