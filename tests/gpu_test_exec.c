@@ -23,8 +23,11 @@
 #include "runtime/net.h"
 #include "runtime/rng.h"
 #include "tests/check.h"
+#include "tests/testutil.h"
 
 #define BATCH 8
+#define TB_STREAM 5  // rng stream of this file's random batches
+#define TB_SHIFT 4   // their crop offsets lie in [-4, 4]
 
 static const char *RESNET_DESC =
     "conv 16 3 pad=1 bias=0 name=stem\nbn name=stem.bn\nrelu name=stem.relu\n"
@@ -39,36 +42,6 @@ static const char *RESNET_DESC =
 
 // --- helpers ----------------------------------------------------------------
 
-// One batch of random images, labels and augmentation draws.
-typedef struct {
-    uint8_t *img, *flip;
-    int *labels;
-    int8_t *dx, *dy;
-    exec_batch b;
-} tbatch;
-
-// Fills a batch of n images (3, hw, hw).
-static void tbatch_make(tbatch *tb, int n, int hw, int classes, uint64_t seed) {
-    rng g;
-    rng_seed(&g, seed, 5);
-    size_t npix = (size_t)n * 3 * hw * hw;
-    tb->img = malloc(npix), tb->flip = malloc(n), tb->labels = malloc(n * sizeof(int));
-    tb->dx = malloc(n), tb->dy = malloc(n);
-    for (size_t i = 0; i < npix; i++) tb->img[i] = (uint8_t)rng_below(&g, 256);
-    for (int i = 0; i < n; i++) {
-        tb->labels[i] = (int)rng_below(&g, classes);
-        tb->dx[i] = (int8_t)((int)rng_below(&g, 9) - 4);
-        tb->dy[i] = (int8_t)((int)rng_below(&g, 9) - 4);
-        tb->flip[i] = (uint8_t)rng_below(&g, 2);
-    }
-    tb->b = (exec_batch){n, tb->img, tb->labels, tb->dx, tb->dy, tb->flip};
-}
-
-// Frees a batch.
-static void tbatch_free(tbatch *tb) {
-    free(tb->img), free(tb->flip), free(tb->labels), free(tb->dx), free(tb->dy);
-}
-
 // A net (built-in name or description) with seeded weights and randomised
 // gammas/betas; two calls with the same seed give identical nets.
 static net *tnet(const char *arch, int hw, int classes, uint64_t seed) {
@@ -79,30 +52,8 @@ static net *tnet(const char *arch, int hw, int classes, uint64_t seed) {
         fprintf(stderr, "net: %s\n", err.msg);
         return NULL;
     }
-    rng g;
-    rng_seed(&g, seed, 3);
-    net_init_weights(nt, &g);
-    for (int t = 0; t < nt->ntensors; t++) {
-        const ptensor *p = &nt->tensors[t];
-        float *d = net_tensor_data(nt, t);
-        for (size_t i = 0; i < p->count; i++) {
-            if (p->kind == PT_GAMMA) d[i] = 0.5f + rng_uniform(&g);
-            if (p->kind == PT_BETA || p->kind == PT_BIAS) d[i] = rng_uniform(&g) - 0.5f;
-        }
-    }
+    tnet_randomize(nt, seed, 1);
     return nt;
-}
-
-// max |a - b| / max |b| over n values (NaN in a: infinite).
-static double relerr(size_t n, const float *a, const float *b) {
-    double num = 0.0, den = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        if (a[i] != a[i]) return INFINITY;
-        double d = fabs((double)a[i] - b[i]);
-        num = d > num ? d : num;
-        den = fabs(b[i]) > den ? fabs(b[i]) : den;
-    }
-    return den > 0 ? num / den : (num > 0 ? INFINITY : 0.0);
 }
 
 // Euclidean norm of n values.
@@ -136,14 +87,6 @@ static void check_tensors(tctx *t, const net *nt, int trainable, const float *go
         CHECK(t, e <= tol, "%s %s: relative error %.3g > %.3g", what, p->name, e, tol);
     }
     printf("  info: %s: worst relative error %.2g (%s), tolerance %.2g\n", what, worst, wname, tol);
-}
-
-// True when a GPU is usable; else marks the test skipped.
-static int gpu_here(tctx *t) {
-    sc_err why = {{0}};
-    if (exec_gpu_available(&why)) return 1;
-    SKIP(t, "%s", why.msg);
-    return 0;
 }
 
 // A CPU and a GPU executor over two identical nets.
@@ -192,7 +135,7 @@ static void grad_case(tctx *t, const char *arch, int hw, sc_precision prec) {
     const int classes = 10;
     tpair p;
     tbatch tb;
-    tbatch_make(&tb, BATCH, hw, classes, 7);
+    tbatch_make(&tb, BATCH, hw, hw, classes, 7, TB_STREAM, TB_SHIFT, 1);
     float *gc = NULL, *gg = NULL;
     if (tpair_make(t, &p, arch, hw, classes, prec, BATCH)) goto out;
     const exec_hparams h = {0.0f, 0.9f, 5e-4f, 1, 0.1f};
@@ -226,7 +169,8 @@ static void steps_case(tctx *t, const char *arch, int hw, sc_precision prec) {
     const double tol = prec == PREC_FP16 ? 5e-2 : 1e-3;
     tpair p;
     tbatch tb[3];
-    for (int i = 0; i < 3; i++) tbatch_make(&tb[i], BATCH, hw, 10, 100 + i);
+    for (int i = 0; i < 3; i++)
+        tbatch_make(&tb[i], BATCH, hw, hw, 10, 100 + i, TB_STREAM, TB_SHIFT, 1);
     if (tpair_make(t, &p, arch, hw, 10, prec, BATCH)) goto out;
     const exec_hparams h = {0.05f, 0.9f, 5e-4f, 1, 0.1f};
     exec_stats sg;
@@ -249,7 +193,7 @@ static void eval_case(tctx *t, const char *arch, int hw, sc_precision prec) {
     const double tol = prec == PREC_FP16 ? 2e-2 : 1e-4;
     tpair p;
     tbatch tb;
-    tbatch_make(&tb, BATCH, hw, 10, 9);
+    tbatch_make(&tb, BATCH, hw, hw, 10, 9, TB_STREAM, TB_SHIFT, 1);
     float *lc = malloc(BATCH * 10 * sizeof *lc), *lg = malloc(BATCH * 10 * sizeof *lg);
     if (tpair_make(t, &p, arch, hw, 10, prec, BATCH)) goto out;
     exec_stats sc, sg;
@@ -279,7 +223,7 @@ static void mask_case(tctx *t, const char *arch, int hw, sc_precision prec) {
     exec *eg = NULL;
     float *mom = NULL;
     tbatch tb;
-    tbatch_make(&tb, BATCH, hw, 10, 3);
+    tbatch_make(&tb, BATCH, hw, hw, 10, 3, TB_STREAM, TB_SHIFT, 1);
     rng g;
     rng_seed(&g, 17, 1);
     if (!nt) goto out;

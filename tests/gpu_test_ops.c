@@ -33,6 +33,7 @@
 #include "runtime/exec.h"
 #include "runtime/rng.h"
 #include "tests/check.h"
+#include "tests/testutil.h"
 
 #define TOL32 1e-4
 #define TOL32_EW 1e-5
@@ -48,14 +49,6 @@ typedef struct {
     sc_err err;
     rng r;
 } genv;
-
-// True when a GPU can be used; else marks the test skipped.
-static int gpu_here(tctx *t) {
-    sc_err why = {{0}};
-    if (exec_gpu_available(&why)) return 1;
-    SKIP(t, "%s", why.msg);
-    return 0;
-}
 
 // Opens a GPU context and seeds the generator.
 static int genv_open(tctx *t, genv *e, uint64_t seed) {
@@ -125,18 +118,6 @@ static void dget(genv *e, gpu_dtype dt, size_t n, const void *d, float *host) {
     cudaStreamSynchronize(e->g.stream);
     cudaMemcpy(host, tmp, n * sizeof(float), cudaMemcpyDeviceToHost);
     cudaFree(tmp);
-}
-
-// max |a - b| / max |b|; infinite when a holds a NaN or b is all zero but a is not.
-static double relerr(size_t n, const float *a, const float *b) {
-    double num = 0.0, den = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        if (a[i] != a[i]) return INFINITY;
-        double d = fabs((double)a[i] - b[i]);
-        num = d > num ? d : num;
-        den = fabs(b[i]) > den ? fabs(b[i]) : den;
-    }
-    return den > 0 ? num / den : (num > 0 ? INFINITY : 0.0);
 }
 
 // Checks one tensor against its reference with a tolerance.

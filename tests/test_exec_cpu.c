@@ -22,62 +22,24 @@
 #include "runtime/net.h"
 #include "runtime/rng.h"
 #include "tests/check.h"
+#include "tests/testutil.h"
 
 #define FD_RTOL 1e-2
 #define FD_ATOL 1e-4  // at h = 1e-3, scaled by 1e-3 / h
 
 static const float FD_STEPS[3] = {1e-3f, 3e-4f, 1e-4f};
 
+#define TB_STREAM 7  // rng stream of this file's random batches
+#define TB_SHIFT 2   // their crop offsets lie in [-2, 2]
+
 // --- helpers ----------------------------------------------------------------
-
-// One batch of random images, labels and augmentation offsets.
-typedef struct {
-    uint8_t *img, *flip;
-    int *labels;
-    int8_t *dx, *dy;
-    exec_batch b;
-} tbatch;
-
-// Fills a batch of n images (3, h, w); augment = 0 passes NULL crop/flip.
-static void tbatch_make(tbatch *tb, int n, int h, int w, int classes, uint64_t seed,
-                        int augment) {
-    rng g;
-    rng_seed(&g, seed, 7);
-    size_t npix = (size_t)n * 3 * h * w;
-    tb->img = malloc(npix), tb->flip = malloc(n), tb->labels = malloc(n * sizeof(int));
-    tb->dx = malloc(n), tb->dy = malloc(n);
-    for (size_t i = 0; i < npix; i++) tb->img[i] = (uint8_t)rng_below(&g, 256);
-    for (int i = 0; i < n; i++) {
-        tb->labels[i] = (int)rng_below(&g, classes);
-        tb->dx[i] = (int8_t)((int)rng_below(&g, 5) - 2);
-        tb->dy[i] = (int8_t)((int)rng_below(&g, 5) - 2);
-        tb->flip[i] = (uint8_t)rng_below(&g, 2);
-    }
-    tb->b = (exec_batch){n, tb->img, tb->labels, augment ? tb->dx : NULL,
-                         augment ? tb->dy : NULL, augment ? tb->flip : NULL};
-}
-
-// Frees a batch.
-static void tbatch_free(tbatch *tb) {
-    free(tb->img), free(tb->flip), free(tb->labels), free(tb->dx), free(tb->dy);
-}
 
 // Builds a net from a description for (3, hw, hw) input, weights seeded;
 // gammas and betas randomised so their gradients are not trivial.
 static net *tnet_make(const char *desc, int hw, int classes, uint64_t seed, sc_err *err) {
     net *nt = net_from_desc("test", desc, 3, hw, hw, classes, err);
     if (!nt) return NULL;
-    rng g;
-    rng_seed(&g, seed, 3);
-    net_init_weights(nt, &g);
-    for (int t = 0; t < nt->ntensors; t++) {
-        const ptensor *p = &nt->tensors[t];
-        float *d = net_tensor_data(nt, t);
-        for (size_t i = 0; i < p->count; i++) {
-            if (p->kind == PT_GAMMA) d[i] = 0.5f + rng_uniform(&g);
-            if (p->kind == PT_BETA) d[i] = rng_uniform(&g) - 0.5f;
-        }
-    }
+    tnet_randomize(nt, seed, 0);
     return nt;
 }
 
@@ -125,7 +87,7 @@ static int grad_check(tctx *t, const char *desc, int bn_train, uint64_t seed) {
     CHECK(t, e != NULL, "%s", err.msg);
     if (!e) return net_free(nt), 0;
     tbatch tb;
-    tbatch_make(&tb, 3, 8, 8, 5, seed, 1);
+    tbatch_make(&tb, 3, 8, 8, 5, seed, TB_STREAM, TB_SHIFT, 1);
     float *grad = malloc(nt->nparam * sizeof *grad);
     exec_hparams h = {.label_smoothing = smoothing};
     exec_stats st;
@@ -233,7 +195,7 @@ static void test_lenet_overfit(tctx *t) {
     exec *e = exec_create(nt, DEV_CPU, PREC_FP32, 16, &err);
     CHECK(t, e != NULL, "%s", err.msg);
     tbatch tb;
-    tbatch_make(&tb, 16, 32, 32, 10, 5, 0);
+    tbatch_make(&tb, 16, 32, 32, 10, 5, TB_STREAM, TB_SHIFT, 0);
     exec_hparams h = {.lr = 0.01f, .momentum = 0.9f, .weight_decay = 5e-4f, .nesterov = 1};
     double first = 0, last = 0;
     CHECK(t, e && train_steps(e, &tb.b, &h, 60, &first, &last, &err) == 0, "%s", err.msg);
@@ -264,7 +226,7 @@ static void test_masks(tctx *t) {
     exec *e = exec_create(nt, DEV_CPU, PREC_FP32, 8, &err);
     if (!e) { CHECK(t, 0, "%s", err.msg); return; }
     tbatch tb;
-    tbatch_make(&tb, 8, 32, 32, 10, 6, 1);
+    tbatch_make(&tb, 8, 32, 32, 10, 6, TB_STREAM, TB_SHIFT, 1);
     exec_hparams h = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f, .nesterov = 1};
     double first, last;
     CHECK(t, train_steps(e, &tb.b, &h, 5, &first, &last, &err) == 0, "%s", err.msg);
@@ -310,7 +272,7 @@ static void test_deterministic(tctx *t) {
                           .label_smoothing = 0.1f};
         for (int s = 0; s < 3; s++) {
             tbatch tb;
-            tbatch_make(&tb, s == 2 ? 5 : 6, 32, 32, 10, 100 + s, 1);
+            tbatch_make(&tb, s == 2 ? 5 : 6, 32, 32, 10, 100 + s, TB_STREAM, TB_SHIFT, 1);
             CHECK(t, exec_train_step(ex[k], &tb.b, &h, &err) == 0, "%s", err.msg);
             tbatch_free(&tb);
         }
@@ -342,7 +304,7 @@ static void test_eval_stats(tctx *t) {
     exec *e = exec_create(nt, DEV_CPU, PREC_FP32, 7, &err);
     if (!e) { CHECK(t, 0, "%s", err.msg); return; }
     tbatch tb;
-    tbatch_make(&tb, 7, 8, 8, 5, 9, 0);
+    tbatch_make(&tb, 7, 8, 8, 5, 9, TB_STREAM, TB_SHIFT, 0);
     float z[2][35];
     exec_stats s;
     CHECK(t, exec_eval_batch(e, &tb.b, 0.0f, z[0], &err) == 0, "%s", err.msg);
@@ -402,7 +364,7 @@ static void test_copies_and_errors(tctx *t) {
     exec_read_net(e, &err);
     CHECK(t, nt->param[3] == 42.0f, "write_net did not upload");
     tbatch tb;
-    tbatch_make(&tb, 5, 8, 8, 5, 10, 0);
+    tbatch_make(&tb, 5, 8, 8, 5, 10, TB_STREAM, TB_SHIFT, 0);
     exec_hparams h = {.lr = 0.1f};
     err.msg[0] = 0;
     CHECK(t, exec_train_step(e, &tb.b, &h, &err) == -1 && err.msg[0], "batch 5 > 4 accepted");

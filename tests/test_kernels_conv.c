@@ -15,69 +15,10 @@
 #include "kernels/conv2d.h"
 #include "runtime/rng.h"
 #include "tests/check.h"
+#include "tests/testutil.h"
 
-#define GUARD 16             // poisoned floats after every output buffer
 #define TOL 1e-4
 #define FD_STEP 1e-3
-
-// --- helpers ----------------------------------------------------------------
-
-// Bit pattern written into outputs and guard zones before a kernel runs.
-static float poison_value(void) {
-    uint32_t bits = 0x7fc0deadu;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-// Allocates n floats plus a guard zone, all poisoned.
-static float *alloc_poisoned(size_t n) {
-    float *p = malloc((n + GUARD) * sizeof *p);
-    const float v = poison_value();
-    for (size_t i = 0; i < n + GUARD; i++) p[i] = v;
-    return p;
-}
-
-// True when the guard zone after p[n] is untouched.
-static int guard_ok(const float *p, size_t n) {
-    const float v = poison_value();
-    return memcmp(p + n, (float[GUARD]){v, v, v, v, v, v, v, v, v, v, v, v, v, v, v, v},
-                  GUARD * sizeof *p) == 0;
-}
-
-// Uniform floats in [-1, 1) (or NULL-safe no-op).
-static void fill_uniform(rng *r, float *p, size_t n) {
-    for (size_t i = 0; i < n; i++) p[i] = 2.0f * rng_uniform(r) - 1.0f;
-}
-
-// Double copy of a float array (caller frees).
-static double *to_double(const float *p, size_t n) {
-    double *d = malloc((n ? n : 1) * sizeof *d);
-    for (size_t i = 0; i < n; i++) d[i] = p[i];
-    return d;
-}
-
-// Checks got (float) against want (double) elementwise; reports the worst
-// element once.
-static void check_values(tctx *t, const char *what, const float *got, const double *want,
-                         size_t n, double tol) {
-    size_t worst = 0;
-    double werr = -1.0;
-    for (size_t i = 0; i < n; i++) {
-        double e = fabs((double)got[i] - want[i]) / fmax(1.0, fabs(want[i]));
-        if (isnan(e)) e = INFINITY;  // NaN (unwritten) counts as the worst
-        if (e > werr) werr = e, worst = i;
-    }
-    CHECK(t, n == 0 || werr <= tol, "%s[%zu] = %.9g, want %.9g (rel err %.3g, tol %g)", what,
-          worst, (double)got[worst], want[worst], werr, tol);
-}
-
-// check_values plus the guard zone after got[n] (got from alloc_poisoned).
-static void check_array(tctx *t, const char *what, const float *got, const double *want,
-                        size_t n, double tol) {
-    check_values(t, what, got, want, n, tol);
-    CHECK(t, guard_ok(got, n), "%s: write past the end", what);
-}
 
 // --- reference convolution --------------------------------------------------
 
@@ -107,29 +48,15 @@ static void ref_conv_forward(const conv2d_dims *d, const double *x, const double
                 }
 }
 
-// L = sum(conv(x, w) + b) * r) in double.
-static double ref_conv_loss(const conv_ref *c) {
+// L = sum(conv(x, w) + b) * r) in double (ctx: a conv_ref).
+static double ref_conv_loss(void *ctx) {
+    const conv_ref *c = ctx;
     size_t ny = (size_t)c->d.n * c->d.k * c->d.p * c->d.q;
     double *y = malloc(ny * sizeof *y), l = 0.0;
     ref_conv_forward(&c->d, c->x, c->w, c->b, y);
     for (size_t i = 0; i < ny; i++) l += y[i] * c->r[i];
     free(y);
     return l;
-}
-
-// Central-difference gradient of ref_conv_loss w.r.t. v[0..n) (v is one of c's arrays).
-static double *fd_conv_grad(conv_ref *c, double *v, size_t n) {
-    double *g = malloc(n * sizeof *g);
-    for (size_t i = 0; i < n; i++) {
-        const double keep = v[i];
-        v[i] = keep + FD_STEP;
-        const double lp = ref_conv_loss(c);
-        v[i] = keep - FD_STEP;
-        const double lm = ref_conv_loss(c);
-        v[i] = keep;
-        g[i] = (lp - lm) / (2.0 * FD_STEP);
-    }
-    return g;
 }
 
 // --- test shapes ------------------------------------------------------------
@@ -172,10 +99,10 @@ static int conv_case_init(conv_case *cc, const conv_shape *sh, uint64_t seed) {
     cc->b = sh->bias ? malloc(d->k * sizeof(float)) : NULL;
     cc->r = malloc(cc->ny * sizeof(float));
     cc->work = alloc_poisoned(conv2d_cpu_workspace(d));
-    fill_uniform(&g, cc->x, cc->nx);
-    fill_uniform(&g, cc->w, cc->nw);
-    if (cc->b) fill_uniform(&g, cc->b, d->k);
-    fill_uniform(&g, cc->r, cc->ny);
+    fill_uniform(&g, cc->x, cc->nx, -1.0f, 1.0f);
+    fill_uniform(&g, cc->w, cc->nw, -1.0f, 1.0f);
+    if (cc->b) fill_uniform(&g, cc->b, d->k, -1.0f, 1.0f);
+    fill_uniform(&g, cc->r, cc->ny, -1.0f, 1.0f);
     cc->ref.d = *d;
     cc->ref.x = to_double(cc->x, cc->nx);
     cc->ref.w = to_double(cc->w, cc->nw);
@@ -225,7 +152,7 @@ static void test_conv_backward_data(tctx *t) {
         conv_case_init(&cc, &SHAPES[i], 200 + i);
         float *dx = alloc_poisoned(cc.nx);
         conv2d_backward_data_cpu(&cc.d, cc.r, cc.w, dx, cc.work);
-        double *num = fd_conv_grad(&cc.ref, cc.ref.x, cc.nx);
+        double *num = fd_grad(ref_conv_loss, &cc.ref, cc.ref.x, cc.nx, FD_STEP);
         check_array(t, "conv dx", dx, num, cc.nx, TOL);
         free(dx), free(num);
         conv_case_free(&cc);
@@ -239,11 +166,11 @@ static void test_conv_backward_filter(tctx *t) {
         conv_case_init(&cc, &SHAPES[i], 300 + i);
         float *dw = alloc_poisoned(cc.nw), *db = alloc_poisoned(cc.d.k);
         conv2d_backward_filter_cpu(&cc.d, cc.x, cc.r, dw, cc.b ? db : NULL, cc.work);
-        double *num = fd_conv_grad(&cc.ref, cc.ref.w, cc.nw);
+        double *num = fd_grad(ref_conv_loss, &cc.ref, cc.ref.w, cc.nw, FD_STEP);
         check_array(t, "conv dw", dw, num, cc.nw, TOL);
         free(num);
         if (cc.b) {
-            num = fd_conv_grad(&cc.ref, cc.ref.b, cc.d.k);
+            num = fd_grad(ref_conv_loss, &cc.ref, cc.ref.b, cc.d.k, FD_STEP);
             check_array(t, "conv db", db, num, cc.d.k, TOL);
             free(num);
         }

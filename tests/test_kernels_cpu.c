@@ -21,41 +21,12 @@
 #include "kernels/sgd.h"
 #include "runtime/rng.h"
 #include "tests/check.h"
+#include "tests/testutil.h"
 
-#define GUARD 16
 #define TOL 1e-4
 #define FD_STEP 1e-4
 
 // --- helpers ----------------------------------------------------------------
-
-// Bit pattern written into outputs and guard zones before a kernel runs.
-static float poison_value(void) {
-    uint32_t bits = 0x7fc0deadu;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-// Allocates n floats plus a guard zone, all poisoned.
-static float *alloc_poisoned(size_t n) {
-    float *p = malloc((n + GUARD) * sizeof *p);
-    const float v = poison_value();
-    for (size_t i = 0; i < n + GUARD; i++) p[i] = v;
-    return p;
-}
-
-// True when the guard zone after p[n] is untouched.
-static int guard_ok(const float *p, size_t n) {
-    const float v = poison_value();
-    for (int i = 0; i < GUARD; i++)
-        if (memcmp(p + n + i, &v, sizeof v) != 0) return 0;
-    return 1;
-}
-
-// Uniform floats in [lo, hi).
-static void fill_uniform(rng *r, float *p, size_t n, float lo, float hi) {
-    for (size_t i = 0; i < n; i++) p[i] = lo + (hi - lo) * rng_uniform(r);
-}
 
 // Distinct values (a shuffled grid with spacing 0.02) for ties-free max pooling
 // and kink-free ReLU: every |value| >= 0.01.
@@ -65,47 +36,6 @@ static void fill_distinct(rng *r, float *p, size_t n) {
     rng_shuffle(r, perm, (int)n);
     for (size_t i = 0; i < n; i++) p[i] = 0.02f * (float)(perm[i] - (int)(n / 2)) + 0.01f;
     free(perm);
-}
-
-// Double copy of a float array (caller frees).
-static double *to_double(const float *p, size_t n) {
-    double *d = malloc((n ? n : 1) * sizeof *d);
-    for (size_t i = 0; i < n; i++) d[i] = p[i];
-    return d;
-}
-
-// Checks got (float, from alloc_poisoned) against want (double) and the guard
-// zone; reports the worst element once.
-static void check_array(tctx *t, const char *what, const float *got, const double *want,
-                        size_t n, double tol) {
-    size_t worst = 0;
-    double werr = -1.0;
-    for (size_t i = 0; i < n; i++) {
-        double e = fabs((double)got[i] - want[i]) / fmax(1.0, fabs(want[i]));
-        if (isnan(e)) e = INFINITY;  // NaN (unwritten) counts as the worst
-        if (e > werr) werr = e, worst = i;
-    }
-    CHECK(t, n == 0 || werr <= tol, "%s[%zu] = %.9g, want %.9g (rel err %.3g, tol %g)", what,
-          worst, (double)got[worst], want[worst], werr, tol);
-    CHECK(t, guard_ok(got, n), "%s: write past the end", what);
-}
-
-// A scalar function of the double arrays held in ctx.
-typedef double (*loss_fn)(void *ctx);
-
-// Central-difference gradient of f w.r.t. v[0..n) (v lives in f's context).
-static double *fd_grad(loss_fn f, void *ctx, double *v, size_t n) {
-    double *g = malloc((n ? n : 1) * sizeof *g);
-    for (size_t i = 0; i < n; i++) {
-        const double keep = v[i];
-        v[i] = keep + FD_STEP;
-        const double lp = f(ctx);
-        v[i] = keep - FD_STEP;
-        const double lm = f(ctx);
-        v[i] = keep;
-        g[i] = (lp - lm) / (2.0 * FD_STEP);
-    }
-    return g;
 }
 
 // sum(y * r) over n elements.
@@ -226,13 +156,13 @@ static void test_bn_backward(tctx *t) {
     batchnorm_backward_cpu(n, c, hw, x, r, gam, sm, si, dx, dg, db);
     bn_ref b = {n, c, hw, to_double(x, nx), to_double(gam, c), to_double(bet, c),
                 to_double(r, nx), 1e-5};
-    double *num = fd_grad(ref_bn_loss, &b, b.x, nx);
+    double *num = fd_grad(ref_bn_loss, &b, b.x, nx, FD_STEP);
     check_array(t, "bn dx", dx, num, nx, 1e-3);  // invstd ~ 1.2 amplifies float rounding
     free(num);
-    num = fd_grad(ref_bn_loss, &b, b.gamma, c);
+    num = fd_grad(ref_bn_loss, &b, b.gamma, c, FD_STEP);
     check_array(t, "bn dgamma", dg, num, c, TOL);
     free(num);
-    num = fd_grad(ref_bn_loss, &b, b.beta, c);
+    num = fd_grad(ref_bn_loss, &b, b.beta, c, FD_STEP);
     check_array(t, "bn dbeta", db, num, c, TOL);
     free(num);
     free(x), free(r), free(y), free(dx), free(dg), free(db);
@@ -274,7 +204,7 @@ static void test_elementwise(tctx *t) {
     check_array(t, "relu in place", inplace, want, n, 0.0);
     float *dx = alloc_poisoned(n);
     relu_backward_cpu(n, y, r, dx);
-    double *num = fd_grad(ref_relu_loss, &a, a.x, n);
+    double *num = fd_grad(ref_relu_loss, &a, a.x, n, FD_STEP);
     check_array(t, "relu dx", dx, num, n, TOL);
     memcpy(inplace, r, n * sizeof *r);
     relu_backward_cpu(n, y, inplace, inplace);
@@ -352,7 +282,7 @@ static void test_pool(tctx *t) {
                 maxpool_backward_cpu(&pr.d, x, r, dx);
             }
             check_array(t, kind ? "avgpool y" : "maxpool y", y, want, ny, TOL);
-            double *num = fd_grad(ref_pool_loss, &pr, pr.x, nx);
+            double *num = fd_grad(ref_pool_loss, &pr, pr.x, nx, FD_STEP);
             check_array(t, kind ? "avgpool dx" : "maxpool dx", dx, num, nx, TOL);
             free(x), free(r), free(pr.x), free(pr.r), free(want), free(y), free(dx), free(num);
         }
@@ -422,7 +352,7 @@ static void test_gap(tctx *t) {
     gap_forward_cpu(n, c, hw, x, y);
     gap_backward_cpu(n, c, hw, r, dx);
     check_array(t, "gap y", y, want, 15, TOL);
-    double *num = fd_grad(ref_gap_loss, &a, a.x, nx);
+    double *num = fd_grad(ref_gap_loss, &a, a.x, nx, FD_STEP);
     check_array(t, "gap dx", dx, num, nx, TOL);
     free(x), free(a.x), free(a.r), free(y), free(dx), free(num);
 }
@@ -473,14 +403,14 @@ static void test_linear(tctx *t) {
         linear_backward_data_cpu(n, in, out, r, w, dx);
         linear_backward_filter_cpu(n, in, out, x, r, dw, bias ? db : NULL);
         check_array(t, "linear y", y, want, n * out, TOL);
-        double *num = fd_grad(ref_linear_loss, &a, a.x, n * in);
+        double *num = fd_grad(ref_linear_loss, &a, a.x, n * in, FD_STEP);
         check_array(t, "linear dx", dx, num, n * in, TOL);
         free(num);
-        num = fd_grad(ref_linear_loss, &a, a.w, out * in);
+        num = fd_grad(ref_linear_loss, &a, a.w, out * in, FD_STEP);
         check_array(t, "linear dw", dw, num, out * in, TOL);
         free(num);
         if (bias) {
-            num = fd_grad(ref_linear_loss, &a, a.b, out);
+            num = fd_grad(ref_linear_loss, &a, a.b, out, FD_STEP);
             check_array(t, "linear db", db, num, out, TOL);
             free(num);
         } else {
@@ -541,7 +471,7 @@ static void test_loss(tctx *t) {
         double loss = softmax_xent_cpu(n, k, z, labels, smooth, 1.0f / n, dz, &hits);
         CHECK_CLOSE(t, loss / n, ref_xent(&a), 1e-6);
         CHECK(t, hits == want_hits && hits >= 2, "hits %ld, want %ld", hits, want_hits);
-        double *num = fd_grad(ref_xent, &a, a.z, n * k);
+        double *num = fd_grad(ref_xent, &a, a.z, n * k, FD_STEP);
         check_array(t, "xent dlogits", dz, num, n * k, TOL);
         double l2 = softmax_xent_cpu(n, k, z, labels, smooth, 1.0f, NULL, NULL);
         CHECK(t, l2 == loss, "loss without gradient differs: %.17g vs %.17g", l2, loss);
