@@ -30,6 +30,7 @@ static const char *const prune_transient[] = {"--resume", "--stop-after=", "--ti
 typedef struct {
     cli_common c;
     const char *method, *from, *model, *lr, *sched, *warmup, *epochs, *finetune, *ramp_end;
+    const char *halve_every;
     const char *precision;
     const char *data_dir, *runs, *output;
     int population, iterations, batches, batch, nesterov, augment, val_size;
@@ -56,6 +57,9 @@ typedef struct {
      .max = 100000000, .help = "batches per round (between two mask updates)"},               \
     {.name = "finetune", .type = OPT_STRING, .dst = &(o)->finetune, .def = "auto",             \
      .metavar = "N", .help = "evolve: rounds training the winner after the search (auto: population * iterations / 3)"}, \
+    {.name = "halve-every", .type = OPT_STRING, .dst = &(o)->halve_every, .def = "auto",       \
+     .metavar = "N", .help = "evolve: search iterations between halvings of the solutions that train; the\n" \
+     "survivors train population/active rounds each (auto: 0, never; 1: after every iteration)"}, \
     {.name = "threshold", .type = OPT_FLOAT, .dst = &(o)->threshold, .def = "1.0", .min = 0,   \
      .max = 100, .help = "evolve: admit solutions within this many accuracy points of the best"}, \
     {.name = "alpha", .type = OPT_FLOAT, .dst = &(o)->alpha, .def = "1.0", .min = 0,           \
@@ -252,6 +256,16 @@ static int gmp_rounds(prune_run *r, int *rounds, sc_err *err) {
     return 0;
 }
 
+// Evolve's racing: --halve-every, auto 0 (no racing) until racing is
+// validated on CIFAR-100 on the GPU (docs/prune.md has the CPU figures).
+static int halve_every(const prune_opts *o, int *k, sc_err *err) {
+    double v = num_or_auto(o->halve_every, 0.0, 0.0, 1e6);
+    if (v == -1.0 || v != floor(v))
+        return sc_fail(err, "--halve-every: not a whole number >= 0 or auto (%s)", o->halve_every);
+    *k = (int)v;
+    return 0;
+}
+
 // Fills the search settings from the options.
 static int cfg_set(prune_run *r, sc_err *err) {
     prune_opts *o = &r->o;
@@ -262,6 +276,7 @@ static int cfg_set(prune_run *r, sc_err *err) {
     c->rounds = o->iterations;
     if (c->method != PM_EVOLVE) SC_TRY(gmp_rounds(r, &c->rounds, err));
     SC_TRY(finetune_rounds(o, &c->finetune, err));
+    SC_TRY(halve_every(o, &c->halve_every, err));
     c->batches = o->batches;
     c->target = o->target;
     c->crit = (prune_crit){.alpha = (float)o->alpha, .beta = (float)o->beta};
@@ -360,6 +375,7 @@ static int summary_json(prune_run *r, double val, double test, const char *plot,
     json_add_int(&j, "iterations_done", p->iter);
     json_add_int(&j, "iterations_total", prune_search_total(&r->s));
     json_add_int(&j, "population", r->cfg.population);
+    json_add_int(&j, "halve_every", r->cfg.method == PM_EVOLVE ? r->cfg.halve_every : 0);
     json_add_int(&j, "batches", r->cfg.batches);
     json_add_int(&j, "batch", r->cfg.hp.batch);
     json_add_string(&j, "device", exec_device_name(r->ex));

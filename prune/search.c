@@ -37,6 +37,30 @@ int prune_search_total(const prune_search *s) {
     return s->cfg.rounds + (s->cfg.method == PM_EVOLVE ? s->cfg.finetune : 0);
 }
 
+// Largest divisor of n that is at most m (>= 1).
+static int divisor_at_most(int n, int m) {
+    for (int d = m < n ? m : n; d > 1; d--)
+        if (n % d == 0) return d;
+    return 1;
+}
+
+// Solutions training in iteration it (see the header).
+int prune_search_active(const prune_cfg *c, int it) {
+    int n = c->population;
+    if (c->method != PM_EVOLVE || it >= c->rounds) return 1;
+    if (c->halve_every <= 0 || n <= 1) return n;
+    int h = it / c->halve_every;
+    return h >= 30 ? 1 : divisor_at_most(n, n >> h);
+}
+
+// Rounds a surviving solution trained before iteration it (see the header).
+long prune_search_clock(const prune_cfg *c, int it) {
+    long k = 0;
+    int search = c->method == PM_EVOLVE ? (it < c->rounds ? it : c->rounds) : 0;
+    for (int t = 0; t < search; t++) k += c->population / prune_search_active(c, t);
+    return k + (it - search);
+}
+
 // True when iteration `it` (0-based) is evolve's population search.
 static int in_search(const prune_search *s, int it) {
     return s->cfg.method == PM_EVOLVE && it < s->cfg.rounds;
@@ -50,7 +74,7 @@ int prune_search_init(prune_search *s, const prune_cfg *cfg, const dataset *ds, 
     memset(s, 0, sizeof *s);
     s->cfg = *cfg;
     if (cfg->method != PM_EVOLVE) s->cfg.population = 1;
-    s->cfg.ev.iterations = cfg->rounds;
+    s->cfg.ev.iterations = (int)prune_search_clock(&s->cfg, cfg->rounds);
     s->cfg.ev.target = cfg->target;
     s->cfg.ev.ramp_begin = cfg->ramp_begin;
     s->cfg.ev.ramp_end = cfg->ramp_end;
@@ -119,16 +143,17 @@ static int val_accuracy(prune_search *s, int limit, double *acc, sc_err *err) {
 // --- one round of one solution ------------------------------------------------
 
 // Trains solution i for one round: `batches` batches from its data stream at
-// the learning rate of global step it*batches + b; the mean |gradient| of the
-// last grad_steps steps goes to s->gabs when want_grad. Leaves the trained
-// state in s->nt and s->mom.
-static int round_train(prune_search *s, int i, int it, int want_grad, progress *pg,
+// the learning rate of global step pos*batches + b (pos: the round's place on
+// the clock, prune_search_clock); the mean |gradient| of the last grad_steps
+// steps goes to s->gabs when want_grad. Leaves the trained state in s->nt
+// and s->mom.
+static int round_train(prune_search *s, int i, long pos, int want_grad, progress *pg,
                        sc_err *err) {
     prune_sol *sol = &s->pop->sol[i];
     loader *ld = &s->ld[sol->stream];
     int B = s->cfg.batches, bpe = loader_batches_per_epoch(ld);
     int G = s->cfg.grad_steps < B ? s->cfg.grad_steps : B;
-    long total = (long)prune_search_total(s) * B;
+    long total = prune_search_clock(&s->cfg, prune_search_total(s)) * B;
     exec_hparams hp = {.momentum = s->cfg.hp.momentum, .weight_decay = s->cfg.hp.weight_decay,
                        .nesterov = s->cfg.hp.nesterov, .label_smoothing = s->cfg.hp.smoothing};
     SC_TRY(sol_upload(s, i, err));
@@ -141,7 +166,7 @@ static int round_train(prune_search *s, int i, int it, int want_grad, progress *
             loader_start_epoch(ld, (int)(sol->batches / bpe));
             if (!loader_next(ld, &bt)) return sc_fail(err, "the training split gave no batch");
         }
-        hp.lr = train_lr_at(&s->cfg.hp, (long)it * B + b, total);
+        hp.lr = train_lr_at(&s->cfg.hp, pos * B + b, total);
         SC_TRY(exec_train_step(s->ex, &bt, &hp, err));
         sol->batches++;
         s->pop->images += bt.n;
@@ -155,20 +180,20 @@ static int round_train(prune_search *s, int i, int it, int want_grad, progress *
     return exec_read_momentum(s->ex, s->mom, err);
 }
 
-// Raises the masks in s->nt to `target` and records each layer's cost
-// increase in row i of s->cut.
+// Raises the masks in s->nt to `target` and adds each layer's cost increase
+// to row i of s->cut.
 static int round_raise(prune_search *s, int i, const double *target, int use_grad,
                        sc_err *err) {
     int L = s->pl.n;
     const double *before = s->pop->sol[i].sparsity;
     prune_crit c = s->cfg.method == PM_EVOLVE ? s->cfg.crit : (prune_crit){1.0f, 0.0f};
-    double *after = s->cut + (size_t)i * L;
+    double after[L > 0 ? L : 1], *cut = s->cut + (size_t)i * L;
     SC_TRY(prune_mask_raise(s->nt, &s->pl, target, use_grad ? s->gabs : NULL, c, s->mom, err));
     prune_sparsity_read(s->nt, &s->pl, after);
     int grew = 0;
     for (int l = 0; l < L; l++) {  // the cost feature's increase (evolve_sens_update)
         double d = after[l] - before[l];
-        after[l] = d > 0.0 ? evolve_cost(after[l]) - evolve_cost(before[l]) : 0.0;
+        if (d > 0.0) cut[l] += evolve_cost(after[l]) - evolve_cost(before[l]);
         grew |= d > 0.0;
     }
     if (!grew) return 0;
@@ -176,9 +201,9 @@ static int round_raise(prune_search *s, int i, const double *target, int use_gra
     return exec_write_momentum(s->ex, s->mom, err);
 }
 
-// The per-layer targets of solution i for iteration it; returns 0 when its
-// masks do not change this round.
-static int round_targets(prune_search *s, int i, int it, rng *r, double *target) {
+// The per-layer targets of solution i for its round at clock position pos of
+// iteration it; returns 0 when its masks do not change this round.
+static int round_targets(prune_search *s, int i, int it, long pos, rng *r, double *target) {
     const prune_cfg *c = &s->cfg;
     if (c->method == PM_GMP) {
         double v = gmp_sparsity_at(0.0, c->target, (double)(it + 1) / c->rounds, c->ramp_begin,
@@ -187,22 +212,27 @@ static int round_targets(prune_search *s, int i, int it, rng *r, double *target)
         return 1;
     }
     if (!in_search(s, it)) return 0;
-    evolve_plan(&s->pop->sol[i], &s->pl, s->pop->sens, &c->ev, evolve_floor(&c->ev, it + 1), r,
-                target);
+    evolve_plan(&s->pop->sol[i], &s->pl, s->pop->sens, &c->ev, evolve_floor(&c->ev, (int)pos + 1),
+                r, target);
     return 1;
 }
 
-// One round of solution i: snapshot, train, raise masks, evaluate, store.
-static int round_run(prune_search *s, int i, int it, rng *r, progress *pg, sc_err *err) {
+// Round j of solution i in iteration it (at clock position pos): on the first
+// one the snapshot and the start of the iteration's cost and accuracy drop;
+// then train, raise masks, evaluate, store.
+static int round_run(prune_search *s, int i, int it, int j, long pos, rng *r, progress *pg,
+                     sc_err *err) {
     prune_sol *sol = &s->pop->sol[i];
     int L = s->pl.n;
     double target[L > 0 ? L : 1];
-    memset(s->cut + (size_t)i * L, 0, (size_t)L * sizeof *s->cut);
-    if (in_search(s, it) && s->pop->n > 1) prune_sol_snapshot(s->pop, i);
-    sol->acc_prev = sol->acc;
-    int grow = round_targets(s, i, it, r, target);
+    if (j == 0) {
+        memset(s->cut + (size_t)i * L, 0, (size_t)L * sizeof *s->cut);
+        if (in_search(s, it) && s->pop->n > 1) prune_sol_snapshot(s->pop, i);
+        sol->acc_prev = sol->acc;
+    }
+    int grow = round_targets(s, i, it, pos, r, target);
     int use_grad = grow && s->cfg.method == PM_EVOLVE && s->cfg.crit.beta != 0.0f;
-    SC_TRY(round_train(s, i, it, use_grad, pg, err));
+    SC_TRY(round_train(s, i, pos, use_grad, pg, err));
     s->loaded = -1;  // the device state changes below until it is stored again
     if (grow) SC_TRY(round_raise(s, i, target, use_grad, err));
     SC_TRY(val_accuracy(s, 0, &sol->acc, err));
@@ -239,36 +269,67 @@ static void hist_fill(const prune_search *s, const int *active, prune_hist *h) {
 static double schedule_target(const prune_search *s, int it) {
     const prune_cfg *c = &s->cfg;
     if (c->method == PM_ONESHOT || it >= c->rounds) return c->target;
-    if (c->method == PM_EVOLVE) return evolve_floor(&c->ev, it + 1);
+    if (c->method == PM_EVOLVE) return evolve_floor(&c->ev, (int)prune_search_clock(c, it + 1));
     return gmp_sparsity_at(0.0, c->target, (double)(it + 1) / c->rounds, c->ramp_begin,
                            c->ramp_end);
 }
 
-// Runs iteration it (0-based): every active solution's round, then evolve's
-// selection; appends the history row.
+// Racing: when iteration it trains fewer solutions than the one before, the
+// most accurate of those move (by swapping, data streams included) to the
+// first slots, which are the ones that train from now on.
+static void race_promote(prune_search *s, int it) {
+    prune_pop *p = s->pop;
+    int a = prune_search_active(&s->cfg, it);
+    int before = it > 0 ? prune_search_active(&s->cfg, it - 1) : p->n;
+    if (!in_search(s, it) || a >= before) return;
+    for (int k = 0; k < a; k++) {  // selection sort of the k-th best into slot k
+        int b = k;
+        for (int i = k + 1; i < before; i++)
+            if (p->sol[i].acc > p->sol[b].acc) b = i;
+        prune_sol t = p->sol[k];
+        p->sol[k] = p->sol[b];
+        p->sol[b] = t;
+    }
+    p->best = 0;
+    s->loaded = -1;
+}
+
+// Evolve's selection over the first `a` solutions (the ones racing now);
+// at the end of the search the winner is the best of them at the target.
+static int race_select(prune_search *s, int it, int a, rng *r, prune_hist *h, sc_err *err) {
+    prune_pop view = *s->pop;
+    view.n = a;
+    s->loaded = -1;  // selection rewinds and copies solutions on the host
+    SC_TRY(evolve_select(&view, &s->cfg.ev, it + 1, s->cut, r, h, err));
+    if (it + 1 == s->cfg.rounds) {
+        double tol = (double)(s->pl.n + 1) / (double)s->pl.total;
+        view.best = evolve_best(&view, &s->pl, s->cfg.target - tol);
+    }
+    s->pop->best = view.best;
+    return 0;
+}
+
+// Runs iteration it (0-based): every active solution's rounds (population /
+// active of them each), then evolve's selection; appends the history row.
 static int iteration_run(prune_search *s, int it, sc_err *err) {
     prune_pop *p = s->pop;
     int search = in_search(s, it), active[p->n];
+    int a = prune_search_active(&s->cfg, it), k = search ? p->n / a : 1;
+    long pos = prune_search_clock(&s->cfg, it);
     rng r;
     rng_seed(&r, s->cfg.seed, 0x5E1EC7000ull + (uint64_t)it);
-    for (int i = 0; i < p->n; i++) active[i] = search || i == p->best;
+    race_promote(s, it);
+    for (int i = 0; i < p->n; i++) active[i] = search ? i < a : i == p->best;
     progress pg;
     char label[64];
     snprintf(label, sizeof label, "iteration %d/%d", it + 1, prune_search_total(s));
-    progress_start(&pg, stderr, label, (long)(search ? p->n : 1) * s->cfg.batches, s->cfg.quiet);
+    progress_start(&pg, stderr, label, (long)(search ? a * k : 1) * s->cfg.batches, s->cfg.quiet);
     for (int i = 0; i < p->n; i++)
-        if (active[i]) SC_TRY(round_run(s, i, it, &r, &pg, err));
+        for (int j = 0; active[i] && j < k; j++) SC_TRY(round_run(s, i, it, j, pos + j, &r, &pg, err));
     prune_hist h = {.iter = it + 1, .phase = it < s->cfg.rounds ? 1 : 2,
                     .target = schedule_target(s, it)};
     hist_fill(s, active, &h);
-    if (search) {
-        s->loaded = -1;  // selection rewinds and copies solutions on the host
-        SC_TRY(evolve_select(p, &s->cfg.ev, it + 1, s->cut, &r, &h, err));
-    }
-    if (search && it + 1 == s->cfg.rounds) {
-        double tol = (double)(s->pl.n + 1) / (double)s->pl.total;
-        p->best = evolve_best(p, &s->pl, s->cfg.target - tol);
-    }
+    if (search) SC_TRY(race_select(s, it, a, &r, &h, err));
     p->iter = it + 1;
     double now = progress_clock();
     p->seconds += now - s->t_run;
@@ -277,7 +338,7 @@ static int iteration_run(prune_search *s, int it, sc_err *err) {
     char text[200];
     snprintf(text, sizeof text, "val best %.2f%% mean %.2f%%, sparsity %.4f (target %.4f)",
              h.best_acc, h.mean_acc, h.best_sparsity, h.target);
-    if (search && p->n > 1)
+    if (search && a > 1)
         snprintf(text + strlen(text), sizeof text - strlen(text),
                  ", admitted %d, rewound %d, mutated %d, crossed %d, replaced %d", h.admitted,
                  h.rewound, h.mutated, h.crossed, h.replaced);

@@ -34,6 +34,8 @@ typedef struct {
     int population;       // solutions (1 for gmp and oneshot)
     int rounds;           // evolve: search iterations; gmp/oneshot: training rounds
     int finetune;         // evolve: rounds training the winner after the search
+    int halve_every;      // evolve: search iterations between halvings of the active
+                          // population (racing; 0: every solution trains to the end)
     int batches;          // batches per round
     double target;        // overall sparsity over the pruned layers, [0, 1)
     prune_crit crit;      // coefficient (gmp and oneshot use magnitude: alpha 1, beta 0)
@@ -97,6 +99,16 @@ int prune_search_run(prune_search *s, const char *state_path, const char *config
 
 // Total iterations of the run (search plus fine-tuning rounds).
 int prune_search_total(const prune_search *s);
+
+// Solutions that train in iteration it (0-based) of evolve's search: the
+// population, halved every halve_every iterations (to a divisor of it, down
+// to 1); each of them trains population / active rounds in that iteration,
+// so every search iteration costs the same images. 1 after the search.
+int prune_search_active(const prune_cfg *c, int it);
+
+// Rounds a surviving solution has trained before iteration it (0-based):
+// the clock of the sparsity floor and of the learning-rate schedule.
+long prune_search_clock(const prune_cfg *c, int it);
 
 // Loads the result (the best solution at the target) into nt and the
 // executor; *index receives its index when not NULL.

@@ -28,6 +28,7 @@ echo "not hdf5" >"$T/junk.h5"
 expect_fail "corrupt model" 1 '^prune: .*junk.h5' $PR --from "$T/junk.h5" synthetic
 expect_fail "resume without runs" 1 '^prune: .*no previous run' $PR --resume
 expect_fail "bad epochs" 1 '^prune: .*epochs' $PR --method gmp --epochs x synthetic
+expect_fail "bad halve-every" 1 '^prune: .*halve-every' $PR --halve-every 1.5 synthetic
 expect_fail "fp16 on cpu" 1 '^prune: .*fp16' $PR --precision fp16 synthetic
 
 # A tiny model to start from (pruned from scratch in one round).
@@ -40,6 +41,7 @@ expect_fail "truncated model" 1 '^prune: .*trunc.h5' $PR --from "$T/trunc.h5" sy
 if $PR --help | grep -qE -- '--population.*8'; then ok "help lists defaults"; else bad "help lists defaults" "no --population default"; fi
 
 # --- stopped after iteration 2, resumed == uninterrupted ---------------------------
+# (population 3: racing trains only the best solution from iteration 2 on)
 ARGS="$TINY --from $T/m.h5 --target-sparsity 0.8 --finetune 1 --seed 3"
 $PR $ARGS -o "$T/a.h5" --json "$T/a.json" >/dev/null 2>&1 || bad "uninterrupted run" "failed"
 $PR $ARGS -o "$T/b.h5" --stop-after 2 --json "$T/b.json" >/dev/null 2>&1 || bad "stopped run" "failed"

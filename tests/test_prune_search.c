@@ -1,8 +1,10 @@
 // Tests of the pruning run on tiny synthetic data on the CPU (lenet): zeros
 // stay zero through training (momentum too), masks only grow, targets are
 // reached, a stopped run resumed from its state file ends bitwise equal to
-// an uninterrupted one, the same seed gives the same result, and evolve
-// does at least as well as oneshot at the same sparsity and image budget.
+// an uninterrupted one, the same seed gives the same result, evolve's racing
+// (the population halved, survivors training more rounds) keeps the image
+// budget and trains only the survivors, and evolve does at least as well as
+// oneshot at the same sparsity and image budget.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -262,6 +264,78 @@ static void test_resume_and_seed(tctx *t, fixture *f) {
     run_free(&e);
 }
 
+// The racing schedule: population sizes and the clock of the survivors.
+static void test_race_schedule(tctx *t, fixture *f) {
+    (void)f;
+    prune_cfg c = small_cfg(PM_EVOLVE, 12, 0.9);
+    c.population = 8;
+    c.halve_every = 3;
+    int want[13] = {8, 8, 8, 4, 4, 4, 2, 2, 2, 1, 1, 1, 1};
+    for (int it = 0; it < 13; it++)
+        CHECK(t, prune_search_active(&c, it) == want[it], "iteration %d: %d active", it,
+              prune_search_active(&c, it));
+    CHECK(t, prune_search_clock(&c, 12) == 3 + 6 + 12 + 24, "clock %ld", prune_search_clock(&c, 12));
+    CHECK(t, prune_search_clock(&c, 15) == 48, "clock after 3 fine-tuning rounds");
+    c.population = 6;
+    c.halve_every = 1;  // 6, 3, then 1 (divisors of 6)
+    CHECK(t, prune_search_active(&c, 1) == 3 && prune_search_active(&c, 2) == 1, "population 6");
+    c.halve_every = 0;
+    CHECK(t, prune_search_active(&c, 5) == 6 && prune_search_clock(&c, 7) == 7, "no racing");
+    c.population = 1;
+    c.halve_every = 1;
+    CHECK(t, prune_search_active(&c, 3) == 1 && prune_search_clock(&c, 9) == 9, "population 1");
+}
+
+// A racing run (4 solutions halved every iteration): the same images as
+// without racing; after the halvings only the survivor trains, every round
+// of the rest of the run; a stop after iteration 1 resumed is bitwise equal;
+// the winner is at the target.
+static void test_race_run(tctx *t, fixture *f) {
+    sc_err err = {0};
+    char state[200];
+    snprintf(state, sizeof state, "%s/race.state", f->dir);
+    prune_cfg c = small_cfg(PM_EVOLVE, 4, 0.8);
+    c.halve_every = 1;
+    c.finetune = 2;
+    run a, b;
+    int ok = !run_init(&a, f, f->trained, &c, &err) && !prune_search_begin(&a.s, &err);
+    long before[4] = {0};
+    a.s.cfg.stop_after = 2;
+    ok = ok && !prune_search_run(&a.s, NULL, NULL, &err);
+    for (int i = 0; ok && i < 4; i++) before[a.s.pop->sol[i].stream] = a.s.pop->sol[i].batches;
+    a.s.cfg.stop_after = 0;
+    ok = ok && !prune_search_run(&a.s, NULL, NULL, &err);
+    CHECK(t, ok && a.s.finished, "racing run: %s", err.msg);
+    if (!ok) {
+        run_free(&a);
+        return;
+    }
+    prune_pop *p = a.s.pop;
+    CHECK(t, p->images == (long)(4 * 4 + 2) * c.batches * c.hp.batch, "images %ld", p->images);
+    const prune_sol *w = &p->sol[p->best];
+    long trained = (prune_search_clock(&c, 6) - prune_search_clock(&c, 2)) * c.batches;
+    CHECK(t, trained == 10 * c.batches, "clock");
+    CHECK(t, w->batches - before[w->stream] == trained, "the survivor trained %ld batches, not %ld",
+          w->batches - before[w->stream], trained);
+    for (int i = 0; i < 4; i++)
+        if (i != p->best)
+            CHECK(t, p->sol[i].batches == before[p->sol[i].stream], "solution %d trained after losing", i);
+    double tol = (double)(a.s.pl.n + 1) / (double)a.s.pl.total;
+    CHECK(t, prune_sparsity_overall(&a.s.pl, w->sparsity) >= 0.8 - tol, "winner below the target");
+    prune_cfg c2 = c;
+    c2.stop_after = 1;
+    ok = !run_init(&b, f, f->trained, &c2, &err) && !prune_search_begin(&b.s, &err) &&
+         !prune_search_run(&b.s, state, "{}", &err);
+    run_free(&b);
+    char *cfg = NULL;
+    ok = ok && !run_init(&b, f, f->trained, &c, &err) && !prune_search_resume(&b.s, state, &cfg, &err) &&
+         !prune_search_run(&b.s, NULL, NULL, &err);
+    free(cfg);
+    CHECK(t, ok && pops_equal(a.s.pop, b.s.pop), "racing: resumed run differs (%s)", err.msg);
+    run_free(&a);
+    run_free(&b);
+}
+
 // Validation accuracy of the result of a finished run of cfg.
 static double result_acc(fixture *f, const prune_cfg *cfg, double *sparsity, sc_err *err) {
     run r;
@@ -325,6 +399,8 @@ int main(void) {
     run_with(&t, &f, test_zeros_and_growth, "test_zeros_and_growth");
     run_with(&t, &f, test_evolve_masks, "test_evolve_masks");
     run_with(&t, &f, test_resume_and_seed, "test_resume_and_seed");
+    run_with(&t, &f, test_race_schedule, "test_race_schedule");
+    run_with(&t, &f, test_race_run, "test_race_run");
     run_with(&t, &f, test_evolve_vs_oneshot, "test_evolve_vs_oneshot");
     fixture_free(&f);
     return check_finish(&t);
