@@ -41,11 +41,11 @@ float train_momentum_at(const train_hparams *h, long step, long total) {
     return (float)(warm ? anneal(hi, lo, u, h->anneal_linear) : anneal(lo, hi, u, h->anneal_linear));
 }
 
-// Fills the progress text with the running loss and accuracy.
-static void stats_text(const exec_stats *s, float lr, char *buf, size_t len) {
+// Fills the progress text with the running loss, accuracy, rate and lr.
+static void stats_text(const exec_stats *s, float lr, double secs, char *buf, size_t len) {
     double n = s->count ? (double)s->count : 1.0;
-    snprintf(buf, len, "loss %.3f acc %5.1f%% lr %.3g", s->loss_sum / n, 100.0 * s->correct / n,
-             lr);
+    snprintf(buf, len, "loss %.3f acc %5.1f%% %.0f img/s lr %.3g", s->loss_sum / n,
+             100.0 * s->correct / n, secs > 0 ? (double)s->count / secs : 0.0, lr);
 }
 
 // Adds b into a.
@@ -76,7 +76,7 @@ int train_epoch(exec *e, loader *ld, const train_hparams *h, long *step, long to
         if (pg && (done % 20 == 0 || done == loader_batches_per_epoch(ld))) {
             SC_TRY(exec_stats_take(e, &part, err));
             stats_add(&total, &part);
-            stats_text(&total, hp.lr, text, sizeof text);
+            stats_text(&total, hp.lr, progress_elapsed(pg), text, sizeof text);
             progress_update(pg, done, text);
         }
     }
