@@ -41,6 +41,7 @@ __device__ __forceinline__ void pool_span(int y, int k, int stride, int pad, int
 
 // --- max pool ---------------------------------------------------------------
 
+// One thread per output element: the window's maximum (pads never win).
 template <typename T>
 __global__ void maxpool_fwd_kernel(pool_shape s, const T *x, T *y) {
     const size_t total = (size_t)s.n * s.p * s.q * s.c;
@@ -51,6 +52,7 @@ __global__ void maxpool_fwd_kernel(pool_shape s, const T *x, T *y) {
     }
 }
 
+// One thread per input element: sums dy of the windows whose first maximum it is.
 template <typename T>
 __global__ void maxpool_bwd_kernel(pool_shape s, const T *x, const T *dy, T *dx, int acc) {
     const size_t total = (size_t)s.n * s.h * s.w * s.c;
@@ -94,6 +96,7 @@ extern "C" int maxpool_backward_gpu(const gpu_ctx *g, gpu_dtype dt, const pool_d
 
 // --- average pool -----------------------------------------------------------
 
+// One thread per output element: the window's sum divided by k*k.
 template <typename T>
 __global__ void avgpool_fwd_kernel(pool_shape s, const T *x, T *y) {
     const size_t total = (size_t)s.n * s.p * s.q * s.c;
@@ -111,6 +114,7 @@ __global__ void avgpool_fwd_kernel(pool_shape s, const T *x, T *y) {
     }
 }
 
+// One thread per input element: dy/(k*k) summed over the windows that cover it.
 template <typename T>
 __global__ void avgpool_bwd_kernel(pool_shape s, const T *dy, T *dx, int acc) {
     const size_t total = (size_t)s.n * s.h * s.w * s.c;
