@@ -201,6 +201,15 @@ void conv2d_forward_cpu(const conv2d_dims *d, const float *x, const float *wt,
     }
 }
 
+// dy of images [i0, i0+gn) as one (K, gn*P*Q) matrix: dy itself for one
+// image, else gathered into buf.
+static const float *conv2d_dy_group(const conv2d_dims *d, const float *dy, int i0, int gn,
+                                    float *buf) {
+    if (gn == 1) return dy + (size_t)i0 * d->k * conv2d_pq(d);
+    conv2d_gather(d, dy, i0, gn, buf);
+    return buf;
+}
+
 // dx (N, C, H, W) = gradient w.r.t. the input, overwritten.
 void conv2d_backward_data_cpu(const conv2d_dims *d, const float *dy, const float *wt,
                               float *dx, float *work) {
@@ -212,11 +221,7 @@ void conv2d_backward_data_cpu(const conv2d_dims *d, const float *dy, const float
     for (int i0 = 0; i0 < d->n; i0 += g) {
         const int gn = d->n - i0 < g ? d->n - i0 : g;
         const int ld = (int)(gn * pq);
-        const float *m = dy + (size_t)i0 * d->k * pq;
-        if (gn > 1) {
-            conv2d_gather(d, dy, i0, gn, dyg);
-            m = dyg;
-        }
+        const float *m = conv2d_dy_group(d, dy, i0, gn, dyg);
         conv2d_gemm(CblasTrans, CblasNoTrans, crs, ld, d->k, wt, crs, m, ld, 0.0f, col, ld, 8);
         conv2d_col2im(d, col, i0, gn, dx);
     }
@@ -248,11 +253,7 @@ void conv2d_backward_filter_cpu(const conv2d_dims *d, const float *x, const floa
     for (int i0 = 0; i0 < d->n; i0 += g) {
         const int gn = d->n - i0 < g ? d->n - i0 : g;
         const int ld = (int)(gn * pq);
-        const float *m = dy + (size_t)i0 * d->k * pq;
-        if (gn > 1) {
-            conv2d_gather(d, dy, i0, gn, dyg);
-            m = dyg;
-        }
+        const float *m = conv2d_dy_group(d, dy, i0, gn, dyg);
         conv2d_im2col(d, x, i0, gn, col);
         // dW (K, CRS) += dy (K, gPQ) col^T: each column block re-packs dy, so few blocks.
         conv2d_gemm(CblasNoTrans, CblasTrans, d->k, crs, ld, m, ld, col, ld,
