@@ -8,6 +8,7 @@
 #   tests/gpu_test_*.c         -> build/tests/gpu_test_*  (GPU builds only)
 #   *.cu, *_gpu.c              GPU builds only
 #   *_none.c                   CPU-only builds only (stand-ins for GPU code)
+#   *_mpi.c / *_nompi.c        builds with / without MPI (mpicc found; MPI=0 turns it off)
 
 BUILD   := build
 CC      ?= gcc
@@ -21,15 +22,28 @@ HDF5_LIB := -L/usr/lib/x86_64-linux-gnu/hdf5/serial -lhdf5
 BLAS_INC := -I/usr/include/x86_64-linux-gnu/openblas-pthread
 # OpenBLAS is linked statically so binaries run where it is not installed.
 BLAS_LIB := /usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.a -lpthread
+# GSL (quantize: histograms, RNG) is linked statically too: the GPU machine has none.
+GSL_LIB  := $(firstword $(wildcard /usr/lib/x86_64-linux-gnu/libgsl.a) -lgsl)
+# MPI (prune over several ranks) is optional: used when mpicc exists.
+MPICC    := $(shell command -v mpicc 2>/dev/null)
+MPI      ?= $(if $(MPICC),1,0)
 
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fopenmp -I. $(HDF5_INC) $(BLAS_INC) -MMD -MP
-LDLIBS  := $(HDF5_LIB) $(BLAS_LIB) -lm -fopenmp
+LDLIBS  := -Wl,--as-needed $(HDF5_LIB) $(GSL_LIB) $(BLAS_LIB) -lm -fopenmp
 
 DIRS    := runtime kernels datasets train prune quantize export
 ALL_C   := $(foreach d,$(DIRS),$(wildcard $(d)/*.c))
 MAINS   := $(filter %_main.c,$(ALL_C))
 LIB_C   := $(filter-out %_main.c,$(ALL_C))
+
+ifeq ($(MPI),1)
+  CFLAGS  += -DSC_HAVE_MPI $(shell $(MPICC) --showme:compile)
+  LDLIBS  += $(shell $(MPICC) --showme:link)
+  LIB_C   := $(filter-out %_nompi.c,$(LIB_C))
+else
+  LIB_C   := $(filter-out %_mpi.c,$(LIB_C))
+endif
 
 ifeq ($(GPU),1)
   CU_SRC  := $(foreach d,$(DIRS),$(wildcard $(d)/*.cu))
@@ -37,7 +51,7 @@ ifeq ($(GPU),1)
   CFLAGS  += -DSC_HAVE_CUDA -I$(CUDA)/include
   NVFLAGS := -O3 -std=c++17 -I. -DSC_HAVE_CUDA -gencode arch=compute_90,code=sm_90 \
              -gencode arch=compute_90,code=compute_90 -Xcompiler -Wall -MMD -MP
-  LDLIBS  += -L$(CUDA)/lib64 -Wl,-rpath,$(CUDA)/lib64 -lcudnn -lcublas -lcudart -lstdc++
+  LDLIBS  += -L$(CUDA)/lib64 -Wl,-rpath,$(CUDA)/lib64 -lcudnn -lcublas -lcusparse -lcudart -lstdc++
   TEST_SRC := $(wildcard tests/test_*.c tests/gpu_test_*.c)
 else
   CU_SRC  :=
@@ -55,7 +69,7 @@ all: $(TOOLS) $(TESTS)
 	@echo "built $(words $(TOOLS)) tools and $(words $(TESTS)) tests (GPU=$(GPU))"
 
 info:
-	@echo "GPU=$(GPU) NVCC=$(NVCC) CUDNN_H=$(CUDNN_H)"
+	@echo "GPU=$(GPU) NVCC=$(NVCC) CUDNN_H=$(CUDNN_H) MPI=$(MPI)"
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -83,7 +97,7 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(LIB)
 
 # Debian/Ubuntu packages the build and the tests need; installed when root.
 PKGS := build-essential libhdf5-dev hdf5-tools libopenblas-dev libgsl-dev gnuplot-nox \
-        python3-h5py python3-scipy python3-numpy
+        python3-h5py python3-scipy python3-numpy openmpi-bin libopenmpi-dev
 
 # Installs what is missing (as root), or says what to install.
 setup:

@@ -5,6 +5,7 @@
 # Expects build/bin/{train,prune} and CIFAR-100 under /root/data (DESIGN.md section 7);
 # trains the start model (resnet18, 45k/5k split, seed 1) into /root/r18.h5 when missing.
 # Each run takes about 60-80 s on an H200: keep one call under 10 minutes.
+# P1=0 leaves out the population-1 run.
 # Prints "method val test images seconds" per run; JSON summaries go to $OUT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,5 +26,5 @@ print(f"{sys.argv[2]:<16} val {j.get('val_accuracy')} test {j.get('test_accuracy
 PY
 }
 for k in $ks; do run "ev-$t-$s-K$k" --population 8 --iterations 24 --halve-every "$k"; done
-run "p1-$t-$s" --population 1 --iterations 192 --finetune 64
+[ "${P1:-1}" = 0 ] || run "p1-$t-$s" --population 1 --iterations 192 --finetune 64
 run "gmp-$t-$s" --method gmp --population 8 --iterations 24

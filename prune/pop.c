@@ -79,10 +79,14 @@ void prune_pop_free(prune_pop *p) {
 
 // --- moving solutions -------------------------------------------------------
 
-// Copies the weights, masks, buffers and momentum of one solution into another.
-static void sol_copy_arrays(prune_sol *d, const prune_sol *s, int L, size_t np, size_t nb) {
+// Copies the sparsities and genome of one solution into another.
+static void sol_copy_small(prune_sol *d, const prune_sol *s, int L) {
     memcpy(d->sparsity, s->sparsity, (size_t)L * sizeof *d->sparsity);
     memcpy(d->genome, s->genome, (size_t)L * sizeof *d->genome);
+}
+
+// Copies the weights, masks, buffers and momentum of one solution into another.
+static void sol_copy_arrays(prune_sol *d, const prune_sol *s, size_t np, size_t nb) {
     memcpy(d->param, s->param, np * sizeof *d->param);
     memcpy(d->mask, s->mask, np * sizeof *d->mask);
     memcpy(d->mom, s->mom, np * sizeof *d->mom);
@@ -107,12 +111,24 @@ void prune_sol_load(const prune_pop *p, int i, net *nt, float *mom) {
     if (mom) memcpy(mom, s->mom, p->nparam * sizeof *s->mom);
 }
 
+// Appends one entry of array work to the population's log.
+static void defer_add(prune_pop *p, int kind, int dst, int src) {
+    prune_oplog *g = p->defer;
+    if (g->n >= g->cap) {
+        g->lost++;
+        return;
+    }
+    g->op[g->n++] = (prune_op){.kind = kind, .dst = dst, .src = src};
+}
+
 // Copies solution src into dst; dst keeps its own data stream.
 void prune_sol_copy(prune_pop *p, int dst, int src) {
     if (dst == src) return;
     prune_sol *d = &p->sol[dst];
     const prune_sol *s = &p->sol[src];
-    sol_copy_arrays(d, s, p->L, p->nparam, p->nbuf);
+    sol_copy_small(d, s, p->L);
+    if (p->defer) defer_add(p, PRUNE_OP_COPY, dst, src);
+    else sol_copy_arrays(d, s, p->nparam, p->nbuf);
     d->acc = s->acc;
     d->acc_prev = s->acc_prev;
     d->age = 0;
@@ -120,13 +136,19 @@ void prune_sol_copy(prune_pop *p, int dst, int src) {
     d->cluster = s->cluster;
 }
 
-// Solution i -> its snapshot.
-void prune_sol_snapshot(prune_pop *p, int i) {
+// Solution i's small fields -> its snapshot.
+void prune_sol_snapshot_small(prune_pop *p, int i) {
     prune_sol *d = &p->snap[i];
     const prune_sol *s = &p->sol[i];
-    sol_copy_arrays(d, s, p->L, p->nparam, p->nbuf);
+    sol_copy_small(d, s, p->L);
     d->acc = s->acc;
     d->acc_prev = s->acc_prev;
+}
+
+// Solution i -> its snapshot.
+void prune_sol_snapshot(prune_pop *p, int i) {
+    prune_sol_snapshot_small(p, i);
+    sol_copy_arrays(&p->snap[i], &p->sol[i], p->nparam, p->nbuf);
 }
 
 // Snapshot -> solution i; the genome (the caller's to change) and the data
@@ -135,13 +157,21 @@ void prune_sol_rewind(prune_pop *p, int i) {
     prune_sol *d = &p->sol[i];
     const prune_sol *s = &p->snap[i];
     memcpy(d->sparsity, s->sparsity, (size_t)p->L * sizeof *d->sparsity);
-    memcpy(d->param, s->param, p->nparam * sizeof *d->param);
-    memcpy(d->mask, s->mask, p->nparam * sizeof *d->mask);
-    memcpy(d->mom, s->mom, p->nparam * sizeof *d->mom);
-    memcpy(d->buf, s->buf, p->nbuf * sizeof *d->buf);
+    if (p->defer) defer_add(p, PRUNE_OP_REWIND, i, i);
+    else prune_sol_arrays_rewind(p, i);
     d->acc = s->acc;
     d->acc_prev = s->acc_prev;
     d->age = 0;
+}
+
+// The arrays of solution src -> solution dst.
+void prune_sol_arrays_copy(prune_pop *p, int dst, int src) {
+    if (dst != src) sol_copy_arrays(&p->sol[dst], &p->sol[src], p->nparam, p->nbuf);
+}
+
+// The arrays of solution i's snapshot -> solution i.
+void prune_sol_arrays_rewind(prune_pop *p, int i) {
+    sol_copy_arrays(&p->sol[i], &p->snap[i], p->nparam, p->nbuf);
 }
 
 // Appends one history row, growing the array.

@@ -47,6 +47,27 @@ typedef struct {
     int admitted, rewound, mutated, crossed, replaced;  // evolve events this iteration
 } prune_hist;
 
+// --- deferred array work ----------------------------------------------------
+
+// When the population is spread over ranks (prune/pop_dist.h), every rank
+// keeps the small fields of every solution, but only the solution's owner
+// holds its arrays. Selection then runs on every rank with a log attached:
+// prune_sol_copy and prune_sol_rewind change the small fields at once and
+// append the array work here, which prune_pop_replay carries out in order,
+// moving arrays between ranks where source and destination differ.
+typedef enum { PRUNE_OP_REWIND = 0, PRUNE_OP_COPY = 1 } prune_op_kind;
+
+typedef struct {
+    int kind;      // prune_op_kind
+    int dst, src;  // REWIND: dst from its snapshot; COPY: dst from solution src
+} prune_op;
+
+typedef struct {
+    int n, cap;    // entries used, room
+    int lost;      // entries that did not fit (an error when replayed)
+    prune_op *op;  // (cap)
+} prune_oplog;
+
 // --- the population ---------------------------------------------------------
 
 typedef struct {
@@ -61,6 +82,7 @@ typedef struct {
     double seconds;        // wall time spent so far
     int nhist, cap_hist;
     prune_hist *hist;      // (nhist) one row per finished iteration (+ the start)
+    prune_oplog *defer;    // NULL: copies and rewinds move arrays at once; else logged
 } prune_pop;
 
 // Allocates a population of n solutions for nt's sizes and L prunable layers.
@@ -73,12 +95,20 @@ void prune_pop_free(prune_pop *p);
 void prune_sol_store(prune_pop *p, int i, const net *nt, const float *mom);
 // Copies solution i into the net (and its momentum into mom when not NULL).
 void prune_sol_load(const prune_pop *p, int i, net *nt, float *mom);
-// Copies everything of solution src into dst except dst's data stream.
+// Copies everything of solution src into dst except dst's data stream (the
+// arrays are logged instead when p->defer is set, as for prune_sol_rewind).
 void prune_sol_copy(prune_pop *p, int dst, int src);
 // Saves solution i into its snapshot.
 void prune_sol_snapshot(prune_pop *p, int i);
+// Saves only the small fields of solution i (sparsities, genome, accuracies)
+// into its snapshot (ranks that do not hold its arrays).
+void prune_sol_snapshot_small(prune_pop *p, int i);
 // Restores solution i from its snapshot (weights, masks, sparsities, accuracy).
 void prune_sol_rewind(prune_pop *p, int i);
+// The array part of prune_sol_copy and prune_sol_rewind (parameters, masks,
+// momentum, buffers), as replayed from a log.
+void prune_sol_arrays_copy(prune_pop *p, int dst, int src);
+void prune_sol_arrays_rewind(prune_pop *p, int i);
 
 // Appends a history row.
 int prune_pop_add_hist(prune_pop *p, const prune_hist *h, sc_err *err);

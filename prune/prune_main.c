@@ -5,11 +5,13 @@
 // accuracy-vs-sparsity plot into a run directory; --resume continues a
 // stopped or killed run from its last finished iteration.
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "datasets/cifar.h"
+#include "prune/dist.h"
 #include "prune/report.h"
 #include "prune/search.h"
 #include "runtime/cli.h"
@@ -59,7 +61,7 @@ typedef struct {
      .metavar = "N", .help = "evolve: rounds training the winner after the search (auto: population * iterations / 3)"}, \
     {.name = "halve-every", .type = OPT_STRING, .dst = &(o)->halve_every, .def = "auto",       \
      .metavar = "N", .help = "evolve: search iterations between halvings of the solutions that train; the\n" \
-     "survivors train population/active rounds each (auto: 0, never; 1: after every iteration)"}, \
+     "survivors train population/active rounds each (auto: 1, after every iteration; 0: never)"}, \
     {.name = "threshold", .type = OPT_FLOAT, .dst = &(o)->threshold, .def = "1.0", .min = 0,   \
      .max = 100, .help = "evolve: admit solutions within this many accuracy points of the best"}, \
     {.name = "alpha", .type = OPT_FLOAT, .dst = &(o)->alpha, .def = "1.0", .min = 0,           \
@@ -148,8 +150,16 @@ typedef struct {
     prune_cfg cfg;
     prune_search s;
     char *config;        // the stored settings text
+    dist *dist;          // the ranks of an mpirun run (prune/dist.h)
     char from[1100], rundir[1024], out[1100], prefix[1100], state[1200];
 } prune_run;
+
+// Under mpirun each rank of a machine takes its own GPU: its local rank
+// modulo the GPUs present (before anything touches a GPU).
+static int gpu_select(prune_run *r, sc_err *err) {
+    if (dist_size(r->dist) < 2 || !strcmp(r->o.c.device, "cpu")) return 0;
+    return exec_gpu_select(dist_local_rank(r->dist), err);
+}
 
 // Picks device and precision from the options.
 static int device_pick(prune_run *r, sc_err *err) {
@@ -256,10 +266,10 @@ static int gmp_rounds(prune_run *r, int *rounds, sc_err *err) {
     return 0;
 }
 
-// Evolve's racing: --halve-every, auto 0 (no racing) until racing is
-// validated on CIFAR-100 on the GPU (docs/prune.md has the CPU figures).
+// Evolve's racing: --halve-every, auto 1 (halve after every iteration; the
+// CPU and CIFAR-100 figures behind that choice are in docs/prune.md).
 static int halve_every(const prune_opts *o, int *k, sc_err *err) {
-    double v = num_or_auto(o->halve_every, 0.0, 0.0, 1e6);
+    double v = num_or_auto(o->halve_every, 1.0, 0.0, 1e6);
     if (v == -1.0 || v != floor(v))
         return sc_fail(err, "--halve-every: not a whole number >= 0 or auto (%s)", o->halve_every);
     *k = (int)v;
@@ -323,6 +333,7 @@ static int prefix_of(const prune_opts *o, const char *rundir, char *out, size_t 
 // Output, state and report paths: -o FILE (side files next to it), else a
 // new run directory (or runs/latest on --resume).
 static int paths_set(prune_run *r, sc_err *err) {
+    if (dist_rank(r->dist) != 0) return 0;  // rank 0 alone writes files
     if (r->o.output) {
         snprintf(r->out, sizeof r->out, "%s", r->o.output);
     } else {
@@ -378,6 +389,7 @@ static int summary_json(prune_run *r, double val, double test, const char *plot,
     json_add_int(&j, "halve_every", r->cfg.method == PM_EVOLVE ? r->cfg.halve_every : 0);
     json_add_int(&j, "batches", r->cfg.batches);
     json_add_int(&j, "batch", r->cfg.hp.batch);
+    json_add_int(&j, "ranks", dist_size(r->dist));
     json_add_string(&j, "device", exec_device_name(r->ex));
     json_add_string(&j, "precision", r->prec == PREC_FP16 ? "fp16" : "fp32");
     json_add_number(&j, "target_sparsity", r->cfg.target);
@@ -457,11 +469,16 @@ static void intro(prune_run *r) {
              r->o.from ? r->from : "from scratch", r->cfg.population, prune_search_total(&r->s),
              r->cfg.batches, r->cfg.hp.batch, r->cfg.target, r->cfg.hp.lr,
              exec_device_name(r->ex), r->prec == PREC_FP16 ? "fp16" : "fp32", r->out);
+    if (dist_size(r->dist) > 1)
+        log_line(stderr, r->o.c.quiet, "prune: spread over %d ranks (%d on this machine, one device "
+                 "each), each training its share of the %d solutions", dist_size(r->dist),
+                 dist_local_size(r->dist), r->cfg.population);
 }
 
 // Starts or resumes the search, runs it and finishes.
 static int search_go(prune_run *r, sc_err *err) {
-    SC_TRY(prune_search_init(&r->s, &r->cfg, &r->ds, r->nt, r->ex, err));
+    SC_TRY(dist_agree(r->dist, prune_search_init(&r->s, &r->cfg, &r->ds, r->nt, r->ex, err), err));
+    prune_search_set_dist(&r->s, r->dist);
     intro(r);
     if (r->o.resume) {
         char *stored = NULL;
@@ -476,19 +493,24 @@ static int search_go(prune_run *r, sc_err *err) {
         SC_TRY(prune_search_begin(&r->s, err));
     }
     SC_TRY(prune_search_run(&r->s, r->state, r->config, err));
+    if (dist_rank(r->dist) != 0)  // rank 0 writes the result and the reports
+        return r->s.finished ? prune_search_result(&r->s, NULL, err) : 0;
     return r->s.finished ? finish(r, err) : stopped(r, err);
 }
 
 // Runs the whole tool after option parsing; returns an exit status.
 static int prune_tool(prune_run *r, int argc, char **argv) {
     sc_err err = {0};
-    int rc = device_pick(r, &err) || data_and_net(r, &err) || cfg_set(r, &err) || paths_set(r, &err);
+    int rc = gpu_select(r, &err) || device_pick(r, &err) || data_and_net(r, &err) || cfg_set(r, &err) ||
+             paths_set(r, &err);
     if (!rc && !r->config && !(r->config = cli_args_join(argc, argv, prune_transient))) rc = sc_fail(&err, "out of memory");
     if (!rc) {
         r->ex = exec_create(r->nt, r->dev, r->prec, r->cfg.hp.batch, &err);
         rc = !r->ex;
     }
+    rc = dist_agree(r->dist, rc ? -1 : 0, &err);  // every rank leaves on the same path
     if (!rc) rc = search_go(r, &err);
+    rc = dist_agree(r->dist, rc, &err);
     if (rc) cli_error(TOOL, "%s", err.msg);
     prune_search_free(&r->s);
     exec_free(r->ex);
@@ -499,24 +521,37 @@ static int prune_tool(prune_run *r, int argc, char **argv) {
     return rc ? SC_EXIT_INPUT : SC_EXIT_OK;
 }
 
+// The settings text stored in the state to resume: rank 0 reads it (-o
+// FILE's or runs/latest's), every rank gets a copy in r->config.
+static int stored_config(prune_run *r, sc_err *err) {
+    prune_opts *o = &r->o;
+    char dir[1024] = "", prefix[1100], path[1200];
+    int rc = 0;
+    if (dist_rank(r->dist) == 0) {
+        rc = (!o->output && rundir_latest(o->runs, dir, sizeof dir, err)) ||
+             prefix_of(o, dir, prefix, sizeof prefix, err);
+        if (!rc) snprintf(path, sizeof path, "%s.state", prefix);
+        if (!rc) rc = prune_state_config(path, &r->config, err);
+    }
+    SC_TRY(dist_agree(r->dist, rc ? -1 : 0, err));
+    uint64_t len = r->config ? strlen(r->config) + 1 : 0;
+    SC_TRY(dist_bcast(r->dist, &len, sizeof len, 0, err));
+    rc = !r->config && !(r->config = calloc(len, 1)) ? sc_fail(err, "out of memory") : 0;
+    SC_TRY(dist_agree(r->dist, rc, err));
+    return dist_bcast(r->dist, r->config, len, 0, err);
+}
+
 // Reads the settings stored in the state to resume and merges them with the
 // current ones (current options win); returns a cli status, or -1 after
 // printing an input error.
 static int resume_opts(prune_run *r, int argc, char **argv) {
     prune_opts *o = &r->o;
-    char dir[1024] = "", prefix[1100], path[1200];
     sc_err err = {0};
     if (o->dataset) {
         cli_error(TOOL, "--resume takes the dataset and settings from the run (%s)", o->dataset);
         return CLI_USAGE;
     }
-    if ((!o->output && rundir_latest(o->runs, dir, sizeof dir, &err)) ||
-        prefix_of(o, dir, prefix, sizeof prefix, &err)) {
-        cli_error(TOOL, "%s", err.msg);
-        return -1;
-    }
-    snprintf(path, sizeof path, "%s.state", prefix);
-    if (prune_state_config(path, &r->config, &err)) {
+    if (stored_config(r, &err)) {
         cli_error(TOOL, "%s", err.msg);
         return -1;
     }
@@ -530,14 +565,27 @@ static int resume_opts(prune_run *r, int argc, char **argv) {
     return opts_parse(o, n, v);  // v and its strings live until exit
 }
 
-int main(int argc, char **argv) {
-    prune_run r;
-    memset(&r, 0, sizeof r);
-    model_meta_init(&r.meta);
-    int rc = opts_parse(&r.o, argc, argv);
-    if (rc == CLI_OK && r.o.resume) rc = resume_opts(&r, argc, argv);
-    if (rc != CLI_OK) free(r.config);
+// Parses the options (and the stored ones on --resume), then runs the tool.
+static int prune_start(prune_run *r, int argc, char **argv) {
+    int rc = opts_parse(&r->o, argc, argv);
+    if (rc == CLI_OK && r->o.resume) rc = resume_opts(r, argc, argv);
+    if (rc != CLI_OK) free(r->config);
     if (rc == CLI_HELP) return SC_EXIT_OK;
     if (rc != CLI_OK) return rc == CLI_USAGE ? SC_EXIT_USAGE : SC_EXIT_INPUT;
-    return prune_tool(&r, argc, argv);
+    return prune_tool(r, argc, argv);
+}
+
+// Starts the ranks (one process without mpirun), runs, ends them.
+int main(int argc, char **argv) {
+    prune_run r;
+    sc_err err = {0};
+    memset(&r, 0, sizeof r);
+    model_meta_init(&r.meta);
+    if (dist_init(&r.dist, TOOL, &argc, &argv, &err)) {
+        cli_error(TOOL, "%s", err.msg);
+        return SC_EXIT_INPUT;
+    }
+    int rc = prune_start(&r, argc, argv);
+    dist_free(r.dist);
+    return rc;
 }

@@ -3,11 +3,13 @@
 #include "search.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "prune/gmp.h"
+#include "prune/pop_dist.h"
 
 // --- configuration ----------------------------------------------------------
 
@@ -92,7 +94,13 @@ int prune_search_init(prune_search *s, const prune_cfg *cfg, const dataset *ds, 
     s->grad = calloc(nt->nparam, sizeof *s->grad);
     s->cut = calloc((size_t)n * s->pl.n, sizeof *s->cut);
     s->ld = calloc((size_t)n, sizeof *s->ld);
-    if (!s->mom || !s->gabs || !s->grad || !s->cut || !s->ld) return sc_fail(err, "out of memory");
+    s->owner = calloc((size_t)n, sizeof *s->owner);
+    s->img = calloc((size_t)n, sizeof *s->img);
+    s->log.cap = 4 * n + 8;  // a selection logs at most 3 entries per solution
+    s->log.op = calloc((size_t)s->log.cap, sizeof *s->log.op);
+    s->size = 1;
+    if (!s->mom || !s->gabs || !s->grad || !s->cut || !s->ld || !s->owner || !s->img || !s->log.op)
+        return sc_fail(err, "out of memory");
     for (int i = 0; i < n; i++) {
         uint64_t seed = cfg->seed * 0x9E3779B97F4A7C15ull + (uint64_t)i * 0xD1B54A32D192ED03ull;
         SC_TRY(loader_init(&s->ld[i], &ds->train, cfg->hp.batch, cfg->augment, seed, err));
@@ -111,9 +119,78 @@ void prune_search_free(prune_search *s) {
     free(s->gabs);
     free(s->grad);
     free(s->cut);
+    free(s->owner);
+    free(s->img);
+    free(s->log.op);
     prune_pop_free(s->pop);
     prune_layers_free(&s->pl);
     memset(s, 0, sizeof *s);
+}
+
+// Spreads the search over the ranks of d.
+void prune_search_set_dist(prune_search *s, dist *d) {
+    s->dist = d;
+    s->rank = dist_rank(d);
+    s->size = dist_size(d);
+    if (s->rank != 0) s->cfg.quiet = 1;
+    prune_pop_home(s->owner, s->cfg.population, s->size);
+    const char *die = getenv("SC_PRUNE_TEST_DIE_AT");
+    if (!die || sscanf(die, "%d,%d", &s->die_iter, &s->die_rank) != 2) s->die_iter = 0;
+}
+
+// --- spreading the solutions over ranks -------------------------------------
+
+// True when this rank holds (and trains) solution i.
+static int mine(const prune_search *s, int i) { return s->owner[i] == s->rank; }
+
+// Every rank gets the results of the solutions flagged in `which` from their
+// owners: accuracies, stream position, images this iteration, sparsities and
+// the round's cost increases (the arrays stay on the owner).
+static int results_share(prune_search *s, const int *which, sc_err *err) {
+    int L = s->pl.n;
+    if (s->size < 2) return 0;
+    double rec[4 + 2 * L];
+    for (int i = 0; i < s->pop->n; i++) {
+        prune_sol *sol = &s->pop->sol[i];
+        double *cut = s->cut + (size_t)i * L;
+        if (!which[i]) continue;
+        if (mine(s, i)) {
+            rec[0] = sol->acc, rec[1] = sol->acc_prev;
+            rec[2] = (double)sol->batches, rec[3] = (double)s->img[i];
+            memcpy(rec + 4, sol->sparsity, (size_t)L * sizeof *rec);
+            memcpy(rec + 4 + L, cut, (size_t)L * sizeof *rec);
+        }
+        SC_TRY(dist_bcast(s->dist, rec, sizeof rec, s->owner[i], err));
+        if (mine(s, i)) continue;
+        sol->acc = rec[0], sol->acc_prev = rec[1];
+        sol->batches = (long)rec[2], s->img[i] = (long)rec[3];
+        memcpy(sol->sparsity, rec + 4, (size_t)L * sizeof *rec);
+        memcpy(cut, rec + 4 + L, (size_t)L * sizeof *rec);
+    }
+    return 0;
+}
+
+// Rebalances the solutions that train this iteration over the ranks.
+static int spread(prune_search *s, const int *active, sc_err *err) {
+    int want[s->pop->n];
+    if (s->size < 2 || !prune_pop_assign(s->owner, active, s->pop->n, s->size, want)) return 0;
+    s->loaded = -1;
+    return prune_pop_move(s->dist, s->pop, s->owner, want, err);
+}
+
+// The state file on rank 0: every solution's arrays are gathered there first.
+static int state_save(prune_search *s, const char *path, const char *config, sc_err *err) {
+    SC_TRY(prune_pop_gather(s->dist, s->pop, s->owner, err));
+    int rc = s->rank == 0 ? prune_state_save(path, s->pop, config, err) : 0;
+    SC_TRY(dist_agree(s->dist, rc, err));
+    dist_set_epitaph(s->dist, "the run was stopped by mpirun: a rank died or the job was killed "
+                     "(state file %s, iteration %d: continue with --resume)", path, s->pop->iter);
+    return 0;
+}
+
+// Tests: SC_PRUNE_TEST_DIE_AT=I,R kills rank R as iteration I (1-based) starts.
+static void test_die(const prune_search *s, int it) {
+    if (s->die_iter == it + 1 && s->die_rank == s->rank) raise(SIGKILL);
 }
 
 // --- moving solutions through the executor ----------------------------------
@@ -169,7 +246,7 @@ static int round_train(prune_search *s, int i, long pos, int want_grad, progress
         hp.lr = train_lr_at(&s->cfg.hp, pos * B + b, total);
         SC_TRY(exec_train_step(s->ex, &bt, &hp, err));
         sol->batches++;
-        s->pop->images += bt.n;
+        s->img[i] += bt.n;
         if (want_grad && b >= B - G) {
             SC_TRY(exec_read_grad(s->ex, s->grad, err));
             for (size_t k = 0; k < s->nt->nparam; k++) s->gabs[k] += fabsf(s->grad[k]) / (float)G;
@@ -217,19 +294,28 @@ static int round_targets(prune_search *s, int i, int it, long pos, rng *r, doubl
     return 1;
 }
 
-// Round j of solution i in iteration it (at clock position pos): on the first
-// one the snapshot and the start of the iteration's cost and accuracy drop;
-// then train, raise masks, evaluate, store.
-static int round_run(prune_search *s, int i, int it, int j, long pos, rng *r, progress *pg,
+// Before the rounds of solution i in iteration it, on every rank: its
+// snapshot (the arrays on its owner only), the start of the iteration's cost
+// and accuracy drop, no images yet.
+static void round_prelude(prune_search *s, int i, int it) {
+    prune_sol *sol = &s->pop->sol[i];
+    int L = s->pl.n;
+    memset(s->cut + (size_t)i * L, 0, (size_t)L * sizeof *s->cut);
+    if (in_search(s, it) && s->pop->n > 1) {
+        if (mine(s, i)) prune_sol_snapshot(s->pop, i);
+        else prune_sol_snapshot_small(s->pop, i);
+    }
+    sol->acc_prev = sol->acc;
+    s->img[i] = 0;
+}
+
+// One round of solution i in iteration it (at clock position pos): train,
+// raise masks, evaluate, store.
+static int round_run(prune_search *s, int i, int it, long pos, rng *r, progress *pg,
                      sc_err *err) {
     prune_sol *sol = &s->pop->sol[i];
     int L = s->pl.n;
     double target[L > 0 ? L : 1];
-    if (j == 0) {
-        memset(s->cut + (size_t)i * L, 0, (size_t)L * sizeof *s->cut);
-        if (in_search(s, it) && s->pop->n > 1) prune_sol_snapshot(s->pop, i);
-        sol->acc_prev = sol->acc;
-    }
     int grow = round_targets(s, i, it, pos, r, target);
     int use_grad = grow && s->cfg.method == PM_EVOLVE && s->cfg.crit.beta != 0.0f;
     SC_TRY(round_train(s, i, pos, use_grad, pg, err));
@@ -239,6 +325,17 @@ static int round_run(prune_search *s, int i, int it, int j, long pos, rng *r, pr
     prune_sol_store(s->pop, i, s->nt, s->mom);
     prune_sparsity_read(s->nt, &s->pl, sol->sparsity);
     s->loaded = i;  // device and host hold the same state now
+    return 0;
+}
+
+// The k rounds of solution i in iteration it from clock position pos. Its
+// layer picks come from a generator of its own, seeded by (seed, iteration,
+// slot), so they do not depend on which rank runs it or on the others.
+static int sol_rounds(prune_search *s, int i, int it, int k, long pos, progress *pg,
+                      sc_err *err) {
+    rng r;
+    rng_seed(&r, s->cfg.seed, 0x91A4000000000ull + ((uint64_t)it << 16) + (uint64_t)i);
+    for (int j = 0; j < k; j++) SC_TRY(round_run(s, i, it, pos + j, &r, pg, err));
     return 0;
 }
 
@@ -289,23 +386,55 @@ static void race_promote(prune_search *s, int it) {
         prune_sol t = p->sol[k];
         p->sol[k] = p->sol[b];
         p->sol[b] = t;
+        int o = s->owner[k];  // the arrays move with the solution
+        s->owner[k] = s->owner[b];
+        s->owner[b] = o;
     }
     p->best = 0;
     s->loaded = -1;
 }
 
-// Evolve's selection over the first `a` solutions (the ones racing now);
-// at the end of the search the winner is the best of them at the target.
-static int race_select(prune_search *s, int it, int a, rng *r, prune_hist *h, sc_err *err) {
+// Evolve's selection over the first `a` solutions (the ones racing now),
+// with its own generator seeded by (seed, iteration), on every rank alike;
+// the array work it logs is then done where the arrays are. At the end of
+// the search the winner is the best of them at the target.
+static int race_select(prune_search *s, int it, int a, prune_hist *h, sc_err *err) {
     prune_pop view = *s->pop;
+    rng r;
+    rng_seed(&r, s->cfg.seed, 0x5E1EC7000ull + (uint64_t)it);
     view.n = a;
+    view.defer = &s->log;
+    s->log.n = s->log.lost = 0;
     s->loaded = -1;  // selection rewinds and copies solutions on the host
-    SC_TRY(evolve_select(&view, &s->cfg.ev, it + 1, s->cut, r, h, err));
+    int rc = evolve_select(&view, &s->cfg.ev, it + 1, s->cut, &r, h, err);
+    SC_TRY(dist_agree(s->dist, rc, err));
+    SC_TRY(prune_pop_replay(s->dist, s->pop, s->owner, &s->log, err));
     if (it + 1 == s->cfg.rounds) {
         double tol = (double)(s->pl.n + 1) / (double)s->pl.total;
         view.best = evolve_best(&view, &s->pl, s->cfg.target - tol);
     }
     s->pop->best = view.best;
+    return 0;
+}
+
+// Runs the rounds of the active solutions this rank holds, then shares
+// their results with every rank.
+static int iteration_rounds(prune_search *s, int it, const int *active, int k, long pos,
+                            progress *pg, sc_err *err) {
+    prune_pop *p = s->pop;
+    int own = 0, rc = 0;
+    for (int i = 0; i < p->n; i++) {
+        if (active[i]) round_prelude(s, i, it);
+        own += active[i] && mine(s, i);
+    }
+    char label[64];
+    snprintf(label, sizeof label, "iteration %d/%d", it + 1, prune_search_total(s));
+    progress_start(pg, stderr, label, (long)own * k * s->cfg.batches, s->cfg.quiet);
+    for (int i = 0; i < p->n && !rc; i++)
+        if (active[i] && mine(s, i)) rc = sol_rounds(s, i, it, k, pos, pg, err);
+    SC_TRY(dist_agree(s->dist, rc, err));
+    SC_TRY(results_share(s, active, err));
+    for (int i = 0; i < p->n; i++) p->images += active[i] ? s->img[i] : 0;
     return 0;
 }
 
@@ -316,20 +445,16 @@ static int iteration_run(prune_search *s, int it, sc_err *err) {
     int search = in_search(s, it), active[p->n];
     int a = prune_search_active(&s->cfg, it), k = search ? p->n / a : 1;
     long pos = prune_search_clock(&s->cfg, it);
-    rng r;
-    rng_seed(&r, s->cfg.seed, 0x5E1EC7000ull + (uint64_t)it);
     race_promote(s, it);
     for (int i = 0; i < p->n; i++) active[i] = search ? i < a : i == p->best;
+    SC_TRY(spread(s, active, err));
+    test_die(s, it);
     progress pg;
-    char label[64];
-    snprintf(label, sizeof label, "iteration %d/%d", it + 1, prune_search_total(s));
-    progress_start(&pg, stderr, label, (long)(search ? a * k : 1) * s->cfg.batches, s->cfg.quiet);
-    for (int i = 0; i < p->n; i++)
-        for (int j = 0; active[i] && j < k; j++) SC_TRY(round_run(s, i, it, j, pos + j, &r, &pg, err));
+    SC_TRY(iteration_rounds(s, it, active, k, pos, &pg, err));
     prune_hist h = {.iter = it + 1, .phase = it < s->cfg.rounds ? 1 : 2,
                     .target = schedule_target(s, it)};
     hist_fill(s, active, &h);
-    if (search) SC_TRY(race_select(s, it, a, &r, &h, err));
+    if (search) SC_TRY(race_select(s, it, a, &h, err));
     p->iter = it + 1;
     double now = progress_clock();
     p->seconds += now - s->t_run;
@@ -348,59 +473,79 @@ static int iteration_run(prune_search *s, int it, sc_err *err) {
 
 // --- the start ------------------------------------------------------------------
 
-// Per-layer sensitivity of the trained start model: the validation accuracy
-// drop when that layer alone is cut to the target by magnitude, per unit of
-// the cost feature ln(1/density)^2 (evolve_cost).
-static int sens_scan(prune_search *s, double acc0, sc_err *err) {
+// Sensitivity of layer l: cut alone to the target by magnitude from the
+// start model (solution 0), validation accuracy on scan_images images.
+static int sens_layer(prune_search *s, int l, double acc0, sc_err *err) {
     int L = s->pl.n;
-    s->loaded = -1;
     double target[L];
-    prune_crit mag = {1.0f, 0.0f};
-    for (int l = 0; l < L; l++) {
-        prune_sol_load(s->pop, 0, s->nt, NULL);
-        const double *cur = s->pop->sol[0].sparsity;
-        double cost = evolve_cost(s->cfg.target) - evolve_cost(cur[l]);
-        if (cost <= 0.0) continue;
-        memcpy(target, cur, (size_t)L * sizeof *target);
-        target[l] = s->cfg.target;
-        SC_TRY(prune_mask_raise(s->nt, &s->pl, target, NULL, mag, NULL, err));
-        SC_TRY(exec_write_net(s->ex, err));
-        double acc;
-        SC_TRY(val_accuracy(s, s->cfg.scan_images, &acc, err));
-        s->pop->sens[l] = fmax(0.0, acc0 - acc) / cost;
-    }
-    return sol_upload(s, 0, err);
+    prune_sol_load(s->pop, 0, s->nt, NULL);
+    const double *cur = s->pop->sol[0].sparsity;
+    double cost = evolve_cost(s->cfg.target) - evolve_cost(cur[l]), acc;
+    if (cost <= 0.0) return 0;
+    memcpy(target, cur, (size_t)L * sizeof *target);
+    target[l] = s->cfg.target;
+    SC_TRY(prune_mask_raise(s->nt, &s->pl, target, NULL, (prune_crit){1.0f, 0.0f}, NULL, err));
+    SC_TRY(exec_write_net(s->ex, err));
+    SC_TRY(val_accuracy(s, s->cfg.scan_images, &acc, err));
+    s->pop->sens[l] = fmax(0.0, acc0 - acc) / cost;
+    return 0;
 }
 
-// Fills the solutions from the start model (or random weights) and evaluates them.
+// Per-layer sensitivity of the trained start model: the validation accuracy
+// drop when that layer alone is cut to the target by magnitude, per unit of
+// the cost feature ln(1/density)^2 (evolve_cost). Layer l is scanned by rank
+// l % size (every rank holds the start model) and shared.
+static int sens_scan(prune_search *s, double acc0, sc_err *err) {
+    int L = s->pl.n, rc = 0;
+    s->loaded = -1;
+    for (int l = s->rank; l < L && !rc; l += s->size) rc = sens_layer(s, l, acc0, err);
+    SC_TRY(dist_agree(s->dist, rc, err));
+    for (int l = 0; l < L && s->size > 1; l++)
+        SC_TRY(dist_bcast(s->dist, &s->pop->sens[l], sizeof(double), l % s->size, err));
+    prune_sol_load(s->pop, 0, s->nt, NULL);
+    return 0;
+}
+
+// Solution i from the start model (or its own random weights), evaluated
+// when it is from scratch or the first one and this rank holds it.
+static int begin_one(prune_search *s, int i, sc_err *err) {
+    prune_sol *sol = &s->pop->sol[i];
+    if (s->cfg.from_scratch) {
+        rng g;
+        rng_seed(&g, s->cfg.seed, 0xA11CE00ull + (uint64_t)i);
+        net_init_weights(s->nt, &g);
+    }
+    prune_sol_store(s->pop, i, s->nt, NULL);  // momentum starts at zero
+    prune_sparsity_read(s->nt, &s->pl, sol->sparsity);
+    if (!(s->cfg.from_scratch || i == 0) || !mine(s, i)) return 0;
+    SC_TRY(sol_upload(s, i, err));
+    return val_accuracy(s, 0, &sol->acc, err);
+}
+
+// Fills the solutions from the start model (on every rank, so every rank
+// holds it) or from random weights (on the owner) and evaluates them.
 static int begin_solutions(prune_search *s, sc_err *err) {
     prune_pop *p = s->pop;
+    int all[p->n], rc = 0;
     s->loaded = -1;
+    for (int i = 0; i < p->n; i++) all[i] = 1;
+    for (int i = 0; i < p->n && !rc; i++)
+        if (!s->cfg.from_scratch || mine(s, i)) rc = begin_one(s, i, err);
+    SC_TRY(dist_agree(s->dist, rc, err));
+    SC_TRY(results_share(s, all, err));
     for (int i = 0; i < p->n; i++) {
-        if (s->cfg.from_scratch) {
-            rng g;
-            rng_seed(&g, s->cfg.seed, 0xA11CE00ull + (uint64_t)i);
-            net_init_weights(s->nt, &g);
-        }
-        prune_sol_store(p, i, s->nt, NULL);  // momentum starts at zero
-        prune_sparsity_read(s->nt, &s->pl, p->sol[i].sparsity);
-        memcpy(p->sol[i].genome, p->sol[i].sparsity, (size_t)p->L * sizeof(double));
-        if (s->cfg.from_scratch || i == 0) {
-            SC_TRY(sol_upload(s, i, err));
-            SC_TRY(val_accuracy(s, 0, &p->sol[i].acc, err));
-        } else {
-            p->sol[i].acc = p->sol[0].acc;
-        }
-        p->sol[i].acc_prev = p->sol[i].acc;
+        prune_sol *sol = &p->sol[i];
+        memcpy(sol->genome, sol->sparsity, (size_t)p->L * sizeof(double));
+        if (!s->cfg.from_scratch) sol->acc = p->sol[0].acc;
+        sol->acc_prev = sol->acc;
     }
     s->start_acc = p->sol[0].acc;
     return 0;
 }
 
-// Oneshot: every layer straight to the target by magnitude, then evaluated.
-static int begin_oneshot(prune_search *s, sc_err *err) {
+// Oneshot's cut: every layer straight to the target by magnitude, evaluated.
+static int oneshot_cut(prune_search *s, sc_err *err) {
     int L = s->pl.n;
-    s->loaded = -1;
     double target[L];
     gmp_targets_uniform(L, s->cfg.target, target);
     prune_sol_load(s->pop, 0, s->nt, s->mom);
@@ -413,11 +558,22 @@ static int begin_oneshot(prune_search *s, sc_err *err) {
     return 0;
 }
 
+// Oneshot: the cut on the owner of its one solution, shared.
+static int begin_oneshot(prune_search *s, sc_err *err) {
+    int one[s->pop->n];
+    memset(one, 0, sizeof one);
+    one[0] = 1;
+    s->loaded = -1;
+    SC_TRY(dist_agree(s->dist, mine(s, 0) ? oneshot_cut(s, err) : 0, err));
+    return results_share(s, one, err);
+}
+
 // Creates and evaluates the starting population; records iteration 0.
 int prune_search_begin(prune_search *s, sc_err *err) {
     prune_pop_free(s->pop);
     s->pop = prune_pop_create(s->cfg.population, s->pl.n, s->nt, err);
-    if (!s->pop) return -1;
+    SC_TRY(dist_agree(s->dist, s->pop ? 0 : -1, err));
+    prune_pop_home(s->owner, s->pop->n, s->size);
     SC_TRY(begin_solutions(s, err));
     if (s->cfg.method == PM_EVOLVE) {
         rng r;
@@ -436,20 +592,37 @@ int prune_search_begin(prune_search *s, sc_err *err) {
     return prune_pop_add_hist(s->pop, &h, err);
 }
 
-// Loads a saved population in place of the current one.
-int prune_search_resume(prune_search *s, const char *state_path, char **config, sc_err *err) {
+// Rank 0: the saved population, checked against the settings.
+static prune_pop *resume_load(prune_search *s, const char *state_path, char **config,
+                              sc_err *err) {
     prune_pop *p = prune_state_load(state_path, s->nt, s->pl.n, config, err);
-    if (!p) return -1;
-    if (p->n != s->cfg.population) {
-        int n = p->n;
+    if (!p || p->n == s->cfg.population) return p;
+    sc_fail(err, "state file %s holds %d solutions, the settings ask for %d", state_path, p->n,
+            s->cfg.population);
+    prune_pop_free(p);
+    free(*config);
+    *config = NULL;
+    return NULL;
+}
+
+// Loads a saved population in place of the current one: rank 0 reads it,
+// every rank gets its small fields, each owner its solutions' arrays.
+int prune_search_resume(prune_search *s, const char *state_path, char **config, sc_err *err) {
+    prune_pop *p = NULL;
+    *config = NULL;
+    if (s->rank == 0) p = resume_load(s, state_path, config, err);
+    SC_TRY(dist_agree(s->dist, s->rank == 0 && !p ? -1 : 0, err));
+    int rc = prune_pop_share(s->dist, &p, s->nt, config, err);
+    if (dist_agree(s->dist, rc, err)) {
         prune_pop_free(p);
         free(*config);
         *config = NULL;
-        return sc_fail(err, "state file %s holds %d solutions, the settings ask for %d",
-                       state_path, n, s->cfg.population);
+        return -1;
     }
     prune_pop_free(s->pop);
     s->pop = p;
+    prune_pop_home(s->owner, p->n, s->size);
+    SC_TRY(prune_pop_scatter(s->dist, p, s->owner, err));
     s->loaded = -1;
     s->start_acc = p->nhist > 0 ? p->hist[0].best_acc : -1.0;
     s->t_run = progress_clock();
@@ -458,32 +631,37 @@ int prune_search_resume(prune_search *s, const char *state_path, char **config, 
 
 // --- the run --------------------------------------------------------------------
 
-// Runs iterations until the end or a stop condition, saving after each.
+// Runs iterations until the end or a stop condition, saving after each when
+// due. Rank 0 decides whether to save and to stop (its clock) for all.
 int prune_search_run(prune_search *s, const char *state_path, const char *config, sc_err *err) {
-    int total = prune_search_total(s);
+    int total = prune_search_total(s), saving = state_path != NULL;
     s->finished = 0;
     double t0 = progress_clock();
     double saved = t0;
-    if (state_path && s->pop->iter == 0) SC_TRY(prune_state_save(state_path, s->pop, config, err));
+    SC_TRY(dist_bcast(s->dist, &saving, sizeof saving, 0, err));
+    if (saving && s->pop->iter == 0) SC_TRY(state_save(s, state_path, config, err));
     while (s->pop->iter < total) {
         SC_TRY(iteration_run(s, s->pop->iter, err));
         int stop = (s->cfg.stop_after > 0 && s->pop->iter >= s->cfg.stop_after) ||
                    (s->cfg.time_limit > 0 && progress_clock() - t0 >= s->cfg.time_limit);
         int last = stop || s->pop->iter >= total;
-        if (state_path && (last || progress_clock() - saved >= s->cfg.save_interval)) {
-            SC_TRY(prune_state_save(state_path, s->pop, config, err));
+        int due[2] = {stop, saving && (last || progress_clock() - saved >= s->cfg.save_interval)};
+        SC_TRY(dist_bcast(s->dist, due, sizeof due, 0, err));
+        if (due[1]) {
+            SC_TRY(state_save(s, state_path, config, err));
             saved = progress_clock();
         }
-        if (stop) break;
+        if (due[0]) break;
     }
     s->finished = s->pop->iter >= total;
     return 0;
 }
 
-// Loads the winning solution into the net and the executor.
+// Loads the winning solution into the net and the executor of rank 0.
 int prune_search_result(prune_search *s, int *index, sc_err *err) {
     int b = s->cfg.method == PM_EVOLVE ? s->pop->best : 0;
     if (index) *index = b;
     s->loaded = -1;
-    return sol_upload(s, b, err);
+    SC_TRY(prune_pop_fetch(s->dist, s->pop, s->owner, b, 0, err));
+    return s->rank == 0 ? sol_upload(s, b, err) : 0;
 }

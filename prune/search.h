@@ -16,6 +16,7 @@
 
 #include "datasets/cifar.h"
 #include "datasets/loader.h"
+#include "prune/dist.h"
 #include "prune/evolve.h"
 #include "prune/mask.h"
 #include "prune/pop.h"
@@ -75,6 +76,13 @@ typedef struct {
     int finished;        // 1 once every iteration is done
     int loaded;          // solution whose exact state the executor holds (-1: none)
     double t_run;        // wall clock when this process started running
+    // Spread over ranks (prune_search_set_dist; docs/prune.md, "Several GPUs"):
+    dist *dist;          // the ranks of the run (NULL: this process alone)
+    int rank, size;      // this process's rank, number of ranks
+    int *owner;          // (population) rank that holds and trains each solution's arrays
+    long *img;           // (population) training images of each solution this iteration
+    prune_oplog log;     // the array work of the last selection (prune/pop.h)
+    int die_iter, die_rank;  // tests (SC_PRUNE_TEST_DIE_AT=I,R): rank R dies as iteration I starts
 } prune_search;
 
 // Sets up a search for the start model in nt on executor ex; the population
@@ -84,12 +92,24 @@ int prune_search_init(prune_search *s, const prune_cfg *cfg, const dataset *ds, 
 // Frees what the search owns (not nt, ex or ds).
 void prune_search_free(prune_search *s);
 
+// Spreads the search over the ranks of d (NULL: this process alone); call
+// after prune_search_init and before prune_search_begin/resume, on every
+// rank with the same settings. Each rank then trains and evaluates its share
+// of the solutions that train in an iteration (rebalanced as racing shrinks
+// them), every rank runs the selection on the same small fields, arrays move
+// between ranks only where a solution changes rank or is copied from another
+// rank, and rank 0 alone reads and writes the state file. The result is
+// bitwise the same for any number of ranks (CPU, fp32). Every function below
+// is then collective: all ranks call it.
+void prune_search_set_dist(prune_search *s, dist *d);
+
 // Creates the population from the start model: random weights per solution
 // from scratch, else copies; evaluates it, sets up evolve's genomes and
 // sensitivities or oneshot's masks, records iteration 0.
 int prune_search_begin(prune_search *s, sc_err *err);
-// Replaces the population by the one saved in a state file; *config gets
-// the settings text stored with it (caller frees).
+// Replaces the population by the one saved in a state file (read by rank 0,
+// whatever number of ranks wrote it); *config gets the settings text stored
+// with it (caller frees).
 int prune_search_resume(prune_search *s, const char *state_path, char **config, sc_err *err);
 
 // Runs the remaining iterations, saving the state to state_path (NULL:
@@ -111,7 +131,7 @@ int prune_search_active(const prune_cfg *c, int it);
 long prune_search_clock(const prune_cfg *c, int it);
 
 // Loads the result (the best solution at the target) into nt and the
-// executor; *index receives its index when not NULL.
+// executor of rank 0; *index receives its index when not NULL.
 int prune_search_result(prune_search *s, int *index, sc_err *err);
 
 #endif

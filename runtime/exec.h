@@ -88,4 +88,9 @@ const char *exec_device_name(const exec *e);
 // otherwise 0 and, when why is not NULL, the reason.
 int exec_gpu_available(sc_err *why);
 
+// Makes GPU `ordinal` (modulo the number of GPUs) the device of executors the
+// calling thread creates from now on (one GPU per rank of a multi-process
+// run); a no-op returning 0 when no GPU is present or compiled in.
+int exec_gpu_select(int ordinal, sc_err *err);
+
 #endif

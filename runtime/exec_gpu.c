@@ -507,3 +507,14 @@ const exec_backend *exec_gpu_backend(sc_err *err) {
     }
     return &gpu_backend;
 }
+
+// Makes GPU ordinal % count current for this thread (no GPU: nothing to do).
+int exec_gpu_select(int ordinal, sc_err *err) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count < 1) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    cudaCheck(err, cudaSetDevice(ordinal % count));
+    return 0;
+}
