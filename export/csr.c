@@ -1,0 +1,275 @@
+// The CSR builder: BN folding, row padding, offsets and value encoding for
+// every conv and linear layer of a net (see csr.h).
+#include "export/csr.h"
+
+#include "export/codebook.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CSR_OTHER_CHANNEL (1ULL << 62)  // key bit: the nearest non-zero is in another channel
+
+// --- row padding ------------------------------------------------------------
+
+// Orders 64-bit keys ascending (qsort).
+static int csr_key_cmp(const void *a, const void *b) {
+    const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+// Key of zero column c given its nearest non-zero columns before (lo) and
+// after (hi), -1 when none: same channel first, then distance, then column.
+static uint64_t csr_pad_key(int c, int lo, int hi, int rs) {
+    uint64_t best = UINT64_MAX;
+    const int near[2] = {lo, hi};
+    for (int i = 0; i < 2; i++) {
+        if (near[i] < 0) continue;
+        uint64_t d = (uint64_t)abs(c - near[i]);
+        uint64_t key = (near[i] / rs == c / rs ? 0 : CSR_OTHER_CHANNEL) | d << 32 | (uint64_t)c;
+        if (key < best) best = key;
+    }
+    return best == UINT64_MAX ? (3ULL << 61) | (uint64_t)c : best;
+}
+
+// Fills the row's columns: non-zeros plus the nearest zero columns.
+int csr_row_columns(const float *w, int cols, int rs, int nnz_row, int32_t *idx,
+                    uint64_t *scratch) {
+    int n = 0, lo = -1;
+    for (int c = 0; c < cols; c++) n += w[c] != 0.0f;
+    const int need = nnz_row - n;
+    if (need > 0) {
+        for (int c = 0; c < cols; c++) {  // scratch[c]: column of the previous non-zero
+            scratch[c] = (uint64_t)(int64_t)lo;
+            if (w[c] != 0.0f) lo = c;
+        }
+        int hi = -1;
+        for (int c = cols - 1; c >= 0; c--) {  // scratch[c]: the column's key
+            if (w[c] != 0.0f) {
+                hi = c;
+                scratch[c] = UINT64_MAX;
+                continue;
+            }
+            scratch[c] = csr_pad_key(c, (int)(int64_t)scratch[c], hi, rs);
+        }
+        qsort(scratch, (size_t)cols, sizeof *scratch, csr_key_cmp);
+        for (int i = 0; i < need; i++) scratch[i] &= 0xffffffffULL;  // the chosen columns
+        qsort(scratch, (size_t)need, sizeof *scratch, csr_key_cmp);
+    }
+    int out = 0, p = 0;
+    for (int c = 0; c < cols && out < nnz_row; c++) {
+        int chosen = need > 0 && p < need && scratch[p] == (uint64_t)c;
+        p += chosen;
+        if (w[c] != 0.0f || chosen) idx[out++] = c;
+    }
+    return n;
+}
+
+// --- layer scan ---------------------------------------------------------------
+
+// Counts non-zeros per row: l->nnz and l->nnz_row.
+static void csr_scan(const net *nt, sparse_layer *l) {
+    const float *w = net_tensor_data(nt, nt->layers[l->layer].weight);  // (K, cols)
+    const size_t cols = (size_t)l->C * l->R * l->S;
+    l->nnz = 0, l->nnz_row = 0;
+    for (size_t k = 0; k < (size_t)l->K; k++) {
+        int n = 0;
+        for (size_t c = 0; c < cols; c++) n += w[k * cols + c] != 0.0f;
+        l->nnz += n;
+        if (n > l->nnz_row) l->nnz_row = n;
+    }
+}
+
+// --- layer build ------------------------------------------------------------
+
+// BN folding factors of a layer: y = w*scale[k] + shift[k] per output row.
+static void csr_fold(const net *nt, const sparse_layer *l, double *scale, double *shift) {
+    const layer *L = &nt->layers[l->layer];
+    const float *b = L->bias >= 0 ? net_tensor_data(nt, L->bias) : NULL;
+    for (int k = 0; k < l->K; k++) {
+        double bias = b ? b[k] : 0.0;
+        scale[k] = 1.0, shift[k] = bias;
+        if (l->bn < 0) continue;
+        const layer *B = &nt->layers[l->bn];
+        const float *g = net_tensor_data(nt, B->gamma), *be = net_tensor_data(nt, B->beta);
+        const float *mu = net_tensor_data(nt, B->mean), *var = net_tensor_data(nt, B->var);
+        scale[k] = g[k] / sqrt((double)var[k] + B->eps);
+        shift[k] = (bias - mu[k]) * scale[k] + be[k];
+    }
+}
+
+// Allocates the layer's arrays (codes and mask zeroed).
+static int csr_alloc(sparse_layer *l, size_t n, sc_err *err) {
+    l->indices = malloc((n ? n : 1) * sizeof(int32_t));
+    l->offsets = malloc((n ? n : 1) * sizeof(int32_t));
+    l->values = malloc((n ? n : 1) * sizeof(float));
+    l->bias = malloc((size_t)l->K * sizeof(float));
+    const int cb = l->vtype == SV_CODEBOOK4;
+    if (cb) {
+        l->codes = calloc((n + 1) / 2 + 1, 1);
+        l->pad_mask = calloc((n + 7) / 8 + 1, 1);
+        l->row_scale = malloc((size_t)l->K * sizeof(float));
+    }
+    if (!l->indices || !l->offsets || !l->values || !l->bias ||
+        (cb && (!l->codes || !l->pad_mask || !l->row_scale)))
+        return sc_fail(err, "out of memory (CSR of %d x %d)", l->K, l->nnz_row);
+    return 0;
+}
+
+// Encodes entry j of row k, column col (unfolded weight w): values[j] and,
+// for codebook layers, its code and padding bit.
+static int csr_encode(sparse_layer *l, const export_codebook *cb, size_t j, int k, int col,
+                      float w, double scale, const char *name, sc_err *err) {
+    if (l->vtype == SV_CODEBOOK4) {
+        if (w == 0.0f) {
+            l->pad_mask[j / 8] |= (uint8_t)(1u << (j % 8));
+            l->values[j] = 0.0f;
+            return 0;
+        }
+        size_t cols = (size_t)l->C * l->R * l->S;
+        int code = export_codebook_code(cb, (size_t)k * cols + (size_t)col, w);
+        l->codes[j / 2] |= (uint8_t)(code << (4 * (j % 2)));
+        l->values[j] = l->codebook[code] * l->row_scale[k];
+        return 0;
+    }
+    float v = (float)(w * scale);
+    if (l->vtype == SV_FP16) {
+        v = sparse_half_to_float(sparse_half_from_float(v));
+        if (isinf(v))
+            return sc_fail(err, "layer %s: weight %g does not fit in fp16 (drop --half)", name,
+                           w * scale);
+    }
+    l->values[j] = v;
+    return 0;
+}
+
+// Builds rows, offsets and values of one layer (after csr_scan).
+static int csr_rows(const net *nt, sparse_layer *l, const export_codebook *cb,
+                    const double *scale, uint64_t *scratch, sc_err *err) {
+    const char *name = nt->layers[l->layer].name;
+    const float *w = net_tensor_data(nt, nt->layers[l->layer].weight);  // (K, cols)
+    const int cols = l->C * l->R * l->S;
+    for (int k = 0; k < l->K; k++) {
+        const float *row = w + (size_t)k * cols;
+        const size_t base = (size_t)k * l->nnz_row;
+        csr_row_columns(row, cols, l->R * l->S, l->nnz_row, l->indices + base, scratch);
+        for (size_t j = base; j < base + (size_t)l->nnz_row; j++) {
+            const int col = l->indices[j];
+            int64_t off = sparse_layer_offset(l, col);
+            if (off > INT32_MAX)
+                return sc_fail(err, "layer %s: input offset %lld exceeds int32", name, (long long)off);
+            l->offsets[j] = (int32_t)off;
+            SC_TRY(csr_encode(l, cb, j, k, col, row[col], scale[k], name, err));
+        }
+    }
+    return 0;
+}
+
+// Builds one layer's CSR; cb says whether (and how) it is a codebook layer.
+static int csr_layer(const net *nt, sparse_layer *l, const export_codebook *cb, int half,
+                     sc_err *err) {
+    const int cols = l->C * l->R * l->S;
+    l->vtype = cb->use ? SV_CODEBOOK4 : half ? SV_FP16 : SV_FP32;
+    double *scale = malloc((size_t)l->K * sizeof *scale), *shift = malloc((size_t)l->K * sizeof *shift);
+    uint64_t *scratch = malloc((size_t)(cols ? cols : 1) * sizeof *scratch);  // (cols)
+    int rc = !scale || !shift || !scratch ? sc_fail(err, "out of memory") : 0;
+    if (rc == 0) rc = csr_alloc(l, (size_t)l->K * l->nnz_row, err);
+    if (rc == 0) {
+        csr_fold(nt, l, scale, shift);
+        for (int k = 0; k < l->K; k++) l->bias[k] = (float)shift[k];
+        if (cb->use) {
+            l->ncodebook = cb->n;
+            memcpy(l->codebook, cb->cb, sizeof l->codebook);
+            for (int k = 0; k < l->K; k++) l->row_scale[k] = (float)scale[k];
+        }
+        rc = csr_rows(nt, l, cb, scale, scratch, err);
+    }
+    free(scale), free(shift), free(scratch);
+    return rc;
+}
+
+// --- the model --------------------------------------------------------------
+
+// A fresh graph from nt's description with nt's parameters, masks and buffers.
+static net *csr_net_copy(const net *nt, sc_err *err) {
+    net *c = net_from_desc(nt->arch, nt->desc, nt->in_c, nt->in_h, nt->in_w, nt->classes, err);
+    if (!c) return NULL;
+    if (c->nparam != nt->nparam || c->nbuf != nt->nbuf) {
+        net_free(c);
+        sc_fail(err, "the net's description does not rebuild the same net (%s)", nt->arch);
+        return NULL;
+    }
+    memcpy(c->param, nt->param, nt->nparam * sizeof *c->param);
+    memcpy(c->mask, nt->mask, nt->nparam * sizeof *c->mask);
+    memcpy(c->buf, nt->buf, nt->nbuf * sizeof *c->buf);
+    memcpy(c->in_mean, nt->in_mean, sizeof c->in_mean);
+    memcpy(c->in_std, nt->in_std, sizeof c->in_std);
+    return c;
+}
+
+// Allocates the model with the graph copy and every layer's fusion and scan.
+static sparse_model *csr_model_new(const net *nt, const char *dataset, sc_err *err) {
+    sparse_model *m = calloc(1, sizeof *m);
+    if (!m || !(m->nt = csr_net_copy(nt, err))) {
+        if (m) free(m);
+        else sc_fail(err, "out of memory");
+        return NULL;
+    }
+    snprintf(m->dataset, sizeof m->dataset, "%s", dataset ? dataset : "");
+    for (int i = 0; i < nt->nlayers; i++)
+        m->nlayers += nt->layers[i].kind == LK_CONV || nt->layers[i].kind == LK_LINEAR;
+    m->layers = calloc((size_t)(m->nlayers ? m->nlayers : 1), sizeof *m->layers);
+    if (!m->layers) {
+        sparse_model_free(m);
+        sc_fail(err, "out of memory");
+        return NULL;
+    }
+    for (int i = 0, n = 0; i < nt->nlayers; i++) {
+        if (nt->layers[i].kind != LK_CONV && nt->layers[i].kind != LK_LINEAR) continue;
+        for (int c = 0; nt->layers[i].name[c]; c++)
+            if (nt->layers[i].name[c] == '/') {
+                sparse_model_free(m);
+                sc_fail(err, "layer name not usable in HDF5 ('%s')", nt->layers[i].name);
+                return NULL;
+            }
+        sparse_layer_fusion(nt, i, &m->layers[n]);
+        csr_scan(nt, &m->layers[n++]);
+    }
+    return m;
+}
+
+// Builds every layer (codebook or plain values) and the folded graph.
+static int csr_build_all(const net *nt, sparse_model *m, const export_cfg *cfg, export_info *info,
+                         sc_err *err) {
+    export_codebook *cbs = calloc((size_t)(m->nlayers ? m->nlayers : 1), sizeof *cbs);
+    if (!cbs) return sc_fail(err, "out of memory");
+    int rc = export_codebook_plan(nt, m, cfg, cbs, info, err);
+    m->vtype = info->codebook_layers ? SV_CODEBOOK4 : cfg->half ? SV_FP16 : SV_FP32;
+    for (int i = 0; rc == 0 && i < m->nlayers; i++)
+        rc = csr_layer(nt, &m->layers[i], &cbs[i], cfg->half, err);
+    free(cbs);
+    if (rc == 0) rc = sparse_model_fill_net(m, err);
+    return rc;
+}
+
+// Builds the sparse model of a net.
+sparse_model *export_build(const net *nt, const char *dataset, const export_cfg *cfg,
+                           export_info *info, sc_err *err) {
+    memset(info, 0, sizeof *info);
+    for (int t = 0; t < nt->ntensors && !info->pruned; t++) {
+        const ptensor *p = &nt->tensors[t];
+        const float *mk = net_tensor_mask(nt, t);
+        for (size_t i = 0; p->prunable && i < p->count; i++)
+            if (mk[i] == 0.0f) {
+                info->pruned = 1;
+                break;
+            }
+    }
+    sparse_model *m = csr_model_new(nt, dataset, err);
+    if (m && csr_build_all(nt, m, cfg, info, err) != 0) {
+        sparse_model_free(m);
+        m = NULL;
+    }
+    return m;
+}

@@ -1,0 +1,254 @@
+// The `export` tool: turns a trained, pruned and optionally quantized model
+// into the CSR file the deploy runtime loads (docs/export-format.md): BN
+// folded, rows padded to the layer maximum, offsets precomputed, values in
+// fp32, fp16 or 4-bit codebook indices. Prints a per-layer summary and the
+// file size against dense fp32.
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "export/csr.h"
+#include "export/export_io.h"
+#include "runtime/cli.h"
+#include "runtime/json.h"
+#include "runtime/model_io.h"
+#include "runtime/progress.h"
+#include "runtime/quant_io.h"
+#include "runtime/rundir.h"
+
+#define TOOL "export"
+
+// --- options ----------------------------------------------------------------
+
+typedef struct {
+    cli_common c;
+    const char *output, *codebook, *runs;
+    int half;
+    const char *model;   // positional, or NULL: the latest run's
+} export_opts;
+
+// Parses argv into o; returns CLI_OK, CLI_HELP or CLI_USAGE.
+static int opts_parse(export_opts *o, int argc, char **argv) {
+    cli_opt opts[] = {
+        CLI_COMMON_OPTS(o->c),
+        {.name = "output", .short_name = 'o', .type = OPT_STRING, .dst = &o->output,
+         .metavar = "FILE", .help = "export file to write (default: model.csr.h5 next to the input)"},
+        {.name = "half", .type = OPT_FLAG, .dst = &o->half,
+         .help = "store the values in fp16 (default fp32; codebook layers store 4-bit codes)"},
+        {.name = "codebook", .type = OPT_CHOICE, .dst = &o->codebook, .def = "auto",
+         .choices = "auto|on|off",
+         .help = "4-bit codebook indices: auto for the layers quantize gave <= 16 k-means centroids,\n"
+                 "on for every layer (else derived from its <= 16 distinct values), or off"},
+        {.name = "runs", .type = OPT_STRING, .dst = &o->runs, .def = "runs", .metavar = "DIR",
+         .help = "root of the run directories"},
+    };
+    cli_spec spec = {.tool = TOOL, .usage = "export [options] [MODEL]",
+                     .summary = "Writes a model's conv and linear layers as CSR (BN folded, rows padded to the\n"
+                                "layer maximum, input offsets precomputed) into an HDF5 file for the deploy\n"
+                                "runtime. MODEL: a model file (default: the latest run's model.quant.h5,\n"
+                                "else model.pruned.h5, else model.h5). Runs on the CPU (--device is unused).",
+                     .opts = opts, .nopts = (int)(sizeof opts / sizeof *opts), .min_pos = 0,
+                     .max_pos = 1};
+    const char *pos[1] = {NULL};
+    int npos = 0;
+    int rc = cli_parse(&spec, argc, argv, pos, &npos);
+    o->model = npos ? pos[0] : NULL;
+    return rc;
+}
+
+// --- the run ----------------------------------------------------------------
+
+typedef struct {
+    export_opts o;
+    net *nt;
+    model_meta meta;
+    sparse_model *m;
+    quant_model *quant;  // quantize's codebooks of the input, or NULL
+    export_info info;
+    char in[PATH_MAX], out[PATH_MAX + 16];
+    long long file_bytes, dense_bytes, nnz, padding, total;
+    double t0, seconds;
+} export_run;
+
+// Finds the input (argument or latest run) and the output path.
+static int paths_set(export_run *r, sc_err *err) {
+    if (r->o.model) {
+        if (snprintf(r->in, sizeof r->in, "%s", r->o.model) >= (int)sizeof r->in)
+            return sc_fail(err, "path too long (%s)", r->o.model);
+    } else {
+        const char *cand[] = {"model.quant.h5", "model.pruned.h5", "model.h5", NULL};
+        SC_TRY(rundir_find_input(r->o.runs, cand, r->in, sizeof r->in, err));
+    }
+    struct stat a, b;
+    if (r->o.output) {
+        snprintf(r->out, sizeof r->out, "%s", r->o.output);
+        if (stat(r->in, &a) == 0 && stat(r->out, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+            return sc_fail(err, "the output would overwrite the input model (%s)", r->out);
+        return 0;
+    }
+    const char *slash = strrchr(r->in, '/');
+    if (!slash) snprintf(r->out, sizeof r->out, "model.csr.h5");
+    else snprintf(r->out, sizeof r->out, "%.*s/model.csr.h5", (int)(slash - r->in), r->in);
+    return 0;
+}
+
+// Loads the model and builds the sparse form.
+static int build(export_run *r, sc_err *err) {
+    r->nt = model_load(r->in, &r->meta, err);
+    if (!r->nt) return -1;
+    export_cfg cfg = {.half = r->o.half,
+                      .codebook = (export_cb_mode)cli_choice_index("auto|on|off", r->o.codebook)};
+    if (cfg.codebook != EXPORT_CB_OFF) SC_TRY(quant_load(r->in, r->nt, &r->quant, err));
+    cfg.quant = r->quant;
+    r->m = export_build(r->nt, r->meta.dataset, &cfg, &r->info, err);
+    if (!r->m) return sc_wrap(err, "%s", r->in);
+    for (int i = 0; i < r->m->nlayers; i++) {
+        const sparse_layer *l = &r->m->layers[i];
+        long long cells = (long long)l->K * l->C * l->R * l->S;
+        r->nnz += l->nnz;
+        r->total += cells;
+        r->padding += (long long)l->K * l->nnz_row - l->nnz;
+        r->dense_bytes += 4 * (cells + l->K);
+    }
+    return 0;
+}
+
+// Appends the export line to the history and writes the file.
+static int write_out(export_run *r, sc_err *err) {
+    char line[PATH_MAX + 256];
+    snprintf(line, sizeof line,
+             "export: %s values, %d layers, %lld of %lld weights non-zero, %lld padding zeros%s, from %s",
+             sparse_vtype_name(r->m->vtype), r->m->nlayers, r->nnz, r->total, r->padding,
+             r->info.pruned ? "" : " (not pruned: dense rows)", r->in);
+    SC_TRY(model_meta_add_history(&r->meta, line, err));
+    SC_TRY(export_write(r->out, r->m, (const char *const *)r->meta.history, r->meta.nhistory, err));
+    struct stat st;
+    r->file_bytes = stat(r->out, &st) == 0 ? (long long)st.st_size : -1;
+    return 0;
+}
+
+// --- reports ------------------------------------------------------------------
+
+// Formats a layer's weight shape: "K x C x R x S" (conv) or "K x C" (linear).
+static void shape_fmt(const sparse_layer *l, char *out, size_t len) {
+    if (l->is_linear) snprintf(out, len, "%dx%d", l->K, l->C);
+    else snprintf(out, len, "%dx%dx%dx%d", l->K, l->C, l->R, l->S);
+}
+
+// Percentage a / b (0 when b is 0).
+static double pct(double a, double b) { return b > 0 ? 100.0 * a / b : 0.0; }
+
+// Prints the per-layer table, the totals and the closing line.
+static void table_print(const export_run *r) {
+    const sparse_model *m = r->m;
+    printf("%-24s %-16s %10s %9s %8s %9s %11s\n", "layer", "shape", "nnz", "sparsity", "nnz_row",
+           "padding", "bytes");
+    size_t bytes = 0;
+    for (int i = 0; i < m->nlayers; i++) {
+        const sparse_layer *l = &m->layers[i];
+        char shape[64];
+        shape_fmt(l, shape, sizeof shape);
+        double cells = (double)l->K * l->C * l->R * l->S;
+        long long pad = (long long)l->K * l->nnz_row - l->nnz;
+        size_t b = export_layer_bytes(m, l);
+        bytes += b;
+        printf("%-24s %-16s %10ld %8.2f%% %8d %8.2f%% %11zu\n", m->nt->layers[l->layer].name, shape,
+               l->nnz, 100.0 - pct((double)l->nnz, cells), l->nnz_row, pct((double)pad, (double)l->nnz), b);
+    }
+    printf("%-24s %-16s %10lld %8.2f%% %8s %8.2f%% %11zu\n", "total", "", r->nnz,
+           100.0 - pct((double)r->nnz, (double)r->total), "", pct((double)r->padding, (double)r->nnz), bytes);
+    printf("exported %s (%s): %d layers, sparsity %.2f%% (pruned layers %.2f%%), padding %.2f%%, "
+           "values %s; file %lld bytes vs dense fp32 %lld bytes (%.2fx); %s\n",
+           m->nt->arch, m->dataset[0] ? m->dataset : "unknown dataset", m->nlayers,
+           100.0 - pct((double)r->nnz, (double)r->total), 100.0 * net_sparsity(r->nt),
+           pct((double)r->padding, (double)r->nnz), sparse_vtype_name(m->vtype), r->file_bytes,
+           r->dense_bytes, r->dense_bytes > 0 ? (double)r->file_bytes / r->dense_bytes : 0.0, r->out);
+}
+
+// Adds one layer's object to the JSON layers array.
+static void json_layer(json_writer *j, const sparse_model *m, const sparse_layer *l) {
+    const long long cells = (long long)l->K * l->C * l->R * l->S;
+    const long long pad = (long long)l->K * l->nnz_row - l->nnz;
+    json_object_begin(j, NULL);
+    json_add_string(j, "name", m->nt->layers[l->layer].name);
+    json_add_string(j, "kind", l->is_linear ? "linear" : "conv");
+    json_array_begin(j, "shape");
+    json_add_int(j, NULL, l->K);
+    json_add_int(j, NULL, (long long)l->C * l->R * l->S);
+    json_array_end(j);
+    json_add_int(j, "nnz", l->nnz);
+    json_add_number(j, "sparsity", cells ? 1.0 - (double)l->nnz / cells : 0.0);
+    json_add_int(j, "nnz_row", l->nnz_row);
+    json_add_int(j, "padding", pad);
+    json_add_number(j, "padding_overhead", l->nnz ? (double)pad / l->nnz : 0.0);
+    json_add_int(j, "bytes", (long long)export_layer_bytes(m, l));
+    json_add_string(j, "bn", l->bn >= 0 ? m->nt->layers[l->bn].name : NULL);
+    json_add_string(j, "activation", l->relu ? "relu" : "none");
+    json_add_string(j, "pool", l->pool_k ? "max" : "none");
+    json_object_end(j);
+}
+
+// Writes the JSON summary (--json).
+static int summary_json(const export_run *r, sc_err *err) {
+    if (!r->o.c.json) return 0;
+    json_writer j;
+    json_init(&j);
+    json_object_begin(&j, NULL);
+    json_add_string(&j, "tool", TOOL);
+    json_add_string(&j, "dataset", r->m->dataset);
+    json_add_string(&j, "model", r->m->nt->arch);
+    json_add_string(&j, "input", r->in);
+    json_add_string(&j, "output", r->out);
+    json_add_string(&j, "values", sparse_vtype_name(r->m->vtype));
+    json_add_bool(&j, "pruned", r->info.pruned);
+    json_add_string(&j, "notice", r->info.notice[0] ? r->info.notice : NULL);
+    json_add_number(&j, "sparsity", net_sparsity(r->nt));
+    json_add_number(&j, "weight_sparsity", r->total ? 1.0 - (double)r->nnz / r->total : 0.0);
+    json_add_int(&j, "nnz", r->nnz);
+    json_add_int(&j, "padding", r->padding);
+    json_add_number(&j, "padding_overhead", r->nnz ? (double)r->padding / r->nnz : 0.0);
+    json_add_int(&j, "file_bytes", r->file_bytes);
+    json_add_int(&j, "dense_fp32_bytes", r->dense_bytes);
+    json_add_number(&j, "seconds", r->seconds);
+    json_array_begin(&j, "layers");
+    for (int i = 0; i < r->m->nlayers; i++) json_layer(&j, r->m, &r->m->layers[i]);
+    json_array_end(&j);
+    json_object_end(&j);
+    int rc = 0;
+    if (strcmp(r->o.c.json, "-")) rc = json_write_file(&j, r->o.c.json, err);
+    else printf("%s\n", json_text(&j));
+    json_free(&j);
+    return rc;
+}
+
+// Runs the tool after option parsing; returns an exit status.
+static int export_tool(export_run *r) {
+    sc_err err = {{0}};
+    r->t0 = progress_clock();
+    int rc = paths_set(r, &err) || build(r, &err);
+    if (!rc && !r->info.pruned)
+        log_line(stderr, r->o.c.quiet, "export: model is not pruned; exporting dense rows (%s)", r->in);
+    if (!rc && r->info.notice[0]) log_line(stderr, r->o.c.quiet, "export: %s", r->info.notice);
+    if (!rc) rc = write_out(r, &err);
+    r->seconds = progress_clock() - r->t0;
+    if (!rc) table_print(r);
+    if (!rc) rc = summary_json(r, &err);
+    if (rc) cli_error(TOOL, "%s", err.msg);
+    sparse_model_free(r->m);
+    quant_model_free(r->quant);
+    net_free(r->nt);
+    model_meta_free(&r->meta);
+    return rc ? SC_EXIT_INPUT : SC_EXIT_OK;
+}
+
+int main(int argc, char **argv) {
+    export_run r;
+    memset(&r, 0, sizeof r);
+    model_meta_init(&r.meta);
+    int rc = opts_parse(&r.o, argc, argv);
+    if (rc == CLI_HELP) return SC_EXIT_OK;
+    if (rc != CLI_OK) return SC_EXIT_USAGE;
+    return export_tool(&r);
+}

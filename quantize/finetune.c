@@ -1,0 +1,253 @@
+// Centroid fine-tuning: shared-weight gradients summed per centroid, SGD
+// with momentum on the host, the decoded weights uploaded after each step.
+#include "finetune.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "datasets/loader.h"
+#include "quantize/apply.h"
+#include "runtime/progress.h"
+#include "train/trainer.h"
+
+// --- state ----------------------------------------------------------------------
+
+typedef struct {
+    exec *e;
+    net *nt;
+    quant_model *q;
+    const finetune_cfg *c;
+    int k;              // centroids per tensor
+    float *master;      // (ntensors, k) fp32 centroids the SGD updates
+    float *vel;         // (ntensors, k) momentum
+    float *best;        // (ntensors, k) codebooks of the best epoch
+    float *best_buf;    // (nbuf) BN statistics of the best epoch
+    double *gsum;       // (k) summed gradient of one tensor's centroids
+    float *grad;        // (nparam) the step's gradient
+    float *rate;        // (ntensors) k / kept weights: 1 / the tensor's mean cluster size
+    long steps, total;  // steps done and planned
+    long skipped;       // tensor updates skipped for a non-finite gradient
+} ft_state;
+
+// Allocates the state and copies the start codebooks.
+static int ft_init(ft_state *s, exec *e, net *nt, quant_model *q, const finetune_cfg *c,
+                   sc_err *err) {
+    memset(s, 0, sizeof *s);
+    s->e = e, s->nt = nt, s->q = q, s->c = c, s->k = q->k;
+    size_t nk = (size_t)q->ntensors * (size_t)q->k;
+    s->master = malloc(nk * sizeof *s->master);
+    s->vel = calloc(nk, sizeof *s->vel);
+    s->best = malloc(nk * sizeof *s->best);
+    s->gsum = malloc((size_t)q->k * sizeof *s->gsum);
+    s->grad = malloc((nt->nparam ? nt->nparam : 1) * sizeof *s->grad);
+    s->rate = malloc((size_t)(q->ntensors ? q->ntensors : 1) * sizeof *s->rate);
+    s->best_buf = malloc((nt->nbuf ? nt->nbuf : 1) * sizeof *s->best_buf);
+    if (!s->master || !s->vel || !s->best || !s->gsum || !s->grad || !s->rate || !s->best_buf)
+        return sc_fail(err, "out of memory (fine-tuning)");
+    for (int t = 0; t < q->ntensors; t++) {
+        const float *m = nt->mask + nt->tensors[q->t[t].tensor].offset;
+        size_t kept = 0;
+        for (size_t i = 0; i < q->t[t].count; i++) kept += m[i] != 0.0f;
+        s->rate[t] = (float)q->k / (float)(kept ? kept : 1);
+    }
+    for (int t = 0; t < q->ntensors; t++)
+        memcpy(s->master + (size_t)t * s->k, q->t[t].codebook, (size_t)s->k * sizeof(float));
+    memcpy(s->best, s->master, nk * sizeof *s->best);
+    memcpy(s->best_buf, nt->buf, nt->nbuf * sizeof *s->best_buf);
+    return 0;
+}
+
+// Frees the state's buffers.
+static void ft_free(ft_state *s) {
+    free(s->master), free(s->vel), free(s->best), free(s->gsum), free(s->grad), free(s->rate);
+    free(s->best_buf);
+}
+
+// Sets every codebook from src ((ntensors, k) floats, rounded as stored),
+// decodes into the net and uploads it.
+static int ft_codebooks_set(ft_state *s, const float *src, sc_err *err) {
+    for (int t = 0; t < s->q->ntensors; t++)
+        for (int j = 0; j < s->k; j++) {
+            float v = src[(size_t)t * s->k + j];
+            s->q->t[t].codebook[j] = s->q->codebook_fp16 ? quant_fp16_round(v, NULL) : v;
+        }
+    quant_net_decode(s->nt, s->q);
+    return exec_write_net(s->e, err);
+}
+
+// --- one step ---------------------------------------------------------------------
+
+// Sums the gradient of one tensor's kept weights per centroid; 0 when finite.
+static int ft_grad_sum(ft_state *s, const quant_tensor *t) {
+    const ptensor *p = &s->nt->tensors[t->tensor];
+    const float *g = s->grad + p->offset, *m = s->nt->mask + p->offset;
+    for (int j = 0; j < s->k; j++) s->gsum[j] = 0.0;
+    for (size_t i = 0; i < t->count; i++)
+        if (m[i] != 0.0f) s->gsum[t->indices[i]] += g[i];
+    for (int j = 0; j < s->k; j++)
+        if (!isfinite(s->gsum[j])) return -1;
+    return 0;
+}
+
+// SGD with momentum (PyTorch semantics) on every tensor's centroids; the
+// summed gradients are scaled by 1 / the tensor's mean cluster size, so one
+// rate suits tensors (and nets) of any size.
+static void ft_update(ft_state *s, float lr) {
+    for (int t = 0; t < s->q->ntensors; t++) {
+        if (ft_grad_sum(s, &s->q->t[t])) {
+            s->skipped++;
+            continue;
+        }
+        float *c = s->master + (size_t)t * s->k, *v = s->vel + (size_t)t * s->k;
+        for (int j = 0; j < s->k; j++) {
+            v[j] = s->c->momentum * v[j] + (float)s->gsum[j] * s->rate[t];
+            c[j] -= lr * v[j];
+        }
+    }
+}
+
+// One step: forward/backward with the decoded weights (nothing updated on
+// the device), centroid update on the host, new weights uploaded.
+static int ft_step(ft_state *s, const exec_batch *b, const train_hparams *sched, sc_err *err) {
+    const exec_hparams frozen = {.lr = 0.0f, .momentum = 0.0f, .weight_decay = 0.0f,
+                                 .nesterov = 0, .label_smoothing = s->c->smoothing};
+    SC_TRY(exec_train_step(s->e, b, &frozen, err));
+    SC_TRY(exec_read_grad(s->e, s->grad, err));
+    ft_update(s, train_lr_at(sched, s->steps, s->total));
+    s->steps++;
+    return ft_codebooks_set(s, s->master, err);
+}
+
+// --- epochs -----------------------------------------------------------------------
+
+// Runs one epoch over the loader; returns its loss and training accuracy.
+static int ft_epoch(ft_state *s, loader *ld, int ep, const train_hparams *sched,
+                    finetune_epoch *out, sc_err *err) {
+    progress pg;
+    char label[64], text[96];
+    exec_stats st, sum = {0};
+    exec_batch b;
+    snprintf(label, sizeof label, "finetune %d/%d", ep + 1, s->c->epochs);
+    progress_start(&pg, stderr, label, loader_batches_per_epoch(ld), s->c->quiet);
+    loader_start_epoch(ld, ep);
+    SC_TRY(exec_stats_take(s->e, &st, err));
+    for (long done = 1; loader_next(ld, &b); done++) {
+        SC_TRY(ft_step(s, &b, sched, err));
+        SC_TRY(exec_stats_take(s->e, &st, err));
+        sum.loss_sum += st.loss_sum, sum.correct += st.correct, sum.count += st.count;
+        snprintf(text, sizeof text, "loss %.3f acc %5.1f%%", sum.loss_sum / (double)sum.count,
+                 100.0 * (double)sum.correct / (double)sum.count);
+        progress_update(&pg, done, text);
+    }
+    progress_finish(&pg, NULL);
+    out->epoch = ep + 1;
+    out->loss = sum.count ? sum.loss_sum / (double)sum.count : NAN;
+    out->train_accuracy = sum.count ? 100.0 * (double)sum.correct / (double)sum.count : NAN;
+    return 0;
+}
+
+// Evaluates the validation split and keeps the codebooks when they are the best.
+static int ft_judge(ft_state *s, const dataset *ds, finetune_epoch *ep, finetune_result *res,
+                    sc_err *err) {
+    double loss;
+    SC_TRY(finetune_bn_recalibrate(s->e, s->nt, ds, s->c, ep->epoch, err));
+    SC_TRY(train_evaluate(s->e, &ds->val, s->c->batch, s->c->smoothing, &ep->val_accuracy, &loss,
+                          err));
+    log_line(stderr, s->c->quiet, "quantize: finetune epoch %d/%d: loss %.4f train %.2f%% val %.2f%%",
+             ep->epoch, s->c->epochs, ep->loss, ep->train_accuracy, ep->val_accuracy);
+    if (ep->val_accuracy > res->best_val) {
+        res->best_val = ep->val_accuracy;
+        res->best_epoch = ep->epoch;
+        memcpy(s->best, s->master, (size_t)s->q->ntensors * s->k * sizeof *s->best);
+        memcpy(s->best_buf, s->nt->buf, s->nt->nbuf * sizeof *s->best_buf);
+    }
+    return 0;
+}
+
+// Fine-tunes the codebooks and keeps the best epoch's.
+int finetune_run(exec *e, net *nt, quant_model *q, const dataset *ds, const finetune_cfg *c,
+                 double start_val, finetune_result *res, sc_err *err) {
+    memset(res, 0, sizeof *res);
+    res->best_val = start_val;
+    if (q->method != QM_KMEANS) return sc_fail(err, "fine-tuning needs k-means codebooks");
+    if (c->epochs <= 0 || q->ntensors == 0) return 0;
+    res->hist = calloc((size_t)c->epochs, sizeof *res->hist);
+    if (!res->hist) return sc_fail(err, "out of memory");
+    ft_state s;
+    loader ld;
+    memset(&ld, 0, sizeof ld);
+    double t0 = progress_clock();
+    int rc = ft_init(&s, e, nt, q, c, err);
+    if (!rc) rc = loader_init(&ld, &ds->train, c->batch, c->augment, c->seed, err);
+    train_hparams sched = {.lr = c->lr, .sched = SCHED_COSINE, .warmup = 0.0f};
+    if (!rc) s.total = (long)loader_batches_per_epoch(&ld) * c->epochs;
+    for (int ep = 0; !rc && ep < c->epochs; ep++) {
+        rc = ft_epoch(&s, &ld, ep, &sched, &res->hist[ep], err);
+        if (!rc) rc = ft_judge(&s, ds, &res->hist[ep], res, err);
+        res->nepochs = ep + 1;
+    }
+    res->images = s.steps * (long)c->batch;
+    if (!rc && s.skipped)
+        log_line(stderr, c->quiet, "quantize: %ld centroid updates skipped (gradient not finite)",
+                 s.skipped);
+    if (!rc) memcpy(nt->buf, s.best_buf, nt->nbuf * sizeof *nt->buf);
+    if (!rc) rc = ft_codebooks_set(&s, s.best, err);
+    res->seconds = progress_clock() - t0;
+    loader_free(&ld);
+    ft_free(&s);
+    return rc;
+}
+
+// --- batch-norm statistics --------------------------------------------------------
+
+// True when the net has a batch-norm layer.
+static int ft_has_bn(const net *nt) {
+    for (int l = 0; l < nt->nlayers; l++)
+        if (nt->layers[l].kind == LK_BN) return 1;
+    return 0;
+}
+
+// Runs the training batches that move only the BN running statistics.
+static int ft_bn_steps(exec *e, const dataset *ds, const finetune_cfg *c, int round, sc_err *err) {
+    const exec_hparams frozen = {.lr = 0.0f, .momentum = 0.0f, .weight_decay = 0.0f,
+                                 .nesterov = 0, .label_smoothing = c->smoothing};
+    loader ld;
+    exec_batch b;
+    exec_stats st;
+    SC_TRY(loader_init(&ld, &ds->train, c->batch, c->augment, c->seed ^ 0x5EEDB00Full, err));
+    int rc = 0, epoch = round * 1000;
+    loader_start_epoch(&ld, epoch);
+    for (int done = 0; !rc && done < c->bn_batches && loader_batches_per_epoch(&ld) > 0;) {
+        if (!loader_next(&ld, &b)) {  // more batches than one epoch: the next epoch
+            loader_start_epoch(&ld, ++epoch);
+            continue;
+        }
+        rc = exec_train_step(e, &b, &frozen, err);
+        done++;
+    }
+    if (!rc) rc = exec_stats_take(e, &st, err);
+    loader_free(&ld);
+    return rc;
+}
+
+// Re-estimates the BN running statistics with the current weights.
+int finetune_bn_recalibrate(exec *e, net *nt, const dataset *ds, const finetune_cfg *c,
+                            int round, sc_err *err) {
+    if (c->bn_batches <= 0 || !ft_has_bn(nt)) return 0;
+    float *keep = malloc((nt->nparam ? nt->nparam : 1) * sizeof *keep);  // (nparam)
+    if (!keep) return sc_fail(err, "out of memory (BN recalibration)");
+    memcpy(keep, nt->param, nt->nparam * sizeof *keep);
+    int rc = ft_bn_steps(e, ds, c, round, err);
+    if (!rc) rc = exec_read_net(e, err);
+    memcpy(nt->param, keep, nt->nparam * sizeof *keep);  // exactly the decoded weights again
+    free(keep);
+    return rc ? rc : exec_write_net(e, err);
+}
+
+// Frees the result's history.
+void finetune_result_free(finetune_result *r) {
+    free(r->hist);
+    memset(r, 0, sizeof *r);
+}

@@ -1,0 +1,72 @@
+// Centroid fine-tuning of k-means codebooks (Deep Compression, "shared
+// weights"): every weight keeps its centroid index; per step the net runs
+// forward and backward with the decoded weights, the gradients of the kept
+// weights are summed per centroid, and the centroids take an SGD step with
+// momentum (cosine-decayed learning rate) on the host. Nothing else moves:
+// biases, batch-norm parameters and running statistics, unquantized
+// tensors and pruned weights stay as they are (the executor runs each step
+// with learning rate, momentum and weight decay 0, and the host's values
+// are uploaded again after it). After every epoch the validation split is
+// evaluated; the codebooks of the best epoch (0: before fine-tuning) are
+// kept. The test split is never looked at.
+//
+// Batch-norm recalibration (optional, bn_batches > 0): the running means
+// and variances are re-estimated with the quantized weights from that many
+// training batches (forward passes in training mode; weights, gamma and
+// beta do not move), after quantization and before each validation of the
+// fine-tuning.
+#ifndef SC_QUANTIZE_FINETUNE_H
+#define SC_QUANTIZE_FINETUNE_H
+
+#include <stdint.h>
+
+#include "datasets/cifar.h"
+#include "runtime/error.h"
+#include "runtime/exec.h"
+#include "runtime/net.h"
+#include "runtime/quant_io.h"
+
+typedef struct {
+    int epochs;          // passes over the training split
+    int batch;           // images per step
+    float lr;            // peak learning rate of the centroids (cosine to 0)
+    float momentum;      // SGD momentum of the centroids
+    float smoothing;     // label smoothing of the loss
+    int augment;         // random crop and flip
+    uint64_t seed;       // the loader's shuffling and augmentation stream
+    int bn_batches;      // batches re-estimating BN statistics (0: keep the model's)
+    int quiet;           // no progress display
+} finetune_cfg;
+
+typedef struct {
+    int epoch;           // 1-based
+    double loss;         // mean training loss
+    double train_accuracy, val_accuracy;  // percent
+} finetune_epoch;
+
+typedef struct {
+    int nepochs;
+    finetune_epoch *hist;  // (nepochs)
+    int best_epoch;        // epoch whose codebooks were kept (0: the start)
+    double best_val;       // its validation accuracy
+    long images;           // training images seen
+    double seconds;
+} finetune_result;
+
+// Fine-tunes the codebooks of q (k-means) for the net nt run by executor e
+// on ds's training split; start_val is the validation accuracy of the
+// codebooks as they are. On return q, nt and the executor hold the best
+// codebooks by validation accuracy.
+int finetune_run(exec *e, net *nt, quant_model *q, const dataset *ds, const finetune_cfg *c,
+                 double start_val, finetune_result *res, sc_err *err);
+
+// Re-estimates the BN running statistics of nt (run by e) with its current
+// weights from c->bn_batches training batches (loader epoch `round`); the
+// parameters stay bit for bit as they are. A net without BN is left alone.
+int finetune_bn_recalibrate(exec *e, net *nt, const dataset *ds, const finetune_cfg *c,
+                            int round, sc_err *err);
+
+// Frees the result's history.
+void finetune_result_free(finetune_result *r);
+
+#endif

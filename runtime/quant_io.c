@@ -1,0 +1,656 @@
+// The /quant group of a quantized model file: writing it next to what
+// model_save() writes (one atomic replacement), reading and checking it,
+// decoding, and fp16 rounding. The layout is documented in docs/quantize.md.
+#include "quant_io.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <hdf5.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define QUANT_VERSION 1
+
+// --- the in-memory form -----------------------------------------------------
+
+// Allocates an empty quant_model with room for n tensors.
+quant_model *quant_model_new(quant_method method, int n, sc_err *err) {
+    quant_model *q = calloc(1, sizeof *q);
+    if (q) q->t = calloc(n > 0 ? (size_t)n : 1, sizeof *q->t);
+    if (!q || !q->t) {
+        free(q);
+        sc_fail(err, "out of memory (quantized model)");
+        return NULL;
+    }
+    q->method = method;
+    q->codebook_fp16 = 1;
+    return q;
+}
+
+// Frees one tensor's arrays.
+static void quant_tensor_free(quant_tensor *t) {
+    free(t->codebook), free(t->indices), free(t->scale), free(t->zero_point), free(t->q);
+    memset(t, 0, sizeof *t);
+}
+
+// Frees a quant_model and everything it owns.
+void quant_model_free(quant_model *q) {
+    if (!q) return;
+    for (int i = 0; i < q->ntensors; i++) quant_tensor_free(&q->t[i]);
+    free(q->t);
+    free(q);
+}
+
+// Allocates the per-tensor arrays of one quantized tensor (zeroed).
+int quant_tensor_alloc(quant_tensor *t, const net *nt, int tensor, int k, int nscale,
+                       sc_err *err) {
+    const ptensor *p = &nt->tensors[tensor];
+    memset(t, 0, sizeof *t);
+    t->tensor = tensor;
+    snprintf(t->name, sizeof t->name, "%s", p->name);
+    t->count = p->count;
+    size_t n = p->count ? p->count : 1;
+    int bad = 0;
+    if (k > 0) {
+        t->k = k;
+        t->codebook = calloc((size_t)k, sizeof *t->codebook);
+        t->indices = calloc(n, sizeof *t->indices);
+        bad = !t->codebook || !t->indices;
+    }
+    if (nscale > 0) {
+        t->nscale = nscale;
+        t->scale = calloc((size_t)nscale, sizeof *t->scale);
+        t->zero_point = calloc((size_t)nscale, sizeof *t->zero_point);
+        t->q = calloc(n, sizeof *t->q);
+        bad = bad || !t->scale || !t->zero_point || !t->q;
+    }
+    if (!bad) return 0;
+    quant_tensor_free(t);
+    return sc_fail(err, "out of memory (quantized %s)", p->name);
+}
+
+// Writes the decoded values of t into out.
+void quant_tensor_decode(const quant_model *q, const quant_tensor *t, const float *mask,
+                         float *out) {
+    if (q->method == QM_KMEANS) {
+        for (size_t i = 0; i < t->count; i++)
+            out[i] = mask && mask[i] == 0.0f ? 0.0f : t->codebook[t->indices[i]];
+        return;
+    }
+    if (q->method != QM_LINEAR) return;
+    const size_t per = t->count / (size_t)t->nscale;  // weights per scale
+    for (size_t i = 0; i < t->count; i++) {
+        const size_t c = i / per;
+        const float steps = (float)((int32_t)t->q[i] - t->zero_point[c]);
+        out[i] = t->scale[c] * steps;
+    }
+}
+
+// --- fp16 -------------------------------------------------------------------
+
+// Rounds x to the nearest fp16 value (ties to even), widened back to float.
+float quant_fp16_round(float x, int *overflow) {
+    if (overflow) *overflow = 0;
+    if (isnan(x)) return x;
+    const float a = fabsf(x);
+    if (a >= 65520.0f) {  // 65504 is the largest fp16; from 65520 on it rounds to inf
+        if (overflow) *overflow = 1;
+        return copysignf(INFINITY, x);
+    }
+    if (a < 6.103515625e-05f)  // below 2^-14: fp16 subnormals, a multiple of 2^-24
+        return copysignf(rintf(a * 16777216.0f) / 16777216.0f, x);
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    u += 0xFFFu + ((u >> 13) & 1u);  // round the 23-bit mantissa to 10 bits, ties to even
+    u &= ~0x1FFFu;
+    float r;
+    memcpy(&r, &u, sizeof r);
+    return r;
+}
+
+// --- HDF5 plumbing ----------------------------------------------------------
+
+typedef struct {
+    const char *path;  // the model file, named in every message
+    sc_err *err;
+    hid_t file;
+} qio;
+
+// Keeps the innermost HDF5 error description.
+static herr_t qio_walk_cb(unsigned n, const H5E_error2_t *e, void *data) {
+    if (n == 0 && e->desc) snprintf((char *)data, 160, "%s", e->desc);
+    return 0;
+}
+
+// Fills the error with the failed call, the file and HDF5's message; -1.
+static int qio_h5_fail(qio *io, const char *expr, const char *src, int line) {
+    char h5msg[160] = "";
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, qio_walk_cb, h5msg);
+    return sc_fail(io->err, "HDF5 call failed: %s (%s, HDF5: %s, at %s:%d)", expr, io->path,
+                   h5msg[0] ? h5msg : "no details", src, line);
+}
+
+// Jumps to the function's fail label when an HDF5 call returns < 0.
+#define QH5(io, expr)                                       \
+    do {                                                    \
+        if ((expr) < 0) {                                   \
+            qio_h5_fail((io), #expr, __FILE__, __LINE__);   \
+            goto fail;                                      \
+        }                                                   \
+    } while (0)
+
+// Closes an HDF5 id when valid; a failed close turns rc into -1.
+#define QCLOSE(io, fn, id, rc)                                                   \
+    do {                                                                         \
+        if ((id) >= 0 && fn(id) < 0 && (rc) == 0)                                \
+            (rc) = qio_h5_fail((io), #fn "(" #id ")", __FILE__, __LINE__);       \
+        (id) = -1;                                                               \
+    } while (0)
+
+// The IEEE half-precision file type (what h5py reads as numpy float16).
+static hid_t qio_half_type(qio *io) {
+    hid_t t = -1;
+    QH5(io, t = H5Tcopy(H5T_IEEE_F32LE));
+    QH5(io, H5Tset_fields(t, 15, 10, 5, 0, 10));
+    QH5(io, H5Tset_size(t, 2));
+    QH5(io, H5Tset_ebias(t, 15));
+    return t;
+fail:
+    if (t >= 0) H5Tclose(t);
+    return -1;
+}
+
+// --- writing ----------------------------------------------------------------
+
+// Writes a scalar attribute (ftype in the file, mtype in memory).
+static int qio_attr_write(qio *io, hid_t obj, const char *name, hid_t ftype, hid_t mtype,
+                          const void *buf) {
+    hid_t sp = -1, a = -1;
+    int rc = -1;
+    QH5(io, sp = H5Screate(H5S_SCALAR));
+    QH5(io, a = H5Acreate2(obj, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT));
+    QH5(io, H5Awrite(a, mtype, buf));
+    rc = 0;
+fail:
+    QCLOSE(io, H5Aclose, a, rc);
+    QCLOSE(io, H5Sclose, sp, rc);
+    return rc;
+}
+
+// Writes an int32 attribute.
+static int qio_attr_int(qio *io, hid_t obj, const char *name, int v) {
+    return qio_attr_write(io, obj, name, H5T_STD_I32LE, H5T_NATIVE_INT, &v);
+}
+
+// Writes a variable-length UTF-8 string attribute.
+static int qio_attr_str(qio *io, hid_t obj, const char *name, const char *value) {
+    hid_t t = -1;
+    int rc = -1;
+    QH5(io, t = H5Tcopy(H5T_C_S1));
+    QH5(io, H5Tset_size(t, H5T_VARIABLE));
+    QH5(io, H5Tset_cset(t, H5T_CSET_UTF8));
+    rc = qio_attr_write(io, obj, name, t, t, &value);
+fail:
+    QCLOSE(io, H5Tclose, t, rc);
+    return rc;
+}
+
+// Writes a dataset of ndim dims.
+static int qio_dset_write(qio *io, hid_t loc, const char *name, hid_t ftype, hid_t mtype,
+                          int ndim, const hsize_t *dims, const void *buf) {
+    hid_t sp = -1, d = -1;
+    int rc = -1;
+    QH5(io, sp = H5Screate_simple(ndim, dims, NULL));
+    QH5(io, d = H5Dcreate2(loc, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    hssize_t npts;
+    QH5(io, npts = H5Sget_simple_extent_npoints(sp));
+    if (npts > 0) QH5(io, H5Dwrite(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf));
+    rc = 0;
+fail:
+    QCLOSE(io, H5Dclose, d, rc);
+    QCLOSE(io, H5Sclose, sp, rc);
+    return rc;
+}
+
+// Writes a k-means tensor: codebook (fp16 or fp32) and indices shaped as the weight.
+static int qio_kmeans_write(qio *io, hid_t g, const quant_model *q, const quant_tensor *t,
+                            const ptensor *p) {
+    hsize_t dims[4], kd[1] = {(hsize_t)t->k};
+    for (int i = 0; i < p->ndim; i++) dims[i] = (hsize_t)p->dims[i];
+    hid_t ft = q->codebook_fp16 ? qio_half_type(io) : H5T_IEEE_F32LE;
+    if (ft < 0) return -1;
+    int rc = qio_dset_write(io, g, "codebook", ft, H5T_NATIVE_FLOAT, 1, kd, t->codebook);
+    if (q->codebook_fp16) QCLOSE(io, H5Tclose, ft, rc);
+    SC_TRY(rc);
+    return qio_dset_write(io, g, "indices", H5T_STD_U8LE, H5T_NATIVE_UINT8, p->ndim, dims,
+                          t->indices);
+}
+
+// Writes a linear tensor: scale, zero_point ((nscale)) and q (int8/int16).
+static int qio_linear_write(qio *io, hid_t g, const quant_model *q, const quant_tensor *t,
+                            const ptensor *p) {
+    hsize_t dims[4], sd[1] = {(hsize_t)t->nscale};
+    for (int i = 0; i < p->ndim; i++) dims[i] = (hsize_t)p->dims[i];
+    SC_TRY(qio_dset_write(io, g, "scale", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 1, sd, t->scale));
+    SC_TRY(qio_dset_write(io, g, "zero_point", H5T_STD_I32LE, H5T_NATIVE_INT32, 1, sd,
+                          t->zero_point));
+    hid_t ft = q->bits == 8 ? H5T_STD_I8LE : H5T_STD_I16LE;
+    return qio_dset_write(io, g, "q", ft, H5T_NATIVE_INT16, p->ndim, dims, t->q);
+}
+
+// Writes /quant/<name> for one tensor.
+static int qio_tensor_write(qio *io, hid_t quant, const net *nt, const quant_model *q,
+                            const quant_tensor *t) {
+    const ptensor *p = &nt->tensors[t->tensor];
+    hid_t g = -1;
+    int rc = -1;
+    QH5(io, g = H5Gcreate2(quant, p->name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    rc = qio_attr_str(io, g, "method", q->method == QM_KMEANS ? "kmeans"
+                                       : q->method == QM_LINEAR ? "linear" : "half");
+    if (rc == 0 && q->method == QM_KMEANS) rc = qio_kmeans_write(io, g, q, t, p);
+    if (rc == 0 && q->method == QM_LINEAR) rc = qio_linear_write(io, g, q, t, p);
+fail:
+    QCLOSE(io, H5Gclose, g, rc);
+    return rc;
+}
+
+// Writes the /quant attributes.
+static int qio_attrs_write(qio *io, hid_t g, const quant_model *q) {
+    static const char *const names[] = {"kmeans", "linear", "half"};
+    SC_TRY(qio_attr_str(io, g, "method", names[q->method]));
+    SC_TRY(qio_attr_int(io, g, "version", QUANT_VERSION));
+    SC_TRY(qio_attr_int(io, g, "bits", q->bits));
+    SC_TRY(qio_attr_int(io, g, "k", q->method == QM_KMEANS ? q->k : 0));
+    SC_TRY(qio_attr_str(io, g, "codebook_type", q->method != QM_KMEANS ? ""
+                                                : q->codebook_fp16 ? "float16" : "float32"));
+    SC_TRY(qio_attr_int(io, g, "per_channel", q->method == QM_LINEAR && q->per_channel));
+    SC_TRY(qio_attr_int(io, g, "symmetric", q->method == QM_LINEAR && q->symmetric));
+    return qio_attr_int(io, g, "tensors", q->ntensors);
+}
+
+// Adds /quant to the open file.
+static int qio_write_all(qio *io, const net *nt, const quant_model *q) {
+    hid_t g = -1;
+    int rc = -1;
+    QH5(io, g = H5Gcreate2(io->file, "quant", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    rc = qio_attrs_write(io, g, q);
+    for (int i = 0; rc == 0 && i < q->ntensors; i++) {
+        if (q->t[i].tensor < 0 || q->t[i].tensor >= nt->ntensors)
+            rc = sc_fail(io->err, "quantized tensor %d is not in the net (%s)", i, io->path);
+        else rc = qio_tensor_write(io, g, nt, q, &q->t[i]);
+    }
+fail:
+    QCLOSE(io, H5Gclose, g, rc);
+    return rc;
+}
+
+// Opens the file read-write, adds /quant, flushes and closes it.
+static int qio_append(qio *io, const net *nt, const quant_model *q) {
+    hid_t fapl = -1;
+    int rc = -1;
+    io->file = -1;
+    QH5(io, fapl = H5Pcreate(H5P_FILE_ACCESS));
+    QH5(io, H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG));
+    QH5(io, io->file = H5Fopen(io->path, H5F_ACC_RDWR, fapl));
+    if (qio_write_all(io, nt, q) != 0) goto fail;
+    QH5(io, H5Fflush(io->file, H5F_SCOPE_GLOBAL));
+    rc = 0;
+fail:
+    QCLOSE(io, H5Fclose, io->file, rc);
+    QCLOSE(io, H5Pclose, fapl, rc);
+    return rc;
+}
+
+// Flushes a file or directory to disk.
+static int qio_fsync(const char *path, int flags, sc_err *err) {
+    int fd = open(path, O_RDONLY | flags);
+    if (fd < 0) return sc_fail(err, "cannot open for fsync (%s, %s)", path, strerror(errno));
+    int rc = fsync(fd);
+    int e = errno;
+    close(fd);
+    if (rc != 0 && e != EINVAL) return sc_fail(err, "fsync failed (%s, %s)", path, strerror(e));
+    return 0;
+}
+
+// The directory part of path ("." when none).
+static void qio_dirname(const char *path, char *dir, size_t len) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(dir, len, ".");
+    else if (slash == path) snprintf(dir, len, "/");
+    else snprintf(dir, len, "%.*s", (int)(slash - path), path);
+}
+
+typedef struct {
+    H5E_auto2_t func;
+    void *data;
+} qio_quiet;
+
+// Stops HDF5 from printing its error stack (errors are reported by us).
+static void qio_quiet_begin(qio_quiet *s) {
+    if (H5Eget_auto2(H5E_DEFAULT, &s->func, &s->data) < 0) s->func = NULL, s->data = NULL;
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+}
+
+// Restores HDF5's error printing.
+static void qio_quiet_end(const qio_quiet *s) { H5Eset_auto2(H5E_DEFAULT, s->func, s->data); }
+
+// model_save() into a temporary file next to path, /quant added to it,
+// fsync, then rename over path.
+int quant_model_save(const char *path, const net *nt, const model_meta *meta,
+                     const quant_model *q, sc_err *err) {
+    char tmp[PATH_MAX], dir[PATH_MAX];
+    if (snprintf(tmp, sizeof tmp, "%s.quant.%ld", path, (long)getpid()) >= (int)sizeof tmp)
+        return sc_fail(err, "path too long (%s)", path);
+    SC_TRY(model_save(tmp, nt, meta, err));
+    int rc = 0;
+    if (q) {
+        qio io = {tmp, err, -1};
+        qio_quiet s;
+        qio_quiet_begin(&s);
+        rc = qio_append(&io, nt, q);
+        qio_quiet_end(&s);
+        if (rc) sc_wrap(err, "writing /quant of %s", path);
+    }
+    if (rc == 0) rc = qio_fsync(tmp, 0, err);
+    if (rc == 0 && rename(tmp, path) != 0)
+        rc = sc_fail(err, "cannot rename temporary file (%s, %s)", path, strerror(errno));
+    if (rc != 0) {
+        unlink(tmp);
+        return -1;
+    }
+    qio_dirname(path, dir, sizeof dir);
+    return qio_fsync(dir, O_DIRECTORY, err);
+}
+
+// --- reading ----------------------------------------------------------------
+
+// Reads a scalar attribute of obj as mtype; a missing one is an error.
+static int qio_attr_read(qio *io, hid_t obj, const char *where, const char *name, hid_t mtype,
+                         void *buf) {
+    htri_t ex = H5Aexists(obj, name);
+    if (ex <= 0) return sc_fail(io->err, "%s lacks attribute %s (%s)", where, name, io->path);
+    hid_t a = -1;
+    int rc = -1;
+    QH5(io, a = H5Aopen(obj, name, H5P_DEFAULT));
+    QH5(io, H5Aread(a, mtype, buf));
+    rc = 0;
+fail:
+    QCLOSE(io, H5Aclose, a, rc);
+    return rc;
+}
+
+// Reads a string attribute (variable or fixed length) into out.
+static int qio_attr_str_read(qio *io, hid_t obj, const char *where, const char *name, char *out,
+                             size_t len) {
+    htri_t ex = H5Aexists(obj, name);
+    if (ex <= 0) return sc_fail(io->err, "%s lacks attribute %s (%s)", where, name, io->path);
+    hid_t a = -1, ft = -1, mt = -1;
+    int rc = -1;
+    QH5(io, a = H5Aopen(obj, name, H5P_DEFAULT));
+    QH5(io, ft = H5Aget_type(a));
+    if (H5Tget_class(ft) != H5T_STRING) {
+        sc_fail(io->err, "attribute %s of %s is not a string (%s)", name, where, io->path);
+        goto fail;
+    }
+    QH5(io, mt = H5Tcopy(H5T_C_S1));
+    htri_t vl;
+    QH5(io, vl = H5Tis_variable_str(ft));
+    if (vl) {
+        char *s = NULL;
+        QH5(io, H5Tset_size(mt, H5T_VARIABLE));
+        QH5(io, H5Aread(a, mt, &s));
+        snprintf(out, len, "%s", s ? s : "");
+        H5free_memory(s);
+    } else {
+        size_t n = H5Tget_size(ft);
+        char *s = calloc(n + 1, 1);
+        if (!s) {
+            sc_fail(io->err, "out of memory (%s)", io->path);
+            goto fail;
+        }
+        herr_t r = H5Tset_size(mt, n + 1);
+        if (r >= 0) r = H5Aread(a, mt, s);
+        snprintf(out, len, "%s", s);
+        free(s);
+        QH5(io, r);
+    }
+    rc = 0;
+fail:
+    QCLOSE(io, H5Tclose, mt, rc);
+    QCLOSE(io, H5Tclose, ft, rc);
+    QCLOSE(io, H5Aclose, a, rc);
+    return rc;
+}
+
+// Reads dataset loc/name, which must hold exactly n elements, as mtype.
+static int qio_dset_read(qio *io, hid_t loc, const char *where, const char *name, hid_t mtype,
+                         size_t n, void *buf) {
+    if (H5Lexists(loc, name, H5P_DEFAULT) <= 0)
+        return sc_fail(io->err, "model file lacks %s/%s (%s)", where, name, io->path);
+    hid_t d = -1, sp = -1;
+    int rc = -1;
+    hssize_t got;
+    QH5(io, d = H5Dopen2(loc, name, H5P_DEFAULT));
+    QH5(io, sp = H5Dget_space(d));
+    QH5(io, got = H5Sget_simple_extent_npoints(sp));
+    if ((size_t)got != n) {
+        sc_fail(io->err, "%s/%s holds %lld values, expected %zu (%s)", where, name,
+                (long long)got, n, io->path);
+        goto fail;
+    }
+    if (n > 0) QH5(io, H5Dread(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf));
+    rc = 0;
+fail:
+    QCLOSE(io, H5Sclose, sp, rc);
+    QCLOSE(io, H5Dclose, d, rc);
+    return rc;
+}
+
+// Number of elements of dataset loc/name (-1 with the error filled).
+static long qio_dset_len(qio *io, hid_t loc, const char *where, const char *name) {
+    if (H5Lexists(loc, name, H5P_DEFAULT) <= 0)
+        return sc_fail(io->err, "model file lacks %s/%s (%s)", where, name, io->path);
+    hid_t d = -1, sp = -1;
+    hssize_t n = -1;
+    int rc = 0;
+    QH5(io, d = H5Dopen2(loc, name, H5P_DEFAULT));
+    QH5(io, sp = H5Dget_space(d));
+    QH5(io, n = H5Sget_simple_extent_npoints(sp));
+fail:
+    QCLOSE(io, H5Sclose, sp, rc);
+    QCLOSE(io, H5Dclose, d, rc);
+    return rc ? -1 : (long)n;
+}
+
+// Reads the /quant attributes into q.
+static int qio_attrs_read(qio *io, hid_t g, quant_model *q, int *ntensors) {
+    char method[32], cb[32];
+    int version = 0;
+    SC_TRY(qio_attr_str_read(io, g, "/quant", "method", method, sizeof method));
+    SC_TRY(qio_attr_read(io, g, "/quant", "version", H5T_NATIVE_INT, &version));
+    if (version != QUANT_VERSION)
+        return sc_fail(io->err, "/quant version %d, this build reads %d (%s)", version,
+                       QUANT_VERSION, io->path);
+    if (!strcmp(method, "kmeans")) q->method = QM_KMEANS;
+    else if (!strcmp(method, "linear")) q->method = QM_LINEAR;
+    else if (!strcmp(method, "half")) q->method = QM_HALF;
+    else return sc_fail(io->err, "/quant method '%s' is not one of kmeans, linear, half (%s)",
+                        method, io->path);
+    SC_TRY(qio_attr_read(io, g, "/quant", "bits", H5T_NATIVE_INT, &q->bits));
+    SC_TRY(qio_attr_read(io, g, "/quant", "k", H5T_NATIVE_INT, &q->k));
+    SC_TRY(qio_attr_str_read(io, g, "/quant", "codebook_type", cb, sizeof cb));
+    SC_TRY(qio_attr_read(io, g, "/quant", "per_channel", H5T_NATIVE_INT, &q->per_channel));
+    SC_TRY(qio_attr_read(io, g, "/quant", "symmetric", H5T_NATIVE_INT, &q->symmetric));
+    SC_TRY(qio_attr_read(io, g, "/quant", "tensors", H5T_NATIVE_INT, ntensors));
+    q->codebook_fp16 = !strcmp(cb, "float16");
+    if (q->method == QM_KMEANS && (q->k < 2 || q->k > 256))
+        return sc_fail(io->err, "/quant k = %d, must be 2..256 (%s)", q->k, io->path);
+    if (q->method == QM_LINEAR && q->bits != 8 && q->bits != 16)
+        return sc_fail(io->err, "/quant bits = %d, must be 8 or 16 (%s)", q->bits, io->path);
+    return 0;
+}
+
+// Reads and checks a k-means tensor's codebook and indices.
+static int qio_kmeans_read(qio *io, hid_t g, const char *where, quant_model *q,
+                           quant_tensor *t) {
+    long k = qio_dset_len(io, g, where, "codebook");
+    if (k < 0) return -1;
+    if (k != q->k) return sc_fail(io->err, "%s/codebook holds %ld centroids, /quant says %d (%s)",
+                                  where, k, q->k, io->path);
+    SC_TRY(qio_dset_read(io, g, where, "codebook", H5T_NATIVE_FLOAT, (size_t)k, t->codebook));
+    SC_TRY(qio_dset_read(io, g, where, "indices", H5T_NATIVE_UINT8, t->count, t->indices));
+    for (size_t i = 0; i < t->count; i++)
+        if (t->indices[i] >= k)
+            return sc_fail(io->err, "%s/indices[%zu] = %d, beyond the %ld centroids (%s)", where,
+                           i, t->indices[i], k, io->path);
+    return 0;
+}
+
+// Reads and checks a linear tensor's scales, zero points and integers.
+static int qio_linear_read(qio *io, hid_t g, const char *where, const quant_model *q,
+                           quant_tensor *t, const ptensor *p) {
+    long ns = qio_dset_len(io, g, where, "scale");
+    if (ns < 0) return -1;
+    if (ns != 1 && ns != p->dims[0])
+        return sc_fail(io->err, "%s/scale holds %ld values, expected 1 or %d (%s)", where, ns,
+                       p->dims[0], io->path);
+    t->nscale = (int)ns;
+    SC_TRY(qio_dset_read(io, g, where, "scale", H5T_NATIVE_FLOAT, (size_t)ns, t->scale));
+    SC_TRY(qio_dset_read(io, g, where, "zero_point", H5T_NATIVE_INT32, (size_t)ns,
+                         t->zero_point));
+    SC_TRY(qio_dset_read(io, g, where, "q", H5T_NATIVE_INT16, t->count, t->q));
+    const int qmin = q->bits == 8 ? -128 : -32768, qmax = q->bits == 8 ? 127 : 32767;
+    for (long c = 0; c < ns; c++)
+        if (!(isfinite(t->scale[c]) && t->scale[c] > 0) || t->zero_point[c] < qmin ||
+            t->zero_point[c] > qmax)
+            return sc_fail(io->err, "%s: bad scale %g or zero point %d in channel %ld (%s)", where,
+                           t->scale[c], t->zero_point[c], c, io->path);
+    for (size_t i = 0; i < t->count; i++)
+        if (t->q[i] < qmin || t->q[i] > qmax)
+            return sc_fail(io->err, "%s/q[%zu] = %d, beyond %d bits (%s)", where, i, t->q[i],
+                           q->bits, io->path);
+    return 0;
+}
+
+// Checks that decoding t reproduces the net's parameters exactly.
+static int qio_match_check(qio *io, const net *nt, const quant_model *q, const quant_tensor *t) {
+    const ptensor *p = &nt->tensors[t->tensor];
+    const float *w = nt->param + p->offset, *m = nt->mask + p->offset;
+    if (q->method == QM_HALF) {
+        for (size_t i = 0; i < t->count; i++)
+            if (quant_fp16_round(w[i], NULL) != w[i])
+                return sc_fail(io->err, "/params/%s[%zu] = %.9g is not an fp16 value though "
+                               "/quant says half (%s)", p->name, i, w[i], io->path);
+        return 0;
+    }
+    float *d = malloc((t->count ? t->count : 1) * sizeof *d);  // (count)
+    if (!d) return sc_fail(io->err, "out of memory (%s)", io->path);
+    quant_tensor_decode(q, t, m, d);
+    size_t bad = t->count;
+    for (size_t i = 0; i < t->count && bad == t->count; i++)
+        if (d[i] != w[i]) bad = i;
+    int rc = 0;
+    if (bad < t->count)
+        rc = sc_fail(io->err, "/quant/%s does not decode to /params/%s (index %zu: %.9g vs "
+                     "%.9g); the model changed after quantization (%s)", p->name, p->name, bad,
+                     d[bad], w[bad], io->path);
+    free(d);
+    return rc;
+}
+
+// Reads /quant/<name> of tensor `ti` into t.
+static int qio_tensor_read(qio *io, hid_t quant, const net *nt, quant_model *q, int ti,
+                           quant_tensor *t) {
+    const ptensor *p = &nt->tensors[ti];
+    char where[96], method[32];
+    snprintf(where, sizeof where, "/quant/%s", p->name);
+    int lin = q->method == QM_LINEAR;
+    SC_TRY(quant_tensor_alloc(t, nt, ti, q->method == QM_KMEANS ? q->k : 0,
+                              lin ? p->dims[0] : 0, io->err));
+    hid_t g = -1;
+    int rc = -1;
+    QH5(io, g = H5Gopen2(quant, p->name, H5P_DEFAULT));
+    rc = qio_attr_str_read(io, g, where, "method", method, sizeof method);
+    if (rc == 0 && strcmp(method, q->method == QM_KMEANS ? "kmeans" : lin ? "linear" : "half"))
+        rc = sc_fail(io->err, "%s method '%s' differs from /quant's (%s)", where, method, io->path);
+    if (rc == 0 && q->method == QM_KMEANS) rc = qio_kmeans_read(io, g, where, q, t);
+    if (rc == 0 && lin) rc = qio_linear_read(io, g, where, q, t, p);
+    if (rc == 0) rc = qio_match_check(io, nt, q, t);
+fail:
+    QCLOSE(io, H5Gclose, g, rc);
+    return rc;
+}
+
+// Reads every /quant/<name> present, in the net's tensor order, and checks
+// that /quant holds nothing else.
+static int qio_tensors_read(qio *io, hid_t g, const net *nt, quant_model *q, int want) {
+    for (int i = 0; i < nt->ntensors; i++) {
+        htri_t ex = H5Lexists(g, nt->tensors[i].name, H5P_DEFAULT);
+        if (ex < 0) return qio_h5_fail(io, "H5Lexists(tensor)", __FILE__, __LINE__);
+        if (ex == 0) continue;
+        if (!nt->tensors[i].trainable || q->ntensors >= want)
+            return sc_fail(io->err, "/quant/%s is not expected (%s)", nt->tensors[i].name, io->path);
+        quant_tensor *t = &q->t[q->ntensors++];  // counted first: freed on failure too
+        SC_TRY(qio_tensor_read(io, g, nt, q, i, t));
+    }
+    H5G_info_t info;
+    if (H5Gget_info(g, &info) < 0) return qio_h5_fail(io, "H5Gget_info(/quant)", __FILE__, __LINE__);
+    if (info.nlinks != (hsize_t)q->ntensors || q->ntensors != want)
+        return sc_fail(io->err, "/quant holds %llu entries, %d name tensors of the net and %d "
+                       "are expected (%s)", (unsigned long long)info.nlinks, q->ntensors, want,
+                       io->path);
+    return 0;
+}
+
+// Reads /quant from the open file.
+static int qio_read_all(qio *io, const net *nt, quant_model **out) {
+    hid_t g = -1;
+    int rc = -1, want = 0;
+    quant_model *q = quant_model_new(QM_KMEANS, nt->ntensors, io->err);
+    if (!q) return -1;
+    QH5(io, g = H5Gopen2(io->file, "quant", H5P_DEFAULT));
+    rc = qio_attrs_read(io, g, q, &want);
+    if (rc == 0 && (want < 0 || want > nt->ntensors))
+        rc = sc_fail(io->err, "/quant says %d tensors, the net has %d (%s)", want, nt->ntensors,
+                     io->path);
+    if (rc == 0) rc = qio_tensors_read(io, g, nt, q, want);
+fail:
+    QCLOSE(io, H5Gclose, g, rc);
+    if (rc) quant_model_free(q);
+    else *out = q;
+    return rc;
+}
+
+// Opens the file, and reads /quant when it has one.
+int quant_load(const char *path, const net *nt, quant_model **out, sc_err *err) {
+    *out = NULL;
+    qio io = {path, err, -1};
+    qio_quiet s;
+    qio_quiet_begin(&s);
+    hid_t fapl = -1;
+    int rc = -1;
+    QH5(&io, fapl = H5Pcreate(H5P_FILE_ACCESS));
+    QH5(&io, H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG));
+    io.file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    if (io.file < 0) {
+        sc_fail(err, "cannot open model file (%s)", path);
+        goto fail;
+    }
+    htri_t ex = H5Lexists(io.file, "quant", H5P_DEFAULT);
+    if (ex < 0) qio_h5_fail(&io, "H5Lexists(/quant)", __FILE__, __LINE__);
+    else rc = ex == 0 ? 0 : qio_read_all(&io, nt, out);
+fail:
+    QCLOSE(&io, H5Fclose, io.file, rc);
+    QCLOSE(&io, H5Pclose, fapl, rc);
+    qio_quiet_end(&s);
+    if (rc && *out) {
+        quant_model_free(*out);
+        *out = NULL;
+    }
+    return rc;
+}

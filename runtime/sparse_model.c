@@ -1,0 +1,688 @@
+// Exported models (docs/export-format.md): the fusion rule, offsets, fp16
+// conversion, the folded net, and the loader of the HDF5 file `export`
+// writes. Every part of the file is checked against the graph rebuilt from
+// the stored description: geometry, fusion, row pointers, ascending column
+// indices, offsets, codes.
+#include "sparse_model.h"
+
+#include <errno.h>
+#include <hdf5.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define SPARSE_FORMAT "sparsecnn-export"
+#define SPARSE_FORMAT_VERSION 1
+
+// --- fp16 -------------------------------------------------------------------
+
+// Rounds a float to the nearest IEEE half (ties to even); overflow gives inf.
+uint16_t sparse_half_from_float(float f) {
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    const uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0));
+    if (ax < 0x38800000u) {  // below 2^-14: a half subnormal (or zero), exact scaling
+        float a;
+        memcpy(&a, &ax, sizeof a);
+        return (uint16_t)(sign | (uint32_t)lrintf(a * 16777216.0f));
+    }
+    if (ax >= 0x47800000u) return (uint16_t)(sign | 0x7c00u);
+    uint32_t h = ((((ax >> 23) - 112u)) << 10) | ((ax & 0x7fffffu) >> 13);
+    const uint32_t rest = ax & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) h++;
+    if (h > 0x7c00u) h = 0x7c00u;
+    return (uint16_t)(sign | h);
+}
+
+// Widens an IEEE half to a float (exact).
+float sparse_half_to_float(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0) {
+        float v = ldexpf((float)m, -24);
+        return sign ? -v : v;
+    }
+    uint32_t x = e == 31 ? (sign | 0x7f800000u | (m << 13)) : (sign | ((e + 112u) << 23) | (m << 13));
+    float f;
+    memcpy(&f, &x, sizeof f);
+    return f;
+}
+
+// Name of a value type as stored in the file.
+const char *sparse_vtype_name(sparse_vtype v) {
+    return v == SV_FP16 ? "fp16" : v == SV_CODEBOOK4 ? "codebook4" : "fp32";
+}
+
+// --- geometry and fusion ----------------------------------------------------
+
+// Number of layers reading layer i's output; *only gets the reader when there
+// is exactly one (an add reading i twice counts twice).
+static int sm_readers(const net *nt, int i, int *only) {
+    int n = 0;
+    *only = -1;
+    for (int j = 0; j < nt->nlayers; j++) {
+        const layer *L = &nt->layers[j];
+        int here = (L->src == i) + (L->kind == LK_ADD && L->src2 == i);
+        if (here) *only = j;
+        n += here;
+    }
+    if (n != 1) *only = -1;
+    return n;
+}
+
+// Fills the graph fields of l for conv/linear layer li of nt.
+void sparse_layer_fusion(const net *nt, int li, sparse_layer *l) {
+    const layer *L = &nt->layers[li];
+    l->layer = li;
+    l->is_linear = L->kind == LK_LINEAR;
+    l->K = L->c;
+    l->C = l->is_linear ? L->in_c * L->in_h * L->in_w : L->in_c;
+    l->R = l->S = l->is_linear ? 1 : L->k;
+    l->stride = l->is_linear ? 1 : L->stride;
+    l->pad = l->is_linear ? 0 : L->pad;
+    l->H = l->is_linear ? 1 : L->in_h, l->W = l->is_linear ? 1 : L->in_w;
+    l->P = L->h, l->Q = L->w;
+    l->bn = l->relu_layer = l->pool_layer = -1;
+    l->relu = l->pool_k = l->pool_stride = l->pool_pad = 0;
+    int next, last = li;
+    if (sm_readers(nt, last, &next) == 1 && nt->layers[next].kind == LK_BN) l->bn = last = next;
+    if (sm_readers(nt, last, &next) == 1 && nt->layers[next].kind == LK_RELU) {
+        l->relu = 1;
+        l->relu_layer = last = next;
+        if (sm_readers(nt, last, &next) == 1 && nt->layers[next].kind == LK_MAXPOOL) {
+            const layer *M = &nt->layers[next];
+            l->pool_layer = last = next;
+            l->pool_k = M->k, l->pool_stride = M->stride, l->pool_pad = M->pad;
+        }
+    }
+    l->out_layer = last;
+}
+
+// Offset into the zero-padded input of column index col.
+int64_t sparse_layer_offset(const sparse_layer *l, int32_t col) {
+    if (l->is_linear) return col;
+    const int rs = l->R * l->S;
+    const int64_t c = col / rs, r = (col % rs) / l->S, s = col % l->S;
+    return (c * (l->H + 2 * l->pad) + r) * (l->W + 2 * l->pad) + s;
+}
+
+// --- the folded net ---------------------------------------------------------
+
+// The sparse layer whose folded BN is layer bn, or NULL.
+static const sparse_layer *sm_folding(const sparse_model *m, int bn) {
+    for (int i = 0; i < m->nlayers; i++)
+        if (m->layers[i].bn == bn) return &m->layers[i];
+    return NULL;
+}
+
+// 1 when tensor t is stored in /params (not conv/linear, not a folded BN's).
+int sparse_model_tensor_in_params(const sparse_model *m, int t) {
+    const layer *L = &m->nt->layers[m->nt->tensors[t].layer];
+    if (L->kind == LK_CONV || L->kind == LK_LINEAR) return 0;
+    return !(L->kind == LK_BN && sm_folding(m, m->nt->tensors[t].layer));
+}
+
+// Writes one layer's densified CSR and bias into the net.
+static int sm_fill_layer(net *nt, const sparse_layer *l, sc_err *err) {
+    const layer *L = &nt->layers[l->layer];
+    const ptensor *wt = &nt->tensors[L->weight];
+    float *w = net_tensor_data(nt, L->weight);  // (K, C*R*S)
+    const size_t cols = (size_t)l->C * l->R * l->S;
+    memset(w, 0, wt->count * sizeof *w);
+    for (size_t k = 0; k < (size_t)l->K; k++)
+        for (size_t j = k * l->nnz_row; j < (k + 1) * (size_t)l->nnz_row; j++)
+            w[k * cols + (size_t)l->indices[j]] = l->values[j];
+    float *mk = net_tensor_mask(nt, L->weight);
+    for (size_t i = 0; wt->prunable && i < wt->count; i++) mk[i] = w[i] != 0.0f;
+    float *b = L->bias >= 0 ? net_tensor_data(nt, L->bias) : NULL;  // (K)
+    if (l->bn >= 0) {
+        const layer *B = &nt->layers[l->bn];
+        float *g = net_tensor_data(nt, B->gamma), *be = net_tensor_data(nt, B->beta);
+        float *mu = net_tensor_data(nt, B->mean), *var = net_tensor_data(nt, B->var);
+        for (int k = 0; k < l->K; k++) {
+            g[k] = 1.0f, be[k] = l->bias[k], mu[k] = 0.0f, var[k] = 1.0f - B->eps;
+            if (b) b[k] = 0.0f;
+        }
+        return 0;
+    }
+    for (int k = 0; k < l->K; k++) {
+        if (b) b[k] = l->bias[k];
+        else if (l->bias[k] != 0.0f)
+            return sc_fail(err, "layer %s has a bias (%g) but neither a bias nor a folded BN in the net",
+                           L->name, (double)l->bias[k]);
+    }
+    return 0;
+}
+
+// Writes every layer's CSR and folded bias into m->nt.
+int sparse_model_fill_net(sparse_model *m, sc_err *err) {
+    for (int i = 0; i < m->nlayers; i++) SC_TRY(sm_fill_layer(m->nt, &m->layers[i], err));
+    return 0;
+}
+
+// Frees a model and everything it owns.
+void sparse_model_free(sparse_model *m) {
+    if (!m) return;
+    for (int i = 0; m->layers && i < m->nlayers; i++) {
+        sparse_layer *l = &m->layers[i];
+        free(l->indices), free(l->offsets), free(l->values), free(l->bias), free(l->codes);
+        free(l->pad_mask), free(l->row_scale);
+    }
+    free(m->layers);
+    net_free(m->nt);
+    free(m);
+}
+
+// The sparse layer for nt->layers[layer], or NULL.
+const sparse_layer *sparse_model_find(const sparse_model *m, int layer) {
+    for (int i = 0; m && i < m->nlayers; i++)
+        if (m->layers[i].layer == layer) return &m->layers[i];
+    return NULL;
+}
+
+// --- HDF5 reading: helpers --------------------------------------------------
+
+typedef struct {
+    const char *path;  // the export file, named in every message
+    sc_err *err;
+    hid_t file;
+} sio;
+
+// Keeps the innermost HDF5 error description.
+static herr_t sio_walk_cb(unsigned n, const H5E_error2_t *e, void *data) {
+    if (n == 0 && e->desc) snprintf((char *)data, 160, "%s", e->desc);
+    return 0;
+}
+
+// Fills the error with the failed call, the file and HDF5's message; -1.
+static int sio_h5_fail(sio *io, const char *expr, const char *src, int line) {
+    char h5msg[160] = "";
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, sio_walk_cb, h5msg);
+    return sc_fail(io->err, "HDF5 call failed: %s (%s, HDF5: %s, at %s:%d)", expr, io->path,
+                   h5msg[0] ? h5msg : "no details", src, line);
+}
+
+// Jumps to the function's fail label when an HDF5 call returns < 0.
+#define SIO_CHECK(io, expr)                                  \
+    do {                                                     \
+        if ((expr) < 0) {                                    \
+            sio_h5_fail((io), #expr, __FILE__, __LINE__);    \
+            goto fail;                                       \
+        }                                                    \
+    } while (0)
+
+// Closes an HDF5 id when valid (close errors are not interesting on reads).
+#define SIO_CLOSE(fn, id)             \
+    do {                              \
+        if ((id) >= 0) (void)fn(id);  \
+        (id) = -1;                    \
+    } while (0)
+
+// Fails unless loc has a link called name (shown as where/name).
+static int sio_need(sio *io, hid_t loc, const char *where, const char *name, int is_attr) {
+    htri_t ex = is_attr ? H5Aexists(loc, name) : H5Lexists(loc, name, H5P_DEFAULT);
+    if (ex < 0) return sio_h5_fail(io, "H5Lexists/H5Aexists", __FILE__, __LINE__);
+    if (ex == 0 && is_attr)
+        return sc_fail(io->err, "export file lacks attribute %s of %s (%s)", name, where, io->path);
+    if (ex == 0) return sc_fail(io->err, "export file lacks %s/%s (%s)", where, name, io->path);
+    return 0;
+}
+
+// Reads the one string of attribute or dataset o into a new buffer.
+static char *sio_str_obj(sio *io, hid_t o, int is_attr, const char *what) {
+    hid_t t = -1, sp = -1, mt = -1;
+    char *out = NULL, *vl = NULL;
+    SIO_CHECK(io, t = is_attr ? H5Aget_type(o) : H5Dget_type(o));
+    SIO_CHECK(io, sp = is_attr ? H5Aget_space(o) : H5Dget_space(o));
+    if (H5Tget_class(t) != H5T_STRING || H5Sget_simple_extent_npoints(sp) != 1) {
+        sc_fail(io->err, "%s is not one string (%s)", what, io->path);
+        goto fail;
+    }
+    htri_t var;
+    SIO_CHECK(io, var = H5Tis_variable_str(t));
+    size_t size = var ? 0 : H5Tget_size(t);
+    SIO_CHECK(io, mt = H5Tcopy(H5T_C_S1));
+    SIO_CHECK(io, H5Tset_size(mt, var ? H5T_VARIABLE : size));
+    SIO_CHECK(io, H5Tset_cset(mt, H5Tget_cset(t)));
+    void *dst = var ? (void *)&vl : (void *)(out = calloc(size + 1, 1));
+    if (!dst) {
+        sc_fail(io->err, "out of memory (%s)", io->path);
+        goto fail;
+    }
+    SIO_CHECK(io, is_attr ? H5Aread(o, mt, dst) : H5Dread(o, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst));
+    if (var) {
+        out = strdup(vl ? vl : "");
+        H5free_memory(vl);
+        if (!out) sc_fail(io->err, "out of memory (%s)", io->path);
+    }
+    SIO_CLOSE(H5Tclose, mt);
+    SIO_CLOSE(H5Sclose, sp);
+    SIO_CLOSE(H5Tclose, t);
+    return out;
+fail:
+    SIO_CLOSE(H5Tclose, mt);
+    SIO_CLOSE(H5Sclose, sp);
+    SIO_CLOSE(H5Tclose, t);
+    free(out);
+    return NULL;
+}
+
+// Reads string attribute (is_attr) or string dataset `name` under loc.
+static char *sio_str(sio *io, hid_t loc, const char *where, const char *name, int is_attr) {
+    if (sio_need(io, loc, where, name, is_attr) != 0) return NULL;
+    char what[320];
+    snprintf(what, sizeof what, "%s%s%s", where, is_attr ? " " : "/", name);
+    hid_t o = is_attr ? H5Aopen(loc, name, H5P_DEFAULT) : H5Dopen2(loc, name, H5P_DEFAULT);
+    if (o < 0) {
+        sio_h5_fail(io, "open", __FILE__, __LINE__);
+        return NULL;
+    }
+    char *s = sio_str_obj(io, o, is_attr, what);
+    if (is_attr) H5Aclose(o);
+    else H5Dclose(o);
+    return s;
+}
+
+// Reads n numbers of attribute (is_attr) or dataset `name` under loc as
+// mtype; fails unless it is numeric and holds exactly n values.
+static int sio_nums(sio *io, hid_t loc, const char *where, const char *name, int is_attr,
+                    hid_t mtype, hsize_t n, void *buf) {
+    SC_TRY(sio_need(io, loc, where, name, is_attr));
+    hid_t o = -1, t = -1, sp = -1;
+    int rc = -1;
+    SIO_CHECK(io, o = is_attr ? H5Aopen(loc, name, H5P_DEFAULT) : H5Dopen2(loc, name, H5P_DEFAULT));
+    SIO_CHECK(io, t = is_attr ? H5Aget_type(o) : H5Dget_type(o));
+    SIO_CHECK(io, sp = is_attr ? H5Aget_space(o) : H5Dget_space(o));
+    H5T_class_t cls = H5Tget_class(t);
+    hssize_t got = H5Sget_simple_extent_npoints(sp);
+    if (cls != H5T_INTEGER && cls != H5T_FLOAT) {
+        sc_fail(io->err, "%s%s%s is not numeric (%s)", where, is_attr ? " " : "/", name, io->path);
+    } else if (got != (hssize_t)n) {
+        sc_fail(io->err, "%s%s%s holds %lld values, expected %llu (%s)", where, is_attr ? " " : "/",
+                name, (long long)got, (unsigned long long)n, io->path);
+    } else if (n > 0) {
+        SIO_CHECK(io, is_attr ? H5Aread(o, mtype, buf)
+                              : H5Dread(o, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf));
+        rc = 0;
+    } else {
+        rc = 0;
+    }
+fail:
+    SIO_CLOSE(H5Sclose, sp);
+    SIO_CLOSE(H5Tclose, t);
+    if (o >= 0) is_attr ? H5Aclose(o) : H5Dclose(o);
+    return rc;
+}
+
+// Reads an integer attribute and checks it lies in [lo, hi].
+static int sio_int(sio *io, hid_t loc, const char *where, const char *name, long lo, long hi,
+                   long *out) {
+    long long v = 0;
+    SC_TRY(sio_nums(io, loc, where, name, 1, H5T_NATIVE_LLONG, 1, &v));
+    if (v < lo || v > hi)
+        return sc_fail(io->err, "%s attribute %s = %lld is out of range (%s)", where, name, v, io->path);
+    *out = (long)v;
+    return 0;
+}
+
+// The IEEE half type as h5py writes it (float16).
+static hid_t sio_half_type(sio *io) {
+    hid_t t = -1;
+    SIO_CHECK(io, t = H5Tcopy(H5T_IEEE_F32LE));
+    SIO_CHECK(io, H5Tset_fields(t, 15, 10, 5, 0, 10));
+    SIO_CHECK(io, H5Tset_size(t, 2));
+    SIO_CHECK(io, H5Tset_ebias(t, 15));
+    return t;
+fail:
+    SIO_CLOSE(H5Tclose, t);
+    return -1;
+}
+
+// Reads n floats of dataset name; a 2-byte float dataset is read as IEEE
+// half and widened here (exact), anything else converted by HDF5.
+static int sio_floats(sio *io, hid_t loc, const char *where, const char *name, hsize_t n,
+                      float *out) {
+    SC_TRY(sio_need(io, loc, where, name, 0));
+    hid_t d = H5Dopen2(loc, name, H5P_DEFAULT);
+    if (d < 0) return sio_h5_fail(io, "H5Dopen2", __FILE__, __LINE__);
+    hid_t t = H5Dget_type(d);
+    int half = t >= 0 && H5Tget_class(t) == H5T_FLOAT && H5Tget_size(t) == 2;
+    if (t >= 0) H5Tclose(t);
+    H5Dclose(d);
+    if (!half) return sio_nums(io, loc, where, name, 0, H5T_NATIVE_FLOAT, n, out);
+    uint16_t *h = malloc((n ? n : 1) * sizeof *h);  // (n)
+    hid_t ht = sio_half_type(io);
+    int rc = !h ? sc_fail(io->err, "out of memory (%s)", io->path)
+                : ht < 0 ? -1 : sio_nums(io, loc, where, name, 0, ht, n, h);
+    for (hsize_t i = 0; rc == 0 && i < n; i++) out[i] = sparse_half_to_float(h[i]);
+    if (ht >= 0) H5Tclose(ht);
+    free(h);
+    return rc;
+}
+
+// --- HDF5 reading: the layers -----------------------------------------------
+
+// Checks one integer attribute of a layer group against the graph's value.
+static int sio_expect(sio *io, hid_t g, const char *where, const char *name, long want) {
+    long v;
+    SC_TRY(sio_int(io, g, where, name, -(1L << 40), 1L << 40, &v));
+    if (v != want)
+        return sc_fail(io->err, "%s attribute %s is %ld, the net has %ld (%s)", where, name, v,
+                       want, io->path);
+    return 0;
+}
+
+// Checks a string attribute of a layer group against the graph's value.
+static int sio_expect_str(sio *io, hid_t g, const char *where, const char *name, const char *want) {
+    char *s = sio_str(io, g, where, name, 1);
+    if (!s) return -1;
+    int same = !strcmp(s, want);
+    if (!same)
+        sc_fail(io->err, "%s attribute %s is '%s', the net has '%s' (%s)", where, name, s, want,
+                io->path);
+    free(s);
+    return same ? 0 : -1;
+}
+
+// Checks the geometry and fusion attributes against the graph.
+static int sio_layer_attrs(sio *io, hid_t g, const char *where, const sparse_layer *l) {
+    long long shape[2], k[2];
+    SC_TRY(sio_nums(io, g, where, "shape", 1, H5T_NATIVE_LLONG, 2, shape));
+    if (shape[0] != l->K || shape[1] != (long long)l->C * l->R * l->S)
+        return sc_fail(io->err, "%s has shape (%lld, %lld), the net needs (%d, %lld) (%s)", where,
+                       shape[0], shape[1], l->K, (long long)l->C * l->R * l->S, io->path);
+    SC_TRY(sio_nums(io, g, where, "k", 1, H5T_NATIVE_LLONG, 2, k));
+    if (k[0] != l->R || k[1] != l->S)
+        return sc_fail(io->err, "%s attribute k is (%lld, %lld), the net has (%d, %d) (%s)", where,
+                       k[0], k[1], l->R, l->S, io->path);
+    SC_TRY(sio_expect_str(io, g, where, "kind", l->is_linear ? "linear" : "conv"));
+    const char *names[] = {"stride", "pad", "in_c", "in_h", "in_w", "out_c", "out_h", "out_w"};
+    const long want[] = {l->stride, l->pad, l->C, l->H, l->W, l->K, l->P, l->Q};
+    for (int i = 0; i < 8; i++) SC_TRY(sio_expect(io, g, where, names[i], want[i]));
+    SC_TRY(sio_expect_str(io, g, where, "activation", l->relu ? "relu" : "none"));
+    SC_TRY(sio_expect_str(io, g, where, "pool", l->pool_k ? "max" : "none"));
+    if (!l->pool_k) return 0;
+    SC_TRY(sio_expect(io, g, where, "pool_size", l->pool_k));
+    SC_TRY(sio_expect(io, g, where, "pool_stride", l->pool_stride));
+    return sio_expect(io, g, where, "pool_pad", l->pool_pad);
+}
+
+// Reads indptr and checks that every row holds nnz_row entries.
+static int sio_layer_indptr(sio *io, hid_t g, const char *where, const sparse_layer *l) {
+    long long *p = malloc(((size_t)l->K + 1) * sizeof *p);  // (K + 1)
+    if (!p) return sc_fail(io->err, "out of memory (%s)", io->path);
+    int rc = sio_nums(io, g, where, "indptr", 0, H5T_NATIVE_LLONG, (hsize_t)l->K + 1, p);
+    for (int k = 0; rc == 0 && k <= l->K; k++)
+        if (p[k] != (long long)k * l->nnz_row)
+            rc = sc_fail(io->err, "%s/indptr[%d] is %lld, rows of %d entries need %lld (%s)", where,
+                         k, p[k], l->nnz_row, (long long)k * l->nnz_row, io->path);
+    free(p);
+    return rc;
+}
+
+// Reads indices and offsets and checks them: in range, ascending within a
+// row, offsets equal to the layer's geometry applied to the indices.
+static int sio_layer_index(sio *io, hid_t g, const char *where, sparse_layer *l, size_t n) {
+    SC_TRY(sio_nums(io, g, where, "indices", 0, H5T_NATIVE_INT32, n, l->indices));
+    SC_TRY(sio_nums(io, g, where, "offsets", 0, H5T_NATIVE_INT32, n, l->offsets));
+    const int32_t cols = l->C * l->R * l->S;
+    for (size_t j = 0; j < n; j++) {
+        const int32_t c = l->indices[j];
+        if (c < 0 || c >= cols || (j % l->nnz_row && c <= l->indices[j - 1]))
+            return sc_fail(io->err, "%s/indices[%zu] = %d is out of range or not ascending (%s)",
+                           where, j, c, io->path);
+        if (l->offsets[j] != sparse_layer_offset(l, c))
+            return sc_fail(io->err, "%s/offsets[%zu] = %d does not match column %d (%s)", where, j,
+                           l->offsets[j], c, io->path);
+    }
+    return 0;
+}
+
+// Number of values of dataset name under loc (which must exist); -1 on error.
+static long long sio_len(sio *io, hid_t loc, const char *where, const char *name) {
+    if (sio_need(io, loc, where, name, 0) != 0) return -1;
+    hid_t d = H5Dopen2(loc, name, H5P_DEFAULT), sp = d >= 0 ? H5Dget_space(d) : -1;
+    hssize_t n = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
+    if (sp >= 0) H5Sclose(sp);
+    if (d >= 0) H5Dclose(d);
+    if (n < 0) sio_h5_fail(io, "H5Dget_space", __FILE__, __LINE__);
+    return n;
+}
+
+// Reads the codebook form: codes, pad_mask, codebook, row_scale; decodes the
+// values and checks that every real entry's code is in the codebook.
+static int sio_layer_codes(sio *io, hid_t g, const char *where, sparse_layer *l, size_t n) {
+    long long nc = sio_len(io, g, where, "codebook");
+    if (nc < 0) return -1;
+    if (nc < 1 || nc > 16)
+        return sc_fail(io->err, "%s/codebook has %lld entries, expected 1 to 16 (%s)", where, nc,
+                       io->path);
+    l->ncodebook = (int)nc;
+    SC_TRY(sio_floats(io, g, where, "codebook", (hsize_t)nc, l->codebook));
+    SC_TRY(sio_nums(io, g, where, "codes", 0, H5T_NATIVE_UINT8, (n + 1) / 2, l->codes));
+    SC_TRY(sio_nums(io, g, where, "pad_mask", 0, H5T_NATIVE_UINT8, (n + 7) / 8, l->pad_mask));
+    SC_TRY(sio_nums(io, g, where, "row_scale", 0, H5T_NATIVE_FLOAT, (hsize_t)l->K, l->row_scale));
+    long real = 0;
+    for (size_t j = 0; j < n; j++) {
+        const int code = (l->codes[j / 2] >> (4 * (j % 2))) & 15;
+        const int pad = (l->pad_mask[j / 8] >> (j % 8)) & 1;
+        if (!pad && code >= l->ncodebook)
+            return sc_fail(io->err, "%s/codes[%zu] = %d is beyond the codebook of %d (%s)", where, j,
+                           code, l->ncodebook, io->path);
+        real += !pad;
+        l->values[j] = pad ? 0.0f : l->codebook[code] * l->row_scale[j / (size_t)l->nnz_row];
+    }
+    if (real != l->nnz)
+        return sc_fail(io->err, "%s/pad_mask leaves %ld real entries, attribute nnz says %ld (%s)",
+                       where, real, l->nnz, io->path);
+    return 0;
+}
+
+// Reads the layer's value type attribute; it must agree with the file's.
+static int sio_layer_vtype(sio *io, hid_t g, const char *where, sparse_layer *l, sparse_vtype vt) {
+    char *s = sio_str(io, g, where, "values", 1);
+    if (!s) return -1;
+    l->vtype = !strcmp(s, "fp16") ? SV_FP16 : !strcmp(s, "codebook4") ? SV_CODEBOOK4 : SV_FP32;
+    int ok = !strcmp(s, sparse_vtype_name(l->vtype)) && (l->vtype == vt || vt == SV_CODEBOOK4);
+    if (!ok)
+        sc_fail(io->err, "%s attribute values is '%s', not possible in a %s file (%s)", where, s,
+                sparse_vtype_name(vt), io->path);
+    free(s);
+    return ok ? 0 : -1;
+}
+
+// Allocates a layer's arrays for K rows of nnz_row entries.
+static int sio_layer_alloc(sio *io, sparse_layer *l, size_t n) {
+    l->indices = malloc((n ? n : 1) * sizeof(int32_t));
+    l->offsets = malloc((n ? n : 1) * sizeof(int32_t));
+    l->values = malloc((n ? n : 1) * sizeof(float));
+    l->bias = malloc((size_t)l->K * sizeof(float));
+    const int cb = l->vtype == SV_CODEBOOK4;
+    if (cb) {
+        l->codes = malloc((n + 1) / 2 + 1);
+        l->pad_mask = malloc((n + 7) / 8 + 1);
+        l->row_scale = malloc((size_t)l->K * sizeof(float));
+    }
+    if (!l->indices || !l->offsets || !l->values || !l->bias ||
+        (cb && (!l->codes || !l->pad_mask || !l->row_scale)))
+        return sc_fail(io->err, "out of memory (%s)", io->path);
+    return 0;
+}
+
+// Reads one layer's group after its attributes were checked.
+static int sio_layer_body(sio *io, hid_t g, const char *where, sparse_layer *l, sparse_vtype vt) {
+    long v;
+    const long cols = (long)l->C * l->R * l->S;
+    SC_TRY(sio_int(io, g, where, "nnz_row", 0, cols, &v));
+    l->nnz_row = (int)v;
+    const size_t n = (size_t)l->K * (size_t)l->nnz_row;
+    SC_TRY(sio_int(io, g, where, "nnz", 0, (long)n, &l->nnz));
+    SC_TRY(sio_layer_vtype(io, g, where, l, vt));
+    SC_TRY(sio_layer_alloc(io, l, n));
+    SC_TRY(sio_layer_indptr(io, g, where, l));
+    SC_TRY(sio_layer_index(io, g, where, l, n));
+    SC_TRY(sio_nums(io, g, where, "bias", 0, H5T_NATIVE_FLOAT, (hsize_t)l->K, l->bias));
+    if (l->vtype == SV_CODEBOOK4) return sio_layer_codes(io, g, where, l, n);
+    return sio_floats(io, g, where, "data", n, l->values);
+}
+
+// Reads /layers/<name> of one conv or linear layer.
+static int sio_layer_read(sio *io, hid_t layers, sparse_model *m, sparse_layer *l) {
+    const char *name = m->nt->layers[l->layer].name;
+    char where[96];
+    snprintf(where, sizeof where, "/layers/%s", name);
+    SC_TRY(sio_need(io, layers, "/layers", name, 0));
+    hid_t g = H5Gopen2(layers, name, H5P_DEFAULT);
+    if (g < 0) return sio_h5_fail(io, "H5Gopen2(layer)", __FILE__, __LINE__);
+    int rc = sio_layer_attrs(io, g, where, l);
+    if (rc == 0) rc = sio_layer_body(io, g, where, l, m->vtype);
+    H5Gclose(g);
+    return rc;
+}
+
+// Reads every conv and linear layer; /layers must hold exactly those.
+static int sio_layers_read(sio *io, sparse_model *m) {
+    const net *nt = m->nt;
+    for (int i = 0; i < nt->nlayers; i++)
+        m->nlayers += nt->layers[i].kind == LK_CONV || nt->layers[i].kind == LK_LINEAR;
+    m->layers = calloc((size_t)(m->nlayers ? m->nlayers : 1), sizeof *m->layers);
+    if (!m->layers) return sc_fail(io->err, "out of memory (%s)", io->path);
+    for (int i = 0, n = 0; i < nt->nlayers; i++)
+        if (nt->layers[i].kind == LK_CONV || nt->layers[i].kind == LK_LINEAR)
+            sparse_layer_fusion(nt, i, &m->layers[n++]);
+    SC_TRY(sio_need(io, io->file, "", "layers", 0));
+    hid_t g = H5Gopen2(io->file, "layers", H5P_DEFAULT);
+    if (g < 0) return sio_h5_fail(io, "H5Gopen2(/layers)", __FILE__, __LINE__);
+    int rc = 0;
+    for (int i = 0; rc == 0 && i < m->nlayers; i++) rc = sio_layer_read(io, g, m, &m->layers[i]);
+    H5G_info_t info;
+    if (rc == 0 && H5Gget_info(g, &info) < 0) rc = sio_h5_fail(io, "H5Gget_info", __FILE__, __LINE__);
+    if (rc == 0 && info.nlinks != (hsize_t)m->nlayers)
+        rc = sc_fail(io->err, "/layers holds %llu groups, the net has %d conv/linear layers (%s)",
+                     (unsigned long long)info.nlinks, m->nlayers, io->path);
+    H5Gclose(g);
+    return rc;
+}
+
+// Reads the tensors of the layers that were not folded from /params.
+static int sio_params_read(sio *io, sparse_model *m) {
+    SC_TRY(sio_need(io, io->file, "", "params", 0));
+    hid_t g = H5Gopen2(io->file, "params", H5P_DEFAULT);
+    if (g < 0) return sio_h5_fail(io, "H5Gopen2(/params)", __FILE__, __LINE__);
+    int rc = 0;
+    for (int t = 0; rc == 0 && t < m->nt->ntensors; t++)
+        if (sparse_model_tensor_in_params(m, t))
+            rc = sio_nums(io, g, "/params", m->nt->tensors[t].name, 0, H5T_NATIVE_FLOAT,
+                          m->nt->tensors[t].count, net_tensor_data(m->nt, t));
+    H5Gclose(g);
+    return rc;
+}
+
+// --- HDF5 reading: the file -------------------------------------------------
+
+// Checks the format attributes and reads the value type.
+static int sio_format(sio *io, sparse_model *m) {
+    if (H5Aexists(io->file, "format") <= 0)
+        return sc_fail(io->err, "not a sparsecnn export file, no 'format' attribute (%s)", io->path);
+    char *fmt = sio_str(io, io->file, "/", "format", 1);
+    if (!fmt) return -1;
+    int ok = !strcmp(fmt, SPARSE_FORMAT);
+    if (!ok)
+        sc_fail(io->err, "not a sparsecnn export file, format is '%s'%s (%s)", fmt,
+                strcmp(fmt, "sparsecnn-model") ? "" : ": run export on it first", io->path);
+    free(fmt);
+    if (!ok) return -1;
+    long ver;
+    SC_TRY(sio_int(io, io->file, "/", "format_version", -(1L << 30), 1L << 30, &ver));
+    if (ver != SPARSE_FORMAT_VERSION)
+        return sc_fail(io->err, "unsupported export format version %ld, this build reads %d (%s)",
+                       ver, SPARSE_FORMAT_VERSION, io->path);
+    char *vt = sio_str(io, io->file, "/", "values", 1);
+    if (!vt) return -1;
+    m->vtype = !strcmp(vt, "fp16") ? SV_FP16 : !strcmp(vt, "codebook4") ? SV_CODEBOOK4 : SV_FP32;
+    ok = !strcmp(vt, sparse_vtype_name(m->vtype));
+    if (!ok) sc_fail(io->err, "unknown value type '%s' (%s)", vt, io->path);
+    free(vt);
+    return ok ? 0 : -1;
+}
+
+// Reads the root attributes and /net and rebuilds the graph.
+static int sio_net(sio *io, sparse_model *m) {
+    const char *names[4] = {"classes", "in_c", "in_h", "in_w"};
+    long dims[4];
+    for (int i = 0; i < 4; i++) SC_TRY(sio_int(io, io->file, "/", names[i], 1, 1L << 20, &dims[i]));
+    char *arch = sio_str(io, io->file, "/", "arch", 1);
+    char *ds = arch ? sio_str(io, io->file, "/", "dataset", 1) : NULL;
+    hid_t g = ds && sio_need(io, io->file, "", "net", 0) == 0 ? H5Gopen2(io->file, "net", H5P_DEFAULT) : -1;
+    char *desc = g >= 0 ? sio_str(io, g, "/net", "description", 0) : NULL;
+    int rc = -1;
+    if (desc) {
+        snprintf(m->dataset, sizeof m->dataset, "%s", ds);
+        m->nt = net_from_desc(arch, desc, (int)dims[1], (int)dims[2], (int)dims[3], (int)dims[0],
+                              io->err);
+        if (!m->nt) sc_wrap(io->err, "bad network description in %s", io->path);
+        else if (sio_nums(io, g, "/net", "input_mean", 0, H5T_NATIVE_FLOAT, 3, m->nt->in_mean) == 0 &&
+                 sio_nums(io, g, "/net", "input_std", 0, H5T_NATIVE_FLOAT, 3, m->nt->in_std) == 0)
+            rc = 0;
+    }
+    if (g >= 0) H5Gclose(g);
+    free(arch), free(ds), free(desc);
+    return rc;
+}
+
+// Checks that path is a readable HDF5 file and opens it read-only.
+static hid_t sio_open(sio *io) {
+    struct stat st;
+    if (stat(io->path, &st) != 0) {
+        sc_fail(io->err, "cannot read export file (%s, %s)", io->path, strerror(errno));
+        return -1;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        sc_fail(io->err, "export file is a directory (%s)", io->path);
+        return -1;
+    }
+    if (H5Fis_hdf5(io->path) <= 0) {
+        sc_fail(io->err, "not an HDF5 file (%s, %lld bytes)", io->path, (long long)st.st_size);
+        return -1;
+    }
+    hid_t f = H5Fopen(io->path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) {
+        char h5msg[160] = "";
+        H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, sio_walk_cb, h5msg);
+        sc_fail(io->err, "HDF5 file damaged or truncated (%s, HDF5: %s)", io->path,
+                h5msg[0] ? h5msg : "cannot open");
+    }
+    return f;
+}
+
+// Reads everything from the open file into m.
+static int sio_read_all(sio *io, sparse_model *m) {
+    SC_TRY(sio_format(io, m));
+    SC_TRY(sio_net(io, m));
+    SC_TRY(sio_layers_read(io, m));
+    SC_TRY(sio_params_read(io, m));
+    return sparse_model_fill_net(m, io->err);
+}
+
+// Loads an export file.
+sparse_model *sparse_model_load(const char *path, sc_err *err) {
+    sio io = {path, err, -1};
+    H5E_auto2_t func = NULL;
+    void *data = NULL;
+    if (H5Eget_auto2(H5E_DEFAULT, &func, &data) < 0) func = NULL, data = NULL;
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    sparse_model *m = calloc(1, sizeof *m);
+    int rc = m ? 0 : sc_fail(err, "out of memory (%s)", path);
+    if (rc == 0 && (io.file = sio_open(&io)) < 0) rc = -1;
+    if (rc == 0) rc = sio_read_all(&io, m);
+    if (io.file >= 0 && H5Fclose(io.file) < 0 && rc == 0)
+        rc = sio_h5_fail(&io, "H5Fclose", __FILE__, __LINE__);
+    H5Eset_auto2(H5E_DEFAULT, func, data);
+    if (rc != 0) {
+        sparse_model_free(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,117 @@
+// An exported model in memory: the file `export` writes (docs/export-format.md)
+// loaded for the deploy runtime. Every conv and linear layer is held as CSR,
+// one row per output channel, with batch norm folded into its weights and
+// bias, every row padded to the layer's maximum number of non-zeros, and the
+// column indices also given as offsets into the zero-padded input (Park et
+// al.). The graph (layer list, shapes, residual links) is the net built from
+// the stored description; BN layers that were folded are marked.
+//
+// Contract between export/ (writer, tests) and the deploy runtime (reader).
+// Implemented in runtime/sparse_model.c (loader, HDF5 details confined there).
+//
+// Fusion (sparse_layer_fusion, the same rule for writer and reader): a conv
+// or linear layer whose only reader is a BN folds that BN; the layer (or its
+// folded BN) whose only reader is a ReLU fuses the ReLU; a fused ReLU whose
+// only reader is a max pool fuses the pool. The sparse op's output then
+// stands for the output of the last fused layer (out_layer).
+#ifndef SC_SPARSE_MODEL_H
+#define SC_SPARSE_MODEL_H
+
+#include <stdint.h>
+
+#include "error.h"
+#include "net.h"
+
+typedef enum { SV_FP32 = 0, SV_FP16 = 1, SV_CODEBOOK4 = 2 } sparse_vtype;
+
+typedef struct {
+    int layer;             // index of the conv or linear layer in nt->layers
+    int bn;                // index of the BN layer folded into it, -1 when none
+    int is_linear;         // 1: linear layer (R = S = 1, H = W = 1, C = in features)
+    int K, C, R, S;        // rows (output channels) and the kernel; columns = C * R * S
+    int stride, pad;       // conv geometry (linear: 1, 0)
+    int H, W, P, Q;        // input and output spatial size (before any fused pooling)
+    long nnz;              // real non-zeros (explicit padding zeros not counted)
+    int nnz_row;           // entries per row after padding; row k is [k*nnz_row, (k+1)*nnz_row)
+    int32_t *indices;      // (K, nnz_row) column c*R*S + r*S + s of the (K, C*R*S) matrix,
+                           // ascending within a row
+    int32_t *offsets;      // (K, nnz_row) (c*(H+2pad) + r)*(W+2pad) + s: offset into the
+                           // zero-padded input plane stack (linear: equal to indices)
+    float *values;         // (K, nnz_row) BN-folded weights decoded to fp32 (fp16 layers:
+                           // the fp16 values widened; codebook layers: codebook[code] *
+                           // row_scale[k] in fp32); explicit padding zeros are 0
+    float *bias;           // (K) BN-folded bias (zeros when the layer has neither)
+    sparse_vtype vtype;    // how THIS layer is stored: SV_CODEBOOK4 only for layers with a
+                           // codebook (a codebook4 file keeps layers that quantize left
+                           // alone, e.g. the first conv, as fp32/fp16); the fields below
+                           // are set for SV_CODEBOOK4 layers only (else NULL / 0)
+    uint8_t *codes;        // ((K*nnz_row)+1)/2 bytes, two 4-bit indices per byte, low nibble
+                           // first, in values order; padding entries hold code 0
+    uint8_t *pad_mask;     // ((K*nnz_row)+7)/8 bytes, bit j%8 of byte j/8 (LSB first) set
+                           // for the explicit padding zeros (their value is 0 whatever the
+                           // code: a full 16-entry codebook has no code for zero)
+    int ncodebook;         // codebook entries in use (1..16)
+    float codebook[16];    // the codebook widened to fp32 (stored as fp16 when every entry
+                           // is fp16-exact, as quantize writes it), UNFOLDED (the quantized
+                           // weights before BN folding); entries past ncodebook are 0
+    float *row_scale;      // (K) BN scale of each row, fp32 (1 without BN): value j of row
+                           // k = pad(j) ? 0 : codebook[code(j)] * row_scale[k]
+    int relu;              // 1 when a ReLU follows the (folded) layer directly
+    int pool_k, pool_stride, pool_pad;  // max pool that follows the ReLU; pool_k 0: none
+    int relu_layer;        // index of the fused ReLU in nt->layers, -1 when none
+    int pool_layer;        // index of the fused max pool in nt->layers, -1 when none
+    int out_layer;         // last layer fused into this one (the layer itself, its BN, ReLU
+                           // or pool): the sparse op's output is that layer's output
+} sparse_layer;
+
+typedef struct {
+    net *nt;               // the graph with the exported (folded) weights: every conv and
+                           // linear weight is its CSR densified, its bias the folded bias;
+                           // a folded BN is made identity-plus-bias (gamma 1, mean 0,
+                           // var 1 - eps, beta = the folded bias, and the conv's own bias
+                           // 0), so the CPU executor runs nt as a check of the file;
+                           // BNs that were not folded keep their parameters (/params)
+    char dataset[256];     // dataset the model was trained on
+    sparse_vtype vtype;    // the file's value type: SV_CODEBOOK4 when some layer has a
+                           // codebook (see sparse_layer.vtype), else SV_FP32 or SV_FP16
+    int nlayers;
+    sparse_layer *layers;  // every conv and linear layer, in nt->layers order
+} sparse_model;
+
+// Loads an export file. Errors name the file and the part that is wrong.
+sparse_model *sparse_model_load(const char *path, sc_err *err);
+
+// Frees a loaded model (NULL is fine).
+void sparse_model_free(sparse_model *m);
+
+// The sparse layer for nt->layers[layer], or NULL.
+const sparse_layer *sparse_model_find(const sparse_model *m, int layer);
+
+// --- helpers shared by the writer (export/) and the loader ------------------
+
+// Fills l's graph fields for conv/linear layer li of nt: layer, bn,
+// is_linear, K, C, R, S, stride, pad, H, W, P, Q, relu, pool_*, relu_layer,
+// pool_layer, out_layer (the fusion rule above). Arrays are left alone.
+void sparse_layer_fusion(const net *nt, int li, sparse_layer *l);
+
+// Offset into the zero-padded input of column index col of layer l:
+// (c*(H+2pad) + r)*(W+2pad) + s for col = c*R*S + r*S + s (linear: col).
+int64_t sparse_layer_offset(const sparse_layer *l, int32_t col);
+
+// 1 when tensor t of m->nt is stored in the file's /params: it belongs to
+// neither a conv/linear layer nor a folded BN (normally none).
+int sparse_model_tensor_in_params(const sparse_model *m, int t);
+
+// Writes every layer's CSR (densified) and folded bias into m->nt, makes the
+// folded BNs identity-plus-bias and sets the masks of the prunable weights
+// to (weight != 0). Fails when a bias has nowhere to go.
+int sparse_model_fill_net(sparse_model *m, sc_err *err);
+
+// IEEE half precision <-> fp32 (round to nearest even; inf and NaN kept).
+uint16_t sparse_half_from_float(float f);
+float sparse_half_to_float(uint16_t h);
+
+// Name of a value type as stored in the file: "fp32", "fp16", "codebook4".
+const char *sparse_vtype_name(sparse_vtype v);
+
+#endif

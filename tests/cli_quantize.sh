@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# CLI tests of `quantize` on synthetic data on the CPU: bad usage and bad
+# input give one line `quantize: ...` and exit 2 / 1; the pipeline
+# train -> prune -> quantize --centroids 16 (no file names) writes
+# runs/latest/model.quant.h5, which loads as a model, keeps the pruned
+# zeros and has at most 16 distinct non-zero values per layer; linear, half
+# and fine-tuning runs write what their JSON summaries say.
+cd "$(dirname "$0")/.." || exit 1
+. tests/lib.sh
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+Q="$BIN/quantize --device cpu --quiet --data-dir $T/data --runs $T/runs"
+PY=/usr/bin/python3
+have_h5py() { [ -x "$PY" ] && "$PY" -c 'import h5py, numpy' 2>/dev/null; }
+
+# --- bad usage (exit 2) ---------------------------------------------------------
+expect_fail "K = 1" 2 '^quantize: .*centroids' $Q --centroids 1
+expect_fail "K = 257" 2 '^quantize: .*centroids' $Q --centroids 257
+expect_fail "K = abc" 2 '^quantize: .*centroids' $Q --centroids abc
+expect_fail "bits 4" 2 '^quantize: .*bits' $Q --bits 4
+expect_fail "two methods" 2 '^quantize: .*one of' $Q --centroids 16 --bits 8
+expect_fail "half and bits" 2 '^quantize: .*one of' $Q --half --bits 16
+expect_fail "finetune linear" 2 '^quantize: .*finetune' $Q --bits 8 --finetune-epochs 1
+expect_fail "unknown option" 2 '^quantize: .*--frobnicate' $Q --frobnicate
+expect_fail "two models" 2 '^quantize: ' $Q a.h5 b.h5
+expect_fail "bad init" 2 '^quantize: .*init' $Q --init random
+
+# --- bad input (exit 1) ---------------------------------------------------------
+expect_fail "no previous run" 1 '^quantize: no previous run' $Q
+expect_fail "missing model" 1 '^quantize: .*nothere.h5' $Q "$T/nothere.h5"
+echo "not hdf5" >"$T/junk.h5"
+expect_fail "corrupt model" 1 '^quantize: .*junk.h5' $Q "$T/junk.h5"
+
+# --- the pipeline without file names ----------------------------------------------
+$BIN/train --device cpu --quiet --data-dir "$T/data" --runs "$T/runs" --model lenet --epochs 2 \
+    --batch 64 --val-size 300 synthetic >/dev/null 2>&1 || bad "train" "failed"
+$BIN/prune --device cpu --quiet --data-dir "$T/data" --runs "$T/runs" --method oneshot --from latest \
+    --target-sparsity 0.8 --epochs 1 --batch 64 --batches 10 synthetic >/dev/null 2>&1 || bad "prune" "failed"
+D=$T/runs/latest
+head -c 20000 "$D/model.pruned.h5" >"$T/trunc.h5"
+expect_fail "truncated model" 1 '^quantize: .*trunc.h5' $Q "$T/trunc.h5"
+expect_fail "fp16 on the cpu" 1 '^quantize: .*fp16' $Q --precision fp16
+
+if $Q --centroids 16 --json "$T/k.json" >/dev/null 2>&1 && [ -f "$D/model.quant.h5" ]; then
+    ok "quantize --centroids 16 -> runs/latest/model.quant.h5"
+else bad "quantize --centroids 16" "failed or no runs/latest/model.quant.h5"; fi
+for k in tool dataset model output val_accuracy test_accuracy val_accuracy_before test_accuracy_before \
+         sparsity seconds sizes dense_fp32_bytes sparse_bytes sparse_codebook_bytes layers; do
+    grep -q "\"$k\"" "$T/k.json" 2>/dev/null || bad "json has $k" "missing"
+done
+grep -q '"tool": *"quantize"' "$T/k.json" && ok "json summary" || bad "json summary" "no tool"
+dmax=$(grep -oE '"max_distinct_nonzero_values": *[0-9]+' "$T/k.json" | grep -oE '[0-9]+$')
+[ -n "$dmax" ] && [ "$dmax" -le 16 ] && ok "json: at most 16 values per layer ($dmax)" || bad "json distinct" "${dmax:-?}"
+h5dump -d /history "$D/model.quant.h5" 2>/dev/null | grep -q 'quantize: k-means 16' \
+    && ok "history line in the model" || bad "history line in the model" "missing"
+
+# The quantized file is a model file: quantize reads it again (model_load).
+$Q --half "$D/model.quant.h5" -o "$T/again.h5" >/dev/null 2>&1 && ok "model.quant.h5 loads as a model" \
+    || bad "model.quant.h5 loads as a model" "failed"
+
+# Independent check in Python: /quant decodes to /params, zeros kept, <= 16 values.
+if have_h5py; then
+    if out=$("$PY" - "$D/model.quant.h5" <<'EOF' 2>&1
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], "r") as f:
+    q = f["quant"]
+    assert q.attrs["method"] == "kmeans" and q.attrs["k"] == 16 and q.attrs["bits"] == 4
+    assert len(q) == 4 and "conv1.weight" not in q, list(q)  # the first conv is skipped
+    for name, g in q.items():
+        cb = g["codebook"][()]
+        assert cb.dtype == np.float16 and cb.shape == (16,), (name, cb.dtype)
+        w = f["params"][name][()]
+        m = f["masks"][name][()].astype(bool) if name in f["masks"] else np.ones(w.shape, bool)
+        dec = np.where(m, cb.astype(np.float32)[g["indices"][()]], np.float32(0))
+        assert np.array_equal(dec, w), name
+        assert (w[~m] == 0).all(), name
+        assert len(np.unique(w[w != 0])) <= 16, name
+print("ok")
+EOF
+    ) && [ "$out" = ok ]; then ok "python: decode == params, zeros, <= 16 values"
+    else bad "python check" "$out"; fi
+else
+    SKIP=$((SKIP + 1)); echo "skip python check (no h5py)"
+fi
+
+# --- other methods ----------------------------------------------------------------------
+P=$D/model.pruned.h5
+num() { grep -oE "\"$1\": *-?[0-9.e+-]+" "$2" | head -n 1 | sed -E 's/.*: *//'; }
+$Q "$P" --bits 8 -o "$T/l8.h5" --json "$T/l8.json" >/dev/null 2>&1 || bad "bits 8" "failed"
+[ -n "$(num saturated "$T/l8.json")" ] && grep -q '"method": *"linear"' "$T/l8.json" \
+    && ok "bits 8 reports saturated values ($(num saturated "$T/l8.json"))" || bad "bits 8 json" "no saturated count"
+for args in "--bits 16 --asymmetric --scale layer" "--half" "--centroids 5 --codebook fp32 --init kmeans++" \
+            "--centroids 256 --no-skip-first --skip-last --init density" "--bits 8 --clip percentile --percentile 99"; do
+    if $Q "$P" $args -o "$T/m.h5" --json "$T/m.json" >/dev/null 2>&1; then
+        b=$(num test_accuracy_before "$T/m.json"); a=$(num test_accuracy "$T/m.json")
+        ok "quantize $args (test $b -> $a)"
+    else bad "quantize $args" "failed"; fi
+done
+for args in "--bits 16 --asymmetric --scale layer" "--half"; do
+    $Q "$P" $args -o "$T/m.h5" --json "$T/m.json" >/dev/null 2>&1
+    b=$(num test_accuracy_before "$T/m.json"); a=$(num test_accuracy "$T/m.json")
+    awk -v a="${a:-0}" -v b="${b:-100}" 'BEGIN { d = a - b; exit !(d < 0.31 && d > -0.31) }' \
+        && ok "$args keeps the accuracy ($b -> $a)" || bad "$args keeps the accuracy" "$b -> $a"
+done
+if $Q "$P" --centroids 16 --finetune-epochs 1 --bn-recalibrate 2 -o "$T/ft.h5" --json "$T/ft.json" >/dev/null 2>&1 \
+   && grep -A 2 '"finetune_history"' "$T/ft.json" | grep -q '"epoch": *1'; then ok "fine-tuning run"
+else bad "fine-tuning run" "failed or no history"; fi
+
+# --- a model without weights --------------------------------------------------------------
+if have_h5py; then
+    "$PY" - "$P" "$T/empty.h5" <<'EOF' >/dev/null 2>&1
+import sys, shutil, h5py
+shutil.copy(sys.argv[1], sys.argv[2])
+with h5py.File(sys.argv[2], "r+") as f:
+    del f["net/description"]
+    f["net"].create_dataset("description", data="gap\n", dtype=h5py.string_dtype())
+    f.attrs["classes"] = 3
+    for g in ("params", "masks", "buffers"):
+        for k in list(f[g]): del f[g][k]
+    if "optimizer" in f: del f["optimizer"]
+EOF
+    expect_fail "model without weights" 1 '^quantize: .*no conv or linear weights.*empty.h5' $Q "$T/empty.h5"
+else
+    SKIP=$((SKIP + 1)); echo "skip model without weights (no h5py)"
+fi
+$Q --help | grep -qE -- '--centroids.*' && $Q --help | grep -qE -- '--init.*linear' \
+    && ok "help lists the options" || bad "help" "options missing"
+summary

@@ -1,0 +1,306 @@
+// Tests of the export file beyond plain values: 4-bit codebook layers (from
+// quantize's k-means codebooks and derived from distinct values; full
+// 16-entry codebooks with padded rows; layers quantize left alone), the
+// codebook errors and notices, and one clear error naming the file for
+// every kind of damaged, tampered or foreign file given to the loader.
+#include <hdf5.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "runtime/model_io.h"
+#include "runtime/quant_io.h"
+#include "tests/check.h"
+#include "tests/export_testutil.h"
+
+static char g_dir[256];  // the temporary directory of this run (set once in main)
+
+// Path of a file in the temporary directory.
+static const char *tpath(char *buf, size_t len, const char *name) {
+    snprintf(buf, len, "%s/%s", g_dir, name);
+    return buf;
+}
+
+// --- quantized nets -----------------------------------------------------------
+
+// Snaps every non-zero weight of tensor t to the nearest of k fp16-exact
+// values spread over the tensor's range; fills cb (k) and, when idx is not
+// NULL, each weight's index (0 for zeros).
+static void snap_tensor(net *nt, int t, int k, float *cb, uint8_t *idx) {
+    const ptensor *p = &nt->tensors[t];
+    float *w = net_tensor_data(nt, t), lo = 0, hi = 0;
+    for (size_t i = 0; i < p->count; i++) lo = fminf(lo, w[i]), hi = fmaxf(hi, w[i]);
+    for (int c = 0; c < k; c++) {
+        float v = lo + (hi - lo) * (c + 0.5f) / k;
+        cb[c] = sparse_half_to_float(sparse_half_from_float(v == 0.0f ? 1e-3f : v));
+    }
+    for (size_t i = 0; i < p->count; i++) {
+        int best = 0;
+        for (int c = 1; c < k; c++) best = fabsf(w[i] - cb[c]) < fabsf(w[i] - cb[best]) ? c : best;
+        if (idx) idx[i] = w[i] != 0.0f ? (uint8_t)best : 0;
+        if (w[i] != 0.0f) w[i] = cb[best];
+    }
+}
+
+// A quant_model of k-means codebooks of k entries for every prunable weight
+// of nt (snapping the weights); the first conv is left alone.
+static quant_model *make_quant(net *nt, int k) {
+    sc_err err = {{0}};
+    int n = 0;
+    for (int t = 0; t < nt->ntensors; t++) n += nt->tensors[t].prunable;
+    quant_model *q = quant_model_new(QM_KMEANS, n, &err);
+    q->k = k, q->bits = k <= 16 ? 4 : 8;
+    for (int t = 0; t < nt->ntensors; t++) {
+        if (!nt->tensors[t].prunable) continue;
+        quant_tensor *qt = &q->t[q->ntensors++];
+        quant_tensor_alloc(qt, nt, t, k, 0, &err);
+        snap_tensor(nt, t, k, qt->codebook, qt->indices);
+    }
+    return q;
+}
+
+// Checks codebook layers: codes and padding mask decode to the values, the
+// mask marks exactly the explicit zeros.
+static void check_codes(tctx *t, const sparse_model *m) {
+    for (int i = 0; i < m->nlayers; i++) {
+        const sparse_layer *l = &m->layers[i];
+        if (l->vtype != SV_CODEBOOK4) continue;
+        long real = 0, bad = 0;
+        for (size_t j = 0; j < (size_t)l->K * l->nnz_row; j++) {
+            int pad = (l->pad_mask[j / 8] >> (j % 8)) & 1, code = (l->codes[j / 2] >> (4 * (j % 2))) & 15;
+            real += !pad;
+            float want = pad ? 0.0f : l->codebook[code] * l->row_scale[j / (size_t)l->nnz_row];
+            bad += l->values[j] != want || (!pad && code >= l->ncodebook);
+        }
+        CHECK(t, real == l->nnz && bad == 0, "layer %d: %ld real (nnz %ld), %ld bad codes", i, real,
+              l->nnz, bad);
+    }
+}
+
+// quantize's 16-entry codebooks (full: no code left for zero) with padded
+// rows: codebook layers for the quantized tensors, fp32 for the first conv,
+// values exact, logits within 1e-5 and the same predictions.
+static void test_codebook_quant(tctx *t) {
+    char p[512], out[512];
+    net *nt = tex_net("tinyres", TEX_RES_DESC, 13, 11, 7);
+    tex_randomize(nt, 14, 0.75f, 1);
+    quant_model *q = make_quant(nt, 16);
+    model_meta meta;
+    model_meta_init(&meta);
+    sc_err err = {{0}};
+    CHECK(t, quant_model_save(tpath(p, sizeof p, "q.h5"), nt, &meta, q, &err) == 0, "save: %s", err.msg);
+    model_meta_free(&meta);
+    quant_model_free(q);
+    q = NULL;
+    net *ld = model_load(p, NULL, &err);
+    CHECK(t, ld && quant_load(p, ld, &q, &err) == 0 && q, "load: %s", err.msg);
+    export_cfg cfg = {.quant = q};
+    export_info info;
+    sparse_model *m = ld ? tex_roundtrip(ld, &cfg, tpath(out, sizeof out, "q.csr.h5"), &info) : NULL;
+    CHECK(t, m != NULL, "export failed");
+    if (m) {
+        CHECK(t, m->vtype == SV_CODEBOOK4 && info.codebook_layers == 5 && !info.notice[0],
+              "vtype %d, %d codebook layers, notice '%s'", m->vtype, info.codebook_layers, info.notice);
+        CHECK(t, m->layers[0].vtype == SV_FP32 && !m->layers[0].codes, "the first conv is not fp32");
+        int full = 0;
+        for (int i = 1; i < m->nlayers; i++) full += m->layers[i].ncodebook == 16 && m->layers[i].nnz < (long)m->layers[i].K * m->layers[i].nnz_row;
+        CHECK(t, full > 0, "no full codebook with padded rows was tested");
+        check_codes(t, m);
+        tbatch tb;
+        tbatch_make(&tb, 20, 13, 11, 7, 15, 1, 0, 0);
+        float *want = tex_logits(ld, 20, tb.img), *got = tex_logits(m->nt, 20, tb.img);
+        float *direct = tex_csr_forward(m, 20, tb.img);
+        double e1 = relerr(140, got, want), e2 = relerr(140, direct, want);
+        CHECK(t, e1 <= 1e-5 && e2 <= 1e-5, "rel err %.3g / %.3g", e1, e2);
+        CHECK(t, tex_pred_diff(got, want, 20, 7) == 0, "predictions differ");
+        printf("  codebook4 (quantize, k=16): %d codebook layers, worst logit rel err %.2g\n",
+               info.codebook_layers, fmax(e1, e2));
+        free(want), free(got), free(direct);
+        tbatch_free(&tb);
+    }
+    sparse_model_free(m);
+    quant_model_free(q);
+    net_free(ld);
+    net_free(nt);
+}
+
+// --codebook on derives codebooks from distinct values (the first conv too
+// when it has few); more than 16 values is an error; auto leaves a layer
+// with 32 centroids in plain values with a notice, on refuses it.
+static void test_codebook_modes(tctx *t) {
+    char p[512];
+    sc_err err = {{0}};
+    export_info info;
+    net *nt = tex_net("lenet", NULL, 32, 32, 10);
+    tex_randomize(nt, 15, 0.6f, 0);
+    export_cfg on = {.codebook = EXPORT_CB_ON};
+    sparse_model *m = export_build(nt, "", &on, &info, &err);
+    CHECK(t, !m && strstr(err.msg, "layer conv1 has 450 distinct values; run quantize --centroids 16 first"),
+          "error: %s", err.msg);
+    sparse_model_free(m);
+    float cb[16];
+    for (int i = 0; i < nt->ntensors; i++)
+        if (nt->tensors[i].kind == PT_WEIGHT) snap_tensor(nt, i, i == 0 ? 5 : 16, cb, NULL);
+    m = tex_roundtrip(nt, &on, tpath(p, sizeof p, "on.h5"), &info);
+    CHECK(t, m && m->vtype == SV_CODEBOOK4 && info.codebook_layers == 5, "derived codebooks");
+    if (m) {
+        CHECK(t, m->layers[0].ncodebook == 5 && m->layers[1].ncodebook == 16, "codebook sizes %d %d",
+              m->layers[0].ncodebook, m->layers[1].ncodebook);
+        check_codes(t, m);
+        tbatch tb;
+        tbatch_make(&tb, 8, 32, 32, 10, 16, 1, 0, 0);
+        float *want = tex_logits(nt, 8, tb.img), *got = tex_logits(m->nt, 8, tb.img);
+        CHECK(t, relerr(80, got, want) <= 1e-5, "rel err %.3g", relerr(80, got, want));
+        free(want), free(got);
+        tbatch_free(&tb);
+    }
+    sparse_model_free(m);
+    net_free(nt);
+    nt = tex_net("lenet", NULL, 32, 32, 10);
+    tex_randomize(nt, 16, 0.6f, 0);
+    snap_tensor(nt, 0, 5, cb, NULL);  // conv1: few values, so on mode reaches conv2
+    quant_model *q = make_quant(nt, 32);
+    export_cfg cfg = {.quant = q, .half = 1};
+    m = export_build(nt, "", &cfg, &info, &err);
+    CHECK(t, m && m->vtype == SV_FP16 && info.codebook_layers == 0 &&
+             strstr(info.notice, "layer conv2 has 32 centroids"), "auto with k=32: notice '%s'", info.notice);
+    sparse_model_free(m);
+    cfg.codebook = EXPORT_CB_ON;
+    m = export_build(nt, "", &cfg, &info, &err);
+    CHECK(t, !m && strstr(err.msg, "32 centroids"), "on with k=32: %s", err.msg);
+    sparse_model_free(m);
+    quant_model_free(q);
+    net_free(nt);
+}
+
+// --- damaged and foreign files ------------------------------------------------------
+
+// Loads path and checks the error mentions the file and `want`.
+static void expect_load_error(tctx *t, const char *path, const char *want) {
+    sc_err err = {{0}};
+    sparse_model *m = sparse_model_load(path, &err);
+    CHECK(t, !m, "%s loaded (expected: %s)", path, want);
+    CHECK(t, strstr(err.msg, want) && strstr(err.msg, path), "message '%s' lacks '%s' or the file", err.msg, want);
+    sparse_model_free(m);
+}
+
+// Copies file a to b.
+static int copy_file(const char *a, const char *b) {
+    FILE *f = fopen(a, "rb"), *g = fopen(b, "wb");
+    char buf[65536];
+    size_t n;
+    int rc = f && g ? 0 : -1;
+    while (rc == 0 && (n = fread(buf, 1, sizeof buf, f)) > 0) rc = fwrite(buf, 1, n, g) == n ? 0 : -1;
+    if (f) fclose(f);
+    if (g) fclose(g);
+    return rc;
+}
+
+// Adds `delta` to element `at` of an int32 dataset of a copy of the file.
+static void tamper_int(const char *path, const char *dset, int at, int delta) {
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT), d = H5Dopen2(f, dset, H5P_DEFAULT);
+    hid_t sp = H5Dget_space(d);
+    hssize_t n = H5Sget_simple_extent_npoints(sp);
+    int *v = malloc((size_t)n * sizeof *v);
+    H5Dread(d, H5T_NATIVE_INT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v);
+    v[at] += delta;
+    H5Dwrite(d, H5T_NATIVE_INT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v);
+    free(v);
+    H5Sclose(sp), H5Dclose(d), H5Fclose(f);
+}
+
+// Replaces string attribute name of object obj with value.
+static void tamper_attr(const char *path, const char *obj, const char *name, const char *value) {
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT), o = H5Oopen(f, obj, H5P_DEFAULT);
+    H5Adelete(o, name);
+    hid_t t = H5Tcopy(H5T_C_S1), sp = H5Screate(H5S_SCALAR);
+    H5Tset_size(t, H5T_VARIABLE);
+    hid_t a = H5Acreate2(o, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, t, &value);
+    H5Aclose(a), H5Sclose(sp), H5Tclose(t), H5Oclose(o), H5Fclose(f);
+}
+
+// Removes a link from a copy of the file.
+static void tamper_delete(const char *path, const char *link) {
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    H5Ldelete(f, link, H5P_DEFAULT);
+    H5Fclose(f);
+}
+
+// Every kind of bad file gives an error naming the file and the part.
+static void test_bad_files(tctx *t) {
+    char good[512], p[512];
+    net *nt = tex_net("tinyres", TEX_RES_DESC, 13, 11, 7);
+    tex_randomize(nt, 17, 0.7f, 0);
+    export_cfg cfg = {0};
+    sparse_model *m = tex_roundtrip(nt, &cfg, tpath(good, sizeof good, "good.h5"), NULL);
+    CHECK(t, m != NULL, "export failed");
+    sparse_model_free(m);
+    expect_load_error(t, tpath(p, sizeof p, "missing.h5"), "cannot read export file");
+    FILE *f = fopen(tpath(p, sizeof p, "junk.h5"), "w");
+    fputs("not an hdf5 file\n", f), fclose(f);
+    expect_load_error(t, p, "not an HDF5 file");
+    struct stat st;
+    stat(good, &st);
+    FILE *a = fopen(good, "rb"), *b = fopen(tpath(p, sizeof p, "trunc.h5"), "wb");
+    char *buf = malloc((size_t)st.st_size);
+    size_t got = fread(buf, 1, (size_t)st.st_size, a);
+    fwrite(buf, 1, got / 2, b), fclose(a), fclose(b), free(buf);
+    expect_load_error(t, p, "damaged or truncated");
+    sc_err err = {{0}};
+    CHECK(t, model_save(tpath(p, sizeof p, "model.h5"), nt, NULL, &err) == 0, "model_save: %s", err.msg);
+    expect_load_error(t, p, "format is 'sparsecnn-model': run export on it first");
+    const struct { const char *what, *want; } cases[] = {
+        {"offsets", "offsets[3] = "},  {"indices", "not ascending"}, {"activation", "attribute activation is 'none'"},
+        {"missing", "lacks /layers/fc"}, {"indptr", "indptr[1]"},   {"version", "unsupported export format version"}};
+    for (int i = 0; i < 6; i++) {
+        snprintf(p, sizeof p, "%s/tampered%d.h5", g_dir, i);
+        copy_file(good, p);
+        if (i == 0) tamper_int(p, "/layers/b.conv1/offsets", 3, 1);
+        if (i == 1) tamper_int(p, "/layers/b.conv1/indices", 1, -1000);
+        if (i == 2) tamper_attr(p, "/layers/conv1", "activation", "none");
+        if (i == 3) tamper_delete(p, "/layers/fc");
+        if (i == 4) tamper_int(p, "/layers/c3/indptr", 1, 1);
+        if (i == 5) {
+            hid_t h = H5Fopen(p, H5F_ACC_RDWR, H5P_DEFAULT), at = H5Aopen(h, "format_version", H5P_DEFAULT);
+            int v = 2;
+            H5Awrite(at, H5T_NATIVE_INT, &v), H5Aclose(at), H5Fclose(h);
+        }
+        expect_load_error(t, p, cases[i].want);
+    }
+    net_free(nt);
+}
+
+// A write into a missing directory fails and leaves nothing behind.
+static void test_write_errors(tctx *t) {
+    char p[512];
+    net *nt = tex_net("lenet", NULL, 32, 32, 10);
+    tex_randomize(nt, 18, 0.5f, 0);
+    export_cfg cfg = {0};
+    export_info info;
+    sc_err err = {{0}};
+    sparse_model *m = export_build(nt, "", &cfg, &info, &err);
+    const char *h[1] = {"x"};
+    CHECK(t, m && export_write(tpath(p, sizeof p, "nodir/x.h5"), m, h, 1, &err) != 0 &&
+             strstr(err.msg, "directory does not exist"), "error: %s", err.msg);
+    struct stat st;
+    CHECK(t, stat(p, &st) != 0, "a file was left behind");
+    sparse_model_free(m);
+    net_free(nt);
+}
+
+int main(void) {
+    tctx t = {.suite = "test_export_io"};
+    if (tex_dir_make(g_dir, sizeof g_dir) != 0) {
+        printf("test_export_io: cannot make a temporary directory\n");
+        return 1;
+    }
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    RUN(&t, test_codebook_quant);
+    RUN(&t, test_codebook_modes);
+    RUN(&t, test_bad_files);
+    RUN(&t, test_write_errors);
+    tex_dir_remove(g_dir);
+    return check_finish(&t);
+}
