@@ -116,20 +116,29 @@ build: setup
 test: build
 	@bash tests/run.sh
 
-# The main job: the pipeline on the default data (data/cifar-100-binary when
-# present, else the synthetic set): train, then prune the trained model.
-# On a GPU: resnet18 for 30 epochs and the evolutionary search to 90%; on a
-# CPU-only machine a quick LeNet version. Override with DEMO_TRAIN / DEMO_PRUNE.
+# The main job: the whole pipeline on the default data (data/cifar-100-binary
+# when present, else the synthetic set): train, prune the trained model,
+# quantize it (16-centroid codebooks), export CSR, deploy (ends with deploy's
+# report). On a GPU: resnet18 for 30 epochs and the evolutionary search to
+# 90%; on a CPU-only machine a quick LeNet version. Override the options with
+# DEMO_TRAIN / DEMO_PRUNE / DEMO_QUANT / DEMO_DEPLOY.
 DEMO_GPU_TRAIN := --model resnet18 --epochs 30
 DEMO_GPU_PRUNE := --from latest --target-sparsity 0.9 --lr 0.2 --sched onecycle --warmup 0.1 --batches 10 --iterations 24
 DEMO_CPU_TRAIN := --model lenet --epochs 5 --batch 128
 DEMO_CPU_PRUNE := --from latest --target-sparsity 0.9 --batch 128 --population 4 --iterations 6 --batches 10
+DEMO_QUANT     := --centroids 16
+DEMO_GPU_DEPLOY := --reference 1000
+DEMO_CPU_DEPLOY := --test-images 2000
 demo: build
 	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && [ "$(GPU)" = 1 ]; then \
-	  t="$${DEMO_TRAIN:-$(DEMO_GPU_TRAIN)}"; p="$${DEMO_PRUNE:-$(DEMO_GPU_PRUNE)}"; \
-	else t="$${DEMO_TRAIN:-$(DEMO_CPU_TRAIN)}"; p="$${DEMO_PRUNE:-$(DEMO_CPU_PRUNE)}"; fi; \
+	  t="$${DEMO_TRAIN:-$(DEMO_GPU_TRAIN)}"; p="$${DEMO_PRUNE:-$(DEMO_GPU_PRUNE)}"; d="$${DEMO_DEPLOY:-$(DEMO_GPU_DEPLOY)}"; \
+	else t="$${DEMO_TRAIN:-$(DEMO_CPU_TRAIN)}"; p="$${DEMO_PRUNE:-$(DEMO_CPU_PRUNE)}"; d="$${DEMO_DEPLOY:-$(DEMO_CPU_DEPLOY)}"; fi; \
+	q="$${DEMO_QUANT:-$(DEMO_QUANT)}"; \
 	echo "demo: $(BUILD)/bin/train $$t"; $(BUILD)/bin/train $$t || exit 1; \
-	echo "demo: $(BUILD)/bin/prune $$p"; $(BUILD)/bin/prune $$p
+	echo "demo: $(BUILD)/bin/prune $$p"; $(BUILD)/bin/prune $$p || exit 1; \
+	echo "demo: $(BUILD)/bin/quantize $$q"; $(BUILD)/bin/quantize $$q || exit 1; \
+	echo "demo: $(BUILD)/bin/export"; $(BUILD)/bin/export || exit 1; \
+	echo "demo: $(BUILD)/bin/deploy $$d"; $(BUILD)/bin/deploy $$d
 
 clean:
 	rm -rf $(BUILD)

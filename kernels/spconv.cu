@@ -1,0 +1,596 @@
+// Direct sparse convolution kernels (kernels/spconv_gpu.h): the tiled kernel
+// (input tile in shared memory, warp-uniform weights, registers blocked over
+// output channels x conv rows x column pairs), the kernel with output
+// channels along the lanes (small images, batch 1), the sparse linear kernel
+// and the plain one-thread-per-output kernel. Layouts: kernels/spconv_impl.h.
+#include <math.h>
+
+#include "kernels/spconv_impl.h"
+
+// --- device helpers ---------------------------------------------------------
+
+// x / d for x < 2^31.
+__device__ __forceinline__ uint32_t spk_div(uint32_t x, spk_fdiv f) {
+    return (__umulhi(x, f.mul) + x) >> f.shift;
+}
+
+// Element load widened to float (read-only path).
+__device__ __forceinline__ float spk_ld(const float *p, size_t i) { return __ldg(p + i); }
+__device__ __forceinline__ float spk_ld(const __half *p, size_t i) {
+    return __half2float(__ldg(p + i));
+}
+
+// Element store from float (fp16 rounds to nearest).
+__device__ __forceinline__ void spk_st(float *p, size_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void spk_st(__half *p, size_t i, float v) {
+    p[i] = __float2half_rn(v);
+}
+
+// half2 from its 32 raw bits.
+__device__ __forceinline__ __half2 spk_h2(uint32_t b) {
+    __half2 h;
+    memcpy(&h, &b, 4);
+    return h;
+}
+
+// Bias, codebook row scale and ReLU applied to a conv sum of row k.
+__device__ __forceinline__ float spk_act(const spk_args &a, int k, float acc) {
+    const float sc = a.scale ? __ldg(a.scale + k) : 1.0f;
+    const float y = fmaf(acc, sc, a.bias ? __ldg(a.bias + k) : 0.0f);
+    return a.relu ? fmaxf(y, 0.0f) : y;
+}
+
+// Index of output element (po, qo) of plane (img, k) in the bordered output.
+__device__ __forceinline__ size_t spk_out_at(const spk_args &a, int img, int k, int po, int qo) {
+    const int hob = a.Po + 2 * a.ob, wob = a.Qo + 2 * a.ob;
+    return (((size_t)img * a.K + k) * hob + po + a.ob) * wob + qo + a.ob;
+}
+
+// Activation element type of a value type (fp32: float, fp16 and cb4: __half).
+template <int VT> struct spk_elem { typedef __half T; };
+template <> struct spk_elem<0> { typedef float T; };
+
+// Accumulator of one unit and conv row: fp32 one column, fp16 a column pair.
+template <int VT> struct spk_acc { typedef float2 T; };
+template <> struct spk_acc<0> { typedef float T; };
+
+// --- plain kernel -------------------------------------------------------------
+
+// Conv value (activated) of pixel (p, q), row k, weights and offsets from global.
+template <typename T>
+__device__ float spk_plain_pixel(const spk_args &a, const T *img, int k, int p, int q) {
+    const T *win = img + (size_t)(p * a.stride) * a.Wb + (size_t)(q * a.stride);
+    const float *w = (const float *)a.w + (size_t)k * a.nnz;
+    const int32_t *o = a.goff + (size_t)k * a.nnz;
+    float acc = 0.0f;
+    for (int j = 0; j < a.nnz; j++) acc = fmaf(__ldg(w + j), spk_ld(win, __ldg(o + j)), acc);
+    return spk_act(a, k, acc);
+}
+
+// One thread per output element; any geometry and any max pool.
+template <int VT>
+__global__ void __launch_bounds__(256, 2) spk_plain_kernel(const __grid_constant__ spk_args a) {
+    typedef typename spk_elem<VT>::T T;
+    const size_t total = (size_t)a.n * a.K * a.Po * a.Qo;
+    for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
+         idx += (size_t)blockDim.x * gridDim.x) {
+        const int qo = (int)(idx % a.Qo);
+        size_t t = idx / a.Qo;
+        const int po = (int)(t % a.Po);
+        t /= a.Po;
+        const int k = (int)(t % a.K), img = (int)(t / a.K);
+        const T *im = (const T *)a.in + (size_t)img * a.C * a.Hb * a.Wb;
+        float y;
+        if (a.pk > 0) {
+            float m = -INFINITY;
+            for (int da = 0; da < a.pk; da++)
+                for (int db = 0; db < a.pk; db++) {
+                    const int p = po * a.ps - a.pp + da, q = qo * a.ps - a.pp + db;
+                    if (p < 0 || p >= a.P || q < 0 || q >= a.Q) continue;
+                    m = fmaxf(m, spk_plain_pixel(a, im, k, p, q));
+                }
+            y = m == -INFINITY ? 0.0f : m;
+        } else {
+            y = spk_plain_pixel(a, im, k, po, qo);
+        }
+        spk_st((T *)a.out, spk_out_at(a, img, k, po, qo), y);
+    }
+}
+
+// --- tiled kernel: staging ----------------------------------------------------
+
+// Input columns (bordered, -1: none) of tile-row word cw: x for fp32, x and y for a half2.
+template <int VT> __device__ int2 spk_colsrc(const spk_args &a, int cw) {
+    int2 r = make_int2(-1, -1);
+    if (cw >= a.stride * a.pw) return r;
+    const int ph = cw / a.pw, rem = cw - ph * a.pw;
+    if (VT == 0) {
+        const int col = rem * a.stride + ph + a.cmin;
+        r.x = col < a.Wb ? col : -1;
+    } else {
+        const int cpy = rem >= a.np ? 1 : 0, pi = rem - cpy * a.np;
+        const int col0 = (2 * pi + cpy) * a.stride + ph + a.cmin, col1 = col0 + a.stride;
+        r.x = col0 < a.Wb ? col0 : -1;
+        r.y = col1 < a.Wb ? col1 : -1;
+    }
+    return r;
+}
+
+// Copies the chunk's input tile (nb images, cc channels from c0, br rows from
+// bordered row prow0) into shared memory; out-of-range elements become 0.
+template <int VT>
+__device__ __forceinline__ void spk_tile_stage(const spk_args &a, uint32_t *tile,
+                                               const int2 *colsrc, int n0, int c0, int prow0) {
+    const int total = a.nb * a.cc * a.br * a.rp;
+    const size_t plane = (size_t)a.Hb * a.Wb;
+    for (int base = threadIdx.x; base < total; base += 8 * blockDim.x) {
+        uint32_t v[8];
+        int dst[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            const int idx = base + u * (int)blockDim.x;
+            v[u] = 0, dst[u] = -1;
+            if (idx >= total) continue;
+            const int line = (int)spk_div(idx, a.f_rp), cw = idx - line * a.rp;
+            const int pl = (int)spk_div(line, a.f_br), row = line - pl * a.br;
+            const int i = (int)spk_div(pl, a.f_cc), cl = pl - i * a.cc;
+            dst[u] = i * a.ip + cl * a.cp + row * a.rp + cw;
+            const int c = c0 + cl, img = n0 + i, grow = prow0 + row;
+            if (c >= a.C || img >= a.n || grow >= a.Hb) continue;
+            const int2 s = colsrc[cw];
+            const size_t at = ((size_t)img * a.C + c) * plane + (size_t)grow * a.Wb;
+            if (VT == 0) {
+                if (s.x >= 0) v[u] = __float_as_uint(__ldg((const float *)a.in + at + s.x));
+            } else {
+                const unsigned short *h = (const unsigned short *)a.in + at;
+                const uint32_t lo = s.x >= 0 ? __ldg(h + s.x) : 0u;
+                const uint32_t hi = s.y >= 0 ? __ldg(h + s.y) : 0u;
+                v[u] = lo | (hi << 16);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+            if (dst[u] >= 0) tile[dst[u]] = v[u];
+    }
+}
+
+// --- tiled kernel: one row's records of a chunk --------------------------------
+//
+// Records are 8 bytes (fp32, fp16) or 4 (codebook); a row's records of a chunk
+// are read with warp-uniform 16-byte loads in groups of 8 records, the next
+// group loaded before the current one is used, so that the load latency (L2
+// when the weights are not in L1) is paid once per group, not per record.
+
+// Runs f on record words (8-byte records: two words, codebook: one) [jb, je) of a row.
+template <int RW, typename F>
+__device__ __forceinline__ void spk_records(const uint32_t *wr, int jb, int je, F &&f) {
+    constexpr int PER = 4 / RW, G = 8, NL = G / PER;  // records per load and group, loads
+    int j = jb;
+    uint32_t t[RW * G];
+    if (j % PER) {  // head up to 16-byte alignment: independent loads, then use
+        const int h = min(je, (j / PER + 1) * PER) - j;
+#pragma unroll
+        for (int i = 0; i < PER - 1; i++)
+            if (i < h)
+#pragma unroll
+                for (int w = 0; w < RW; w++) t[i * RW + w] = __ldg(wr + (size_t)(j + i) * RW + w);
+#pragma unroll
+        for (int i = 0; i < PER - 1; i++)
+            if (i < h) f(t + i * RW);
+        j += h;
+    }
+    if (j + G <= je) {
+        uint4 cur[NL], nxt[NL];
+#pragma unroll
+        for (int l = 0; l < NL; l++)
+            cur[l] = __ldg(reinterpret_cast<const uint4 *>(wr + (size_t)j * RW) + l);
+        for (;;) {
+            const bool more = j + 2 * G <= je;
+            if (more)
+#pragma unroll
+                for (int l = 0; l < NL; l++)
+                    nxt[l] = __ldg(reinterpret_cast<const uint4 *>(wr + (size_t)(j + G) * RW) + l);
+#pragma unroll
+            for (int l = 0; l < NL; l++) {
+                const uint32_t q[4] = {cur[l].x, cur[l].y, cur[l].z, cur[l].w};
+#pragma unroll
+                for (int i = 0; i < PER; i++) f(q + i * RW);
+            }
+            j += G;
+            if (!more) break;
+#pragma unroll
+            for (int l = 0; l < NL; l++) cur[l] = nxt[l];
+        }
+    }
+    const int r = je - j;  // tail (< G records): independent loads, then use
+#pragma unroll
+    for (int i = 0; i < G - 1; i++)
+        if (i < r)
+#pragma unroll
+            for (int w = 0; w < RW; w++) t[i * RW + w] = __ldg(wr + (size_t)(j + i) * RW + w);
+#pragma unroll
+    for (int i = 0; i < G - 1; i++)
+        if (i < r) f(t + i * RW);
+}
+
+// fp32 records (value, offset) [jb, je): acc[rs] += v * s[o + rs * rstep].
+template <int RS>
+__device__ __forceinline__ void spk_f32_row(const uint32_t *wr, int jb, int je, const float *s,
+                                            int rstep, float (&acc)[RS]) {
+    spk_records<2>(wr, jb, je, [&](const uint32_t *rec) {
+        const float v = __uint_as_float(rec[0]);
+        const float *p = s + (int)rec[1];
+#pragma unroll
+        for (int r = 0; r < RS; r++) acc[r] = fmaf(v, p[r * rstep], acc[r]);
+    });
+}
+
+// Adds half2 partial sums into the fp32 accumulators.
+template <int RS>
+__device__ __forceinline__ void spk_h2_flush(const __half2 (&h)[RS], float2 (&acc)[RS]) {
+#pragma unroll
+    for (int r = 0; r < RS; r++) {
+        const float2 f = __half22float2(h[r]);
+        acc[r].x += f.x, acc[r].y += f.y;
+    }
+}
+
+// fp16 records (half2 value, offset) or codebook records (offset << 5 | code)
+// [jb, je): h[rs] += w * s[o + rs * rstep] on both columns of the pair; the
+// half2 sums are flushed into fp32 every 32 records.
+template <int VT, int RS>
+__device__ __forceinline__ void spk_h2_row(const spk_args &a, const uint32_t *wr, int jb, int je,
+                                           const __half2 *s, int rstep, float2 (&acc)[RS]) {
+    for (int j0 = jb; j0 < je; j0 += 32) {
+        __half2 h[RS];
+#pragma unroll
+        for (int r = 0; r < RS; r++) h[r] = __float2half2_rn(0.0f);
+        spk_records<VT == 1 ? 2 : 1>(wr, j0, min(j0 + 32, je), [&](const uint32_t *rec) {
+            const __half2 w = spk_h2(VT == 1 ? rec[0] : a.cbh[rec[0] & 31u]);
+            const __half2 *p = s + (int)(VT == 1 ? rec[1] : rec[0] >> 5);
+#pragma unroll
+            for (int r = 0; r < RS; r++) h[r] = __hfma2(w, p[r * rstep], h[r]);
+        });
+        spk_h2_flush<RS>(h, acc);
+    }
+}
+
+// --- tiled kernel: epilogue ----------------------------------------------------
+
+// Writes the RB channels x RS conv rows of one unit: bias, scale, ReLU and the
+// 2x2 pool (fp32: rows in registers, columns with the neighbouring lane).
+template <int VT, int RS, int RB, int POOL>
+__device__ __forceinline__ void spk_tile_epilogue(const spk_args &a,
+                                                  typename spk_acc<VT>::T (&acc)[RB][RS], int kt,
+                                                  bool ok, int img, int prow, int l) {
+    typedef typename spk_elem<VT>::T T;
+    T *out = (T *)a.out;
+#pragma unroll
+    for (int r = 0; r < RB; r++) {
+        const int k = kt + r;
+        if (k >= a.K) break;  // warp-uniform
+        if constexpr (VT == 0) {
+            float y[RS];
+#pragma unroll
+            for (int s = 0; s < RS; s++) y[s] = spk_act(a, k, acc[r][s]);
+            if constexpr (POOL) {
+#pragma unroll
+                for (int t = 0; t < RS / 2; t++) {
+                    float m = fmaxf(y[2 * t], y[2 * t + 1]);
+                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+                    const int po = prow / 2 + t, qo = l >> 1;
+                    if (ok && !(l & 1) && po < a.Po && qo < a.Qo)
+                        spk_st(out, spk_out_at(a, img, k, po, qo), m);
+                }
+            } else {
+#pragma unroll
+                for (int s = 0; s < RS; s++)
+                    if (ok && prow + s < a.P && l < a.Q)
+                        spk_st(out, spk_out_at(a, img, k, prow + s, l), y[s]);
+            }
+        } else {
+            float y0[RS], y1[RS];
+#pragma unroll
+            for (int s = 0; s < RS; s++)
+                y0[s] = spk_act(a, k, acc[r][s].x), y1[s] = spk_act(a, k, acc[r][s].y);
+            if constexpr (POOL) {
+#pragma unroll
+                for (int t = 0; t < RS / 2; t++) {
+                    const float m = fmaxf(fmaxf(y0[2 * t], y1[2 * t]),
+                                          fmaxf(y0[2 * t + 1], y1[2 * t + 1]));
+                    const int po = prow / 2 + t;
+                    if (ok && po < a.Po && l < a.Qo) spk_st(out, spk_out_at(a, img, k, po, l), m);
+                }
+            } else {
+#pragma unroll
+                for (int s = 0; s < RS; s++) {
+                    if (!ok || prow + s >= a.P) continue;
+                    if (2 * l < a.Q) spk_st(out, spk_out_at(a, img, k, prow + s, 2 * l), y0[s]);
+                    if (2 * l + 1 < a.Q)
+                        spk_st(out, spk_out_at(a, img, k, prow + s, 2 * l + 1), y1[s]);
+                }
+            }
+        }
+    }
+}
+
+// --- tiled kernel ----------------------------------------------------------------
+
+// Block: nb images x a band of pb conv rows x kb*ki output channels. Thread:
+// one unit (image, RS conv rows, one column or column pair) x RB channels.
+// The input of a chunk of cc channels sits in shared memory; each row's
+// records of the chunk are read with warp-uniform addresses.
+template <int VT, int RS, int RB, int POOL>
+__global__ void __launch_bounds__(256, 2) spk_tile_kernel(const __grid_constant__ spk_args a) {
+    extern __shared__ __align__(16) uint32_t sm[];
+    int2 *colsrc = reinterpret_cast<int2 *>(sm);  // (rp)
+    uint32_t *tile = sm + 2 * a.rp;               // (nb, ip) words
+    for (int cw = threadIdx.x; cw < a.rp; cw += blockDim.x) colsrc[cw] = spk_colsrc<VT>(a, cw);
+    const int band = blockIdx.x % a.bands, n0 = (blockIdx.x / a.bands) * a.nb;
+    const int p0 = band * a.pb, prow0 = p0 * a.stride + a.rmin;
+    const int u = threadIdx.x % a.ubp, kg = threadIdx.x / a.ubp;
+    const bool live = u < a.ub;
+    const int l = u % a.lc, i = (u / a.lc) % a.nb, gq = u / (a.lc * a.nb);
+    const int rstep = a.stride * a.rp;
+    const int ubase = live ? i * a.ip + gq * RS * rstep + l : 0;
+    for (int kk = 0; kk < a.ki; kk++) {
+        const int kt = (blockIdx.y * a.ki + kk) * a.kb + kg * RB;
+        typename spk_acc<VT>::T acc[RB][RS];
+#pragma unroll
+        for (int r = 0; r < RB; r++)
+#pragma unroll
+            for (int s = 0; s < RS; s++) {
+                if constexpr (VT == 0) acc[r][s] = 0.0f;
+                else acc[r][s] = make_float2(0.0f, 0.0f);
+            }
+        for (int ch = 0; ch < a.nch; ch++) {
+            if (a.nch > 1 || kk == 0) {
+                __syncthreads();
+                spk_tile_stage<VT>(a, tile, colsrc, n0, ch * a.cc, prow0);
+                __syncthreads();
+            }
+#pragma unroll
+            for (int r = 0; r < RB; r++) {
+                const int k = kt + r;
+                int jb = 0, je = 0;
+                if (k < a.K) {
+                    const int *cp = a.cptr + (size_t)k * (a.nch + 1) + ch;
+                    jb = __ldg(cp), je = __ldg(cp + 1);
+                }
+                const size_t row = (size_t)(k < a.K ? k : 0) * a.nnzp;
+                const uint32_t *wr = (const uint32_t *)a.w + row * (VT == 2 ? 1 : 2);
+                if constexpr (VT == 0)
+                    spk_f32_row<RS>(wr, jb, je, (const float *)tile + ubase, rstep, acc[r]);
+                else
+                    spk_h2_row<VT, RS>(a, wr, jb, je, (const __half2 *)tile + ubase, rstep,
+                                       acc[r]);
+            }
+        }
+        spk_tile_epilogue<VT, RS, RB, POOL>(a, acc, kt, live && n0 + i < a.n, n0 + i,
+                                            p0 + gq * RS, l);
+    }
+}
+
+// --- channels-along-lanes kernel (ell) -------------------------------------------
+
+// Block: one image, one ET x ET tile of conv pixels, kbt output channels, each
+// row's records split cs ways (thread = channel x split, channels along the
+// lanes so the transposed records load coalesced). The tile's input (all
+// channels) sits in shared memory; the splits are summed through it.
+template <int VT, int ET>
+__global__ void __launch_bounds__(256, 2) spk_ell_kernel(const __grid_constant__ spk_args a) {
+    typedef typename spk_elem<VT>::T T;
+    constexpr int PX = ET * ET;
+    extern __shared__ __align__(16) uint32_t sm[];
+    T *tile = reinterpret_cast<T *>(sm);             // (C, ebr, ebc)
+    float *red = reinterpret_cast<float *>(sm + a.red_off);  // (threads, PX)
+    float *cbs = red + (size_t)blockDim.x * PX;      // (32) codebook
+    if (VT == 2)
+        for (int c = threadIdx.x; c < 32; c += blockDim.x) cbs[c] = a.cbf[c];
+    const int img = blockIdx.x / a.ntiles, t = blockIdx.x % a.ntiles;
+    const int tp = (t / a.tiles_q) * ET, tq = (t % a.tiles_q) * ET;
+    const int r0 = tp * a.stride + a.rmin, c0 = tq * a.stride + a.cmin;
+    const int per = a.ebr * a.ebc, total = a.C * per;
+    const T *src = (const T *)a.in + (size_t)img * a.C * a.Hb * a.Wb;
+    for (int idx = threadIdx.x; idx < total; idx += blockDim.x) {
+        const int c = (int)spk_div(idx, a.f_plane), rem = idx - c * per;
+        const int row = (int)spk_div(rem, a.f_ebc), col = rem - row * a.ebc;
+        const int gr = r0 + row, gc = c0 + col;
+        T v = (T)0.0f;
+        if (gr < a.Hb && gc < a.Wb) v = __ldg(src + ((size_t)c * a.Hb + gr) * a.Wb + gc);
+        tile[idx] = v;
+    }
+    __syncthreads();
+    const int kl = threadIdx.x % a.kbt, cs = threadIdx.x / a.kbt, k = blockIdx.y * a.kbt + kl;
+    float acc[PX];
+#pragma unroll
+    for (int x = 0; x < PX; x++) acc[x] = 0.0f;
+    if (k < a.K) {
+        const int jb = (int)((long)cs * a.nnz / a.cs), je = (int)((long)(cs + 1) * a.nnz / a.cs);
+        const int sr = a.stride * a.ebc, sq = a.stride;
+#pragma unroll 2
+        for (int j = jb; j < je; j++) {
+            float v;
+            int o;
+            if (VT == 2) {
+                const uint32_t p = __ldg((const uint32_t *)a.w + (size_t)j * a.K + k);
+                v = cbs[p & 31u], o = (int)(p >> 5);
+            } else {
+                const float2 w = __ldg((const float2 *)a.w + (size_t)j * a.K + k);
+                v = w.x, o = __float_as_int(w.y);
+            }
+            const T *p = tile + o;
+#pragma unroll
+            for (int x = 0; x < ET; x++)
+#pragma unroll
+                for (int y = 0; y < ET; y++)
+                    acc[x * ET + y] = fmaf(v, (float)p[x * sr + y * sq], acc[x * ET + y]);
+        }
+    }
+#pragma unroll
+    for (int x = 0; x < PX; x++) red[(size_t)threadIdx.x * PX + x] = acc[x];
+    __syncthreads();
+    const int half = ET / 2, outs = a.pool ? half * half : PX;
+    for (int idx = threadIdx.x; idx < a.kbt * outs; idx += blockDim.x) {
+        const int kl2 = idx % a.kbt, op = idx / a.kbt, k2 = blockIdx.y * a.kbt + kl2;
+        if (k2 >= a.K) continue;
+        auto conv = [&](int px) {
+            float s = 0.0f;
+            for (int c = 0; c < a.cs; c++) s += red[((size_t)c * a.kbt + kl2) * PX + px];
+            return spk_act(a, k2, s);
+        };
+        if (!a.pool) {
+            const int p = tp + op / ET, q = tq + op % ET;
+            if (p < a.P && q < a.Q) spk_st((T *)a.out, spk_out_at(a, img, k2, p, q), conv(op));
+        } else if constexpr (ET >= 2) {
+            const int x = op / half, y = op % half;
+            const float m = fmaxf(fmaxf(conv(2 * x * ET + 2 * y), conv(2 * x * ET + 2 * y + 1)),
+                                  fmaxf(conv((2 * x + 1) * ET + 2 * y),
+                                        conv((2 * x + 1) * ET + 2 * y + 1)));
+            const int po = tp / 2 + x, qo = tq / 2 + y;
+            if (po < a.Po && qo < a.Qo) spk_st((T *)a.out, spk_out_at(a, img, k2, po, qo), m);
+        }
+    }
+}
+
+// --- sparse linear kernel -------------------------------------------------------
+
+// Block: 32 images (one per lane) x lkb output features, a warp per feature
+// (warp-uniform records); the 32 input vectors sit in shared memory.
+template <int VT>
+__global__ void __launch_bounds__(256, 2) spk_linear_kernel(const __grid_constant__ spk_args a) {
+    typedef typename spk_elem<VT>::T T;
+    extern __shared__ __align__(16) uint32_t sm[];
+    const int pitch = a.C + 1;
+    float *x = reinterpret_cast<float *>(sm);  // (32, C + 1)
+    float *cbs = x + 32 * pitch;               // (32)
+    if (VT == 2)
+        for (int c = threadIdx.x; c < 32; c += blockDim.x) cbs[c] = a.cbf[c];
+    const int n0 = blockIdx.x * 32;
+    for (int idx = threadIdx.x; idx < 32 * a.C; idx += blockDim.x) {
+        const int i = (int)spk_div(idx, a.f_c), c = idx - i * a.C;
+        x[i * pitch + c] =
+            n0 + i < a.n ? spk_ld((const T *)a.in, (size_t)(n0 + i) * a.C + c) : 0.0f;
+    }
+    __syncthreads();
+    const int lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    const int kend = min(a.K, ((int)blockIdx.y + 1) * a.lkb);
+    const float *xr = x + lane * pitch;
+    for (int k = blockIdx.y * a.lkb + (threadIdx.x >> 5); k < kend; k += nw) {
+        float acc = 0.0f;
+#pragma unroll 4
+        for (int j = 0; j < a.nnz; j++) {
+            if (VT == 2) {
+                const uint32_t p = __ldg((const uint32_t *)a.w + (size_t)k * a.nnzp + j);
+                acc = fmaf(cbs[p & 31u], xr[p >> 5], acc);
+            } else {
+                const float2 w = __ldg((const float2 *)a.w + (size_t)k * a.nnzp + j);
+                acc = fmaf(w.x, xr[__float_as_int(w.y)], acc);
+            }
+        }
+        if (n0 + lane < a.n)
+            spk_st((T *)a.out, spk_out_at(a, n0 + lane, k, 0, 0), spk_act(a, k, acc));
+    }
+}
+
+// --- dispatch -------------------------------------------------------------------
+
+typedef void (*spk_fn)(spk_args);
+
+// Tiled kernel instance for (RS, RB) with fused pool or not.
+template <int VT, int POOL> static spk_fn spk_tile_fn_vt(int rs, int rb) {
+#define SPK_T(R, B) if (rs == R && rb == B) return spk_tile_kernel<VT, R, B, POOL>
+    if (!POOL) {
+        SPK_T(1, 2); SPK_T(1, 4); SPK_T(1, 8);
+    }
+    SPK_T(2, 2); SPK_T(2, 4); SPK_T(2, 8); SPK_T(4, 2); SPK_T(4, 4);
+#undef SPK_T
+    return nullptr;
+}
+
+// Kernel of a variant for value type vt (NULL when there is no such instance).
+static spk_fn spk_kernel(const spk_cfg *c, int vt) {
+    const int pool = c->a.pool;
+    switch (c->kind) {
+    case SPK_TILE:
+        if (vt == 0) return pool ? spk_tile_fn_vt<0, 1>(c->rs, c->rb)
+                                 : spk_tile_fn_vt<0, 0>(c->rs, c->rb);
+        if (vt == 1) return pool ? spk_tile_fn_vt<1, 1>(c->rs, c->rb)
+                                 : spk_tile_fn_vt<1, 0>(c->rs, c->rb);
+        return pool ? spk_tile_fn_vt<2, 1>(c->rs, c->rb) : spk_tile_fn_vt<2, 0>(c->rs, c->rb);
+    case SPK_ELL:
+#define SPK_E(V)                                                                           \
+    if (vt == V) return c->et == 1 ? spk_ell_kernel<V, 1> : c->et == 2 ? spk_ell_kernel<V, 2> \
+                                   : c->et == 4 ? spk_ell_kernel<V, 4> : nullptr
+        SPK_E(0);
+        SPK_E(1);
+        SPK_E(2);
+#undef SPK_E
+        return nullptr;
+    case SPK_LINEAR:
+        return vt == 0   ? spk_linear_kernel<0>
+               : vt == 1 ? spk_linear_kernel<1>
+                         : spk_linear_kernel<2>;
+    default:
+        return vt == 0 ? spk_plain_kernel<0> : vt == 1 ? spk_plain_kernel<1> : spk_plain_kernel<2>;
+    }
+}
+
+// Grid of a variant for n images.
+static dim3 spk_grid(const spk_cfg *c, int n) {
+    const spk_args &a = c->a;
+    switch (c->kind) {
+    case SPK_TILE:
+        return dim3((unsigned)(a.bands * ((n + a.nb - 1) / a.nb)),
+                    (unsigned)((a.K + a.kb * a.ki - 1) / (a.kb * a.ki)));
+    case SPK_ELL:
+        return dim3((unsigned)(n * a.ntiles), (unsigned)((a.K + a.kbt - 1) / a.kbt));
+    case SPK_LINEAR:
+        return dim3((unsigned)((n + 31) / 32), (unsigned)((a.K + a.lkb - 1) / a.lkb));
+    default: {
+        const size_t total = (size_t)n * a.K * a.Po * a.Qo, cap = 132 * 64;
+        size_t b = (total + 255) / 256;
+        return dim3((unsigned)(b < 1 ? 1 : b > cap ? cap : b));
+    }
+    }
+}
+
+// --- host entry points ----------------------------------------------------------
+
+// Divisor for spk_fdiv (d >= 1): shift = ceil(log2 d), mul = 2^32 (2^shift - d) / d + 1.
+spk_fdiv spk_fdiv_make(uint32_t d) {
+    uint32_t s = 0;
+    while ((1ull << s) < d) s++;
+    const uint64_t m = ((1ull << 32) * ((1ull << s) - d)) / d + 1;
+    return spk_fdiv{(uint32_t)m, s};
+}
+
+// Raises the kernel's dynamic shared memory limit to what the device allows.
+int spk_prepare(const spk_cfg *cfg, int vt, sc_err *err) {
+    spk_fn fn = spk_kernel(cfg, vt);
+    if (!fn) return sc_fail(err, "spconv: no kernel for variant kind %d", cfg->kind);
+    if (cfg->smem <= 48 * 1024) return 0;
+    int dev = 0, optin = 0;
+    cudaCheck(err, cudaGetDevice(&dev));
+    cudaCheck(err, cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    if ((size_t)optin < cfg->smem)
+        return sc_fail(err, "spconv: variant needs %zu bytes of shared memory, the device %d",
+                       cfg->smem, optin);
+    cudaCheck(err, cudaFuncSetAttribute((const void *)fn,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+    return 0;
+}
+
+// Launches variant cfg for n images on stream st.
+int spk_launch(const spk_cfg *cfg, int vt, int n, const void *in, void *out, cudaStream_t st,
+               sc_err *err) {
+    if (n <= 0) return 0;
+    spk_args a = cfg->a;
+    a.n = n, a.in = in, a.out = out;
+    spk_fn fn = spk_kernel(cfg, vt);
+    if (!fn) return sc_fail(err, "spconv: no kernel for variant kind %d", cfg->kind);
+    void *params[] = {&a};
+    cudaCheck(err, cudaLaunchKernel((const void *)fn, spk_grid(cfg, n), dim3(cfg->threads),
+                                    params, cfg->smem, st));
+    return 0;
+}

@@ -1,0 +1,74 @@
+// Direct sparse convolution on the GPU (GPU builds only): the semantics of
+// kernels/spconv.h (bordered NCHW activations, CSR rows with precomputed
+// offsets, bias + ReLU + max pool fused) with fp32, fp16 (half2) or fp16
+// activations with 4-bit codebook weights.
+//
+// A layer is uploaded once (spconv_gpu_create) and owns a list of kernel
+// variants for a batch size: a tiled kernel (input tile in shared memory,
+// warp-uniform weights, output channels x conv rows x images blocked in
+// registers, C split in chunks when it does not fit), a kernel that runs the
+// output channels along the lanes (small images, batch 1), a sparse linear
+// kernel and a plain one-thread-per-output kernel that handles any geometry.
+// spconv_gpu_tune times the variants and keeps the fastest; forward only
+// launches, so it can be captured in a CUDA graph.
+#ifndef SC_KERNELS_SPCONV_GPU_H
+#define SC_KERNELS_SPCONV_GPU_H
+
+#ifdef SC_HAVE_CUDA
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/common_gpu.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+#include "kernels/spconv.h"
+
+// Activations: fp32 for SPG_FP32, __half for SPG_FP16 and SPG_CB4.
+typedef enum { SPG_FP32 = 0, SPG_FP16 = 1, SPG_CB4 = 2 } spconv_gpu_vtype;
+
+typedef struct spconv_gpu spconv_gpu;
+
+// Uploads a layer (copies d's arrays). SPG_CB4: codes = packed 4-bit indices,
+// two per byte, low nibble first, in values order ((K*nnz_row+1)/2 bytes);
+// codebook = 16 floats; row_scale = (K) per-row factor or NULL (weight =
+// codebook[code] * row_scale[k]); entries whose d->values is 0 count as zero
+// whatever their code. d->values is given (decoded) for every type. A layer
+// with H = W = R = S = 1 is a linear layer (input (n, C), output (n, K)).
+spconv_gpu *spconv_gpu_create(const spconv_desc *d, spconv_gpu_vtype vt, const uint8_t *codes,
+                              const float *codebook, const float *row_scale, sc_err *err);
+
+// Times every variant for batch n on the given device buffers and keeps the
+// fastest; *ms (may be NULL) receives its median time. Synchronises.
+int spconv_gpu_tune(spconv_gpu *g, int n, const void *in, void *out, cudaStream_t st, float *ms,
+                    sc_err *err);
+
+// out = layer(in) for n images; no allocation, no sync: capturable.
+int spconv_gpu_forward(const spconv_gpu *g, int n, const void *in, void *out, cudaStream_t st,
+                       sc_err *err);
+
+// One line describing the chosen variant.
+void spconv_gpu_describe(const spconv_gpu *g, char *buf, size_t len);
+
+void spconv_gpu_free(spconv_gpu *g);
+
+// --- additions: variant control (tests, benchmarks) --------------------------
+
+// Number of variants listed for batch n (variant 0 is the plain kernel).
+int spconv_gpu_nvariants(const spconv_gpu *g, int n);
+
+// Makes variant v of the list for batch n the one forward runs.
+int spconv_gpu_use(spconv_gpu *g, int n, int v, sc_err *err);
+
+// Useful multiply-adds of one forward for n images (K * nnz_row * P * Q * n,
+// pool windows counted once per conv pixel).
+double spconv_gpu_macs(const spconv_gpu *g, int n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif  // SC_HAVE_CUDA
+#endif

@@ -1,0 +1,100 @@
+// Internals of the sparse conv GPU code shared by spconv.cu (kernels and
+// launches) and spconv_plan.cu (variant lists, layouts, weight tables, the
+// public API). CUDA sources only.
+//
+// Shared-memory tile of the tiled kernel, per image slot and channel of the
+// current chunk: br rows (the band's input rows) of rp 4-byte words. A row
+// holds the input columns split by phase (column mod stride) so that lanes
+// owning consecutive output columns read consecutive words. fp32: one float
+// per word, phase width pw = lc + (S-1)/stride. fp16: half2 words; each phase
+// holds two copies of its columns, A (pairs 0-1, 2-3, ...) and B (pairs 1-2,
+// 3-4, ...), np pairs each (pw = 2 np), so the two adjacent output columns of
+// a thread always read one aligned half2.
+#ifndef SC_KERNELS_SPCONV_IMPL_H
+#define SC_KERNELS_SPCONV_IMPL_H
+
+#include <cuda_fp16.h>
+
+#include "kernels/spconv_gpu.h"
+
+enum spk_kind { SPK_PLAIN = 0, SPK_TILE = 1, SPK_ELL = 2, SPK_LINEAR = 3 };
+
+// Division by a run-time constant as multiply-high, add and shift (x < 2^31).
+struct spk_fdiv {
+    uint32_t mul, shift;
+};
+
+// Everything a kernel reads, passed by value as a grid constant.
+struct spk_args {
+    const void *in;          // (n, C, Hb, Wb) bordered input
+    void *out;               // (n, K, Po + 2 ob, Qo + 2 ob) bordered output
+    const void *w;           // weight records of the variant
+    const int *cptr;         // tile: (K, nch + 1) first record of each chunk, per row
+    const int32_t *goff;     // plain: (K, nnz) raw offsets (w: (K, nnz) floats)
+    const float *bias;       // (K) or NULL
+    const float *scale;      // (K) codebook row scale or NULL
+    int n, K, C, nnz, nnzp;  // nnzp: records per row in memory (tile, linear)
+    int R, S, stride, Hb, Wb, P, Q, Po, Qo, ob, relu;
+    int pool, pk, ps, pp;    // pool: 1 when the fused pool is 2x2 stride 2 pad 0
+    int rmin, cmin;          // first bordered row/column a window reads (in_border - pad)
+    // tile
+    int nb, lc, g, ub, ubp, kb, ki, cc, nch, pb, br, rp, cp, ip, pw, np, bands;
+    spk_fdiv f_rp, f_br, f_cc;
+    // lanes-over-channels kernel (ell) and linear
+    int et, cs, kbt, ebr, ebc, tiles_q, ntiles, red_off, lkb;
+    spk_fdiv f_plane, f_ebc, f_c;
+    // codebook (index 16 and above: zero): fp32 values and half2 (v, v) bits
+    float cbf[32];
+    uint32_t cbh[32];
+};
+
+// One variant: its kernel, tile parameters and the derived launch layout.
+struct spk_cfg {
+    int kind;
+    int rs, rb, nb;      // tile: conv rows per unit, channels per thread, images per block
+    int g1;              // tile: one row group per block (more blocks for small batches)
+    int et, cs, kbt;     // ell: tile side, splits per row, channels per block
+    int lkb;             // linear: channels per block
+    int threads;
+    size_t smem;         // dynamic shared memory bytes
+    spk_args a;          // layout (device pointers and n filled later)
+};
+
+// A layer on the device.
+struct spconv_gpu {
+    spconv_desc d;            // geometry; its array pointers are not kept
+    spconv_gpu_vtype vt;
+    int hb, wb, po, qo, rmin, cmin;
+    int linear;               // H = W = R = S = 1, no borders, no pool
+    int pool2;                // fused pool is 2x2 stride 2 pad 0
+    int window_ok;            // every offset lies in its conv window (tile/ell/linear usable)
+    long nnz_real;            // non-zero weights
+    // host copies, each row sorted by offset: channel, kernel row, kernel column,
+    // value (decoded) and code (16: zero)
+    int *e_c, *e_r, *e_s;
+    float *e_v;
+    uint8_t *e_code;
+    float cbf[32];
+    uint32_t cbh[32];
+    // device
+    float *d_bias, *d_scale;  // (K) or NULL
+    float *d_gw;              // (K, nnz) decoded weights, original order (plain kernel)
+    int32_t *d_goff;          // (K, nnz) raw offsets
+    void *d_w;                // records of the chosen variant
+    int *d_cptr;              // its chunk table (tile)
+    spk_cfg cfg;              // chosen variant
+    int cfg_n, cfg_v;         // batch and index it was listed under
+    float ms;                 // tuned median time (ms), 0 when not tuned
+};
+
+// Divisor for spk_fdiv (d >= 1).
+spk_fdiv spk_fdiv_make(uint32_t d);
+
+// Launches variant cfg for n images (cfg->a holds every pointer but in/out).
+int spk_launch(const spk_cfg *cfg, int vt, int n, const void *in, void *out, cudaStream_t st,
+               sc_err *err);
+
+// Lets cfg's kernel use the shared memory it needs (call before launching).
+int spk_prepare(const spk_cfg *cfg, int vt, sc_err *err);
+
+#endif

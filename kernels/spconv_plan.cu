@@ -1,0 +1,532 @@
+// Host side of the sparse conv GPU code (kernels/spconv_gpu.h): the layer's
+// entries decomposed into (channel, kernel row, kernel column), the variant
+// list for a batch size with each variant's shared-memory layout, the weight
+// tables a variant reads, tuning by timing, and the public API.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels/spconv_impl.h"
+
+#define SPG_TILE_SMEM (100 * 1024)  // two tiled blocks per SM
+#define SPG_MAX_SMEM (200 * 1024)
+#define SPG_MAX_VARIANTS 96
+
+// --- small helpers ------------------------------------------------------------
+
+// Smallest multiple of m that is >= x.
+static int spg_roundup(int x, int m) { return (x + m - 1) / m * m; }
+
+// ceil(x / y) for positive y.
+static int spg_cdiv(int x, int y) { return (x + y - 1) / y; }
+
+// Raw bits of half2 (h, h) for a float h (round to nearest).
+static uint32_t spg_h2bits(float v) {
+    const __half h = __float2half_rn(v);
+    uint16_t b;
+    memcpy(&b, &h, 2);
+    return (uint32_t)b | ((uint32_t)b << 16);
+}
+
+// A float rounded to fp16 and back.
+static float spg_round_half(float v) { return __half2float(__float2half_rn(v)); }
+
+// Device copy of a host array (NULL in, NULL out), complete on return: a
+// pageable cudaMemcpy may still be in flight when it returns, and kernels on
+// a non-blocking stream do not wait for it.
+static int spg_upload(void **dst, const void *src, size_t bytes, sc_err *err) {
+    *dst = NULL;
+    if (!src) return 0;
+    cudaCheck(err, cudaMalloc(dst, bytes ? bytes : 16));
+    if (bytes) cudaCheck(err, cudaMemcpy(*dst, src, bytes, cudaMemcpyHostToDevice));
+    cudaCheck(err, cudaDeviceSynchronize());
+    return 0;
+}
+
+// --- entries --------------------------------------------------------------------
+
+// Sorts each row by offset and splits every offset into channel, kernel row
+// and kernel column; window_ok = 0 when one falls outside its conv window.
+static int spg_entries(spconv_gpu *g, const spconv_desc *d, const uint8_t *codes, sc_err *err) {
+    const int nnz = d->nnz_row;
+    const size_t n = (size_t)d->K * nnz, m = n ? n : 1;
+    g->e_c = (int *)malloc(m * sizeof(int)), g->e_r = (int *)malloc(m * sizeof(int));
+    g->e_s = (int *)malloc(m * sizeof(int)), g->e_v = (float *)malloc(m * sizeof(float));
+    g->e_code = (uint8_t *)malloc(m);
+    if (!g->e_c || !g->e_r || !g->e_s || !g->e_v || !g->e_code) return sc_fail(err, "out of memory");
+    const long plane = (long)g->hb * g->wb;
+    std::vector<int> idx(nnz);
+    g->window_ok = 1, g->nnz_real = 0;
+    for (int k = 0; k < d->K; k++) {
+        const int32_t *off = d->offsets + (size_t)k * nnz;
+        for (int j = 0; j < nnz; j++) idx[j] = j;
+        std::stable_sort(idx.begin(), idx.end(), [&](int x, int y) { return off[x] < off[y]; });
+        for (int jj = 0; jj < nnz; jj++) {
+            const size_t src = (size_t)k * nnz + idx[jj], dst = (size_t)k * nnz + jj;
+            const long o = off[idx[jj]];
+            const int c = (int)(o / plane), rem = (int)(o % plane);
+            const int r = rem / g->wb - g->rmin, s = rem % g->wb - g->cmin;
+            if (o < 0 || c >= d->C || r < 0 || r >= d->R || s < 0 || s >= d->S) g->window_ok = 0;
+            const float v = d->values[src];
+            int code = codes ? (codes[src / 2] >> (4 * (src & 1))) & 15 : 0;
+            if (v == 0.0f) code = 16;
+            else g->nnz_real++;
+            g->e_c[dst] = c, g->e_r[dst] = r, g->e_s[dst] = s, g->e_v[dst] = v;
+            g->e_code[dst] = (uint8_t)code;
+        }
+    }
+    return 0;
+}
+
+// Uploads bias, row scale and the plain kernel's decoded weights and offsets.
+static int spg_upload_layer(spconv_gpu *g, const spconv_desc *d, const uint8_t *codes,
+                            const float *row_scale, sc_err *err) {
+    const size_t n = (size_t)d->K * d->nnz_row;
+    SC_TRY(spg_upload((void **)&g->d_bias, d->bias, (size_t)d->K * sizeof(float), err));
+    if (g->vt == SPG_CB4)
+        SC_TRY(spg_upload((void **)&g->d_scale, row_scale, (size_t)d->K * sizeof(float), err));
+    std::vector<float> gw(n ? n : 1);
+    for (size_t i = 0; i < n; i++) {
+        float v = d->values[i];
+        if (g->vt == SPG_CB4 && v != 0.0f) {
+            const int code = (codes[i / 2] >> (4 * (i & 1))) & 15;
+            v = g->cbf[code] * (row_scale ? row_scale[i / d->nnz_row] : 1.0f);
+        }
+        gw[i] = v;
+    }
+    SC_TRY(spg_upload((void **)&g->d_gw, gw.data(), n * sizeof(float), err));
+    SC_TRY(spg_upload((void **)&g->d_goff, d->offsets, n * sizeof(int32_t), err));
+    return 0;
+}
+
+// --- layouts --------------------------------------------------------------------
+
+// Fields every variant shares.
+static void spg_base_args(const spconv_gpu *g, spk_cfg *c) {
+    const spconv_desc *d = &g->d;
+    spk_args *a = &c->a;
+    a->K = d->K, a->C = d->C, a->nnz = d->nnz_row, a->nnzp = spg_roundup(d->nnz_row, 4);
+    a->R = d->R, a->S = d->S, a->stride = d->stride, a->Hb = g->hb, a->Wb = g->wb;
+    a->P = d->P, a->Q = d->Q, a->Po = g->po, a->Qo = g->qo, a->ob = d->out_border;
+    a->relu = d->relu, a->pool = g->pool2, a->pk = d->pool_k, a->ps = d->pool_stride;
+    a->pp = d->pool_pad, a->rmin = g->rmin, a->cmin = g->cmin;
+    a->bias = g->d_bias;
+    a->scale = g->vt == SPG_CB4 && c->kind != SPK_PLAIN ? g->d_scale : NULL;
+    a->goff = g->d_goff;
+    if (c->kind == SPK_PLAIN) a->w = g->d_gw;
+    memcpy(a->cbf, g->cbf, sizeof a->cbf);
+    memcpy(a->cbh, g->cbh, sizeof a->cbh);
+}
+
+// Shared-memory bank conflicts of the tiled kernel's unit bases: the sum over
+// warps of the most distinct words one bank serves.
+static int spg_conflicts(const spk_args *a, int rs, int rp, int ip) {
+    int cost = 0;
+    for (int w0 = 0; w0 < a->ub; w0 += 32) {
+        int cnt[32] = {0}, deg = 0;
+        for (int u = w0; u < a->ub && u < w0 + 32; u++) {
+            const int l = u % a->lc, i = (u / a->lc) % a->nb, gq = u / (a->lc * a->nb);
+            const int b = (i * ip + gq * rs * a->stride * rp + l) & 31;
+            deg = std::max(deg, ++cnt[b]);
+        }
+        cost += deg;
+    }
+    return cost;
+}
+
+// Picks row and image pitch paddings with the fewest bank conflicts.
+static void spg_tile_pads(spk_args *a, int rs, int rp0) {
+    int best = -1;
+    for (int rpad = 0; rpad < 8; rpad++)
+        for (int ipad = 0; ipad < 32; ipad++) {
+            const int rp = rp0 + rpad, ip = a->cc * a->br * rp + ipad;
+            const int cost = spg_conflicts(a, rs, rp, ip);
+            if (best >= 0 && cost >= best) continue;
+            best = cost, a->rp = rp, a->cp = a->br * rp, a->ip = ip;
+        }
+}
+
+// Layout of the tiled kernel for (rs, rb, nb) at batch n; -1 when it does not apply.
+static int spg_layout_tile(const spconv_gpu *g, int n, spk_cfg *c) {
+    const spconv_desc *d = &g->d;
+    spk_args *a = &c->a;
+    const int fp32 = g->vt == SPG_FP32, pool = g->pool2, rs = c->rs;
+    if (pool && (rs & 1)) return -1;
+    const int rows = pool ? 2 * g->po : d->P;
+    a->lc = fp32 ? (pool ? 2 * g->qo : d->Q) : (pool ? g->qo : (d->Q + 1) / 2);
+    a->nb = c->nb;
+    if (a->lc * a->nb > 256) return -1;
+    a->g = c->g1 ? 1 : std::min(std::max(1, 128 / (a->lc * a->nb)), spg_cdiv(rows, rs));
+    a->ub = a->lc * a->nb * a->g, a->ubp = spg_roundup(a->ub, 32);
+    if (a->ubp > 256) return -1;
+    const int kg = std::max(1, 256 / a->ubp);
+    c->threads = a->ubp * kg, a->kb = kg * c->rb;
+    a->pb = a->g * rs, a->bands = spg_cdiv(rows, a->pb);
+    a->br = (a->pb - 1) * d->stride + d->R;
+    const int emax = (d->S - 1) / d->stride;
+    a->pw = fp32 ? a->lc + emax : 2 * (a->lc + emax / 2), a->np = a->pw / 2;
+    const int rp0 = d->stride * a->pw;
+    long cc = d->C;  // channels per chunk: as many as fit, then re-checked with the pads
+    for (int pass = 0; pass < 4; pass++) {
+        const long words = SPG_TILE_SMEM / 4 - 2 * (rp0 + 8);
+        const long per_ch = (long)a->br * (pass ? a->rp : rp0);
+        cc = std::min<long>(cc, (words / a->nb - 32) / per_ch);
+        if (cc < 1) return -1;
+        a->nch = spg_cdiv(d->C, (int)cc), a->cc = spg_cdiv(d->C, a->nch);
+        spg_tile_pads(a, rs, rp0);
+        c->smem = (size_t)(2 * a->rp + a->nb * a->ip) * 4;
+        if (c->smem <= SPG_TILE_SMEM) break;
+        cc = a->cc - 1;
+    }
+    if (c->smem > SPG_TILE_SMEM) return -1;
+    a->f_rp = spk_fdiv_make(a->rp), a->f_br = spk_fdiv_make(a->br), a->f_cc = spk_fdiv_make(a->cc);
+    const int kblocks = spg_cdiv(d->K, a->kb), others = a->bands * spg_cdiv(n, a->nb);
+    a->ki = 1;
+    while (a->nch == 1 && 2 * a->ki <= kblocks && spg_cdiv(kblocks, 2 * a->ki) * others >= 264)
+        a->ki *= 2;
+    return 0;
+}
+
+// Layout of the channels-along-lanes kernel; -1 when it does not apply.
+static int spg_layout_ell(const spconv_gpu *g, spk_cfg *c) {
+    const spconv_desc *d = &g->d;
+    spk_args *a = &c->a;
+    if (g->pool2 && (c->et & 1)) return -1;
+    const int rows = g->pool2 ? 2 * g->po : d->P, cols = g->pool2 ? 2 * g->qo : d->Q;
+    a->et = c->et, a->cs = c->cs, a->kbt = c->kbt;
+    a->ebr = (c->et - 1) * d->stride + d->R, a->ebc = (c->et - 1) * d->stride + d->S;
+    const size_t es = g->vt == SPG_FP32 ? 4 : 2;
+    const size_t tile = (size_t)d->C * a->ebr * a->ebc * es;
+    a->red_off = (int)((tile + 15) / 16 * 4);
+    c->threads = c->kbt * c->cs;
+    c->smem = (size_t)a->red_off * 4 + ((size_t)c->threads * c->et * c->et + 32) * 4;
+    if (c->smem > SPG_MAX_SMEM) return -1;
+    a->tiles_q = spg_cdiv(cols, c->et), a->ntiles = spg_cdiv(rows, c->et) * a->tiles_q;
+    a->f_plane = spk_fdiv_make(a->ebr * a->ebc), a->f_ebc = spk_fdiv_make(a->ebc);
+    return 0;
+}
+
+// Layout of the sparse linear kernel; -1 when the input does not fit.
+static int spg_layout_linear(const spconv_gpu *g, spk_cfg *c) {
+    c->threads = 256;
+    c->smem = ((size_t)32 * (g->d.C + 1) + 32) * 4;
+    c->a.lkb = c->lkb, c->a.f_c = spk_fdiv_make(g->d.C);
+    return c->smem > SPG_MAX_SMEM ? -1 : 0;
+}
+
+// Fills variant c's layout for batch n; -1 when it does not apply.
+static int spg_layout(const spconv_gpu *g, int n, spk_cfg *c) {
+    spg_base_args(g, c);
+    switch (c->kind) {
+    case SPK_TILE: return spg_layout_tile(g, n, c);
+    case SPK_ELL: return spg_layout_ell(g, c);
+    case SPK_LINEAR: return spg_layout_linear(g, c);
+    default: c->threads = 256, c->smem = 0; return 0;
+    }
+}
+
+// --- variant list ---------------------------------------------------------------
+
+// Appends variant c when it applies to batch n.
+static void spg_add(const spconv_gpu *g, int n, spk_cfg c, spk_cfg *out, int *m) {
+    if (*m < SPG_MAX_VARIANTS && spg_layout(g, n, &c) == 0) out[(*m)++] = c;
+}
+
+// The channels-along-lanes variants (tile sides from et_min).
+static void spg_add_ell(const spconv_gpu *g, int n, int et_min, spk_cfg *out, int *m) {
+    static const int kc[][2] = {{32, 2}, {32, 8}, {64, 1}, {64, 4}, {128, 2}};
+    for (int et = et_min; et <= 4; et *= 2)
+        for (int i = 0; i < 5; i++) {
+            spk_cfg c = {};
+            c.kind = SPK_ELL, c.et = et, c.kbt = kc[i][0], c.cs = kc[i][1];
+            spg_add(g, n, c, out, m);
+        }
+}
+
+// Lists the variants for batch n (index 0: the plain kernel); returns the count.
+static int spg_candidates(const spconv_gpu *g, int n, spk_cfg *out) {
+    int m = 0;
+    spk_cfg c = {};
+    c.kind = SPK_PLAIN;
+    spg_add(g, n, c, out, &m);
+    if (!g->window_ok) return m;
+    if (g->linear) {
+        for (int lkb = 32; lkb <= 128; lkb *= 4) {
+            c = spk_cfg{};
+            c.kind = SPK_LINEAR, c.lkb = lkb;
+            spg_add(g, n, c, out, &m);
+        }
+        spg_add_ell(g, n, 1, out, &m);
+        return m;
+    }
+    if (g->d.pool_k > 0 && !g->pool2) return m;
+    static const int rsrb[][2] = {{1, 2}, {1, 4}, {1, 8}, {2, 2}, {2, 4}, {2, 8}, {4, 2}, {4, 4}};
+    const int q = g->vt == SPG_FP32 ? g->d.Q : (g->d.Q + 1) / 2;
+    for (int i = 0; i < 8; i++)
+        for (int nb = 1; nb <= 16; nb *= 2) {
+            if (nb > 1 && (nb > n || q * nb > 64)) continue;
+            c = spk_cfg{};
+            c.kind = SPK_TILE, c.rs = rsrb[i][0], c.rb = rsrb[i][1], c.nb = nb;
+            spg_add(g, n, c, out, &m);
+            if (nb == 1 && n <= 16 && m > 0 && out[m - 1].kind == SPK_TILE && out[m - 1].a.g > 1) {
+                c.g1 = 1;  // small batch: one row group per block for more blocks
+                spg_add(g, n, c, out, &m);
+            }
+        }
+    if (n <= 16) spg_add_ell(g, n, g->pool2 || g->d.P * g->d.Q > 4 ? 2 : 1, out, &m);
+    return m;
+}
+
+// --- weight tables ----------------------------------------------------------------
+
+// Word offset of entry (channel in chunk cl, kernel row r, kernel column s) in the tile.
+static int spg_tile_offset(const spconv_gpu *g, const spk_args *a, int cl, int r, int s) {
+    const int st = a->stride, ph = s % st, e = s / st;
+    const int col = g->vt == SPG_FP32 ? ph * a->pw + e : ph * a->pw + (e & 1) * a->np + (e >> 1);
+    return cl * a->cp + r * a->rp + col;
+}
+
+// One record: fp32 (value, offset); fp16 (half2 value, offset); cb4 offset << 5 | code.
+static void spg_record(const spconv_gpu *g, size_t e, int off, int half2, uint8_t *dst) {
+    if (g->vt == SPG_CB4) {
+        const uint32_t p = ((uint32_t)off << 5) | g->e_code[e];
+        memcpy(dst, &p, 4);
+        return;
+    }
+    uint32_t w[2];
+    const float v = g->vt == SPG_FP16 ? spg_round_half(g->e_v[e]) : g->e_v[e];
+    if (half2) w[0] = spg_h2bits(v);
+    else memcpy(&w[0], &v, 4);
+    memcpy(&w[1], &off, 4);
+    memcpy(dst, w, 8);
+}
+
+// Builds and uploads variant c's records (and chunk table) into *dw, *dcp.
+static int spg_tables(const spconv_gpu *g, const spk_cfg *c, void **dw, int **dcp, sc_err *err) {
+    const spk_args *a = &c->a;
+    const int K = a->K, nnz = a->nnz;
+    const size_t rs = g->vt == SPG_CB4 ? 4 : 8;
+    const size_t rows = c->kind == SPK_ELL ? (size_t)nnz : (size_t)K;
+    const size_t pitch = c->kind == SPK_ELL ? (size_t)K : (size_t)a->nnzp;
+    std::vector<uint8_t> rec(std::max<size_t>(rows * pitch * rs, 16), 0);
+    std::vector<int> cptr(c->kind == SPK_TILE ? (size_t)K * (a->nch + 1) : 1, 0);
+    for (int k = 0; k < K; k++) {
+        int *cp = c->kind == SPK_TILE ? &cptr[(size_t)k * (a->nch + 1)] : NULL;
+        for (int j = 0; j < nnz; j++) {
+            const size_t e = (size_t)k * nnz + j;
+            const int ch = c->kind == SPK_TILE ? g->e_c[e] / a->cc : 0;
+            int off;
+            if (c->kind == SPK_TILE)
+                off = spg_tile_offset(g, a, g->e_c[e] - ch * a->cc, g->e_r[e], g->e_s[e]);
+            else if (c->kind == SPK_ELL)
+                off = (g->e_c[e] * a->ebr + g->e_r[e]) * a->ebc + g->e_s[e];
+            else
+                off = g->e_c[e];
+            if (off >= (1 << 26)) return sc_fail(err, "spconv: tile offset %d too large", off);
+            const size_t at = c->kind == SPK_ELL ? (size_t)j * K + k : (size_t)k * a->nnzp + j;
+            spg_record(g, e, off, c->kind == SPK_TILE && g->vt == SPG_FP16, &rec[at * rs]);
+            if (cp) cp[ch + 1]++;
+        }
+        if (cp)
+            for (int ch = 0; ch < a->nch; ch++) cp[ch + 1] += cp[ch];
+    }
+    SC_TRY(spg_upload(dw, rec.data(), rec.size(), err));
+    if (c->kind == SPK_TILE) SC_TRY(spg_upload((void **)dcp, cptr.data(), cptr.size() * 4, err));
+    return 0;
+}
+
+// --- selection --------------------------------------------------------------------
+
+// Makes cfg the chosen variant: builds its tables and frees the previous ones.
+static int spg_select(spconv_gpu *g, const spk_cfg *cfg, sc_err *err) {
+    void *dw = NULL;
+    int *dcp = NULL;
+    if (cfg->kind != SPK_PLAIN && spg_tables(g, cfg, &dw, &dcp, err)) {
+        cudaFree(dw);
+        return -1;
+    }
+    if (spk_prepare(cfg, g->vt, err)) {
+        cudaFree(dw), cudaFree(dcp);
+        return -1;
+    }
+    cudaFree(g->d_w), cudaFree(g->d_cptr);
+    g->d_w = dw, g->d_cptr = dcp, g->cfg = *cfg;
+    if (cfg->kind != SPK_PLAIN) g->cfg.a.w = dw;
+    g->cfg.a.cptr = dcp;
+    return 0;
+}
+
+// Index of a reasonable variant without timing: a tiled one with 8
+// accumulators per thread and the fewest idle lanes, else the last listed.
+static int spg_default(const spk_cfg *c, int m) {
+    int best = m - 1;
+    double score = -1.0;
+    for (int i = 0; i < m; i++) {
+        if (c[i].kind != SPK_TILE) continue;
+        const double s = (double)c[i].a.ub / c[i].a.ubp + (c[i].rs * c[i].rb == 8 ? 1.0 : 0.0);
+        if (s > score) score = s, best = i;
+    }
+    return best;
+}
+
+// Median of 7 timed runs (after 2 warm-ups) of the chosen variant; stops
+// early with the second warm-up's time when that exceeds cutoff.
+static int spg_time(const spconv_gpu *g, int n, const void *in, void *out, cudaStream_t st,
+                    float cutoff, float *ms, sc_err *err) {
+    cudaEvent_t e0, e1;
+    cudaCheck(err, cudaEventCreate(&e0));
+    cudaCheck(err, cudaEventCreate(&e1));
+    float t[9];
+    int rc = 0, r = 0;
+    for (; r < 9 && !rc; r++) {
+        if (cudaEventRecord(e0, st) != cudaSuccess) rc = sc_fail(err, "spconv: event record");
+        if (!rc) rc = spconv_gpu_forward(g, n, in, out, st, err);
+        if (!rc && cudaEventRecord(e1, st) != cudaSuccess) rc = sc_fail(err, "spconv: event record");
+        if (!rc && cudaEventSynchronize(e1) != cudaSuccess)
+            rc = sc_fail(err, "spconv: %s", cudaGetErrorString(cudaGetLastError()));
+        if (!rc) cudaEventElapsedTime(&t[r], e0, e1);
+        if (!rc && r == 1 && t[1] > cutoff) break;
+    }
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    if (rc) return -1;
+    if (r < 9) {
+        *ms = t[1];
+        return 0;
+    }
+    std::sort(t + 2, t + 9);
+    *ms = t[5];
+    return 0;
+}
+
+// --- public API -------------------------------------------------------------------
+
+// Uploads a layer and picks a default variant for a large batch.
+extern "C" spconv_gpu *spconv_gpu_create(const spconv_desc *d, spconv_gpu_vtype vt,
+                                         const uint8_t *codes, const float *codebook,
+                                         const float *row_scale, sc_err *err) {
+    if (vt == SPG_CB4 && (!codes || !codebook)) {
+        sc_fail(err, "spconv: codebook layer without codes or codebook");
+        return NULL;
+    }
+    spconv_gpu *g = (spconv_gpu *)calloc(1, sizeof *g);
+    if (!g) {
+        sc_fail(err, "out of memory");
+        return NULL;
+    }
+    g->d = *d, g->vt = vt;
+    g->hb = d->H + 2 * d->in_border, g->wb = d->W + 2 * d->in_border;
+    g->rmin = g->cmin = d->in_border - d->pad;
+    spconv_out_size(d, &g->po, &g->qo);
+    g->pool2 = d->pool_k == 2 && d->pool_stride == 2 && d->pool_pad == 0;
+    g->linear = d->H == 1 && d->W == 1 && d->R == 1 && d->S == 1 && d->in_border == 0 &&
+                d->out_border == 0 && d->pool_k == 0 && d->pad == 0;
+    for (int i = 0; i < 16 && vt == SPG_CB4; i++) g->cbf[i] = codebook[i];
+    for (int i = 0; i < 32; i++) g->cbh[i] = spg_h2bits(g->cbf[i]);
+    spk_cfg *list = (spk_cfg *)malloc(SPG_MAX_VARIANTS * sizeof *list);
+    int rc = !list ? sc_fail(err, "out of memory") : 0;
+    if (!rc && (d->K <= 0 || d->C <= 0 || d->nnz_row < 0 || d->P <= 0 || d->Q <= 0 ||
+                d->in_border < d->pad || g->po <= 0 || g->qo <= 0))
+        rc = sc_fail(err, "spconv: bad layer shape (K %d, C %d, P %d, Q %d, border %d, pad %d)",
+                     d->K, d->C, d->P, d->Q, d->in_border, d->pad);
+    if (!rc) rc = spg_entries(g, d, codes, err);
+    if (!rc) rc = spg_upload_layer(g, d, codes, row_scale, err);
+    if (!rc) {
+        const int m = spg_candidates(g, 128, list);
+        const int v = spg_default(list, m);
+        rc = spg_select(g, &list[v], err);
+        g->cfg_n = 128, g->cfg_v = v;
+    }
+    free(list);
+    if (rc) {
+        spconv_gpu_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+// Number of variants listed for batch n.
+extern "C" int spconv_gpu_nvariants(const spconv_gpu *g, int n) {
+    spk_cfg *list = (spk_cfg *)malloc(SPG_MAX_VARIANTS * sizeof *list);
+    const int m = list ? spg_candidates(g, n < 1 ? 1 : n, list) : 0;
+    free(list);
+    return m;
+}
+
+// Makes variant v of the list for batch n the one forward runs.
+extern "C" int spconv_gpu_use(spconv_gpu *g, int n, int v, sc_err *err) {
+    spk_cfg *list = (spk_cfg *)malloc(SPG_MAX_VARIANTS * sizeof *list);
+    if (!list) return sc_fail(err, "out of memory");
+    const int m = spg_candidates(g, n < 1 ? 1 : n, list);
+    int rc = v < 0 || v >= m ? sc_fail(err, "spconv: variant %d of %d", v, m) : 0;
+    if (!rc) rc = spg_select(g, &list[v], err);
+    if (!rc) g->cfg_n = n, g->cfg_v = v;
+    free(list);
+    return rc;
+}
+
+// Times every variant for batch n and keeps the fastest.
+extern "C" int spconv_gpu_tune(spconv_gpu *g, int n, const void *in, void *out, cudaStream_t st,
+                               float *ms, sc_err *err) {
+    spk_cfg *list = (spk_cfg *)malloc(SPG_MAX_VARIANTS * sizeof *list);
+    if (!list) return sc_fail(err, "out of memory");
+    const int m = spg_candidates(g, n < 1 ? 1 : n, list);
+    int best = -1, rc = 0;
+    float best_ms = INFINITY;
+    for (int v = m > 1 ? 1 : 0; v < m && !rc; v++) {  // the plain kernel only as a fallback
+        float t = INFINITY;
+        rc = spg_select(g, &list[v], err);
+        if (!rc) rc = spg_time(g, n, in, out, st, 3.0f * best_ms, &t, err);
+        if (!rc && t < best_ms) best_ms = t, best = v;
+    }
+    if (!rc && best < 0) rc = sc_fail(err, "spconv: no variant for batch %d", n);
+    if (!rc) rc = spg_select(g, &list[best], err);
+    free(list);
+    if (rc) return -1;
+    g->cfg_n = n, g->cfg_v = best, g->ms = best_ms;
+    if (ms) *ms = best_ms;
+    return 0;
+}
+
+// out = layer(in) for n images (capturable).
+extern "C" int spconv_gpu_forward(const spconv_gpu *g, int n, const void *in, void *out,
+                                  cudaStream_t st, sc_err *err) {
+    return spk_launch(&g->cfg, (int)g->vt, n, in, out, st, err);
+}
+
+// One line describing the chosen variant.
+extern "C" void spconv_gpu_describe(const spconv_gpu *g, char *buf, size_t len) {
+    static const char *vts[] = {"fp32", "fp16", "cb4"};
+    const spk_cfg *c = &g->cfg;
+    const spk_args *a = &c->a;
+    char t[48] = "";
+    if (g->ms > 0) snprintf(t, sizeof t, " %.4f ms @%d", g->ms, g->cfg_n);
+    if (c->kind == SPK_TILE)
+        snprintf(buf, len, "tile %s rs%d rb%d nb%d g%d units %d/%d thr %d kb %dx%d chunks %dx%d "
+                 "smem %zuK bands %d%s", vts[g->vt], c->rs, c->rb, c->nb, a->g, a->ub, a->ubp,
+                 c->threads, a->kb, a->ki, a->nch, a->cc, c->smem >> 10, a->bands, t);
+    else if (c->kind == SPK_ELL)
+        snprintf(buf, len, "ell %s et%d kbt%d cs%d smem %zuK%s", vts[g->vt], c->et, c->kbt, c->cs,
+                 c->smem >> 10, t);
+    else if (c->kind == SPK_LINEAR)
+        snprintf(buf, len, "linear %s kb%d%s", vts[g->vt], c->lkb, t);
+    else
+        snprintf(buf, len, "plain %s%s", vts[g->vt], t);
+}
+
+// Useful multiply-adds of one forward for n images.
+extern "C" double spconv_gpu_macs(const spconv_gpu *g, int n) {
+    return (double)g->nnz_real * g->d.P * g->d.Q * n;
+}
+
+// Frees a layer (NULL is fine).
+extern "C" void spconv_gpu_free(spconv_gpu *g) {
+    if (!g) return;
+    cudaFree(g->d_bias), cudaFree(g->d_scale), cudaFree(g->d_gw), cudaFree(g->d_goff);
+    cudaFree(g->d_w), cudaFree(g->d_cptr);
+    free(g->e_c), free(g->e_r), free(g->e_s), free(g->e_v), free(g->e_code);
+    free(g);
+}

@@ -1,0 +1,490 @@
+// The `deploy` tool: loads an export (runtime/sparse_model.h), builds the
+// deploy plan, and on a GPU checks, times and picks an implementation per
+// layer (seed 001 Algorithm 2), then reports test accuracy, a per-layer
+// table, end-to-end images/s at the batch size and latency at batch 1
+// against the all-dense cuDNN network in the same precision (same run, CUDA
+// graphs), a speedup chart and a JSON summary. Without a GPU it runs the CPU
+// path (the reference) and says so.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "datasets/cifar.h"
+#include "runtime/cli.h"
+#include "runtime/deploy_gpu.h"
+#include "runtime/deploy_plan.h"
+#include "runtime/deploy_report.h"
+#include "runtime/exec.h"
+#include "runtime/json.h"
+#include "runtime/progress.h"
+#include "runtime/rundir.h"
+#include "runtime/sparse_model.h"
+
+#define TOOL "deploy"
+
+// --- options ----------------------------------------------------------------
+
+typedef struct {
+    cli_common c;
+    const char *precision, *reference, *chart, *data_dir, *runs;
+    int batch, repeat, check_images, test_images;
+    const char *model, *dataset;  // positionals
+} deploy_opts;
+
+// Sorts the positionals: [EXPORT.h5] [DATASET]; a lone argument is the
+// export when it names a file or ends in .h5, else the dataset.
+static void opts_positionals(deploy_opts *o, const char **pos, int npos) {
+    struct stat st;
+    o->model = o->dataset = NULL;
+    if (npos == 2) o->model = pos[0], o->dataset = pos[1];
+    if (npos != 1) return;
+    size_t n = strlen(pos[0]);
+    int file = (stat(pos[0], &st) == 0 && S_ISREG(st.st_mode)) ||
+               (n > 3 && !strcmp(pos[0] + n - 3, ".h5"));
+    if (file) o->model = pos[0];
+    else o->dataset = pos[0];
+}
+
+// Parses argv into o; returns CLI_OK, CLI_HELP or CLI_USAGE.
+static int opts_parse(deploy_opts *o, int argc, char **argv) {
+    cli_opt opts[] = {
+        CLI_COMMON_OPTS(o->c),
+        {.name = "precision", .type = OPT_CHOICE, .dst = &o->precision, .def = "both",
+         .choices = "fp32|fp16|both", .help = "plans to build and time on the GPU (the CPU path is fp32)"},
+        {.name = "batch", .short_name = 'b', .type = OPT_INT, .dst = &o->batch, .def = "128",
+         .min = 1, .max = 65536, .help = "batch size of the throughput figures and the per-layer choice"},
+        {.name = "repeat", .type = OPT_INT, .dst = &o->repeat, .def = "20", .min = 1,
+         .max = 100000, .help = "timed runs per measurement (the median is reported)"},
+        {.name = "check-images", .type = OPT_INT, .dst = &o->check_images, .def = "4", .min = 1,
+         .max = 1024, .help = "images every layer is checked on against the CPU reference before timing"},
+        {.name = "reference", .type = OPT_STRING, .dst = &o->reference, .def = "1000",
+         .metavar = "N", .help = "GPU runs: first test images also run through the CPU reference to compare\n"
+                                 "accuracy and predictions (a number, or all; 0: none)"},
+        {.name = "test-images", .type = OPT_INT, .dst = &o->test_images, .def = "0", .min = 0,
+         .max = 100000000, .help = "use only the first N test images (0: all)"},
+        {.name = "chart", .type = OPT_STRING, .dst = &o->chart, .metavar = "FILE",
+         .help = "per-layer speedup chart, SVG (default: deploy_speedup.svg next to the export;\n"
+                 "'none': no chart)"},
+        {.name = "data-dir", .type = OPT_STRING, .dst = &o->data_dir, .def = "data",
+         .metavar = "DIR", .help = "where cifar10/cifar100/synthetic live"},
+        {.name = "runs", .type = OPT_STRING, .dst = &o->runs, .def = "runs", .metavar = "DIR",
+         .help = "root of the run directories"},
+    };
+    cli_spec spec = {.tool = TOOL, .usage = "deploy [options] [EXPORT.h5] [DATASET]",
+                     .summary = "Runs an exported sparse model: checks every layer against the CPU reference,\n"
+                                "times each layer's implementations on the GPU and runs the fastest, then\n"
+                                "reports test accuracy, a per-layer table and end-to-end speed against the\n"
+                                "all-dense cuDNN network. EXPORT.h5: default runs/latest/model.csr.h5;\n"
+                                "DATASET: default the one recorded in the export. Without a GPU: the CPU path.",
+                     .opts = opts, .nopts = (int)(sizeof opts / sizeof *opts), .min_pos = 0,
+                     .max_pos = 2};
+    const char *pos[2] = {NULL, NULL};
+    int npos = 0;
+    int rc = cli_parse(&spec, argc, argv, pos, &npos);
+    opts_positionals(o, pos, npos);
+    return rc;
+}
+
+// --- the run ----------------------------------------------------------------
+
+typedef struct {
+    deploy_opts o;
+    char input[1100], chart[1100];
+    sparse_model *m;
+    dataset ds;
+    data_split test;      // the test images used (a view of ds.test)
+    deploy_plan *p;
+    deploy_report r;
+    int *cpu_pred;        // (test.n) CPU reference top-1, -1 where not run
+    int nreference;       // --reference resolved
+    FILE *log;            // progress and warnings (stderr), NULL when quiet
+    double t0;
+} deploy_run;
+
+// Top-1 class of one row of logits (first maximum wins).
+static int top1(const float *row, int classes) {
+    int best = 0;
+    for (int k = 1; k < classes; k++)
+        if (row[k] > row[best]) best = k;
+    return best;
+}
+
+// Finds the export: the positional, else runs/latest/model.csr.h5.
+static int input_resolve(deploy_run *d, sc_err *err) {
+    if (d->o.model) {
+        snprintf(d->input, sizeof d->input, "%s", d->o.model);
+        return 0;
+    }
+    const char *cand[] = {"model.csr.h5", NULL};
+    if (rundir_find_input(d->o.runs, cand, d->input, sizeof d->input, err) == 0) return 0;
+    if (!strstr(err->msg, "(run ")) sc_wrap(err, "no export to deploy (run export first)");
+    return -1;
+}
+
+// Images of --reference: all, or a number (at most the test images).
+static int reference_count(const deploy_run *d, int *n, sc_err *err) {
+    if (!strcmp(d->o.reference, "all")) {
+        *n = d->test.n;
+        return 0;
+    }
+    char *end;
+    long v = strtol(d->o.reference, &end, 10);
+    if (end == d->o.reference || *end || v < 0)
+        return sc_fail(err, "--reference: not 'all' or a number >= 0 (%s)", d->o.reference);
+    *n = v < d->test.n ? (int)v : d->test.n;
+    return 0;
+}
+
+// Loads the export, opens its dataset and builds the plan.
+static int model_and_data(deploy_run *d, sc_err *err) {
+    SC_TRY(input_resolve(d, err));
+    if (!(d->m = sparse_model_load(d->input, err))) return -1;
+    const net *nt = d->m->nt;
+    const char *ds = d->o.dataset ? d->o.dataset : d->m->dataset;
+    if (!ds[0]) return sc_fail(err, "%s does not record its dataset; name one (deploy FILE DATASET)", d->input);
+    SC_TRY(dataset_open(ds, d->o.data_dir, 0, (uint64_t)d->o.c.seed, &d->ds, err));
+    if (d->ds.classes != nt->classes)
+        return sc_fail(err, "%s: the model has %d classes, dataset %s has %d", d->input, nt->classes,
+                       ds, d->ds.classes);
+    if (nt->in_c != 3 || nt->in_h != CIFAR_SIDE || nt->in_w != CIFAR_SIDE)
+        return sc_fail(err, "%s: the model takes %dx%dx%d images, the dataset has 3x32x32", d->input,
+                       nt->in_c, nt->in_h, nt->in_w);
+    d->test = d->ds.test;
+    if (d->o.test_images > 0 && d->o.test_images < d->test.n) d->test.n = d->o.test_images;
+    if (d->test.n < 1) return sc_fail(err, "dataset %s has no test images", ds);
+    SC_TRY(reference_count(d, &d->nreference, err));
+    if (!(d->p = deploy_plan_build(d->m, err))) return sc_wrap(err, "%s", d->input);
+    d->cpu_pred = malloc((size_t)d->test.n * sizeof *d->cpu_pred);
+    if (!d->cpu_pred) return sc_fail(err, "out of memory");
+    for (int i = 0; i < d->test.n; i++) d->cpu_pred[i] = -1;
+    return 0;
+}
+
+// Image i of the test images.
+static const uint8_t *test_image(const deploy_run *d, int i) {
+    return d->test.images + (size_t)i * CIFAR_IMAGE_BYTES;
+}
+
+// A batch of n test images starting at image 0, repeated when the test set is smaller.
+static uint8_t *batch_images(const deploy_run *d, int n) {
+    uint8_t *b = malloc((size_t)n * CIFAR_IMAGE_BYTES);
+    for (int i = 0; b && i < n; i++)
+        memcpy(b + (size_t)i * CIFAR_IMAGE_BYTES, test_image(d, i % d->test.n), CIFAR_IMAGE_BYTES);
+    return b;
+}
+
+// --- the CPU path -------------------------------------------------------------
+
+// Runs the CPU plan over the first `count` test images in batches of n:
+// predictions into cpu_pred, accuracy, median batch time.
+static int cpu_pass(deploy_run *d, deploy_cpu *c, int n, int count, double *batch_ms, sc_err *err) {
+    const int classes = d->m->nt->classes;
+    float *lg = malloc((size_t)n * classes * sizeof *lg);
+    double *times = malloc(((size_t)count / n + 1) * sizeof *times);
+    if (!lg || !times) return free(lg), free(times), sc_fail(err, "out of memory");
+    progress pg;
+    progress_start(&pg, stderr, "CPU reference", count, d->log == NULL);
+    long hits = 0;
+    int nt = 0, rc = 0;
+    for (int i = 0; i < count && !rc; i += n) {
+        int b = count - i < n ? count - i : n;
+        double t = progress_clock();
+        rc = deploy_cpu_forward(c, b, test_image(d, i), lg, err);
+        if (b == n) times[nt++] = (progress_clock() - t) * 1000.0;
+        for (int k = 0; k < b && !rc; k++) {
+            d->cpu_pred[i + k] = top1(lg + (size_t)k * classes, classes);
+            hits += d->cpu_pred[i + k] == d->test.labels[i + k];
+        }
+        progress_update(&pg, i + b, NULL);
+    }
+    progress_finish(&pg, NULL);
+    d->r.cpu_images = count;
+    d->r.cpu_acc = 100.0 * (double)hits / count;
+    *batch_ms = NAN;
+    if (nt) {  // median of the full batches
+        for (int a = 1; a < nt; a++)
+            for (int b = a; b > 0 && times[b - 1] > times[b]; b--) {
+                double x = times[b]; times[b] = times[b - 1]; times[b - 1] = x;
+            }
+        *batch_ms = times[nt / 2];
+    }
+    free(lg), free(times);
+    return rc;
+}
+
+// Median time of a few runs of one CPU plan op (the whole forward when op < 0).
+static double cpu_time_op(deploy_run *d, deploy_cpu *c, int op, int n, int reps) {
+    double best[64];
+    reps = reps > 64 ? 64 : reps;
+    for (int k = 0; k < reps; k++) {
+        double t = progress_clock();
+        if (op >= 0) deploy_cpu_op(c, op, n);
+        else deploy_cpu_forward(c, n, test_image(d, 0), NULL, NULL);
+        best[k] = (progress_clock() - t) * 1000.0;
+    }
+    for (int a = 1; a < reps; a++)
+        for (int b = a; b > 0 && best[b - 1] > best[b]; b--) {
+            double x = best[b]; best[b] = best[b - 1]; best[b - 1] = x;
+        }
+    return best[reps / 2];
+}
+
+// Times the dense CPU executor on the export's (densified, folded) net.
+static int cpu_dense(deploy_run *d, int n, int reps, sc_err *err) {
+    exec *e = exec_create(d->m->nt, DEV_CPU, PREC_FP32, n, err);
+    if (!e) return -1;
+    float *lg = malloc((size_t)n * d->m->nt->classes * sizeof *lg);
+    uint8_t *img = batch_images(d, n);
+    int *lab = calloc((size_t)n, sizeof *lab), rc = lg && img && lab ? 0 : sc_fail(err, "out of memory");
+    double ms[2] = {INFINITY, INFINITY};
+    for (int s = 0; s < 2 && !rc; s++)  // the batch, then one image
+        for (int k = 0; k < (s ? reps : (reps < 3 ? reps : 3)) && !rc; k++) {
+            exec_batch b = {s ? 1 : n, img, lab, NULL, NULL, NULL};
+            double t = progress_clock();
+            rc = exec_eval_batch(e, &b, 0.0f, lg, err);
+            double x = (progress_clock() - t) * 1000.0;
+            ms[s] = x < ms[s] ? x : ms[s];
+        }
+    d->r.cpu_dense_ms = ms[0], d->r.cpu_dense_lat_ms = ms[1];
+    free(lg), free(img), free(lab);
+    exec_free(e);
+    return rc;
+}
+
+// The CPU path: accuracy over the test images, per-op times, end-to-end
+// times of the plan and of the dense executor.
+static int cpu_path(deploy_run *d, sc_err *err) {
+    const int n = d->o.batch < d->test.n ? d->o.batch : d->test.n;
+    deploy_cpu *c = deploy_cpu_create(d->p, n, err);
+    if (!c) return -1;
+    int reps = d->o.repeat < 3 ? d->o.repeat : 3, rc = cpu_pass(d, c, n, d->test.n, &d->r.cpu_ms, err);
+    if (!rc && !(d->r.cpu_op_ms = malloc((size_t)d->p->nops * sizeof(double))))
+        rc = sc_fail(err, "out of memory");
+    for (int i = 0; !rc && i < d->p->nops; i++) d->r.cpu_op_ms[i] = cpu_time_op(d, c, i, n, reps);
+    if (!rc) d->r.cpu_lat_ms = cpu_time_op(d, c, -1, 1, d->o.repeat);
+    if (!isfinite(d->r.cpu_ms)) d->r.cpu_ms = cpu_time_op(d, c, -1, n, reps);
+    deploy_cpu_free(c);
+    d->r.batch = n;
+    return rc ? -1 : cpu_dense(d, n, d->o.repeat, err);
+}
+
+// --- the GPU path -------------------------------------------------------------
+
+// Max |a - b| / max |b| over n values (infinite on a NaN).
+static double max_rel_err(size_t n, const float *a, const float *b) {
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - b[i]);
+        if (!(e <= num)) num = e;  // NaN propagates
+        den = fabs(b[i]) > den ? fabs(b[i]) : den;
+    }
+    return den > 0 ? num / den : num;
+}
+
+// Runs the GPU plan over every test image: accuracy and agreement with the CPU reference.
+static int gpu_accuracy(deploy_run *d, deploy_gpu *g, deploy_prec_result *pr, sc_err *err) {
+    const int n = d->o.batch, classes = d->m->nt->classes;
+    float *lg = malloc((size_t)n * classes * sizeof *lg);
+    if (!lg) return sc_fail(err, "out of memory");
+    progress pg;
+    progress_start(&pg, stderr, pr->prec == DP_FP16 ? "GPU fp16 accuracy" : "GPU fp32 accuracy",
+                   d->test.n, d->log == NULL);
+    long hits = 0, ref_hits = 0;
+    int rc = 0;
+    pr->agree = pr->compared = 0;
+    for (int i = 0; i < d->test.n && !rc; i += n) {
+        int b = d->test.n - i < n ? d->test.n - i : n;
+        rc = deploy_gpu_forward(g, b, test_image(d, i), lg, err);
+        for (int k = 0; k < b && !rc; k++) {
+            int y = top1(lg + (size_t)k * classes, classes);
+            hits += y == d->test.labels[i + k];
+            if (d->cpu_pred[i + k] < 0) continue;
+            pr->compared++, pr->agree += y == d->cpu_pred[i + k];
+            ref_hits += y == d->test.labels[i + k];
+        }
+        progress_update(&pg, i + b, NULL);
+    }
+    progress_finish(&pg, NULL);
+    pr->test_acc = 100.0 * (double)hits / d->test.n;
+    pr->ref_acc = pr->compared ? 100.0 * (double)ref_hits / pr->compared : NAN;
+    free(lg);
+    return rc;
+}
+
+// End-to-end: the chosen plan and the all-dense one, at batch n (the plan
+// is tuned at n first); ms and dense_ms get the medians.
+static int gpu_end_to_end(deploy_run *d, deploy_gpu *g, int n, const uint8_t *img, deploy_cpu *ref,
+                          int nref, deploy_timing *t, double *ms, double *dense_ms, int *graph,
+                          sc_err *err) {
+    int g2 = 0, convs = 0;
+    for (int i = 0; i < d->p->nops; i++) convs += d->p->ops[i].kind == DOP_CONV;
+    log_line(stderr, d->o.c.quiet, "%s: checking and timing every implementation of %d layers at batch %d",
+             TOOL, convs, n);
+    SC_TRY(deploy_gpu_tune(g, n, img, ref, nref < n ? nref : n, d->o.repeat, t, stderr, err));
+    SC_TRY(deploy_gpu_time(g, n, d->o.repeat, ms, graph, err));
+    SC_TRY(deploy_gpu_choose_dense(g, err));
+    SC_TRY(deploy_gpu_time(g, n, d->o.repeat, dense_ms, &g2, err));
+    *graph = *graph && g2;
+    return deploy_gpu_choose(g, t->chosen, err);
+}
+
+// Checks the GPU plan's logits on the check images against the CPU's.
+static int gpu_logits_check(deploy_run *d, deploy_gpu *g, const float *ref_logits, int nref,
+                            deploy_prec_result *pr, sc_err *err) {
+    const int classes = d->m->nt->classes;
+    float *lg = malloc((size_t)nref * classes * sizeof *lg);
+    if (!lg) return sc_fail(err, "out of memory");
+    int rc = deploy_gpu_forward(g, nref, test_image(d, 0), lg, err);
+    if (!rc) pr->logits_err = max_rel_err((size_t)nref * classes, lg, ref_logits);
+    free(lg);
+    return rc;
+}
+
+// One precision on the GPU: check, tune and time at the batch size, accuracy,
+// then tune and time at batch 1; the all-dense network timed alongside.
+static int gpu_prec(deploy_run *d, deploy_cpu *ref, const float *ref_logits, int nref,
+                    deploy_prec_result *pr, sc_err *err) {
+    log_line(stderr, d->o.c.quiet, "%s: %s plan", TOOL, pr->prec == DP_FP16 ? "fp16" : "fp32");
+    deploy_gpu *g = deploy_gpu_create(d->p, pr->prec, d->o.batch, stderr, err);
+    if (!g) return -1;
+    d->r.device = deploy_gpu_device(g);
+    uint8_t *img = batch_images(d, d->o.batch);
+    int rc = img ? 0 : sc_fail(err, "out of memory"), g1 = 0;
+    if (!rc) rc = deploy_timing_init(&pr->tb, d->p->nops, d->o.batch, err);
+    if (!rc) rc = deploy_timing_init(&pr->t1, d->p->nops, 1, err);
+    if (!rc)
+        rc = gpu_end_to_end(d, g, d->o.batch, img, ref, nref, &pr->tb, &pr->ms, &pr->dense_ms,
+                            &pr->graph, err);
+    if (!rc) rc = gpu_logits_check(d, g, ref_logits, nref, pr, err);
+    if (!rc) rc = gpu_accuracy(d, g, pr, err);
+    if (!rc) rc = gpu_end_to_end(d, g, 1, img, ref, nref, &pr->t1, &pr->lat_ms, &pr->dense_lat_ms, &g1, err);
+    pr->graph = pr->graph && g1;
+    pr->ran = rc == 0;
+    free(img);
+    deploy_gpu_free(g);
+    return rc;
+}
+
+// The GPU path: the CPU reference (check images and --reference images),
+// then every precision asked for.
+static int gpu_path(deploy_run *d, sc_err *err) {
+    int nref = d->o.check_images < d->test.n ? d->o.check_images : d->test.n, nall = d->nreference;
+    const int classes = d->m->nt->classes;
+    deploy_cpu *ref = deploy_cpu_create(d->p, nref, err);
+    float *ref_logits = malloc((size_t)nref * classes * sizeof *ref_logits);
+    int rc = ref && ref_logits ? 0 : -1;
+    if (ref && !ref_logits) sc_fail(err, "out of memory");
+    if (!rc) rc = deploy_cpu_forward(ref, nref, test_image(d, 0), ref_logits, err);
+    if (!rc && nall > 0) {
+        int n = d->o.batch < 64 ? d->o.batch : 64;
+        deploy_cpu *c = deploy_cpu_create(d->p, n, err);
+        double ms;
+        rc = c ? cpu_pass(d, c, n, nall, &ms, err) : -1;
+        deploy_cpu_free(c);
+    }
+    for (int i = 0; i < d->r.nprec && !rc; i++)
+        rc = gpu_prec(d, ref, ref_logits, nref, &d->r.pr[i], err);
+    free(ref_logits);
+    deploy_cpu_free(ref);
+    return rc;
+}
+
+// --- device, reports, main ------------------------------------------------------
+
+// Picks the path (GPU or CPU) and the precisions from the options.
+static int device_pick(deploy_run *d, sc_err *err) {
+    sc_err why = {{0}};
+    int gpu = strcmp(d->o.c.device, "cpu") && deploy_gpu_available(&why);
+    if (!strcmp(d->o.c.device, "gpu") && !gpu) return sc_fail(err, "--device gpu: %s", why.msg);
+    if (!gpu && !strcmp(d->o.precision, "fp16"))
+        return sc_fail(err, "--precision fp16 needs the GPU (running on the CPU)");
+    if (!gpu && !strcmp(d->o.c.device, "auto") && d->log)
+        fprintf(d->log, "%s: %s; running the CPU path (fp32, no GPU timings)\n", TOOL, why.msg);
+    d->r.gpu = gpu;
+    d->r.nprec = 0;
+    if (gpu && strcmp(d->o.precision, "fp16")) d->r.pr[d->r.nprec++].prec = DP_FP32;
+    if (gpu && strcmp(d->o.precision, "fp32")) d->r.pr[d->r.nprec++].prec = DP_FP16;
+    d->r.device = gpu ? "gpu" : "cpu";
+    return 0;
+}
+
+// Fills the report's fixed fields.
+static void report_init(deploy_run *d) {
+    d->r.input = d->input;
+    d->r.dataset = d->o.dataset ? d->o.dataset : d->m->dataset;
+    d->r.arch = d->m->nt->arch;
+    d->r.batch = d->o.batch, d->r.repeat = d->o.repeat;
+    d->r.test_images = d->test.n;
+    d->r.sparsity = deploy_plan_sparsity(d->p);
+    d->r.dense_note = d->r.gpu ? "the same plan with every conv and linear layer on cuDNN, one CUDA "
+                                 "graph; fp32: NCHW, TF32 off; fp16: tensor cores, per layer the faster "
+                                 "of cuDNN in NCHW and cuDNN in NHWC (transposes included)"
+                               : "the dense CPU executor on the export's densified net";
+}
+
+// Writes the chart (GPU runs) next to the export or to --chart.
+static void chart_write(deploy_run *d) {
+    if (!d->r.gpu || (d->o.chart && !strcmp(d->o.chart, "none"))) return;
+    if (d->o.chart) {
+        snprintf(d->chart, sizeof d->chart, "%s", d->o.chart);
+    } else {
+        snprintf(d->chart, sizeof d->chart, "%s", d->input);
+        char *slash = strrchr(d->chart, '/');
+        snprintf(slash ? slash + 1 : d->chart, sizeof d->chart - (size_t)(slash ? slash + 1 - d->chart : 0),
+                 "deploy_speedup.svg");
+    }
+    sc_err err = {{0}};
+    if (deploy_report_chart(d->chart, d->p, &d->r, &err) == 0)
+        snprintf(d->r.chart, sizeof d->r.chart, "%s", d->chart);
+    else fprintf(stderr, "%s: warning: %s\n", TOOL, err.msg);
+}
+
+// Prints the table and the summary; writes the chart and the JSON summary.
+static int reports(deploy_run *d, sc_err *err) {
+    d->r.seconds = progress_clock() - d->t0;
+    chart_write(d);
+    FILE *out = d->o.c.json && !strcmp(d->o.c.json, "-") ? stderr : stdout;
+    if (!d->o.c.quiet) deploy_report_table(out, d->p, &d->r);
+    deploy_report_summary(out, &d->r);
+    if (d->r.chart[0] && !d->o.c.quiet) fprintf(out, "chart: %s\n", d->r.chart);
+    if (!d->o.c.json) return 0;
+    json_writer j;
+    json_init(&j);
+    deploy_report_json(&j, d->p, &d->r);
+    int rc = json_write_file(&j, d->o.c.json, err);
+    json_free(&j);
+    return rc;
+}
+
+// Frees everything a run holds.
+static void run_free(deploy_run *d) {
+    for (int i = 0; i < 2; i++) deploy_timing_free(&d->r.pr[i].tb), deploy_timing_free(&d->r.pr[i].t1);
+    free(d->r.cpu_op_ms), free(d->cpu_pred);
+    deploy_plan_free(d->p);
+    sparse_model_free(d->m);
+    dataset_free(&d->ds);
+}
+
+int main(int argc, char **argv) {
+    deploy_run d;
+    memset(&d, 0, sizeof d);
+    int rc = opts_parse(&d.o, argc, argv);
+    if (rc == CLI_HELP) return SC_EXIT_OK;
+    if (rc != CLI_OK) return SC_EXIT_USAGE;
+    d.t0 = progress_clock();
+    d.log = d.o.c.quiet ? NULL : stderr;
+    sc_err err = {{0}};
+    rc = model_and_data(&d, &err);
+    if (!rc) rc = device_pick(&d, &err);
+    if (!rc) report_init(&d);
+    if (!rc) rc = d.r.gpu ? gpu_path(&d, &err) : cpu_path(&d, &err);
+    if (!rc) rc = reports(&d, &err);
+    run_free(&d);
+    if (rc) {
+        cli_error(TOOL, "%s", err.msg);
+        return SC_EXIT_INPUT;
+    }
+    return SC_EXIT_OK;
+}

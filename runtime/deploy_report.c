@@ -1,0 +1,390 @@
+// The deploy tool's reports (runtime/deploy_report.h): per-layer table,
+// end-to-end summary, JSON summary and the per-layer speedup chart (SVG).
+#include "runtime/deploy_report.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+// The per-layer time columns every JSON layer has (null when not measured).
+static const char *const REPORT_COLS[] = {"cudnn_fp32", "cudnn_tf32", "cudnn_fp16",
+                                          "sparse_fp32", "sparse_fp16", "cusparse"};
+#define REPORT_NCOLS ((int)(sizeof REPORT_COLS / sizeof *REPORT_COLS))
+
+// --- timings ----------------------------------------------------------------
+
+// Allocates a timing for nops ops (NANs, chosen -1).
+int deploy_timing_init(deploy_timing *t, int nops, int n, sc_err *err) {
+    memset(t, 0, sizeof *t);
+    size_t k = (size_t)(nops > 0 ? nops : 1);
+    t->ms = malloc(k * sizeof *t->ms), t->err = malloc(k * sizeof *t->err);
+    t->op_ms = malloc(k * sizeof *t->op_ms), t->chosen = malloc(k * sizeof *t->chosen);
+    t->passed = malloc(k * sizeof *t->passed);
+    if (!t->ms || !t->err || !t->op_ms || !t->chosen || !t->passed) {
+        deploy_timing_free(t);
+        return sc_fail(err, "out of memory");
+    }
+    t->n = n, t->nops = nops;
+    for (int i = 0; i < nops; i++) {
+        for (int c = 0; c < DEPLOY_MAX_CANDS; c++) t->ms[i][c] = t->err[i][c] = NAN, t->passed[i][c] = -1;
+        t->op_ms[i] = NAN, t->chosen[i] = -1;
+    }
+    return 0;
+}
+
+// Frees a timing's arrays (a zeroed timing is fine).
+void deploy_timing_free(deploy_timing *t) {
+    free(t->ms), free(t->err), free(t->op_ms), free(t->chosen), free(t->passed);
+    memset(t, 0, sizeof *t);
+}
+
+// Images per second of one batch.
+double deploy_ips(int n, double ms) { return ms > 0 && isfinite(ms) ? n * 1000.0 / ms : NAN; }
+
+// The result of precision prec, or NULL when it did not run.
+static const deploy_prec_result *rep_prec(const deploy_report *r, deploy_prec prec) {
+    for (int i = 0; i < r->nprec; i++)
+        if (r->pr[i].prec == prec && r->pr[i].ran) return &r->pr[i];
+    return NULL;
+}
+
+// Index of the candidate called name, or -1.
+static int rep_cand(const char *name) {
+    for (int c = 0; c < deploy_cand_count(); c++)
+        if (!strcmp(deploy_cand_name(c), name)) return c;
+    return -1;
+}
+
+// Time of candidate c on op i at batch 1 (b1) or the batch size; NAN when unknown.
+static double rep_ms(const deploy_report *r, int i, int c, int b1) {
+    if (c < 0) return NAN;
+    const deploy_prec_result *pr = rep_prec(r, deploy_cand_prec(c));
+    if (!pr) return NAN;
+    const deploy_timing *t = b1 ? &pr->t1 : &pr->tb;
+    return t->ms ? t->ms[i][c] : NAN;
+}
+
+// 1 when candidate c failed its check on op i at the batch size (b1: at 1).
+static int rep_failed(const deploy_report *r, int i, int c, int b1) {
+    const deploy_prec_result *pr = c >= 0 ? rep_prec(r, deploy_cand_prec(c)) : NULL;
+    const deploy_timing *t = pr ? (b1 ? &pr->t1 : &pr->tb) : NULL;
+    return t && t->passed && t->passed[i][c] == 0;
+}
+
+// Fastest sparse candidate ("sparse*") of precision prec on op i.
+static double rep_sparse_ms(const deploy_report *r, int i, deploy_prec prec, int b1) {
+    double best = NAN;
+    for (int c = 0; c < deploy_cand_count(); c++) {
+        double ms = rep_ms(r, i, c, b1);
+        if (deploy_cand_prec(c) == prec && !strncmp(deploy_cand_name(c), "sparse", 6) &&
+            isfinite(ms) && !(ms >= best) && !rep_failed(r, i, c, b1))
+            best = ms;
+    }
+    return best;
+}
+
+// Fastest dense baseline time of op i in precision prec.
+static double rep_dense_ms(const deploy_report *r, int i, deploy_prec prec, int b1) {
+    double best = NAN;
+    for (int c = 0; c < deploy_cand_count(); c++) {
+        double ms = rep_ms(r, i, c, b1);
+        if (deploy_cand_prec(c) == prec && deploy_cand_dense(c) && isfinite(ms) && !(ms >= best))
+            best = ms;
+    }
+    return best;
+}
+
+// Dense cuDNN time over the best sparse time of op i in precision prec.
+static double rep_speedup(const deploy_report *r, int i, deploy_prec prec, int b1) {
+    return rep_dense_ms(r, i, prec, b1) / rep_sparse_ms(r, i, prec, b1);
+}
+
+// Name of the candidate chosen for op i by precision prec, or NULL.
+static const char *rep_chosen(const deploy_report *r, int i, deploy_prec prec, int b1) {
+    const deploy_prec_result *pr = rep_prec(r, prec);
+    if (!pr) return NULL;
+    const deploy_timing *t = b1 ? &pr->t1 : &pr->tb;
+    return t->chosen && t->chosen[i] >= 0 ? deploy_cand_name(t->chosen[i]) : NULL;
+}
+
+// --- the table ----------------------------------------------------------------
+
+// Prints a time cell ("-" when unknown, a '*' after it when it failed its check).
+static void rep_cell(FILE *f, double ms, int width, int failed) {
+    if (isfinite(ms) && failed) fprintf(f, " %*.3f*", width - 1, ms);
+    else if (isfinite(ms)) fprintf(f, " %*.3f", width, ms);
+    else fprintf(f, " %*s", width, "-");
+}
+
+// Prints a speedup cell ("-" when unknown).
+static void rep_speed_cell(FILE *f, double x) {
+    if (isfinite(x)) fprintf(f, " %6.2fx", x);
+    else fprintf(f, " %7s", "-");
+}
+
+// Prints the header line of the table.
+static void rep_table_head(FILE *f, const deploy_report *r) {
+    fprintf(f, "%-24s %-18s %8s", "layer", "shape", "sparsity");
+    if (!r->gpu) {
+        fprintf(f, " %11s\n", "cpu_ms");
+        return;
+    }
+    for (int c = 0; c < deploy_cand_count(); c++)
+        if (rep_prec(r, deploy_cand_prec(c))) fprintf(f, " %11s", deploy_cand_name(c));
+    fprintf(f, " %7s %7s  %s\n", "x fp32", "x fp16", "chosen");
+}
+
+// Prints the per-layer table (times in ms at the batch size).
+void deploy_report_table(FILE *f, const deploy_plan *p, const deploy_report *r) {
+    char shape[64];
+    fprintf(f, "per layer, batch %d, median of %d, milliseconds:\n", r->batch, r->repeat);
+    rep_table_head(f, r);
+    double other = 0.0;
+    for (int i = 0; i < p->nops; i++) {
+        const deploy_op *op = &p->ops[i];
+        const deploy_timing *tb = r->nprec ? &r->pr[0].tb : NULL;
+        if (op->kind != DOP_CONV) {
+            double ms = r->gpu ? (tb && tb->op_ms ? tb->op_ms[i] : NAN) : r->cpu_op_ms ? r->cpu_op_ms[i] : NAN;
+            other += isfinite(ms) ? ms : 0.0;
+            continue;
+        }
+        deploy_op_shape(p, op, shape, sizeof shape);
+        fprintf(f, "%-24.24s %-18.18s %7.1f%%", op->name, shape, 100.0 * deploy_op_sparsity(p, op));
+        if (!r->gpu) {
+            rep_cell(f, r->cpu_op_ms ? r->cpu_op_ms[i] : NAN, 11, 0);
+            fputc('\n', f);
+            continue;
+        }
+        for (int c = 0; c < deploy_cand_count(); c++)
+            if (rep_prec(r, deploy_cand_prec(c))) rep_cell(f, rep_ms(r, i, c, 0), 11, rep_failed(r, i, c, 0));
+        double s32 = rep_speedup(r, i, DP_FP32, 0), s16 = rep_speedup(r, i, DP_FP16, 0);
+        rep_speed_cell(f, s32);
+        rep_speed_cell(f, s16);
+        const char *c32 = rep_chosen(r, i, DP_FP32, 0), *c16 = rep_chosen(r, i, DP_FP16, 0);
+        fprintf(f, "  %s%s%s\n", c32 ? c32 : "", c32 && c16 ? " " : "", c16 ? c16 : "");
+    }
+    fprintf(f, "%-24s %-18s %8s", "other ops", "(add, pool, ...)", "");
+    rep_cell(f, other, 11, 0);
+    fputc('\n', f);
+    if (r->gpu) fprintf(f, "(* failed its check against the CPU reference: timed, never chosen)\n");
+}
+
+// --- the summary ----------------------------------------------------------------
+
+// Prints one precision's end-to-end lines.
+static void rep_summary_prec(FILE *f, const deploy_report *r, const deploy_prec_result *pr) {
+    const char *pn = pr->prec == DP_FP16 ? "fp16" : "fp32";
+    fprintf(f, "%s: test accuracy %.2f%%", pn, pr->test_acc);
+    if (pr->compared)
+        fprintf(f, " (first %ld images: %.2f%%, CPU reference %.2f%%, same top-1 on %ld)", pr->compared,
+                pr->ref_acc, r->cpu_acc, pr->agree);
+    fprintf(f, ", logits within %.2g of the CPU's\n", pr->logits_err);
+    fprintf(f, "  batch %d: sparse plan %.3f ms (%.0f img/s), all-dense cuDNN %s %.3f ms (%.0f img/s): %.2fx%s\n",
+            r->batch, pr->ms, deploy_ips(r->batch, pr->ms), pn, pr->dense_ms,
+            deploy_ips(r->batch, pr->dense_ms), pr->dense_ms / pr->ms, pr->graph ? "" : " (no CUDA graph)");
+    fprintf(f, "  batch 1: sparse plan %.3f ms, all-dense cuDNN %s %.3f ms: %.2fx\n", pr->lat_ms, pn,
+            pr->dense_lat_ms, pr->dense_lat_ms / pr->lat_ms);
+    if (pr->tb.dense_failed || pr->t1.dense_failed)
+        fprintf(f, "  warning: the cuDNN baseline failed its check on %d layers at batch %d and %d at "
+                   "batch 1 (timed anyway, never chosen)\n", pr->tb.dense_failed, r->batch,
+                pr->t1.dense_failed);
+}
+
+// Prints accuracy and the end-to-end figures.
+void deploy_report_summary(FILE *f, const deploy_report *r) {
+    fprintf(f, "deploy: %s on %s, %.1f%% sparse (prunable layers), %ld test images, %s\n", r->arch,
+            r->dataset, 100.0 * r->sparsity, r->test_images, r->device);
+    if (r->cpu_images)
+        fprintf(f, "CPU reference: test accuracy %.2f%% on %s%ld images\n", r->cpu_acc,
+                r->cpu_images < r->test_images ? "the first " : "", r->cpu_images);
+    if (!r->gpu) {
+        fprintf(f, "CPU path (no GPU): batch %d %.1f ms (%.0f img/s), dense CPU executor %.1f ms "
+                   "(%.0f img/s); batch 1 %.2f ms, dense %.2f ms\n",
+                r->batch, r->cpu_ms, deploy_ips(r->batch, r->cpu_ms), r->cpu_dense_ms,
+                deploy_ips(r->batch, r->cpu_dense_ms), r->cpu_lat_ms, r->cpu_dense_lat_ms);
+        return;
+    }
+    for (int i = 0; i < r->nprec; i++)
+        if (r->pr[i].ran) rep_summary_prec(f, r, &r->pr[i]);
+    if (r->dense_note) fprintf(f, "all-dense baseline: %s\n", r->dense_note);
+}
+
+// --- JSON -----------------------------------------------------------------------
+
+// Adds the per-candidate times and choices of op i at one batch size.
+static void rep_json_times(json_writer *j, const deploy_report *r, int i, int b1) {
+    for (int k = 0; k < REPORT_NCOLS; k++) {
+        char key[48];
+        snprintf(key, sizeof key, "%s_ms", REPORT_COLS[k]);
+        json_add_number(j, key, rep_ms(r, i, rep_cand(REPORT_COLS[k]), b1));
+    }
+    for (int c = 0; c < deploy_cand_count(); c++) {  // candidates beyond the fixed columns
+        int fixed = 0;
+        for (int k = 0; k < REPORT_NCOLS; k++) fixed |= !strcmp(REPORT_COLS[k], deploy_cand_name(c));
+        char key[48];
+        snprintf(key, sizeof key, "%s_ms", deploy_cand_name(c));
+        if (!fixed) json_add_number(j, key, rep_ms(r, i, c, b1));
+    }
+    json_add_number(j, "speedup_fp32", rep_speedup(r, i, DP_FP32, b1));
+    json_add_number(j, "speedup_fp16", rep_speedup(r, i, DP_FP16, b1));
+    json_add_string(j, "chosen_fp32", rep_chosen(r, i, DP_FP32, b1));
+    json_add_string(j, "chosen_fp16", rep_chosen(r, i, DP_FP16, b1));
+    json_array_begin(j, "failed_checks");
+    for (int c = 0; c < deploy_cand_count(); c++)
+        if (rep_failed(r, i, c, b1)) json_add_string(j, NULL, deploy_cand_name(c));
+    json_array_end(j);
+}
+
+// Adds "layers": one object per conv/linear op.
+static void rep_json_layers(json_writer *j, const deploy_plan *p, const deploy_report *r) {
+    char shape[64];
+    json_array_begin(j, "layers");
+    for (int i = 0; i < p->nops; i++) {
+        const deploy_op *op = &p->ops[i];
+        if (op->kind != DOP_CONV) continue;
+        deploy_op_shape(p, op, shape, sizeof shape);
+        json_object_begin(j, NULL);
+        json_add_string(j, "name", op->name);
+        json_add_string(j, "shape", shape);
+        json_add_number(j, "sparsity", deploy_op_sparsity(p, op));
+        json_add_int(j, "nnz", deploy_op_layer(p, op)->nnz);
+        json_add_int(j, "nnz_row", deploy_op_layer(p, op)->nnz_row);
+        rep_json_times(j, r, i, 0);
+        const char *ch = r->nprec ? rep_chosen(r, i, r->pr[0].prec, 0) : NULL;
+        json_add_string(j, "chosen", r->gpu ? ch : "cpu");
+        json_add_number(j, "cpu_ms", r->cpu_op_ms ? r->cpu_op_ms[i] : NAN);
+        json_object_begin(j, "batch1");
+        rep_json_times(j, r, i, 1);
+        json_object_end(j);
+        json_object_end(j);
+    }
+    json_array_end(j);
+}
+
+// Adds "plans": one object per precision that ran.
+static void rep_json_plans(json_writer *j, const deploy_report *r) {
+    json_array_begin(j, "plans");
+    for (int i = 0; i < r->nprec; i++) {
+        const deploy_prec_result *pr = &r->pr[i];
+        if (!pr->ran) continue;
+        json_object_begin(j, NULL);
+        json_add_string(j, "precision", pr->prec == DP_FP16 ? "fp16" : "fp32");
+        json_add_number(j, "test_accuracy", pr->test_acc);
+        json_add_number(j, "images_per_second", deploy_ips(r->batch, pr->ms));
+        json_add_number(j, "dense_images_per_second", deploy_ips(r->batch, pr->dense_ms));
+        json_add_number(j, "latency_ms_batch1", pr->lat_ms);
+        json_add_number(j, "dense_latency_ms_batch1", pr->dense_lat_ms);
+        json_add_number(j, "speedup", pr->dense_ms / pr->ms);
+        json_add_number(j, "speedup_batch1", pr->dense_lat_ms / pr->lat_ms);
+        json_add_bool(j, "cuda_graph", pr->graph);
+        json_add_int(j, "cpu_agreement_images", pr->agree);
+        json_add_int(j, "cpu_compared_images", pr->compared);
+        json_add_number(j, "accuracy_on_reference_images", pr->ref_acc);
+        json_add_number(j, "logits_max_rel_err", pr->logits_err);
+        json_add_int(j, "dense_check_failures", pr->tb.dense_failed);
+        json_add_int(j, "dense_check_failures_batch1", pr->t1.dense_failed);
+        json_object_end(j);
+    }
+    json_array_end(j);
+}
+
+// Writes the JSON summary into j.
+void deploy_report_json(json_writer *j, const deploy_plan *p, const deploy_report *r) {
+    const deploy_prec_result *pr = r->gpu && r->nprec ? &r->pr[0] : NULL;
+    json_object_begin(j, NULL);
+    json_add_string(j, "tool", "deploy");
+    json_add_string(j, "dataset", r->dataset);
+    json_add_string(j, "model", r->arch);
+    json_add_string(j, "input", r->input);
+    json_add_null(j, "output");
+    json_add_string(j, "device", r->device);
+    json_add_string(j, "precision", pr ? (pr->prec == DP_FP16 ? "fp16" : "fp32") : "fp32");
+    json_add_int(j, "batch", r->batch);
+    json_add_int(j, "repeat", r->repeat);
+    json_add_int(j, "test_images", r->test_images);
+    json_add_number(j, "test_accuracy", pr ? pr->test_acc : r->cpu_acc);
+    json_add_number(j, "cpu_reference_accuracy", r->cpu_images ? r->cpu_acc : NAN);
+    json_add_int(j, "cpu_reference_images", r->cpu_images);
+    json_add_number(j, "sparsity", r->sparsity);
+    json_add_number(j, "images_per_second", deploy_ips(r->batch, pr ? pr->ms : r->cpu_ms));
+    json_add_number(j, "dense_images_per_second", deploy_ips(r->batch, pr ? pr->dense_ms : r->cpu_dense_ms));
+    json_add_number(j, "latency_ms_batch1", pr ? pr->lat_ms : r->cpu_lat_ms);
+    json_add_number(j, "dense_latency_ms_batch1", pr ? pr->dense_lat_ms : r->cpu_dense_lat_ms);
+    json_add_string(j, "dense_baseline", r->dense_note);
+    json_add_number(j, "seconds", r->seconds);
+    json_add_string(j, "chart", r->chart[0] ? r->chart : NULL);
+    rep_json_plans(j, r);
+    rep_json_layers(j, p, r);
+    json_object_end(j);
+}
+
+// --- the chart ---------------------------------------------------------------------
+
+// Y pixel of a speedup on the chart's log2 axis from 2^lo to 2^hi.
+static double rep_chart_y(double v, int lo, int hi) {
+    double l = log2(v);
+    l = l < lo ? lo : l > hi ? hi : l;
+    return 60.0 + (hi - l) / (double)(hi - lo) * 300.0;
+}
+
+// Writes the chart's axes and labels for n layers.
+static void rep_chart_axes(FILE *f, int n, int lo, int hi, const char *title, int width) {
+    fprintf(f, "<text x=\"%d\" y=\"24\" font-size=\"15\" text-anchor=\"middle\">%s</text>\n",
+            width / 2, title);
+    for (int e = lo; e <= hi; e++) {
+        double y = rep_chart_y(pow(2.0, e), lo, hi);
+        fprintf(f, "<line x1=\"70\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"%s\"/>\n", y,
+                70 + n * 30 + 10, y, e == 0 ? "#000" : "#ddd");
+        fprintf(f, "<text x=\"64\" y=\"%.1f\" font-size=\"11\" text-anchor=\"end\">%gx</text>\n",
+                y + 4, pow(2.0, e));
+    }
+    fprintf(f, "<text x=\"16\" y=\"210\" font-size=\"12\" transform=\"rotate(-90 16 210)\" "
+               "text-anchor=\"middle\">speedup over cuDNN (log scale)</text>\n");
+}
+
+// Draws one layer's bars (fp32 blue, fp16 orange) and its rotated name.
+static void rep_chart_layer(FILE *f, const deploy_report *r, const deploy_op *op, int i, int slot,
+                            int lo, int hi) {
+    const char *colour[2] = {"#2c7fb8", "#f28e2b"};
+    const double x0 = 75.0 + slot * 30.0, y1 = rep_chart_y(1.0, lo, hi);
+    for (int pr = 0; pr < 2; pr++) {
+        double s = rep_speedup(r, i, (deploy_prec)pr, 0);
+        if (!isfinite(s) || s <= 0) continue;
+        double y = rep_chart_y(s, lo, hi);
+        fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"11\" height=\"%.1f\" fill=\"%s\"><title>%s "
+                   "%s %.2fx</title></rect>\n", x0 + pr * 12, y < y1 ? y : y1, fabs(y1 - y),
+                colour[pr], op->name, pr ? "fp16" : "fp32", s);
+    }
+    fprintf(f, "<text font-size=\"10\" transform=\"translate(%.1f 372) rotate(60)\">%s</text>\n",
+            x0 + 6, op->name);
+}
+
+// Writes the per-layer speedup chart as an SVG.
+int deploy_report_chart(const char *path, const deploy_plan *p, const deploy_report *r,
+                        sc_err *err) {
+    int n = 0, lo = -3, hi = 4;
+    for (int i = 0; i < p->nops; i++) {
+        if (p->ops[i].kind != DOP_CONV) continue;
+        n++;
+        for (int pr = 0; pr < 2; pr++) {
+            double s = rep_speedup(r, i, (deploy_prec)pr, 0);
+            if (isfinite(s) && s > 0 && log2(s) > hi) hi = (int)ceil(log2(s));
+            if (isfinite(s) && s > 0 && log2(s) < lo) lo = (int)floor(log2(s));
+        }
+    }
+    FILE *f = fopen(path, "w");
+    if (!f) return sc_fail(err, "cannot write the chart (%s)", path);
+    int width = 70 + n * 30 + 30;
+    char title[256];
+    snprintf(title, sizeof title, "%s on %s, batch %d: sparse vs cuDNN per layer (blue fp32, orange fp16)",
+             r->arch, r->dataset, r->batch);
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"480\" "
+               "font-family=\"sans-serif\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+            width < 640 ? 640 : width);
+    rep_chart_axes(f, n, lo, hi, title, width < 640 ? 640 : width);
+    for (int i = 0, slot = 0; i < p->nops; i++)
+        if (p->ops[i].kind == DOP_CONV) rep_chart_layer(f, r, &p->ops[i], i, slot++, lo, hi);
+    fprintf(f, "</svg>\n");
+    if (fclose(f) != 0) return sc_fail(err, "cannot write the chart (%s)", path);
+    return 0;
+}

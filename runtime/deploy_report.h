@@ -1,0 +1,66 @@
+// What the deploy tool reports: the per-layer table (shape, sparsity, cuDNN
+// time per precision, sparse time, cuSPARSE, speedup, chosen), the end-to-end
+// summary against the all-dense network, the JSON summary and the per-layer
+// speedup chart (an SVG written directly).
+#ifndef SC_RUNTIME_DEPLOY_REPORT_H
+#define SC_RUNTIME_DEPLOY_REPORT_H
+
+#include <stdio.h>
+
+#include "runtime/deploy_gpu.h"
+#include "runtime/deploy_plan.h"
+#include "runtime/json.h"
+
+// Everything measured for one plan precision on the GPU.
+typedef struct {
+    deploy_prec prec;
+    int ran;                     // 1 when this precision ran
+    deploy_timing tb, t1;        // per op at the batch size and at batch 1
+    double test_acc;             // percent over the test images
+    double ms, dense_ms;         // forward of one batch (median), sparse plan and all-dense
+    double lat_ms, dense_lat_ms; // forward of one image (median)
+    int graph;                   // the forward ran as one CUDA graph
+    long agree, compared;        // test images whose top-1 equals the CPU reference's
+    double ref_acc;              // percent over the images the CPU reference ran
+    double logits_err;           // max |gpu - cpu| / max |cpu| of the logits, check images
+} deploy_prec_result;
+
+// The whole run.
+typedef struct {
+    const char *input, *dataset, *arch, *device;
+    const char *dense_note;      // what the all-dense baseline is, in words
+    int gpu;                     // 1: the GPU path ran; 0: the CPU path only
+    int batch, repeat;
+    long test_images;
+    double sparsity;
+    int nprec;
+    deploy_prec_result pr[2];    // in the order run; pr[0] is the primary plan
+    long cpu_images;             // test images run through the CPU plan (0: none)
+    double cpu_acc;              // their top-1 accuracy, percent
+    double cpu_ms, cpu_lat_ms;   // CPU plan: one batch, one image
+    double cpu_dense_ms, cpu_dense_lat_ms;  // dense CPU executor on the folded net
+    double *cpu_op_ms;           // (nops) CPU plan time of each op at the batch size
+    double seconds;
+    char chart[1100];            // chart file written ("" when none)
+} deploy_report;
+
+// Allocates a timing for nops ops (NANs, chosen -1); 0 or -1.
+// (Declared in deploy_gpu.h; implemented here for every build.)
+
+// Prints the per-layer table.
+void deploy_report_table(FILE *f, const deploy_plan *p, const deploy_report *r);
+
+// Prints accuracy and the end-to-end figures against the all-dense network.
+void deploy_report_summary(FILE *f, const deploy_report *r);
+
+// Writes the JSON summary (every field of docs/deploy.md) into j.
+void deploy_report_json(json_writer *j, const deploy_plan *p, const deploy_report *r);
+
+// Draws the per-layer speedup over cuDNN (one bar per precision) as an SVG.
+int deploy_report_chart(const char *path, const deploy_plan *p, const deploy_report *r,
+                        sc_err *err);
+
+// Images per second of one batch of n images taking ms milliseconds (NAN when unknown).
+double deploy_ips(int n, double ms);
+
+#endif

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# CLI tests of `deploy` on the CPU path: the whole pipeline on synthetic data
+# (train lenet 1 epoch -> prune -> export -> deploy) exits 0 with the JSON
+# fields documented in docs/deploy.md; the default input is the latest export;
+# bad usage and bad input give one line `deploy: ...` and exit 2 / 1.
+cd "$(dirname "$0")/.." || exit 1
+. tests/lib.sh
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+DP="$BIN/deploy --device cpu --data-dir $T/data --runs $T/runs"
+PY=/usr/bin/python3
+
+# --- bad usage (exit 2) -------------------------------------------------------------
+expect_fail "unknown option" 2 '^deploy: .*--frobnicate' $DP --frobnicate
+expect_fail "bad precision" 2 '^deploy: .*precision' $DP --precision fp64
+expect_fail "batch 0" 2 '^deploy: .*batch' $DP --batch 0
+expect_fail "three arguments" 2 '^deploy: ' $DP a.h5 synthetic extra
+if $DP --help | grep -qE -- '--batch.*128'; then ok "help lists defaults"; else bad "help lists defaults" "no --batch default"; fi
+
+# --- bad input without a pipeline (exit 1) ------------------------------------------
+expect_fail "no runs" 1 '^deploy: .*no previous run' $DP
+expect_fail "missing file" 1 '^deploy: .*nothere.h5' $DP "$T/nothere.h5" synthetic
+echo "not hdf5" >"$T/junk.h5"
+expect_fail "corrupt file" 1 '^deploy: .*not an HDF5 file.*junk.h5' $DP "$T/junk.h5" synthetic
+
+# --- the pipeline ---------------------------------------------------------------------
+COMMON="--device cpu --quiet --data-dir $T/data --runs $T/runs"
+$BIN/train $COMMON --model lenet --epochs 1 --batch 128 synthetic >/dev/null 2>&1 || bad "train" "failed"
+expect_fail "latest run without export" 1 '^deploy: .*run export' $DP
+expect_fail "a model that is not an export" 1 '^deploy: .*run export' $DP "$T/runs/latest/model.h5" synthetic
+$BIN/prune $COMMON --method oneshot --from latest --target-sparsity 0.8 --epochs 0.1 --batch 128 \
+    synthetic >/dev/null 2>&1 || bad "prune" "failed"
+$BIN/export --quiet --runs "$T/runs" >/dev/null 2>&1 || bad "export" "failed"
+X=$T/runs/latest/model.csr.h5
+[ -f "$X" ] && ok "export in the latest run" || bad "export in the latest run" "missing"
+
+GPU=0
+"$BIN/deploy" --device gpu --quiet --data-dir "$T/data" --test-images 10 --reference 0 --repeat 1 \
+    --chart none "$X" >/dev/null 2>&1 && GPU=1
+
+# default input, auto device: on a machine without a GPU it says it runs the CPU path
+out=$($BIN/deploy --data-dir "$T/data" --runs "$T/runs" --device auto --json "$T/a.json" 2>"$T/err")
+rc=$?
+[ $rc -eq 0 ] && ok "deploy exits 0" || bad "deploy exits 0" "exit $rc: $(cat "$T/err")"
+if [ $GPU -eq 1 ]; then SKIP=$((SKIP + 1)); echo "skip says CPU path: a GPU is here"
+elif grep -q 'running the CPU path' "$T/err"; then ok "says it runs the CPU path"
+else bad "says it runs the CPU path" "$(cat "$T/err")"; fi
+
+# the CPU path: table and summary on stdout, the JSON summary
+out=$($DP --json "$T/d.json" 2>"$T/err")
+rc=$?
+[ $rc -eq 0 ] && ok "cpu path exits 0" || bad "cpu path exits 0" "exit $rc: $(cat "$T/err")"
+grep -q '^conv2 ' <<<"$out" && grep -q 'test accuracy' <<<"$out" && ok "table and summary" || bad "table and summary" "$out"
+for k in tool dataset model output test_accuracy cpu_reference_accuracy sparsity images_per_second \
+         dense_images_per_second latency_ms_batch1 dense_latency_ms_batch1 seconds layers; do
+    grep -q "\"$k\"" "$T/d.json" || bad "json has $k" "missing"
+done
+for k in name shape sparsity cudnn_fp32_ms cudnn_tf32_ms cudnn_fp16_ms sparse_fp32_ms sparse_fp16_ms \
+         cusparse_ms chosen; do
+    grep -q "\"$k\"" "$T/d.json" || bad "json layers have $k" "missing"
+done
+grep -q '"tool": *"deploy"' "$T/d.json" && grep -q '"output": *null' "$T/d.json" && ok "json summary" || bad "json summary" "$(cat "$T/d.json")"
+if [ -x "$PY" ]; then
+    "$PY" - "$T/d.json" <<'EOF' && ok "json values" || bad "json values" "$(cat "$T/d.json")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["dataset"] == "synthetic" and d["model"] == "lenet", d
+assert d["test_accuracy"] == d["cpu_reference_accuracy"] and 0 <= d["test_accuracy"] <= 100
+assert abs(d["sparsity"] - 0.8) < 0.01, d["sparsity"]
+assert d["images_per_second"] > 0 and d["latency_ms_batch1"] > 0 and d["dense_images_per_second"] > 0
+names = [l["name"] for l in d["layers"]]
+assert names == ["conv1", "conv2", "fc1", "fc2", "fc3"], names
+assert all(l["chosen"] == "cpu" and l["cpu_ms"] > 0 for l in d["layers"])
+EOF
+else
+    SKIP=$((SKIP + 1)); echo "skip json values: no $PY"
+fi
+
+# explicit file and dataset, JSON on stdout, fewer test images
+"$BIN/deploy" --device cpu --quiet --data-dir "$T/data" --test-images 100 --batch 32 --json - "$X" synthetic \
+    >"$T/s.json" 2>"$T/err2"
+grep -q '"test_images": *100' "$T/s.json" && grep -q '"batch": *32' "$T/s.json" && ok "explicit input, --json -" \
+    || bad "explicit input, --json -" "$(cat "$T/s.json" "$T/err2")"
+
+# --- bad input with a pipeline (exit 1) ------------------------------------------------
+expect_fail "unknown dataset" 1 '^deploy: .*nosuchset' $DP "$X" nosuchset
+expect_fail "bad reference" 1 '^deploy: .*--reference' $DP --reference many "$X"
+head -c 20000 "$X" >"$T/trunc.h5"
+expect_fail "truncated export" 1 '^deploy: .*trunc.h5' $DP "$T/trunc.h5" synthetic
+if [ $GPU -eq 1 ]; then
+    SKIP=$((SKIP + 2)); echo "skip no-GPU errors: a GPU is here"
+else
+    expect_fail "fp16 without a GPU" 1 '^deploy: .*fp16.*GPU' $DP --precision fp16 "$X"
+    expect_fail "--device gpu without a GPU" 1 '^deploy: .*--device gpu' $DP --device gpu "$X"
+fi
+summary

@@ -1,0 +1,189 @@
+// GPU tests of the deploy runtime: on small synthetic models of awkward
+// shapes, the GPU plan (tuned per layer, run as a CUDA graph) gives the CPU
+// plan's logits, fp32 tightly and fp16 loosely; every candidate passes its
+// per-layer check; each candidate run alone on every layer gives the same
+// logits; batch 1, padded batches and the all-dense plan work.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/deploy_gpu.h"
+#include "runtime/deploy_plan.h"
+#include "tests/check.h"
+#include "tests/deploy_testutil.h"
+#include "tests/testutil.h"
+
+#define NIMG 5  // batch of the tests (check images: all of them)
+
+// The residual net of tests/test_deploy.c (13x11 images).
+static const char *const RES_DESC =
+    "conv 8 3 pad=1 bias=0 name=c1\nbn name=b1\nrelu name=r1\n"
+    "conv 8 3 pad=1 bias=0 name=c2\nbn name=b2\nadd r1 name=a1\nrelu name=o1\n"
+    "conv 12 1 stride=2 bias=0 name=sc from=o1\nbn name=scb\n"
+    "conv 12 3 stride=2 pad=1 bias=0 name=c3 from=o1\nbn name=b3\nrelu name=r3\n"
+    "conv 12 3 pad=1 bias=0 name=c4\nbn name=b4\nadd scb name=a2\nrelu name=o2\n"
+    "maxpool 3 stride=2 pad=1 name=mp\n"
+    "conv 10 3 pad=2 name=c5\nrelu name=r5\nmaxpool 2 name=mp5\n"
+    "avgpool 2 stride=1 name=ap\ngap name=g\nlinear classes name=fa\n"
+    "linear classes name=fb from=mp\nadd fa name=sum\n";
+
+typedef struct {
+    net *nt;
+    sparse_model *m;
+    deploy_plan *p;
+    deploy_cpu *cpu;
+    uint8_t *img;
+    float *want;  // (NIMG, classes) CPU logits
+} fixture;
+
+// Builds the model, its plan and the CPU logits.
+static int fixture_make(tctx *t, fixture *f, const char *arch, const char *desc, int h, int w,
+                        const tdm_opts *o, uint64_t seed) {
+    sc_err err = {{0}};
+    memset(f, 0, sizeof *f);
+    f->nt = desc ? net_from_desc(arch, desc, 3, h, w, 7, &err) : net_create(arch, 3, h, w, 10, &err);
+    CHECK(t, f->nt != NULL, "net: %s", err.msg);
+    if (!f->nt) return -1;
+    f->m = tdm_build(f->nt, o, seed);
+    f->p = deploy_plan_build(f->m, &err);
+    CHECK(t, f->p != NULL, "plan: %s", err.msg);
+    if (!f->p) return -1;
+    f->cpu = deploy_cpu_create(f->p, NIMG, &err);
+    f->img = tdm_images(NIMG, h, w, seed);
+    f->want = malloc((size_t)NIMG * f->nt->classes * sizeof *f->want);
+    CHECK(t, f->cpu && deploy_cpu_forward(f->cpu, NIMG, f->img, f->want, &err) == 0, "cpu: %s", err.msg);
+    return 0;
+}
+
+// Frees a fixture.
+static void fixture_free(fixture *f) {
+    deploy_cpu_free(f->cpu);
+    deploy_plan_free(f->p);
+    tdm_free(f->m);
+    net_free(f->nt);
+    free(f->img), free(f->want);
+}
+
+// GPU logits of n images against the CPU's.
+static void check_logits(tctx *t, const char *what, fixture *f, deploy_gpu *g, int n, double tol) {
+    sc_err err = {{0}};
+    float *got = alloc_poisoned((size_t)n * f->nt->classes);
+    CHECK(t, deploy_gpu_forward(g, n, f->img, got, &err) == 0, "%s: %s", what, err.msg);
+    double e = relerr((size_t)n * f->nt->classes, got, f->want);
+    CHECK(t, e <= tol, "%s: logits off by %.3g (tol %g)", what, e, tol);
+    CHECK(t, guard_ok(got, (size_t)n * f->nt->classes), "%s: logits overrun", what);
+    free(got);
+}
+
+// Every conv op runs candidate c alone (when it applies everywhere).
+static void check_each_candidate(tctx *t, fixture *f, deploy_gpu *g, deploy_prec prec,
+                                 const deploy_timing *tm, double tol) {
+    sc_err err = {{0}};
+    int *ch = malloc((size_t)f->p->nops * sizeof *ch);
+    for (int c = 0; c < deploy_cand_count(); c++) {
+        if (deploy_cand_prec(c) != prec) continue;
+        int all = 1;
+        for (int i = 0; i < f->p->nops; i++) {
+            ch[i] = f->p->ops[i].kind == DOP_CONV ? c : -1;
+            if (f->p->ops[i].kind == DOP_CONV) all &= tm->passed[i][c] == 1;
+        }
+        if (!all) continue;
+        CHECK(t, deploy_gpu_choose(g, ch, &err) == 0, "%s: %s", deploy_cand_name(c), err.msg);
+        char what[64];
+        snprintf(what, sizeof what, "all layers %s", deploy_cand_name(c));
+        check_logits(t, what, f, g, NIMG, tol);
+    }
+    free(ch);
+}
+
+// Tunes at NIMG and at 1 in one precision and checks logits, candidates and timing.
+static void run_prec(tctx *t, fixture *f, deploy_prec prec, double tol) {
+    sc_err err = {{0}};
+    deploy_gpu *g = deploy_gpu_create(f->p, prec, NIMG, stderr, &err);
+    CHECK(t, g != NULL, "create: %s", err.msg);
+    if (!g) return;
+    deploy_timing tm;
+    deploy_timing_init(&tm, f->p->nops, NIMG, &err);
+    int rc = deploy_gpu_tune(g, NIMG, f->img, f->cpu, NIMG, 3, &tm, stderr, &err);
+    CHECK(t, rc == 0, "tune: %s", err.msg);
+    for (int i = 0; !rc && i < f->p->nops; i++)
+        for (int c = 0; c < deploy_cand_count(); c++)
+            if (tm.passed[i][c] >= 0)
+                CHECK(t, tm.passed[i][c] == 1 && !isnan(tm.ms[i][c]), "%s: %s failed its check (%.3g)",
+                      f->p->ops[i].name, deploy_cand_name(c), tm.err[i][c]);
+    if (!rc) {
+        check_logits(t, "tuned plan", f, g, NIMG, tol);
+        check_logits(t, "padded batch of 2", f, g, 2, tol);
+        double ms;
+        int graph = 0;
+        CHECK(t, deploy_gpu_time(g, NIMG, 3, &ms, &graph, &err) == 0 && ms > 0 && graph,
+              "timing: %s (graph %d)", err.msg, graph);
+        CHECK(t, deploy_gpu_choose_dense(g, &err) == 0, "dense: %s", err.msg);
+        check_logits(t, "all-dense plan", f, g, NIMG, tol);
+        check_each_candidate(t, f, g, prec, &tm, tol);
+        deploy_timing t1;
+        deploy_timing_init(&t1, f->p->nops, 1, &err);
+        CHECK(t, deploy_gpu_tune(g, 1, f->img, f->cpu, 1, 3, &t1, stderr, &err) == 0, "tune 1: %s", err.msg);
+        check_logits(t, "batch 1", f, g, 1, tol);
+        deploy_timing_free(&t1);
+    }
+    deploy_timing_free(&tm);
+    deploy_gpu_free(g);
+}
+
+// --- tests --------------------------------------------------------------------
+
+// LeNet, fused convs and linears, 75% sparse.
+static void test_lenet(tctx *t) {
+    if (!gpu_here(t)) return;
+    fixture f;
+    tdm_opts o = {.fold_bn = 1, .fuse_relu = 1, .fuse_pool = 1, .sparsity = 0.75f};
+    if (fixture_make(t, &f, "lenet", NULL, 32, 32, &o, 21) == 0) {
+        run_prec(t, &f, DP_FP32, 1e-4);
+        run_prec(t, &f, DP_FP16, 5e-2);
+    }
+    fixture_free(&f);
+}
+
+// The residual net (awkward 13x11 images), 92% sparse.
+static void test_residual(tctx *t) {
+    if (!gpu_here(t)) return;
+    fixture f;
+    tdm_opts o = {.fold_bn = 1, .fuse_relu = 1, .fuse_pool = 1, .sparsity = 0.92f};
+    if (fixture_make(t, &f, "res", RES_DESC, 13, 11, &o, 22) == 0) {
+        run_prec(t, &f, DP_FP32, 1e-4);
+        run_prec(t, &f, DP_FP16, 5e-2);
+    }
+    fixture_free(&f);
+}
+
+// The residual net with unfolded BNs and standalone ReLUs and pools.
+static void test_residual_unfused(tctx *t) {
+    if (!gpu_here(t)) return;
+    fixture f;
+    tdm_opts o = {.fold_bn = 0, .sparsity = 0.5f};
+    if (fixture_make(t, &f, "res", RES_DESC, 13, 11, &o, 23) == 0) {
+        run_prec(t, &f, DP_FP32, 1e-4);
+        run_prec(t, &f, DP_FP16, 5e-2);
+    }
+    fixture_free(&f);
+}
+
+// Codebook weights: the 4-bit candidate runs in the fp16 plan.
+static void test_codebook(tctx *t) {
+    if (!gpu_here(t)) return;
+    fixture f;
+    tdm_opts o = {.fold_bn = 1, .fuse_relu = 1, .fuse_pool = 0, .codebook = 1, .sparsity = 0.9f};
+    if (fixture_make(t, &f, "res", RES_DESC, 13, 11, &o, 24) == 0) run_prec(t, &f, DP_FP16, 5e-2);
+    fixture_free(&f);
+}
+
+int main(void) {
+    tctx t = {.suite = "gpu_test_deploy"};
+    RUN(&t, test_lenet);
+    RUN(&t, test_residual);
+    RUN(&t, test_residual_unfused);
+    RUN(&t, test_codebook);
+    return check_finish(&t);
+}

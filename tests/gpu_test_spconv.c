@@ -1,0 +1,587 @@
+// The sparse convolution on the GPU (kernels/spconv_gpu.h) against the CPU
+// reference (kernels/spconv_cpu.c): every listed variant of every layer, in
+// fp32, fp16 and with 4-bit codebook weights, on random layers of awkward
+// shapes (odd sizes, strides 1 and 2, paddings 0-2, 1x1/1x3/3x3/5x5 kernels,
+// borders wider than the padding, pools, a linear layer, channel chunks) and
+// sparsities 0/50/90/99% with a row that has no non-zero, for 1, 3, 8 and
+// 128 images; then the tuned variant, the variant replayed from a captured
+// CUDA graph, and the cuDNN (dconv) and cuSPARSE (spmm) baselines. Outputs
+// are poisoned (all bits set) before each run; border elements must keep the
+// poison. Inputs are rounded to fp16 for the fp16 cases and the reference
+// runs on the rounded values.
+//
+// Error: max |gpu - cpu| / max |cpu| over the output. Tolerances: fp32 1e-4
+// (sums in another order); TF32 1e-2 (10-bit mantissa); fp16 and codebook
+// 1e-2 (fp16 storage, half2 sums of <= 32 terms flushed into fp32).
+//
+//   gpu_test_spconv            all tests (skipped without a GPU)
+//   gpu_test_spconv --small    a few small cases, baselines on one
+//   gpu_test_spconv --sanitize the small sparse cases only (for compute-sanitizer)
+//   gpu_test_spconv --bench    times the CIFAR VGG-16 / ResNet-18 layers
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/dconv_gpu.h"
+#include "kernels/spconv_gpu.h"
+#include "kernels/spmm_gpu.h"
+#include "runtime/rng.h"
+#include "tests/check.h"
+#include "tests/spconv_cases.h"
+#include "tests/testutil.h"
+
+#define TOL32 1e-4
+#define TOLTF32 1e-2
+#define TOL16 1e-2
+
+// A shape and the batch sizes it is tested with (0 ends the list).
+typedef struct {
+    spc_shape s;
+    int ns[3];
+} tcase;
+
+static const tcase cases[] = {
+    {{"3x3 odd", 17, 5, 9, 9, 3, 3, 1, 1, 1, 0, 0, 0, 0, 1, 1, 0.5, 0}, {1, 3}},
+    {{"3x3 s2 wide border", 24, 16, 13, 11, 3, 3, 2, 1, 2, 1, 0, 0, 0, 1, 1, 0.9, 0}, {3, 8}},
+    {{"5x5 p2 pool", 8, 3, 16, 16, 5, 5, 1, 2, 2, 1, 2, 2, 0, 1, 1, 0.5, 0}, {1, 3}},
+    {{"1x1 s2 shortcut", 33, 20, 8, 8, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 1, 0.9, 0}, {8}},
+    {{"odd pool 99%", 9, 7, 7, 7, 3, 3, 1, 1, 1, 2, 2, 2, 0, 1, 1, 0.01, 0}, {3}},
+    {{"dense 0%", 6, 4, 6, 6, 3, 3, 1, 1, 1, 1, 0, 0, 0, 1, 0, 1.0, 0}, {1, 3}},
+    {{"empty row 90%", 12, 8, 10, 10, 3, 3, 1, 1, 1, 0, 0, 0, 0, 1, 1, 0.1, 1}, {3}},
+    {{"pool 3/2/1", 5, 3, 9, 9, 3, 3, 1, 1, 1, 1, 3, 2, 1, 1, 0, 0.5, 0}, {3}},
+    {{"5x5 p0", 7, 6, 12, 10, 5, 5, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0.5, 0}, {1}},
+    {{"cifar 32x32", 64, 64, 32, 32, 3, 3, 1, 1, 1, 1, 0, 0, 0, 1, 1, 0.1, 0}, {8}},
+    {{"cifar 32x32 pool", 32, 24, 32, 32, 3, 3, 1, 1, 1, 1, 2, 2, 0, 1, 1, 0.1, 0}, {3}},
+    {{"4x4 pool", 128, 96, 4, 4, 3, 3, 1, 1, 1, 1, 2, 2, 0, 1, 1, 0.1, 0}, {1, 8}},
+    {{"chunked C", 40, 700, 4, 4, 3, 3, 1, 1, 1, 1, 0, 0, 0, 1, 1, 0.05, 0}, {3}},
+    {{"linear", 37, 129, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 1, 0.5, 0}, {1, 3, 40}},
+    {{"s2 pool", 10, 6, 12, 12, 3, 3, 2, 1, 1, 0, 2, 2, 0, 1, 1, 0.5, 0}, {3}},
+    {{"2x2 planes", 16, 32, 2, 2, 3, 3, 1, 1, 1, 0, 0, 0, 0, 1, 1, 0.5, 0}, {1, 16}},
+    {{"1x3", 5, 4, 3, 15, 1, 3, 1, 1, 2, 1, 0, 0, 0, 0, 1, 0.5, 0}, {3}},
+    {{"batch 128 pool", 32, 16, 8, 8, 3, 3, 1, 1, 1, 1, 2, 2, 0, 1, 1, 0.1, 0}, {128}},
+    {{"batch 128 s2", 24, 16, 16, 16, 3, 3, 2, 1, 1, 1, 0, 0, 0, 1, 1, 0.1, 0}, {128}},
+};
+#define NCASES ((int)(sizeof cases / sizeof *cases))
+
+// Cases run under compute-sanitizer (--small), each with its first batch size.
+static const int small_cases[] = {0, 1, 2, 12, 13};
+
+static const char *vt_name[] = {"fp32", "fp16", "cb4"};
+
+// --- device helpers ---------------------------------------------------------------
+
+// Device copy of n activations (fp32, or fp16 bits when half).
+static void *dev_put(const float *h, size_t n, int half) {
+    void *d = NULL;
+    const size_t es = half ? 2 : 4;
+    if (cudaMalloc(&d, n * es + 16) != cudaSuccess) return NULL;
+    if (!half) {
+        cudaMemcpy(d, h, n * es, cudaMemcpyHostToDevice);
+        cudaDeviceSynchronize();  // pageable copies may still be in flight
+        return d;
+    }
+    uint16_t *b = malloc(n * 2 + 2);
+    for (size_t i = 0; i < n; i++) b[i] = spc_half_bits(h[i]);
+    cudaMemcpy(d, b, n * 2, cudaMemcpyHostToDevice);
+    cudaDeviceSynchronize();
+    free(b);
+    return d;
+}
+
+// Sets every bit of n activations on stream st.
+static void dev_poison(void *d, size_t n, int half, cudaStream_t st) {
+    cudaMemsetAsync(d, 0xFF, n * (half ? 2 : 4), st);
+}
+
+// Compares a bordered device output with the CPU output ref (same layout):
+// interior within tol, border elements still poisoned. Returns 1 when good.
+static int out_check(tctx *t, const char *what, const spc_layer *L, int n, int half,
+                     const void *dout, const float *ref, double tol) {
+    const size_t no = spc_out_elems(L, n);
+    uint32_t *raw = malloc(no * 4 + 4);
+    uint16_t *h = (uint16_t *)raw;
+    cudaMemcpy(raw, dout, no * (half ? 2 : 4), cudaMemcpyDeviceToHost);
+    const int ob = L->d.out_border, hob = L->po + 2 * ob, wob = L->qo + 2 * ob;
+    double num = 0.0, den = 0.0;
+    size_t border_bad = 0, worst = 0;
+    for (size_t i = 0; i < no; i++) {
+        const int y = (int)(i / wob % hob), x = (int)(i % wob);
+        if (spc_is_border(y, x, hob, wob, ob)) {
+            border_bad += half ? h[i] != 0xFFFF : raw[i] != 0xFFFFFFFFu;
+            continue;
+        }
+        float v;
+        if (half) v = spc_half_float(h[i]);
+        else memcpy(&v, &raw[i], 4);
+        const double e = isnan(v) ? INFINITY : fabs((double)v - ref[i]);
+        if (e > num) num = e, worst = i;
+        den = fmax(den, fabs(ref[i]));
+    }
+    const double rel = den > 0 ? num / den : num;
+    CHECK(t, rel <= tol && border_bad == 0, "%s: rel err %.3g (tol %g) at %zu (want %g), %zu border "
+          "elements written", what, rel, tol, worst, (double)ref[worst], border_bad);
+    free(raw);
+    return rel <= tol && border_bad == 0;
+}
+
+// Waits for stream st; 0 when it and the last launch succeeded.
+static int dev_sync(cudaStream_t st) {
+    return cudaStreamSynchronize(st) != cudaSuccess || cudaGetLastError() != cudaSuccess;
+}
+
+// --- one case -----------------------------------------------------------------------
+
+// A case's data: the layer, its input (host, rounded) and the CPU output.
+typedef struct {
+    spc_layer L;
+    int n, vt, half;
+    float *x, *ref;
+    void *din, *dout;
+} tdata;
+
+// Builds layer, input, CPU reference (when ref is set) and device buffers.
+static void tdata_make(tdata *d, const spc_shape *s, int n, int vt, uint64_t seed, int ref) {
+    memset(d, 0, sizeof *d);
+    spc_layer_make(&d->L, s, vt, seed);
+    d->n = n, d->vt = vt, d->half = vt != SPC_FP32;
+    d->x = spc_input(&d->L.d, n, d->half, seed + 1);
+    const size_t no = spc_out_elems(&d->L, n);
+    d->ref = calloc(no + 1, sizeof *d->ref);
+    if (ref) spconv_forward_cpu(&d->L.d, n, d->x, d->ref);
+    d->din = dev_put(d->x, spc_in_elems(&d->L.d, n), d->half);
+    cudaMalloc(&d->dout, no * 4 + 16);
+}
+
+// Frees a case's data.
+static void tdata_free(tdata *d) {
+    cudaFree(d->din), cudaFree(d->dout);
+    free(d->x), free(d->ref);
+    spc_layer_free(&d->L);
+}
+
+// Runs the chosen variant of g on poisoned output and checks it.
+static int sparse_run_check(tctx *t, tdata *d, spconv_gpu *g, cudaStream_t st, const char *what) {
+    sc_err err = {{0}};
+    dev_poison(d->dout, spc_out_elems(&d->L, d->n), d->half, st);
+    int rc = spconv_gpu_forward(g, d->n, d->din, d->dout, st, &err);
+    if (rc || dev_sync(st)) {
+        CHECK(t, 0, "%s: forward failed: %s %s", what, err.msg, cudaGetErrorString(cudaGetLastError()));
+        return 0;
+    }
+    return out_check(t, what, &d->L, d->n, d->half, d->dout, d->ref, d->half ? TOL16 : TOL32);
+}
+
+// Replays the chosen variant from a captured CUDA graph and checks it.
+static void sparse_graph_check(tctx *t, tdata *d, spconv_gpu *g, cudaStream_t st) {
+    sc_err err = {{0}};
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    int ok = cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+    ok = ok && spconv_gpu_forward(g, d->n, d->din, d->dout, st, &err) == 0;
+    ok = cudaStreamEndCapture(st, &graph) == cudaSuccess && ok;
+    ok = ok && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+    CHECK(t, ok, "graph capture failed: %s %s", err.msg, cudaGetErrorString(cudaGetLastError()));
+    if (ok) {
+        dev_poison(d->dout, spc_out_elems(&d->L, d->n), d->half, st);
+        ok = cudaGraphLaunch(exec, st) == cudaSuccess && !dev_sync(st);
+        CHECK(t, ok, "graph launch failed");
+        if (ok) out_check(t, "graph replay", &d->L, d->n, d->half, d->dout, d->ref,
+                          d->half ? TOL16 : TOL32);
+    }
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+}
+
+// Every variant, the tuned one and a graph replay of one case.
+static void sparse_case(tctx *t, const spc_shape *s, int n, int vt, uint64_t seed,
+                        cudaStream_t st) {
+    tdata d;
+    tdata_make(&d, s, n, vt, seed, 1);
+    sc_err err = {{0}};
+    spconv_gpu *g = spconv_gpu_create(&d.L.d, (spconv_gpu_vtype)vt, d.L.codes, d.L.cb,
+                                      d.L.scale, &err);
+    CHECK(t, g != NULL, "%s %s: create: %s", s->name, vt_name[vt], err.msg);
+    if (!g) {
+        tdata_free(&d);
+        return;
+    }
+    const int nv = spconv_gpu_nvariants(g, n);
+    int good = 0, shown = 0;
+    char what[256], desc[200];
+    for (int v = 0; v < nv; v++) {
+        if (spconv_gpu_use(g, n, v, &err)) {
+            CHECK(t, 0, "%s: use %d: %s", s->name, v, err.msg);
+            continue;
+        }
+        spconv_gpu_describe(g, desc, sizeof desc);
+        snprintf(what, sizeof what, "%s n=%d %s variant %d (%s)", s->name, n, vt_name[vt], v, desc);
+        if (sparse_run_check(t, &d, g, st, what)) good++;
+        else if (++shown >= 3) break;  // keep the log short
+    }
+    float ms = 0;
+    CHECK(t, spconv_gpu_tune(g, n, d.din, d.dout, st, &ms, &err) == 0, "tune: %s", err.msg);
+    spconv_gpu_describe(g, desc, sizeof desc);
+    snprintf(what, sizeof what, "%s n=%d %s tuned (%s)", s->name, n, vt_name[vt], desc);
+    sparse_run_check(t, &d, g, st, what);
+    sparse_graph_check(t, &d, g, st);
+    printf("  %-20s n=%-3d %-4s %2d/%2d variants ok; tuned: %s\n", s->name, n, vt_name[vt], good,
+           nv, desc);
+    spconv_gpu_free(g);
+    tdata_free(&d);
+}
+
+// --- baselines ----------------------------------------------------------------------
+
+// cuDNN at each precision of the case's type and cuSPARSE, checked like the sparse kernel.
+static void baseline_case(tctx *t, const spc_shape *s, int n, int vt, uint64_t seed,
+                          const gpu_ctx *g) {
+    tdata d;
+    tdata_make(&d, s, n, vt, seed, 1);
+    sc_err err = {{0}};
+    char what[200], desc[160];
+    const dconv_prec ps[2] = {vt == SPC_FP32 ? DC_FP32 : DC_FP16, vt == SPC_FP32 ? DC_TF32
+                                                                                 : DC_FP16_NHWC};
+    for (int i = 0; i < 2; i++) {
+        dconv_gpu *c = dconv_gpu_create(g, &d.L.d, d.L.w, ps[i], n, &err);
+        CHECK(t, c != NULL, "%s: dconv create: %s", s->name, err.msg);
+        if (!c) continue;
+        dconv_gpu_describe(c, desc, sizeof desc);
+        snprintf(what, sizeof what, "%s n=%d %s", s->name, n, desc);
+        dev_poison(d.dout, spc_out_elems(&d.L, n), d.half, g->stream);
+        const int rc = dconv_gpu_forward(g, c, n, d.din, d.dout, g->stream, &err);
+        CHECK(t, rc == 0 && !dev_sync(g->stream), "%s: forward: %s", what, err.msg);
+        out_check(t, what, &d.L, n, d.half, d.dout, d.ref,
+                  ps[i] == DC_TF32 ? TOLTF32 : d.half ? TOL16 : TOL32);
+        printf("  %s\n", what);
+        dconv_gpu_free(c);
+    }
+    spmm_gpu *m = spmm_gpu_create(g, &d.L.d, d.half ? GDT_F16 : GDT_F32, n, &err);
+    CHECK(t, m != NULL, "%s: spmm create: %s", s->name, err.msg);
+    if (m) {
+        spmm_gpu_describe(m, desc, sizeof desc);
+        snprintf(what, sizeof what, "%s n=%d %s", s->name, n, desc);
+        dev_poison(d.dout, spc_out_elems(&d.L, n), d.half, g->stream);
+        const int rc = spmm_gpu_forward(g, m, n, d.din, d.dout, g->stream, &err);
+        CHECK(t, rc == 0 && !dev_sync(g->stream), "%s: forward: %s", what, err.msg);
+        out_check(t, what, &d.L, n, d.half, d.dout, d.ref, d.half ? TOL16 : TOL32);
+        printf("  %s\n", what);
+        spmm_gpu_free(m);
+    }
+    tdata_free(&d);
+}
+
+// --- tests --------------------------------------------------------------------------
+
+// Runs the sparse cases listed in idx (all, with every batch size, when idx
+// is NULL; else each with its first batch size) for every value type.
+static void sparse_cases(tctx *t, const int *idx, int count) {
+    gpu_ctx g;
+    sc_err err = {{0}};
+    if (gpu_ctx_init(&g, &err)) {
+        CHECK(t, 0, "gpu_ctx_init: %s", err.msg);
+        return;
+    }
+    for (int c = 0; c < count; c++) {
+        const tcase *tc = &cases[idx ? idx[c] : c];
+        for (int j = 0; j < (idx ? 1 : 3) && tc->ns[j]; j++)
+            for (int vt = 0; vt < 3; vt++)
+                sparse_case(t, &tc->s, tc->ns[j], vt, 1000 + 10 * c + j, g.stream);
+    }
+    gpu_ctx_free(&g);
+}
+
+// Every case, every variant, fp32/fp16/cb4.
+static void test_sparse(tctx *t) {
+    if (!gpu_here(t)) return;
+    sparse_cases(t, NULL, NCASES);
+}
+
+// A few small cases (for compute-sanitizer).
+static void test_sparse_small(tctx *t) {
+    if (!gpu_here(t)) return;
+    sparse_cases(t, small_cases, (int)(sizeof small_cases / sizeof *small_cases));
+}
+
+// cuDNN and cuSPARSE baselines on the cases up to the first batch-128 one.
+static void baselines(tctx *t, int count) {
+    gpu_ctx g;
+    sc_err err = {{0}};
+    if (gpu_ctx_init(&g, &err)) {
+        CHECK(t, 0, "gpu_ctx_init: %s", err.msg);
+        return;
+    }
+    for (int c = 0; c < count && c < NCASES; c++)
+        for (int vt = 0; vt < 2; vt++) baseline_case(t, &cases[c].s, cases[c].ns[0], vt, 5000 + c, &g);
+    gpu_ctx_free(&g);
+}
+
+// The baselines on every case.
+static void test_baselines(tctx *t) {
+    if (!gpu_here(t)) return;
+    baselines(t, NCASES);
+}
+
+// The baselines on the first case.
+static void test_baselines_small(tctx *t) {
+    if (!gpu_here(t)) return;
+    baselines(t, 1);
+}
+
+// --- benchmark ------------------------------------------------------------------------
+//
+// Every CIFAR VGG-16 and ResNet-18 conv shape (and the classifier) at 90% and
+// 95% random sparsity, batch 128 and 1: the sparse kernel tuned in fp32,
+// fp16 and codebook form, cuDNN dense fp32 (TF32 off), TF32, fp16 NCHW and
+// NHWC (also the cuDNN call alone), and cuSPARSE fp32. Median of 20 runs
+// after 3 warm-ups, CUDA events, random data; each sparse result is checked
+// against the CPU on the first two images before it is timed.
+
+typedef struct {
+    const char *net, *name;
+    int K, C, H, R, stride, pad, ib, pool, relu, count;
+} blayer;
+
+static const blayer blayers[] = {
+    {"vgg16", "conv1", 64, 3, 32, 3, 1, 1, 1, 0, 1, 1},
+    {"vgg16", "conv2+pool", 64, 64, 32, 3, 1, 1, 1, 1, 1, 1},
+    {"vgg16", "conv3", 128, 64, 16, 3, 1, 1, 1, 0, 1, 1},
+    {"vgg16", "conv4+pool", 128, 128, 16, 3, 1, 1, 1, 1, 1, 1},
+    {"vgg16", "conv5", 256, 128, 8, 3, 1, 1, 1, 0, 1, 1},
+    {"vgg16", "conv6", 256, 256, 8, 3, 1, 1, 1, 0, 1, 1},
+    {"vgg16", "conv7+pool", 256, 256, 8, 3, 1, 1, 1, 1, 1, 1},
+    {"vgg16", "conv8", 512, 256, 4, 3, 1, 1, 1, 0, 1, 1},
+    {"vgg16", "conv9", 512, 512, 4, 3, 1, 1, 1, 0, 1, 1},
+    {"vgg16", "conv10+pool", 512, 512, 4, 3, 1, 1, 1, 1, 1, 1},
+    {"vgg16", "conv11-12", 512, 512, 2, 3, 1, 1, 1, 0, 1, 2},
+    {"vgg16", "conv13+pool", 512, 512, 2, 3, 1, 1, 1, 1, 1, 1},
+    {"vgg16", "fc", 100, 512, 1, 1, 1, 0, 0, 0, 0, 1},
+    {"resnet18", "conv1", 64, 3, 32, 3, 1, 1, 1, 0, 1, 1},
+    {"resnet18", "layer1 x4", 64, 64, 32, 3, 1, 1, 1, 0, 1, 4},
+    {"resnet18", "layer2.0.conv1 s2", 128, 64, 32, 3, 2, 1, 1, 0, 1, 1},
+    {"resnet18", "layer2.0.shortcut", 128, 64, 32, 1, 2, 0, 1, 0, 0, 1},
+    {"resnet18", "layer2 x3", 128, 128, 16, 3, 1, 1, 1, 0, 1, 3},
+    {"resnet18", "layer3.0.conv1 s2", 256, 128, 16, 3, 2, 1, 1, 0, 1, 1},
+    {"resnet18", "layer3.0.shortcut", 256, 128, 16, 1, 2, 0, 1, 0, 0, 1},
+    {"resnet18", "layer3 x3", 256, 256, 8, 3, 1, 1, 1, 0, 1, 3},
+    {"resnet18", "layer4.0.conv1 s2", 512, 256, 8, 3, 2, 1, 1, 0, 1, 1},
+    {"resnet18", "layer4.0.shortcut", 512, 256, 8, 1, 2, 0, 1, 0, 0, 1},
+    {"resnet18", "layer4 x3", 512, 512, 4, 3, 1, 1, 1, 0, 1, 3},
+    {"resnet18", "fc", 100, 512, 1, 1, 1, 0, 0, 0, 0, 1},
+};
+#define NBL ((int)(sizeof blayers / sizeof *blayers))
+
+// Columns of a benchmark row.
+enum { B_SP32, B_SP16, B_CB4, B_CU32, B_TF32, B_CU16, B_NHWC, B_NHWC_CONV, B_CUSP, B_NCOL };
+static const char *bcol[B_NCOL] = {"sp32", "sp16", "cb4", "cudnn32", "tf32", "cudnn16",
+                                   "nhwc16", "(conv)", "cusp32"};
+
+// One thing to time: kind 0 sparse, 1 dconv, 2 dconv conv only, 3 spmm.
+typedef struct {
+    int kind, n;
+    const gpu_ctx *g;
+    void *obj;
+    const void *in;
+    void *out;
+} brun;
+
+// Runs b once on g's stream.
+static int brun_once(const brun *b) {
+    sc_err e;
+    switch (b->kind) {
+    case 0: return spconv_gpu_forward(b->obj, b->n, b->in, b->out, b->g->stream, &e);
+    case 1: return dconv_gpu_forward(b->g, b->obj, b->n, b->in, b->out, b->g->stream, &e);
+    case 2: return dconv_gpu_forward_conv(b->g, b->obj, b->n, b->g->stream, &e);
+    default: return spmm_gpu_forward(b->g, b->obj, b->n, b->in, b->out, b->g->stream, &e);
+    }
+}
+
+// Ascending order of floats (qsort).
+static int bench_cmp(const void *a, const void *b) {
+    const float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+// Median time (ms) of 20 runs after 3 warm-ups; NAN when a run fails.
+static float bench_time(const brun *b) {
+    cudaStream_t st = b->g->stream;
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0), cudaEventCreate(&e1);
+    float t[20];
+    int ok = 1;
+    for (int r = -3; r < 20 && ok; r++) {
+        cudaEventRecord(e0, st);
+        ok = brun_once(b) == 0;
+        cudaEventRecord(e1, st);
+        ok = ok && cudaEventSynchronize(e1) == cudaSuccess;
+        if (ok && r >= 0) cudaEventElapsedTime(&t[r], e0, e1);
+    }
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    if (!ok) return NAN;
+    qsort(t, 20, sizeof *t, bench_cmp);
+    return 0.5f * (t[9] + t[10]);
+}
+
+// The shape of benchmark layer l at a density.
+static spc_shape bench_shape(const blayer *l, double density) {
+    const int fc = l->H == 1;
+    spc_shape s = {l->name, l->K, l->C, l->H, l->H, l->R, l->R, l->stride, l->pad, l->ib,
+                   fc ? 0 : 1, l->pool ? 2 : 0, l->pool ? 2 : 0, 0, l->relu, 1, density, 0};
+    return s;
+}
+
+// Dense cuDNN columns of layer l at batch n.
+static void bench_dense(const gpu_ctx *g, const blayer *l, int n, float *row) {
+    const spc_shape s = bench_shape(l, 1.0);
+    static const dconv_prec ps[] = {DC_FP32, DC_TF32, DC_FP16, DC_FP16_NHWC};
+    static const int cols[] = {B_CU32, B_TF32, B_CU16, B_NHWC};
+    for (int i = 0; i < 4; i++) {
+        tdata d;
+        sc_err err = {{0}};
+        char desc[160];
+        tdata_make(&d, &s, n, ps[i] >= DC_FP16 ? SPC_FP16 : SPC_FP32, 77, 0);
+        dconv_gpu *c = dconv_gpu_create(g, &d.L.d, d.L.w, ps[i], n, &err);
+        row[cols[i]] = NAN;
+        if (!c) printf("  %s: %s\n", l->name, err.msg);
+        if (c) {
+            brun b = {1, n, g, c, d.din, d.dout};
+            row[cols[i]] = bench_time(&b);
+            if (ps[i] == DC_FP16_NHWC) b.kind = 2, row[B_NHWC_CONV] = bench_time(&b);
+            dconv_gpu_describe(c, desc, sizeof desc);
+            printf("    %s\n", desc);
+            dconv_gpu_free(c);
+        }
+        tdata_free(&d);
+    }
+}
+
+// Sparse columns (tuned, checked) and cuSPARSE of layer l at batch n and a density.
+static void bench_sparse(const gpu_ctx *g, const blayer *l, int n, double density, float *row,
+                         double *macs) {
+    const spc_shape s = bench_shape(l, density);
+    for (int vt = 0; vt < 3; vt++) {
+        tdata d;
+        sc_err err = {{0}};
+        char desc[200];
+        tdata_make(&d, &s, n > 2 ? 2 : n, vt, 99, 1);  // reference on two images
+        float *x = spc_input(&d.L.d, n, d.half, 98);
+        memcpy(x, d.x, spc_in_elems(&d.L.d, d.n) * sizeof *x);
+        void *din = dev_put(x, spc_in_elems(&d.L.d, n), d.half), *dout = NULL;
+        cudaMalloc(&dout, spc_out_elems(&d.L, n) * 4 + 16);
+        spconv_gpu *sg = spconv_gpu_create(&d.L.d, (spconv_gpu_vtype)vt, d.L.codes, d.L.cb,
+                                           d.L.scale, &err);
+        row[vt] = NAN;
+        float ms = 0;
+        if (sg && spconv_gpu_tune(sg, n, din, dout, g->stream, &ms, &err) == 0) {
+            tctx t = {.suite = "bench", .test = "check"};
+            brun b = {0, n, g, sg, din, dout};
+            dev_poison(dout, spc_out_elems(&d.L, n), d.half, g->stream);
+            const int ok = brun_once(&b) == 0 && !dev_sync(g->stream) &&
+                           out_check(&t, l->name, &d.L, d.n, d.half, dout, d.ref,
+                                     d.half ? TOL16 : TOL32);
+            row[vt] = ok ? bench_time(&b) : NAN;
+            spconv_gpu_describe(sg, desc, sizeof desc);
+            printf("    %s%s\n", desc, ok ? "" : "  WRONG RESULT");
+            if (vt == 0) *macs = spconv_gpu_macs(sg, n);
+        } else {
+            printf("  %s %s: %s\n", l->name, vt_name[vt], err.msg);
+        }
+        if (vt == 0) {
+            spmm_gpu *m = spmm_gpu_create(g, &d.L.d, GDT_F32, n, &err);
+            brun b = {3, n, g, m, din, dout};
+            row[B_CUSP] = m ? bench_time(&b) : NAN;
+            if (!m) printf("  %s cusparse: %s\n", l->name, err.msg);
+            spmm_gpu_free(m);
+        }
+        spconv_gpu_free(sg);
+        cudaFree(din), cudaFree(dout), free(x);
+        tdata_free(&d);
+    }
+}
+
+// Prints one benchmark row.
+static void bench_row(const blayer *l, int n, double sp, const float *r, double macs) {
+    printf("%-8s %-18s %3d %2.0f%%", l->net, l->name, n, 100 * sp);
+    for (int c = 0; c < B_NCOL; c++) printf(" %8.4f", r[c]);
+    printf(" | x32 %5.2f x16 %5.2f xsp %5.2f | %5.2f TF/s\n", r[B_CU32] / r[B_SP32],
+           r[B_CU16] / r[B_SP16], r[B_CUSP] / r[B_SP32], 2 * macs / (r[B_SP32] * 1e9));
+    fflush(stdout);
+}
+
+// Per network, batch and sparsity: column sums weighted by layer counts,
+// the per-layer best of sparse and dense, and layers faster than cuSPARSE.
+static void bench_totals(float (*res)[2][2][B_NCOL], const double *sps) {
+    static const char *nets[] = {"vgg16", "resnet18"};
+    static const int ns[] = {128, 1};
+    printf("\n%-8s %4s %4s", "TOTAL", "n", "sp");
+    for (int c = 0; c < B_NCOL; c++) printf(" %8s", bcol[c]);
+    printf(" | best32  best16 | fp32 x  fp16 x  cb4 vs16 | >cusp\n");
+    for (int ni = 0; ni < 2; ni++)
+        for (int net = 0; net < 2; net++)
+            for (int si = 0; si < 2; si++) {
+                double sum[B_NCOL] = {0}, best32 = 0, best16 = 0;
+                int faster = 0, layers = 0;
+                for (int l = 0; l < NBL; l++) {
+                    if (strcmp(blayers[l].net, nets[net])) continue;
+                    const float *r = res[l][ni][si];
+                    for (int c = 0; c < B_NCOL; c++) sum[c] += blayers[l].count * r[c];
+                    best32 += blayers[l].count * fminf(r[B_SP32], r[B_CU32]);
+                    best16 += blayers[l].count * fminf(fminf(r[B_SP16], r[B_CB4]), r[B_CU16]);
+                    if (blayers[l].H > 1) layers++, faster += r[B_SP32] < r[B_CUSP];
+                }
+                printf("%-8s %4d %3.0f%%", nets[net], ns[ni], 100 * sps[si]);
+                for (int c = 0; c < B_NCOL; c++) printf(" %8.4f", sum[c]);
+                printf(" | %7.4f %7.4f | %6.2f %6.2f %6.2f | %d/%d\n", best32, best16,
+                       sum[B_CU32] / sum[B_SP32], sum[B_CU16] / sum[B_SP16],
+                       sum[B_CU16] / sum[B_CB4], faster, layers);
+            }
+    printf("(ms; fp32 x = cudnn32 / sp32; fp16 x = cudnn16 / sp16; cb4 vs16 = cudnn16 / cb4;\n"
+           " best = per layer min of sparse and cuDNN at that precision; >cusp = conv layers\n"
+           " where sp32 beats cuSPARSE fp32)\n");
+}
+
+// Runs the benchmark; 0 when it ran.
+static int spconv_bench(void) {
+    gpu_ctx g;
+    sc_err err = {{0}};
+    if (!exec_gpu_available(&err) || gpu_ctx_init(&g, &err)) {
+        printf("bench: no GPU: %s\n", err.msg);
+        return 1;
+    }
+    static float res[NBL][2][2][B_NCOL];
+    const double sps[2] = {0.90, 0.95};
+    const int ns[2] = {128, 1};
+    printf("%-8s %-18s %3s %3s", "net", "layer", "n", "sp");
+    for (int c = 0; c < B_NCOL; c++) printf(" %8s", bcol[c]);
+    printf("   (ms, median of 20)\n");
+    for (int ni = 0; ni < 2; ni++)
+        for (int l = 0; l < NBL; l++) {
+            float dense[B_NCOL];
+            bench_dense(&g, &blayers[l], ns[ni], dense);
+            for (int si = 0; si < 2; si++) {
+                float *r = res[l][ni][si];
+                double macs = 0;
+                memcpy(r, dense, sizeof dense);
+                bench_sparse(&g, &blayers[l], ns[ni], 1.0 - sps[si], r, &macs);
+                bench_row(&blayers[l], ns[ni], sps[si], r, macs);
+            }
+        }
+    bench_totals(res, sps);
+    gpu_ctx_free(&g);
+    return 0;
+}
+
+// Runs the tests (or the benchmark); exit status 1 when one failed.
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "";
+    if (!strcmp(mode, "--bench")) return spconv_bench();
+    tctx t = {.suite = "gpu_test_spconv"};
+    if (!strcmp(mode, "--small") || !strcmp(mode, "--sanitize")) {
+        RUN(&t, test_sparse_small);
+        if (!strcmp(mode, "--small")) RUN(&t, test_baselines_small);
+    } else {
+        RUN(&t, test_sparse);
+        RUN(&t, test_baselines);
+    }
+    return check_finish(&t);
+}

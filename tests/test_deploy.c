@@ -1,0 +1,302 @@
+// Tests of the deploy plan and its CPU path: on small synthetic models of
+// awkward shapes, the plan's logits equal the dense CPU executor's on the
+// unfolded net (proves BN folding, borders, recomputed offsets, fused ReLU
+// and pool, residual adds, unfolded BNs, flattening); the plan's structure
+// for resnet18 and vgg16; errors for exports that do not match their graph.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runtime/deploy_plan.h"
+#include "runtime/deploy_report.h"
+#include "runtime/exec.h"
+#include "tests/check.h"
+#include "tests/deploy_testutil.h"
+#include "tests/testutil.h"
+
+// A residual net on 13x11 images: projection shortcut (1x1 stride 2 reading
+// a bordered tensor), add+ReLU, padded max pool, pad-2 conv, average pool,
+// global pool, a linear that reads a bordered tensor, and an add of two linears.
+static const char *const RES_DESC =
+    "conv 8 3 pad=1 bias=0 name=c1\nbn name=b1\nrelu name=r1\n"
+    "conv 8 3 pad=1 bias=0 name=c2\nbn name=b2\nadd r1 name=a1\nrelu name=o1\n"
+    "conv 12 1 stride=2 bias=0 name=sc from=o1\nbn name=scb\n"
+    "conv 12 3 stride=2 pad=1 bias=0 name=c3 from=o1\nbn name=b3\nrelu name=r3\n"
+    "conv 12 3 pad=1 bias=0 name=c4\nbn name=b4\nadd scb name=a2\nrelu name=o2\n"
+    "maxpool 3 stride=2 pad=1 name=mp\n"
+    "conv 10 3 pad=2 name=c5\nrelu name=r5\nmaxpool 2 name=mp5\n"
+    "avgpool 2 stride=1 name=ap\ngap name=g\nlinear classes name=fa\n"
+    "linear classes name=fb from=mp\nadd fa name=sum\n";
+
+// --- helpers ------------------------------------------------------------------
+
+// Builds a net from text (or a built-in name when desc is NULL).
+static net *make_net(const char *arch, const char *desc, int h, int w, int classes) {
+    sc_err err = {{0}};
+    net *nt = desc ? net_from_desc(arch, desc, 3, h, w, classes, &err)
+                   : net_create(arch, 3, h, w, classes, &err);
+    if (!nt) fprintf(stderr, "net: %s\n", err.msg);
+    return nt;
+}
+
+// Logits (n, classes) of the dense CPU executor on nt (caller frees).
+static float *dense_logits(net *nt, int n, const uint8_t *img) {
+    sc_err err = {{0}};
+    exec *e = exec_create(nt, DEV_CPU, PREC_FP32, n, &err);
+    if (!e) return NULL;
+    int *labels = calloc((size_t)n, sizeof *labels);
+    float *lg = malloc((size_t)n * nt->classes * sizeof *lg);
+    exec_batch b = {n, img, labels, NULL, NULL, NULL};
+    if (exec_eval_batch(e, &b, 0.0f, lg, &err)) free(lg), lg = NULL;
+    exec_free(e);
+    free(labels);
+    return lg;
+}
+
+// Checks the CPU plan's logits against the dense executor for n images.
+static void check_against_dense(tctx *t, const char *what, net *nt, const tdm_opts *o, int n,
+                                uint64_t seed) {
+    sc_err err = {{0}};
+    sparse_model *m = tdm_build(nt, o, seed);
+    deploy_plan *p = deploy_plan_build(m, &err);
+    CHECK(t, p != NULL, "%s: plan: %s", what, err.msg);
+    deploy_cpu *c = p ? deploy_cpu_create(p, n, &err) : NULL;
+    CHECK(t, !p || c != NULL, "%s: cpu: %s", what, err.msg);
+    uint8_t *img = tdm_images(n, nt->in_h, nt->in_w, seed);
+    float *want = dense_logits(nt, n, img);
+    float *got = alloc_poisoned((size_t)n * nt->classes);
+    if (c && want) {
+        for (int nn = n; nn >= 1; nn -= n - 1) {  // the whole batch, then one image
+            CHECK(t, deploy_cpu_forward(c, nn, img, got, &err) == 0, "%s: %s", what, err.msg);
+            double e = relerr((size_t)nn * nt->classes, got, want);
+            CHECK(t, e <= 2e-5, "%s n=%d: relative error %.3g", what, nn, e);
+            if (n == 1) break;
+        }
+        CHECK(t, guard_ok(got, (size_t)n * nt->classes), "%s: logits overrun", what);
+    }
+    free(img), free(want), free(got);
+    deploy_cpu_free(c);
+    deploy_plan_free(p);
+    tdm_free(m);
+}
+
+// Number of ops of a kind in the plan.
+static int count_ops(const deploy_plan *p, deploy_op_kind k) {
+    int n = 0;
+    for (int i = 0; i < p->nops; i++) n += p->ops[i].kind == k;
+    return n;
+}
+
+// The op named `name`, or NULL.
+static const deploy_op *find_op(const deploy_plan *p, const char *name) {
+    for (int i = 0; i < p->nops; i++)
+        if (!strcmp(p->ops[i].name, name)) return &p->ops[i];
+    return NULL;
+}
+
+// --- plan vs dense executor ------------------------------------------------------
+
+// LeNet: conv+ReLU+pool fused, linear+ReLU fused, flatten of 16x5x5.
+static void test_lenet_fused(tctx *t) {
+    net *nt = make_net("lenet", NULL, 32, 32, 10);
+    tdm_opts o = {.fold_bn = 1, .fuse_relu = 1, .fuse_pool = 1, .sparsity = 0.7f};
+    check_against_dense(t, "lenet fused", nt, &o, 5, 3);
+    net_free(nt);
+}
+
+// LeNet with nothing fused: standalone ReLUs and max pools.
+static void test_lenet_unfused(tctx *t) {
+    net *nt = make_net("lenet", NULL, 32, 32, 10);
+    tdm_opts o = {.fold_bn = 1, .fuse_relu = 0, .fuse_pool = 0, .sparsity = 0.5f};
+    check_against_dense(t, "lenet unfused", nt, &o, 3, 4);
+    net_free(nt);
+}
+
+// The residual net, BNs folded and ReLUs fused, 93% sparse.
+static void test_residual_fused(tctx *t) {
+    net *nt = make_net("res", RES_DESC, 13, 11, 7);
+    tdm_opts o = {.fold_bn = 1, .fuse_relu = 1, .fuse_pool = 1, .sparsity = 0.93f};
+    if (nt) check_against_dense(t, "residual fused", nt, &o, 4, 5);
+    net_free(nt);
+}
+
+// The residual net with BNs left as ops (affine + fused ReLU).
+static void test_residual_unfolded(tctx *t) {
+    net *nt = make_net("res", RES_DESC, 13, 11, 7);
+    tdm_opts o = {.fold_bn = 0, .sparsity = 0.6f};
+    if (nt) check_against_dense(t, "residual unfolded", nt, &o, 3, 6);
+    net_free(nt);
+}
+
+// The residual net with codebook weights (values = codebook[code] * row_scale).
+static void test_residual_codebook(tctx *t) {
+    net *nt = make_net("res", RES_DESC, 13, 11, 7);
+    tdm_opts o = {.fold_bn = 1, .fuse_relu = 1, .fuse_pool = 0, .codebook = 1, .sparsity = 0.8f};
+    if (nt) check_against_dense(t, "residual codebook", nt, &o, 2, 7);
+    net_free(nt);
+}
+
+// A dense (0% sparse) small VGG-like net on 9x9 images, one image.
+static void test_dense_vgg(tctx *t) {
+    const char *d = "conv 5 3 pad=1 bias=0 name=c1\nbn name=b1\nrelu name=r1\nmaxpool 2 name=p1\n"
+                    "conv 6 3 pad=1 bias=0 name=c2\nbn name=b2\nrelu name=r2\nmaxpool 2 name=p2\n"
+                    "linear classes name=fc\n";
+    net *nt = make_net("vggish", d, 9, 9, 3);
+    tdm_opts o = {.fold_bn = 1, .fuse_relu = 1, .fuse_pool = 1, .sparsity = 0.0f};
+    if (nt) check_against_dense(t, "dense vgg", nt, &o, 1, 8);
+    net_free(nt);
+}
+
+// --- plan structure ------------------------------------------------------------
+
+// Residual net: borders, recomputed offsets, flatten, fused ops.
+static void test_residual_structure(tctx *t) {
+    sc_err err = {{0}};
+    net *nt = make_net("res", RES_DESC, 13, 11, 7);
+    tdm_opts o = {.fold_bn = 1, .fuse_relu = 1, .fuse_pool = 1, .sparsity = 0.5f};
+    sparse_model *m = tdm_build(nt, &o, 9);
+    deploy_plan *p = deploy_plan_build(m, &err);
+    CHECK(t, p != NULL, "%s", err.msg);
+    if (!p) goto done;
+    const deploy_op *sc = find_op(p, "sc"), *c5 = find_op(p, "c5"), *fb = find_op(p, "fb");
+    CHECK(t, sc && sc->desc.in_border == 1 && sc->desc.pad == 0 && sc->offsets != NULL,
+          "shortcut reads the border-1 tensor with recomputed offsets");
+    CHECK(t, p->tensors[p->input].border == 1, "input border %d", p->tensors[p->input].border);
+    CHECK(t, c5 && c5->desc.in_border == 2 && c5->desc.relu && c5->desc.pool_k == 2,
+          "c5: border 2, ReLU and pool fused");
+    CHECK(t, fb && p->tensors[fb->in].border == 0 && p->tensors[fb->in].layer == -2,
+          "fb reads a flattened copy");
+    CHECK(t, count_ops(p, DOP_COPY) == 1, "%d copies", count_ops(p, DOP_COPY));
+    CHECK(t, count_ops(p, DOP_ADD) == 3 && count_ops(p, DOP_RELU) == 0, "adds %d relus %d",
+          count_ops(p, DOP_ADD), count_ops(p, DOP_RELU));
+    const deploy_op *a1 = find_op(p, "a1");
+    CHECK(t, a1 && a1->relu, "a1 fuses its ReLU");
+    CHECK(t, p->tensors[p->output].border == 0 && p->tensors[p->output].c == 7, "logits tensor");
+done:
+    deploy_plan_free(p);
+    tdm_free(m);
+    net_free(nt);
+}
+
+// resnet18 and vgg16 at 32x32: op counts, borders, offsets.
+static void test_builtin_structure(tctx *t) {
+    sc_err err = {{0}};
+    const char *arch[2] = {"resnet18", "vgg16"};
+    for (int a = 0; a < 2; a++) {
+        net *nt = make_net(arch[a], NULL, 32, 32, 100);
+        tdm_opts o = {.fold_bn = 1, .fuse_relu = 1, .fuse_pool = 1, .sparsity = 0.9f};
+        sparse_model *m = tdm_build(nt, &o, 10);
+        deploy_plan *p = deploy_plan_build(m, &err);
+        CHECK(t, p != NULL, "%s: %s", arch[a], err.msg);
+        if (p && a == 0) {
+            CHECK(t, count_ops(p, DOP_CONV) == 21 && count_ops(p, DOP_ADD) == 8 &&
+                     count_ops(p, DOP_GAP) == 1 && count_ops(p, DOP_COPY) == 0,
+                  "resnet18: %d convs, %d adds", count_ops(p, DOP_CONV), count_ops(p, DOP_ADD));
+            const deploy_op *s = find_op(p, "layer2.0.shortcut");
+            CHECK(t, s && s->desc.in_border == 1 && s->offsets, "shortcut offsets recomputed");
+            CHECK(t, p->nops == 21 + 8 + 1, "resnet18: %d ops", p->nops);
+            double sp = deploy_plan_sparsity(p);
+            CHECK(t, sp > 0.88 && sp < 0.92, "sparsity %g", sp);
+        }
+        if (p && a == 1) {
+            int pooled = 0;
+            for (int i = 0; i < p->nops; i++) pooled += p->ops[i].desc.pool_k == 2;
+            CHECK(t, count_ops(p, DOP_CONV) == 14 && p->nops == 14 && pooled == 5,
+                  "vgg16: %d ops, %d with a fused pool", p->nops, pooled);
+            const deploy_op *fc = find_op(p, "fc");
+            CHECK(t, fc && fc->desc.in_border == 0 && p->tensors[fc->in].c == 512, "vgg16 fc input");
+        }
+        deploy_plan_free(p);
+        tdm_free(m);
+        net_free(nt);
+    }
+}
+
+// --- errors ---------------------------------------------------------------------
+
+// Exports that do not match their graph are refused with the layer's name.
+static void test_plan_errors(tctx *t) {
+    sc_err err = {{0}};
+    net *nt = make_net("lenet", NULL, 32, 32, 10);
+    tdm_opts o = {.fold_bn = 1, .fuse_relu = 1, .fuse_pool = 1, .sparsity = 0.5f};
+    sparse_model *m = tdm_build(nt, &o, 11);
+    m->nlayers--;  // the last linear is missing
+    CHECK(t, !deploy_plan_build(m, &err) && strstr(err.msg, "fc3"), "missing layer: %s", err.msg);
+    m->nlayers++;
+    m->layers[1].K++;
+    CHECK(t, !deploy_plan_build(m, &err) && strstr(err.msg, "conv2"), "bad shape: %s", err.msg);
+    m->layers[1].K--;
+    m->layers[2].pool_k = 2, m->layers[2].pool_stride = 2;  // fc1 is not followed by a pool
+    CHECK(t, !deploy_plan_build(m, &err) && strstr(err.msg, "pool"), "bad fusion: %s", err.msg);
+    m->layers[2].pool_k = 0, m->layers[2].pool_stride = 0;
+    m->layers[0].layer = 1;  // names a ReLU
+    CHECK(t, !deploy_plan_build(m, &err) && strstr(err.msg, "not a conv"), "bad index: %s", err.msg);
+    m->layers[0].layer = 0;
+    deploy_plan *p = deploy_plan_build(m, &err);
+    CHECK(t, p != NULL, "repaired model: %s", err.msg);
+    deploy_cpu *c = p ? deploy_cpu_create(p, 2, &err) : NULL;
+    uint8_t img[3 * 3 * 32 * 32] = {0};
+    CHECK(t, c && deploy_cpu_forward(c, 3, img, NULL, &err) != 0 && strstr(err.msg, "3 images"),
+          "batch too large: %s", err.msg);
+    deploy_cpu_free(c);
+    deploy_plan_free(p);
+    tdm_free(m);
+    net_free(nt);
+}
+
+// The chart and the JSON summary of a run without GPU timings: an SVG
+// naming every conv/linear layer; the JSON with every per-layer column.
+static void test_report(tctx *t) {
+    sc_err err = {{0}};
+    net *nt = make_net("lenet", NULL, 32, 32, 10);
+    tdm_opts o = {.fold_bn = 1, .fuse_relu = 1, .fuse_pool = 1, .sparsity = 0.5f};
+    sparse_model *m = tdm_build(nt, &o, 12);
+    deploy_plan *p = deploy_plan_build(m, &err);
+    deploy_report r = {.input = "x.h5", .dataset = "synthetic", .arch = "lenet", .device = "cpu",
+                       .gpu = 1, .batch = 8, .repeat = 1, .test_images = 10};
+    char path[] = "/tmp/test_deploy_chart_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(t, p && fd >= 0 && deploy_report_chart(path, p, &r, &err) == 0, "chart: %s", err.msg);
+    char text[16384] = {0};
+    FILE *f = fopen(path, "r");
+    size_t len = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f) fclose(f);
+    CHECK(t, len > 0 && strstr(text, "<svg") && strstr(text, ">conv2<") && strstr(text, ">fc3<") &&
+             strstr(text, "</svg>"), "chart text: %.200s", text);
+    json_writer j;
+    json_init(&j);
+    if (p) deploy_report_json(&j, p, &r);
+    const char *js = json_text(&j);
+    CHECK(t, js && strstr(js, "\"cudnn_tf32_ms\": null") && strstr(js, "\"cusparse_ms\": null") &&
+             strstr(js, "\"name\": \"fc3\"") && strstr(js, "\"output\": null"), "json: %.300s", js ? js : j.why);
+    json_free(&j);
+    if (fd >= 0) close(fd), unlink(path);
+    deploy_plan_free(p);
+    tdm_free(m);
+    net_free(nt);
+}
+
+// Top-1 counting: first maximum wins.
+static void test_count_correct(tctx *t) {
+    const float lg[3 * 4] = {0, 1, 1, 0, 5, -1, 2, 2, 0, 0, 0, 0};
+    const int labels[3] = {1, 0, 1};
+    CHECK(t, deploy_count_correct(3, 4, lg, labels) == 2, "count %ld",
+          deploy_count_correct(3, 4, lg, labels));
+}
+
+int main(void) {
+    tctx t = {.suite = "test_deploy"};
+    RUN(&t, test_lenet_fused);
+    RUN(&t, test_lenet_unfused);
+    RUN(&t, test_residual_fused);
+    RUN(&t, test_residual_unfolded);
+    RUN(&t, test_residual_codebook);
+    RUN(&t, test_dense_vgg);
+    RUN(&t, test_residual_structure);
+    RUN(&t, test_builtin_structure);
+    RUN(&t, test_plan_errors);
+    RUN(&t, test_report);
+    RUN(&t, test_count_correct);
+    return check_finish(&t);
+}
