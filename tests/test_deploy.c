@@ -15,20 +15,6 @@
 #include "tests/deploy_testutil.h"
 #include "tests/testutil.h"
 
-// A residual net on 13x11 images: projection shortcut (1x1 stride 2 reading
-// a bordered tensor), add+ReLU, padded max pool, pad-2 conv, average pool,
-// global pool, a linear that reads a bordered tensor, and an add of two linears.
-static const char *const RES_DESC =
-    "conv 8 3 pad=1 bias=0 name=c1\nbn name=b1\nrelu name=r1\n"
-    "conv 8 3 pad=1 bias=0 name=c2\nbn name=b2\nadd r1 name=a1\nrelu name=o1\n"
-    "conv 12 1 stride=2 bias=0 name=sc from=o1\nbn name=scb\n"
-    "conv 12 3 stride=2 pad=1 bias=0 name=c3 from=o1\nbn name=b3\nrelu name=r3\n"
-    "conv 12 3 pad=1 bias=0 name=c4\nbn name=b4\nadd scb name=a2\nrelu name=o2\n"
-    "maxpool 3 stride=2 pad=1 name=mp\n"
-    "conv 10 3 pad=2 name=c5\nrelu name=r5\nmaxpool 2 name=mp5\n"
-    "avgpool 2 stride=1 name=ap\ngap name=g\nlinear classes name=fa\n"
-    "linear classes name=fb from=mp\nadd fa name=sum\n";
-
 // --- helpers ------------------------------------------------------------------
 
 // Builds a net from text (or a built-in name when desc is NULL).
