@@ -17,6 +17,7 @@ typedef enum { LAYOUT_CIFAR10, LAYOUT_CIFAR100 } cifar_layout;
 // Stream id of the validation split's generator, apart from the loader's epoch
 // streams (datasets/loader.c) and anything else drawn from the same seed.
 #define VAL_STREAM 0x76616c73706c6974ULL
+#define HOLDOUT_STREAM 0x686f6c646f7574ULL  // "holdout"
 
 // --- small helpers ----------------------------------------------------------
 
@@ -313,28 +314,23 @@ int dataset_default_val_size(int ntrain) {
     return tenth < 5000 ? tenth : 5000;
 }
 
-// Moves a seeded random subset of val_size training images into ds->val;
-// both parts keep file order.
-static int dataset_split_val(dataset *ds, int val_size, uint64_t seed, sc_err *err) {
-    data_split *t = &ds->train, *v = &ds->val;
-    int n = t->n;
-    if (val_size < -1) return sc_fail(err, "bad validation size (%d)", val_size);
-    if (val_size == -1) val_size = dataset_default_val_size(n);
-    if (val_size == 0) return 0;
-    if (val_size >= n)
-        return sc_fail(err, "validation split too large (%s, %d of %d training images)",
-                       ds->path, val_size, n);
+// Moves a seeded random subset of `count` images of `from` (partial
+// Fisher-Yates on generator stream `stream`) into the empty split `to`; both
+// keep file order.
+static int split_move_random(data_split *from, data_split *to, int count, uint64_t seed,
+                             uint64_t stream, sc_err *err) {
+    int n = from->n;
     int *idx = malloc((size_t)n * sizeof(int));
     uint8_t *pick = calloc((size_t)n, 1);
-    if (!idx || !pick || split_grow(v, val_size, t->coarse != NULL, err)) {
+    if (!idx || !pick || split_grow(to, count, from->coarse != NULL, err)) {
         free(idx);
         free(pick);
-        return sc_fail(err, "out of memory (validation split of %d images)", val_size);
+        return sc_fail(err, "out of memory (split of %d images)", count);
     }
     rng r;
-    rng_seed(&r, seed, VAL_STREAM);
+    rng_seed(&r, seed, stream);
     for (int i = 0; i < n; i++) idx[i] = i;
-    for (int i = 0; i < val_size; i++) {  // partial Fisher-Yates: idx[0..val_size) chosen
+    for (int i = 0; i < count; i++) {  // partial Fisher-Yates: idx[0..count) chosen
         int j = i + (int)rng_below(&r, (uint32_t)(n - i));
         int tmp = idx[i];
         idx[i] = idx[j];
@@ -343,19 +339,42 @@ static int dataset_split_val(dataset *ds, int val_size, uint64_t seed, sc_err *e
     }
     int nv = 0, nt = 0;
     for (int i = 0; i < n; i++) {
-        data_split *d = pick[i] ? v : t;
+        data_split *d = pick[i] ? to : from;
         int j = pick[i] ? nv++ : nt++;
-        if (d == t && j == i) continue;
+        if (d == from && j == i) continue;
         memcpy(d->images + (size_t)j * CIFAR_IMAGE_BYTES,
-               t->images + (size_t)i * CIFAR_IMAGE_BYTES, CIFAR_IMAGE_BYTES);
-        d->labels[j] = t->labels[i];
-        if (t->coarse) d->coarse[j] = t->coarse[i];
+               from->images + (size_t)i * CIFAR_IMAGE_BYTES, CIFAR_IMAGE_BYTES);
+        d->labels[j] = from->labels[i];
+        if (from->coarse) d->coarse[j] = from->coarse[i];
     }
-    v->n = nv;
-    t->n = nt;
+    to->n = nv;
+    from->n = nt;
     free(idx);
     free(pick);
     return 0;
+}
+
+// Moves a seeded random subset of val_size training images into ds->val;
+// both parts keep file order.
+static int dataset_split_val(dataset *ds, int val_size, uint64_t seed, sc_err *err) {
+    int n = ds->train.n;
+    if (val_size < -1) return sc_fail(err, "bad validation size (%d)", val_size);
+    if (val_size == -1) val_size = dataset_default_val_size(n);
+    if (val_size == 0) return 0;
+    if (val_size >= n)
+        return sc_fail(err, "validation split too large (%s, %d of %d training images)",
+                       ds->path, val_size, n);
+    return split_move_random(&ds->train, &ds->val, val_size, seed, VAL_STREAM, err);
+}
+
+// Moves a seeded random subset of n validation images into ds->holdout.
+int dataset_carve_holdout(dataset *ds, int n, uint64_t seed, sc_err *err) {
+    if (n <= 0) return 0;
+    if (ds->holdout.n) return sc_fail(err, "the held-out split exists already (%s)", ds->path);
+    if (n >= ds->val.n)
+        return sc_fail(err, "held-out split too large (%d of %d validation images; raise --val-size)",
+                       n, ds->val.n);
+    return split_move_random(&ds->val, &ds->holdout, n, seed, HOLDOUT_STREAM, err);
 }
 
 // Adds a thread's partial histogram to the total (one thread at a time) and clears it.
@@ -432,6 +451,7 @@ void dataset_free(dataset *ds) {
     data_split_free(&ds->train);
     data_split_free(&ds->val);
     data_split_free(&ds->test);
+    data_split_free(&ds->holdout);
     memset(ds, 0, sizeof *ds);
 }
 

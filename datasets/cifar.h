@@ -43,6 +43,7 @@ typedef struct {
     int classes;            // outputs a model needs (max label + 1 for non-official sets)
     int coarse_classes;     // CIFAR-100 layout: coarse label count; 0 otherwise
     data_split train, val, test;
+    data_split holdout;     // optional: validation images kept from every decision (prune --holdout)
     float mean[3], std[3];  // per channel over `train`, in pixel/255 units
 } dataset;
 
@@ -53,6 +54,12 @@ typedef struct {
 // order. On failure ds is left empty and err holds one line naming the file.
 int dataset_open(const char *spec, const char *data_dir, int val_size, uint64_t seed,
                  dataset *ds, sc_err *err);
+
+// Moves a seeded random subset of n validation images into ds->holdout (both
+// keep file order), so that choices between runs (search settings) can be
+// made on images the runs' own model selection never saw. n must be smaller
+// than the validation split.
+int dataset_carve_holdout(dataset *ds, int n, uint64_t seed, sc_err *err);
 
 // Frees every split of ds and zeroes it (safe on a zeroed or freed dataset).
 void dataset_free(dataset *ds);

@@ -35,7 +35,7 @@ typedef struct {
     const char *halve_every;
     const char *precision;
     const char *data_dir, *runs, *output;
-    int population, iterations, batches, batch, nesterov, augment, val_size;
+    int population, iterations, batches, batch, nesterov, augment, val_size, holdout;
     int resume, stop_after, scan_images, grad_steps;
     double threshold, target, alpha, beta, momentum, wd, smoothing, time_limit, save_interval;
     const char *dataset;  // positional, or from the model file, or the default
@@ -100,6 +100,9 @@ typedef struct {
      .choices = "auto|fp16|fp32", .help = "fp16: mixed precision on the GPU (auto: fp16 on GPU, fp32 on CPU)"}, \
     {.name = "val-size", .type = OPT_INT, .dst = &(o)->val_size, .def = "-1", .min = -1,       \
      .max = 1000000, .help = "validation images held out of the training set (-1: 5000, or a tenth)"}, \
+    {.name = "holdout", .type = OPT_INT, .dst = &(o)->holdout, .def = "0", .min = 0,           \
+     .max = 1000000, .metavar = "N", .help = "validation images kept out of the fitness too, for choosing\n" \
+     "search settings between runs; reported as holdout_accuracy (0: none)"},                 \
     {.name = "data-dir", .type = OPT_STRING, .dst = &(o)->data_dir, .def = "data",             \
      .metavar = "DIR", .help = "where cifar10/cifar100/synthetic live"},                       \
     {.name = "runs", .type = OPT_STRING, .dst = &(o)->runs, .def = "runs", .metavar = "DIR",   \
@@ -151,6 +154,7 @@ typedef struct {
     prune_search s;
     char *config;        // the stored settings text
     dist *dist;          // the ranks of an mpirun run (prune/dist.h)
+    double holdout_acc;  // accuracy on the --holdout images at the end (NAN: none)
     char from[1100], rundir[1024], out[1100], prefix[1100], state[1200];
 } prune_run;
 
@@ -218,6 +222,7 @@ static int data_and_net(prune_run *r, sc_err *err) {
     SC_TRY(dataset_open(r->o.dataset, r->o.data_dir, r->o.val_size, split_seed, &r->ds, err));
     r->meta.seed = split_seed;  // the output records the split it was selected on
     if (r->ds.val.n == 0) return sc_fail(err, "pruning needs a validation split (--val-size 0)");
+    SC_TRY(dataset_carve_holdout(&r->ds, r->o.holdout, split_seed, err));
     if (r->nt) {
         if (r->nt->classes != r->ds.classes)
             return sc_fail(err, "%s: the model has %d classes, dataset %s has %d", r->from,
@@ -397,6 +402,10 @@ static int summary_json(prune_run *r, double val, double test, const char *plot,
     json_add_number(&j, "start_val_accuracy", p->nhist ? p->hist[0].best_acc : NAN);
     json_add_number(&j, "val_accuracy", val);
     json_add_number(&j, "test_accuracy", test);
+    if (r->ds.holdout.n > 0) {
+        json_add_number(&j, "holdout_accuracy", r->holdout_acc);
+        json_add_int(&j, "holdout_images", r->ds.holdout.n);
+    }
     json_add_int(&j, "images", p->images);
     json_add_number(&j, "images_per_second", p->seconds > 0 ? (double)p->images / p->seconds : 0.0);
     json_add_number(&j, "seconds", p->seconds);
@@ -441,6 +450,10 @@ static int finish(prune_run *r, sc_err *err) {
     SC_TRY(prune_search_result(&r->s, &best, err));
     val = r->s.pop->sol[best].acc;
     SC_TRY(train_evaluate(r->ex, &r->ds.test, r->cfg.hp.batch, r->cfg.hp.smoothing, &test, &loss, err));
+    r->holdout_acc = NAN;
+    if (r->ds.holdout.n > 0)
+        SC_TRY(train_evaluate(r->ex, &r->ds.holdout, r->cfg.hp.batch, r->cfg.hp.smoothing,
+                              &r->holdout_acc, &loss, err));
     SC_TRY(model_write(r, best, val, test, err));
     SC_TRY(reports_write(r, plot, sizeof plot, err));
     prune_report_table(stdout, r->nt);
@@ -448,6 +461,9 @@ static int finish(prune_run *r, sc_err *err) {
            "%ld training images, %.1f s; model: %s, plot: %s\n",
            r->nt->arch, 100.0 * net_sparsity(r->nt), val, test, r->s.pop->hist[0].best_acc,
            r->s.pop->images, r->s.pop->seconds, r->out, plot);
+    if (r->ds.holdout.n > 0)
+        printf("held-out images (never in training or fitness): %.2f%% on %d\n", r->holdout_acc,
+               r->ds.holdout.n);
     return summary_json(r, val, test, plot, err);
 }
 
@@ -455,6 +471,7 @@ static int finish(prune_run *r, sc_err *err) {
 static int stopped(prune_run *r, sc_err *err) {
     char plot[1300] = "";
     SC_TRY(reports_write(r, plot, sizeof plot, err));
+    r->holdout_acc = NAN;
     printf("stopped after iteration %d of %d; continue with: prune --resume%s%s\n", r->s.pop->iter,
            prune_search_total(&r->s), r->o.output ? " -o " : "", r->o.output ? r->o.output : "");
     return summary_json(r, r->s.pop->hist[r->s.pop->nhist - 1].best_acc, NAN, plot, err);

@@ -38,6 +38,12 @@ expect_fail "model of another arch" 1 '^prune: .*lenet.*resnet20' $PR --from "$T
 expect_fail "model of another dataset" 1 '^prune: .*synthetic.*cifar10' $PR --from "$T/m.h5" cifar10
 head -c 20000 "$T/m.h5" >"$T/trunc.h5"
 expect_fail "truncated model" 1 '^prune: .*trunc.h5' $PR --from "$T/trunc.h5" synthetic
+expect_fail "holdout as large as val" 1 '^prune: .*held-out split too large' $PR --from "$T/m.h5" --holdout 200 synthetic
+# --holdout: a part of the validation split kept out of the fitness, reported at the end.
+$PR --from "$T/m.h5" --population 2 --iterations 1 --batches 2 --batch 32 --holdout 80 --target-sparsity 0.2 \
+    -o "$T/h.h5" --json "$T/h.json" synthetic >/dev/null 2>&1 || bad "holdout run" "failed"
+if grep -qE '"holdout_accuracy": *[0-9.]+' "$T/h.json" && grep -qE '"holdout_images": *80' "$T/h.json"
+then ok "holdout accuracy reported"; else bad "holdout accuracy reported" "$(grep -o '"holdout[^,]*' "$T/h.json" 2>/dev/null)"; fi
 if $PR --help | grep -qE -- '--population.*8'; then ok "help lists defaults"; else bad "help lists defaults" "no --population default"; fi
 
 # --- stopped after iteration 2, resumed == uninterrupted ---------------------------

@@ -409,6 +409,48 @@ static void test_val_split(tctx *t) {
     rm_tree(tmp);
 }
 
+// The held-out split comes out of the validation split: together they are
+// the same images as the validation split without it, disjoint, in file
+// order, seeded, and the training split does not change.
+static void test_holdout(tctx *t) {
+    char tmp[256], dir[512];
+    CHECK(t, tmp_make(tmp, sizeof tmp) == 0, "mkdtemp");
+    join(dir, sizeof dir, tmp, "c100");
+    fake_cifar100(dir, 211, 7, 100);
+    dataset a, b;
+    sc_err err = {0};
+    CHECK(t, open_split(dir, 40, 5, &a) == 0 && open_split(dir, 40, 5, &b) == 0, "open");
+    CHECK(t, dataset_carve_holdout(&b, 15, 5, &err) == 0, "carve: %s", err.msg);
+    CHECK(t, b.val.n == 25 && b.holdout.n == 15 && b.train.n == a.train.n, "sizes %d %d %d",
+          b.val.n, b.holdout.n, b.train.n);
+    int seen[211] = {0}, order = 0, train_same = 1;
+    for (int i = 0; i < a.val.n; i++) seen[split_id(&a.val, i)] = 1;
+    for (int i = 0; i < b.val.n; i++) seen[split_id(&b.val, i)] += 2;
+    for (int i = 0; i < b.holdout.n; i++) {
+        seen[split_id(&b.holdout, i)] += 4;
+        order += i > 0 && split_id(&b.holdout, i) <= split_id(&b.holdout, i - 1);
+    }
+    int val_ok = 0, hold_ok = 0, stray = 0;
+    for (int i = 0; i < 211; i++) {
+        val_ok += seen[i] == 3;
+        hold_ok += seen[i] == 5;
+        stray += seen[i] != 0 && seen[i] != 3 && seen[i] != 5;
+    }
+    for (int i = 0; i < a.train.n; i++) train_same &= split_id(&a.train, i) == split_id(&b.train, i);
+    CHECK(t, val_ok == 25 && hold_ok == 15 && stray == 0, "val %d holdout %d stray %d", val_ok,
+          hold_ok, stray);
+    CHECK(t, order == 0 && train_same, "holdout out of order (%d) or train changed", order);
+    CHECK(t, dataset_carve_holdout(&b, 1, 5, &err) != 0 && strstr(err.msg, "exists"),
+          "second carve: %s", err.msg);
+    dataset_free(&a);
+    CHECK(t, open_split(dir, 40, 5, &a) == 0, "reopen");
+    CHECK(t, dataset_carve_holdout(&a, 40, 5, &err) != 0 && strstr(err.msg, "too large"),
+          "holdout as large as val: %s", err.msg);
+    dataset_free(&a);
+    dataset_free(&b);
+    rm_tree(tmp);
+}
+
 // The default validation size: 5000, or a tenth of a smaller training set.
 static void test_val_default(tctx *t) {
     CHECK(t, dataset_default_val_size(50000) == 5000, "50000");
@@ -869,6 +911,7 @@ int main(int argc, char **argv) {
     RUN(&t, test_bad_labels);
     RUN(&t, test_bad_names);
     RUN(&t, test_val_split);
+    RUN(&t, test_holdout);
     RUN(&t, test_val_default);
     RUN(&t, test_mean_std);
     RUN(&t, test_synthetic_deterministic);
