@@ -2,6 +2,7 @@
 // (tensors that were not folded) and one CSR group per conv/linear layer,
 // written to a temporary file that is synced and renamed over the target.
 #include "export/export_io.h"
+#include "runtime/h5io.h"
 
 #include "export/codebook.h"
 
@@ -20,120 +21,13 @@
 
 // --- HDF5 helpers -------------------------------------------------------------
 
-typedef struct {
-    const char *path;  // the file being written, named in every message
-    sc_err *err;
-    hid_t file;
-} ewr;
-
-// Keeps the innermost HDF5 error description.
-static herr_t ewr_walk_cb(unsigned n, const H5E_error2_t *e, void *data) {
-    if (n == 0 && e->desc) snprintf((char *)data, 160, "%s", e->desc);
-    return 0;
-}
-
-// Fills the error with the failed call, the file and HDF5's message; -1.
-static int ewr_h5_fail(ewr *io, const char *expr, const char *src, int line) {
-    char h5msg[160] = "";
-    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, ewr_walk_cb, h5msg);
-    return sc_fail(io->err, "HDF5 call failed: %s (%s, HDF5: %s, at %s:%d)", expr, io->path,
-                   h5msg[0] ? h5msg : "no details", src, line);
-}
-
-// Jumps to the function's fail label when an HDF5 call returns < 0.
-#define EWR_CHECK(io, expr)                                  \
-    do {                                                     \
-        if ((expr) < 0) {                                    \
-            ewr_h5_fail((io), #expr, __FILE__, __LINE__);    \
-            goto fail;                                       \
-        }                                                    \
-    } while (0)
-
-// Closes an HDF5 id when valid; a failed close turns rc into -1.
-#define EWR_CLOSE(io, fn, id, rc)                                               \
-    do {                                                                        \
-        if ((id) >= 0 && fn(id) < 0 && (rc) == 0)                               \
-            (rc) = ewr_h5_fail((io), #fn "(" #id ")", __FILE__, __LINE__);      \
-        (id) = -1;                                                              \
-    } while (0)
-
-// A type id for: variable-length UTF-8 strings (half 0) or IEEE half
-// floats as h5py writes float16 (half 1).
-static hid_t ewr_type(ewr *io, int half) {
-    hid_t t = -1;
-    if (half) {
-        EWR_CHECK(io, t = H5Tcopy(H5T_IEEE_F32LE));
-        EWR_CHECK(io, H5Tset_fields(t, 15, 10, 5, 0, 10));
-        EWR_CHECK(io, H5Tset_size(t, 2));
-        EWR_CHECK(io, H5Tset_ebias(t, 15));
-    } else {
-        EWR_CHECK(io, t = H5Tcopy(H5T_C_S1));
-        EWR_CHECK(io, H5Tset_size(t, H5T_VARIABLE));
-        EWR_CHECK(io, H5Tset_cset(t, H5T_CSET_UTF8));
-    }
-    return t;
-fail:
-    if (t >= 0) H5Tclose(t);
-    return -1;
-}
-
-// Writes an attribute of n values (n == 0: a scalar).
-static int ewr_attr(ewr *io, hid_t obj, const char *name, hid_t ftype, hid_t mtype, int n,
-                    const void *buf) {
-    hid_t sp = -1, a = -1;
-    int rc = -1;
-    hsize_t dims[1] = {(hsize_t)n};
-    EWR_CHECK(io, sp = n == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, dims, NULL));
-    EWR_CHECK(io, a = H5Acreate2(obj, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT));
-    EWR_CHECK(io, H5Awrite(a, mtype, buf));
-    rc = 0;
-fail:
-    EWR_CLOSE(io, H5Aclose, a, rc);
-    EWR_CLOSE(io, H5Sclose, sp, rc);
-    return rc;
-}
-
-// Writes a string attribute.
-static int ewr_attr_str(ewr *io, hid_t obj, const char *name, const char *value) {
-    hid_t t = ewr_type(io, 0);
-    if (t < 0) return -1;
-    int rc = ewr_attr(io, obj, name, t, t, 0, &value);
-    EWR_CLOSE(io, H5Tclose, t, rc);
-    return rc;
-}
-
-// Writes a 32-bit integer attribute.
-static int ewr_attr_int(ewr *io, hid_t obj, const char *name, int v) {
-    return ewr_attr(io, obj, name, H5T_STD_I32LE, H5T_NATIVE_INT, 0, &v);
-}
-
-// Writes a 64-bit integer attribute.
-static int ewr_attr_i64(ewr *io, hid_t obj, const char *name, long long v) {
-    return ewr_attr(io, obj, name, H5T_STD_I64LE, H5T_NATIVE_LLONG, 0, &v);
-}
-
-// Writes a dataset of ndim dims (0: a scalar); no data is written for 0 points.
-static int ewr_dset(ewr *io, hid_t loc, const char *name, hid_t ftype, hid_t mtype, int ndim,
-                    const hsize_t *dims, const void *buf) {
-    hid_t sp = -1, d = -1;
-    int rc = -1;
-    EWR_CHECK(io, sp = ndim == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(ndim, dims, NULL));
-    EWR_CHECK(io, d = H5Dcreate2(loc, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-    hssize_t npts;
-    EWR_CHECK(io, npts = H5Sget_simple_extent_npoints(sp));
-    if (npts > 0) EWR_CHECK(io, H5Dwrite(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf));
-    rc = 0;
-fail:
-    EWR_CLOSE(io, H5Dclose, d, rc);
-    EWR_CLOSE(io, H5Sclose, sp, rc);
-    return rc;
-}
+typedef h5io ewr;
 
 // Writes a 1-D dataset of n values.
 static int ewr_dset1(ewr *io, hid_t loc, const char *name, hid_t ftype, hid_t mtype, size_t n,
                      const void *buf) {
     hsize_t dims[1] = {(hsize_t)n};
-    return ewr_dset(io, loc, name, ftype, mtype, 1, dims, buf);
+    return h5io_dset_write(io, loc, name, ftype, mtype, 1, dims, buf);
 }
 
 // Writes n floats as an IEEE half dataset (rounded to nearest even).
@@ -141,9 +35,9 @@ static int ewr_dset_half(ewr *io, hid_t loc, const char *name, size_t n, const f
     uint16_t *h = malloc((n ? n : 1) * sizeof *h);  // (n)
     if (!h) return sc_fail(io->err, "out of memory (%s)", io->path);
     for (size_t i = 0; i < n; i++) h[i] = sparse_half_from_float(v[i]);
-    hid_t t = ewr_type(io, 1);
+    hid_t t = h5io_half_type(io);
     int rc = t < 0 ? -1 : ewr_dset1(io, loc, name, t, t, n, h);
-    if (t >= 0) EWR_CLOSE(io, H5Tclose, t, rc);
+    if (t >= 0) H5IO_CLOSE(io, H5Tclose, t, rc);
     free(h);
     return rc;
 }
@@ -151,18 +45,18 @@ static int ewr_dset_half(ewr *io, hid_t loc, const char *name, size_t n, const f
 // Writes n strings as a 1-D dataset (ndim 1) or one string as a scalar (ndim 0).
 static int ewr_dset_strs(ewr *io, hid_t loc, const char *name, int ndim, int n,
                          const char *const *strs) {
-    hid_t t = ewr_type(io, 0);
+    hid_t t = h5io_str_type(io);
     if (t < 0) return -1;
     hsize_t dims[1] = {(hsize_t)n};
-    int rc = ewr_dset(io, loc, name, t, t, ndim, dims, strs);
-    EWR_CLOSE(io, H5Tclose, t, rc);
+    int rc = h5io_dset_write(io, loc, name, t, t, ndim, dims, strs);
+    H5IO_CLOSE(io, H5Tclose, t, rc);
     return rc;
 }
 
 // Creates a group; returns its id or -1.
 static hid_t ewr_group(ewr *io, hid_t loc, const char *name) {
     hid_t g = H5Gcreate2(loc, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    if (g < 0) ewr_h5_fail(io, "H5Gcreate2", __FILE__, __LINE__);
+    if (g < 0) h5io_fail(io, "H5Gcreate2", __FILE__, __LINE__);
     return g;
 }
 
@@ -187,24 +81,24 @@ size_t export_layer_bytes(const sparse_model *m, const sparse_layer *l) {
 static int ewr_layer_attrs(ewr *io, hid_t g, const sparse_model *m, const sparse_layer *l) {
     const long long shape[2] = {l->K, (long long)l->C * l->R * l->S};
     const int k[2] = {l->R, l->S};
-    SC_TRY(ewr_attr_str(io, g, "encoding-type", "csr_matrix"));
-    SC_TRY(ewr_attr_str(io, g, "encoding-version", "0.1.0"));
-    SC_TRY(ewr_attr(io, g, "shape", H5T_STD_I64LE, H5T_NATIVE_LLONG, 2, shape));
-    SC_TRY(ewr_attr_str(io, g, "kind", l->is_linear ? "linear" : "conv"));
-    SC_TRY(ewr_attr(io, g, "k", H5T_STD_I32LE, H5T_NATIVE_INT, 2, k));
+    SC_TRY(h5io_attr_str(io, g, "encoding-type", "csr_matrix"));
+    SC_TRY(h5io_attr_str(io, g, "encoding-version", "0.1.0"));
+    SC_TRY(h5io_attr_write(io, g, "shape", H5T_STD_I64LE, H5T_NATIVE_LLONG, 2, shape));
+    SC_TRY(h5io_attr_str(io, g, "kind", l->is_linear ? "linear" : "conv"));
+    SC_TRY(h5io_attr_write(io, g, "k", H5T_STD_I32LE, H5T_NATIVE_INT, 2, k));
     const char *names[] = {"stride", "pad", "in_c", "in_h", "in_w", "out_c", "out_h", "out_w", "nnz_row"};
     const int vals[] = {l->stride, l->pad, l->C, l->H, l->W, l->K, l->P, l->Q, l->nnz_row};
-    for (int i = 0; i < 9; i++) SC_TRY(ewr_attr_int(io, g, names[i], vals[i]));
-    SC_TRY(ewr_attr_i64(io, g, "nnz", l->nnz));
-    SC_TRY(ewr_attr_i64(io, g, "padding", (long long)l->K * l->nnz_row - l->nnz));
-    SC_TRY(ewr_attr_str(io, g, "bn", l->bn >= 0 ? m->nt->layers[l->bn].name : ""));
-    SC_TRY(ewr_attr_str(io, g, "values", sparse_vtype_name(l->vtype)));
-    SC_TRY(ewr_attr_str(io, g, "activation", l->relu ? "relu" : "none"));
-    SC_TRY(ewr_attr_str(io, g, "pool", l->pool_k ? "max" : "none"));
+    for (int i = 0; i < 9; i++) SC_TRY(h5io_attr_int(io, g, names[i], vals[i]));
+    SC_TRY(h5io_attr_i64(io, g, "nnz", l->nnz));
+    SC_TRY(h5io_attr_i64(io, g, "padding", (long long)l->K * l->nnz_row - l->nnz));
+    SC_TRY(h5io_attr_str(io, g, "bn", l->bn >= 0 ? m->nt->layers[l->bn].name : ""));
+    SC_TRY(h5io_attr_str(io, g, "values", sparse_vtype_name(l->vtype)));
+    SC_TRY(h5io_attr_str(io, g, "activation", l->relu ? "relu" : "none"));
+    SC_TRY(h5io_attr_str(io, g, "pool", l->pool_k ? "max" : "none"));
     if (!l->pool_k) return 0;
-    SC_TRY(ewr_attr_int(io, g, "pool_size", l->pool_k));
-    SC_TRY(ewr_attr_int(io, g, "pool_stride", l->pool_stride));
-    return ewr_attr_int(io, g, "pool_pad", l->pool_pad);
+    SC_TRY(h5io_attr_int(io, g, "pool_size", l->pool_k));
+    SC_TRY(h5io_attr_int(io, g, "pool_stride", l->pool_stride));
+    return h5io_attr_int(io, g, "pool_pad", l->pool_pad);
 }
 
 // Writes indptr: row k starts at k * nnz_row (int32 unless it needs more).
@@ -259,9 +153,9 @@ static int ewr_layers(ewr *io, const sparse_model *m) {
         }
         rc = ewr_layer_attrs(io, g, m, l);
         if (rc == 0) rc = ewr_layer_data(io, g, l);
-        EWR_CLOSE(io, H5Gclose, g, rc);
+        H5IO_CLOSE(io, H5Gclose, g, rc);
     }
-    EWR_CLOSE(io, H5Gclose, gl, rc);
+    H5IO_CLOSE(io, H5Gclose, gl, rc);
     return rc;
 }
 
@@ -271,15 +165,15 @@ static int ewr_layers(ewr *io, const sparse_model *m) {
 static int ewr_root(ewr *io, const sparse_model *m) {
     const net *nt = m->nt;
     hid_t r = io->file;
-    SC_TRY(ewr_attr_str(io, r, "format", EXPORT_FORMAT));
-    SC_TRY(ewr_attr_int(io, r, "format_version", EXPORT_FORMAT_VERSION));
-    SC_TRY(ewr_attr_str(io, r, "arch", nt->arch));
-    SC_TRY(ewr_attr_str(io, r, "dataset", m->dataset));
-    SC_TRY(ewr_attr_int(io, r, "classes", nt->classes));
-    SC_TRY(ewr_attr_int(io, r, "in_c", nt->in_c));
-    SC_TRY(ewr_attr_int(io, r, "in_h", nt->in_h));
-    SC_TRY(ewr_attr_int(io, r, "in_w", nt->in_w));
-    return ewr_attr_str(io, r, "values", sparse_vtype_name(m->vtype));
+    SC_TRY(h5io_attr_str(io, r, "format", EXPORT_FORMAT));
+    SC_TRY(h5io_attr_int(io, r, "format_version", EXPORT_FORMAT_VERSION));
+    SC_TRY(h5io_attr_str(io, r, "arch", nt->arch));
+    SC_TRY(h5io_attr_str(io, r, "dataset", m->dataset));
+    SC_TRY(h5io_attr_int(io, r, "classes", nt->classes));
+    SC_TRY(h5io_attr_int(io, r, "in_c", nt->in_c));
+    SC_TRY(h5io_attr_int(io, r, "in_h", nt->in_h));
+    SC_TRY(h5io_attr_int(io, r, "in_w", nt->in_w));
+    return h5io_attr_str(io, r, "values", sparse_vtype_name(m->vtype));
 }
 
 // Writes /net: description and input normalisation.
@@ -290,7 +184,7 @@ static int ewr_net(ewr *io, const net *nt) {
     int rc = ewr_dset_strs(io, g, "description", 0, 1, &desc);
     if (rc == 0) rc = ewr_dset1(io, g, "input_mean", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 3, nt->in_mean);
     if (rc == 0) rc = ewr_dset1(io, g, "input_std", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 3, nt->in_std);
-    EWR_CLOSE(io, H5Gclose, g, rc);
+    H5IO_CLOSE(io, H5Gclose, g, rc);
     return rc;
 }
 
@@ -304,10 +198,10 @@ static int ewr_params(ewr *io, const sparse_model *m) {
         const ptensor *p = &m->nt->tensors[t];
         hsize_t dims[4];
         for (int i = 0; i < p->ndim; i++) dims[i] = (hsize_t)p->dims[i];
-        rc = ewr_dset(io, g, p->name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, p->ndim, dims,
+        rc = h5io_dset_write(io, g, p->name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, p->ndim, dims,
                       net_tensor_data(m->nt, t));
     }
-    EWR_CLOSE(io, H5Gclose, g, rc);
+    H5IO_CLOSE(io, H5Gclose, g, rc);
     return rc;
 }
 
@@ -336,30 +230,20 @@ static int ewr_dir(const char *path, char *dir, size_t len, sc_err *err) {
     return 0;
 }
 
-// Flushes a file or directory to disk.
-static int ewr_fsync(const char *path, int flags, sc_err *err) {
-    int fd = open(path, O_RDONLY | flags);
-    if (fd < 0) return sc_fail(err, "cannot open for fsync (%s, %s)", path, strerror(errno));
-    int rc = fsync(fd), e = errno;
-    close(fd);
-    if (rc != 0 && e != EINVAL) return sc_fail(err, "fsync failed (%s, %s)", path, strerror(e));
-    return 0;
-}
-
 // Creates tmp and writes the whole file into it.
 static int ewr_tmp(ewr *io, const sparse_model *m, const char *const *history, int nhistory) {
     hid_t fapl = -1;
     int rc = -1;
     io->file = -1;
-    EWR_CHECK(io, fapl = H5Pcreate(H5P_FILE_ACCESS));
-    EWR_CHECK(io, H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG));
-    EWR_CHECK(io, io->file = H5Fcreate(io->path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
+    H5IO_CHECK(io, fapl = H5Pcreate(H5P_FILE_ACCESS));
+    H5IO_CHECK(io, H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG));
+    H5IO_CHECK(io, io->file = H5Fcreate(io->path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
     if (ewr_all(io, m, history, nhistory) != 0) goto fail;
-    EWR_CHECK(io, H5Fflush(io->file, H5F_SCOPE_GLOBAL));
+    H5IO_CHECK(io, H5Fflush(io->file, H5F_SCOPE_GLOBAL));
     rc = 0;
 fail:
-    EWR_CLOSE(io, H5Fclose, io->file, rc);
-    EWR_CLOSE(io, H5Pclose, fapl, rc);
+    H5IO_CLOSE(io, H5Fclose, io->file, rc);
+    H5IO_CLOSE(io, H5Pclose, fapl, rc);
     return rc;
 }
 
@@ -371,18 +255,16 @@ int export_write(const char *path, const sparse_model *m, const char *const *his
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
         return sc_fail(err, "path too long (%s)", path);
     ewr io = {tmp, err, -1};
-    H5E_auto2_t func = NULL;
-    void *data = NULL;
-    if (H5Eget_auto2(H5E_DEFAULT, &func, &data) < 0) func = NULL, data = NULL;
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    h5io_quiet q;
+    h5io_quiet_begin(&q);
     int rc = ewr_tmp(&io, m, history, nhistory);
-    H5Eset_auto2(H5E_DEFAULT, func, data);
-    if (rc == 0) rc = ewr_fsync(tmp, 0, err);
+    h5io_quiet_end(&q);
+    if (rc == 0) rc = h5io_fsync_path(tmp, 0, err);
     if (rc == 0 && rename(tmp, path) != 0)
         rc = sc_fail(err, "cannot rename %s to %s (%s)", tmp, path, strerror(errno));
     if (rc != 0) {
         unlink(tmp);
         return -1;
     }
-    return ewr_fsync(dir, O_DIRECTORY, err);
+    return h5io_fsync_path(dir, O_DIRECTORY, err);
 }

@@ -2,6 +2,7 @@
 // and the training state, written atomically and read back with every part
 // checked. The layout is documented in docs/model-format.md.
 #include "model_io.h"
+#include "h5io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -50,134 +51,26 @@ int model_meta_add_history(model_meta *m, const char *line, sc_err *err) {
 
 // --- HDF5 error handling ----------------------------------------------------
 
-typedef struct {
-    const char *path;  // the model file, named in every message
-    sc_err *err;
-    hid_t file;
-} mio;
+typedef h5io mio;
 
-// Keeps the innermost HDF5 error description (the most specific one).
-static herr_t mio_walk_cb(unsigned n, const H5E_error2_t *e, void *data) {
-    if (n == 0 && e->desc) snprintf((char *)data, 160, "%s", e->desc);
-    return 0;
-}
-
-// Fills the error with the failed call, the file, HDF5's own message and
-// the source line; returns -1.
-static int mio_h5_fail(mio *io, const char *expr, const char *src, int line) {
-    char h5msg[160] = "";
-    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, mio_walk_cb, h5msg);
-    return sc_fail(io->err, "HDF5 call failed: %s (%s, HDF5: %s, at %s:%d)", expr, io->path,
-                   h5msg[0] ? h5msg : "no details", src, line);
-}
-
-// Jumps to the function's fail label when an HDF5 call returns < 0.
-#define H5_CHECK(io, expr)                                  \
-    do {                                                    \
-        if ((expr) < 0) {                                   \
-            mio_h5_fail((io), #expr, __FILE__, __LINE__);   \
-            goto fail;                                      \
-        }                                                   \
-    } while (0)
-
-// Closes an HDF5 id when valid; a failed close turns rc into -1.
-#define H5_CLOSE(io, fn, id, rc)                                                  \
-    do {                                                                          \
-        if ((id) >= 0 && fn(id) < 0 && (rc) == 0)                                 \
-            (rc) = mio_h5_fail((io), #fn "(" #id ")", __FILE__, __LINE__);        \
-        (id) = -1;                                                                \
-    } while (0)
-
-typedef struct {
-    H5E_auto2_t func;
-    void *data;
-} mio_quiet;
-
-// Stops HDF5 from printing its error stack; we report errors ourselves.
-static void mio_quiet_begin(mio_quiet *q) {
-    if (H5Eget_auto2(H5E_DEFAULT, &q->func, &q->data) < 0) q->func = NULL, q->data = NULL;
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-}
-
-// Restores HDF5's previous error printing.
-static void mio_quiet_end(const mio_quiet *q) { H5Eset_auto2(H5E_DEFAULT, q->func, q->data); }
-
-// Creates a variable-length UTF-8 string type.
-static hid_t mio_str_type(mio *io) {
-    hid_t t = -1;
-    H5_CHECK(io, t = H5Tcopy(H5T_C_S1));
-    H5_CHECK(io, H5Tset_size(t, H5T_VARIABLE));
-    H5_CHECK(io, H5Tset_cset(t, H5T_CSET_UTF8));
-    return t;
-fail:
-    if (t >= 0) H5Tclose(t);
-    return -1;
-}
 
 // --- writing ----------------------------------------------------------------
-
-// Writes an attribute of n values (n == 0: a scalar).
-static int mio_attr_write(mio *io, hid_t obj, const char *name, hid_t ftype, hid_t mtype,
-                          int n, const void *buf) {
-    hid_t sp = -1, a = -1;
-    int rc = -1;
-    hsize_t dims[1] = {(hsize_t)n};
-    H5_CHECK(io, sp = n == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, dims, NULL));
-    H5_CHECK(io, a = H5Acreate2(obj, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT));
-    H5_CHECK(io, H5Awrite(a, mtype, buf));
-    rc = 0;
-fail:
-    H5_CLOSE(io, H5Aclose, a, rc);
-    H5_CLOSE(io, H5Sclose, sp, rc);
-    return rc;
-}
-
-// Writes a string attribute.
-static int mio_attr_str(mio *io, hid_t obj, const char *name, const char *value) {
-    hid_t t = mio_str_type(io);
-    if (t < 0) return -1;
-    int rc = mio_attr_write(io, obj, name, t, t, 0, &value);
-    H5_CLOSE(io, H5Tclose, t, rc);
-    return rc;
-}
-
-// Writes a 32-bit integer attribute.
-static int mio_attr_int(mio *io, hid_t obj, const char *name, int v) {
-    return mio_attr_write(io, obj, name, H5T_STD_I32LE, H5T_NATIVE_INT, 0, &v);
-}
-
-// Writes a dataset of ndim dims (ndim == 0: a scalar).
-static int mio_dset_write(mio *io, hid_t loc, const char *name, hid_t ftype, hid_t mtype,
-                          int ndim, const hsize_t *dims, const void *buf) {
-    hid_t sp = -1, d = -1;
-    int rc = -1;
-    H5_CHECK(io, sp = ndim == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(ndim, dims, NULL));
-    H5_CHECK(io, d = H5Dcreate2(loc, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-    hssize_t npts;
-    H5_CHECK(io, npts = H5Sget_simple_extent_npoints(sp));
-    if (npts > 0) H5_CHECK(io, H5Dwrite(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf));
-    rc = 0;
-fail:
-    H5_CLOSE(io, H5Dclose, d, rc);
-    H5_CLOSE(io, H5Sclose, sp, rc);
-    return rc;
-}
 
 // Writes n strings as a 1-D dataset (ndim 1) or one string as a scalar (ndim 0).
 static int mio_dset_strs(mio *io, hid_t loc, const char *name, int ndim, int n,
                          const char *const *strs) {
-    hid_t t = mio_str_type(io);
+    hid_t t = h5io_str_type(io);
     if (t < 0) return -1;
     hsize_t dims[1] = {(hsize_t)n};
-    int rc = mio_dset_write(io, loc, name, t, t, ndim, dims, strs);
-    H5_CLOSE(io, H5Tclose, t, rc);
+    int rc = h5io_dset_write(io, loc, name, t, t, ndim, dims, strs);
+    H5IO_CLOSE(io, H5Tclose, t, rc);
     return rc;
 }
 
 // Creates a group; returns its id or -1.
 static hid_t mio_group_create(mio *io, hid_t loc, const char *name) {
     hid_t g = -1;
-    H5_CHECK(io, g = H5Gcreate2(loc, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    H5IO_CHECK(io, g = H5Gcreate2(loc, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
     return g;
 fail:
     return -1;
@@ -212,12 +105,12 @@ static int mio_tensor_write(mio *io, hid_t g, mio_kind k, const float *src, cons
     hsize_t dims[4];
     for (int i = 0; i < t->ndim; i++) dims[i] = (hsize_t)t->dims[i];
     if (k != MG_MASKS)
-        return mio_dset_write(io, g, t->name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, t->ndim, dims,
+        return h5io_dset_write(io, g, t->name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, t->ndim, dims,
                               src);
     uint8_t *m = malloc(t->count ? t->count : 1);  // (count)
     if (!m) return sc_fail(io->err, "out of memory (%s, %s)", io->path, t->name);
     for (size_t i = 0; i < t->count; i++) m[i] = src[i] != 0.0f;
-    int rc = mio_dset_write(io, g, t->name, H5T_STD_U8LE, H5T_NATIVE_UINT8, t->ndim, dims, m);
+    int rc = h5io_dset_write(io, g, t->name, H5T_STD_U8LE, H5T_NATIVE_UINT8, t->ndim, dims, m);
     free(m);
     return rc;
 }
@@ -240,21 +133,21 @@ static int mio_group_write(mio *io, hid_t loc, const char *name, mio_kind k, con
     hid_t g = mio_group_create(io, loc, name);
     if (g < 0) return -1;
     int rc = mio_tensors_write(io, g, k, nt, m);
-    H5_CLOSE(io, H5Gclose, g, rc);
+    H5IO_CLOSE(io, H5Gclose, g, rc);
     return rc;
 }
 
 // Writes the root attributes that identify the file and the net's input.
 static int mio_root_write(mio *io, const net *nt, const model_meta *m) {
     hid_t r = io->file;
-    SC_TRY(mio_attr_str(io, r, "format", MODEL_FORMAT));
-    SC_TRY(mio_attr_int(io, r, "format_version", MODEL_FORMAT_VERSION));
-    SC_TRY(mio_attr_str(io, r, "arch", nt->arch));
-    SC_TRY(mio_attr_str(io, r, "dataset", m->dataset));
-    SC_TRY(mio_attr_int(io, r, "classes", nt->classes));
-    SC_TRY(mio_attr_int(io, r, "in_c", nt->in_c));
-    SC_TRY(mio_attr_int(io, r, "in_h", nt->in_h));
-    SC_TRY(mio_attr_int(io, r, "in_w", nt->in_w));
+    SC_TRY(h5io_attr_str(io, r, "format", MODEL_FORMAT));
+    SC_TRY(h5io_attr_int(io, r, "format_version", MODEL_FORMAT_VERSION));
+    SC_TRY(h5io_attr_str(io, r, "arch", nt->arch));
+    SC_TRY(h5io_attr_str(io, r, "dataset", m->dataset));
+    SC_TRY(h5io_attr_int(io, r, "classes", nt->classes));
+    SC_TRY(h5io_attr_int(io, r, "in_c", nt->in_c));
+    SC_TRY(h5io_attr_int(io, r, "in_h", nt->in_h));
+    SC_TRY(h5io_attr_int(io, r, "in_w", nt->in_w));
     return 0;
 }
 
@@ -266,12 +159,12 @@ static int mio_net_write(mio *io, const net *nt) {
     const char *desc = nt->desc ? nt->desc : "";
     int rc = mio_dset_strs(io, g, "description", 0, 1, &desc);
     if (rc == 0)
-        rc = mio_dset_write(io, g, "input_mean", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 1, three,
+        rc = h5io_dset_write(io, g, "input_mean", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 1, three,
                             nt->in_mean);
     if (rc == 0)
-        rc = mio_dset_write(io, g, "input_std", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 1, three,
+        rc = h5io_dset_write(io, g, "input_std", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 1, three,
                             nt->in_std);
-    H5_CLOSE(io, H5Gclose, g, rc);
+    H5IO_CLOSE(io, H5Gclose, g, rc);
     return rc;
 }
 
@@ -279,14 +172,14 @@ static int mio_net_write(mio *io, const net *nt) {
 static int mio_state_write_attrs(mio *io, hid_t g, const model_meta *m) {
     long long step = m->step;
     uint64_t seed = m->seed;
-    SC_TRY(mio_attr_int(io, g, "epoch", m->epoch));
-    SC_TRY(mio_attr_int(io, g, "epochs_total", m->epochs_total));
-    SC_TRY(mio_attr_write(io, g, "step", H5T_STD_I64LE, H5T_NATIVE_LLONG, 0, &step));
-    SC_TRY(mio_attr_write(io, g, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, 0, &seed));
-    SC_TRY(mio_attr_write(io, g, "rng", H5T_STD_U64LE, H5T_NATIVE_UINT64, 4, m->rng_state.s));
-    SC_TRY(mio_attr_write(io, g, "val_accuracy", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 0,
+    SC_TRY(h5io_attr_int(io, g, "epoch", m->epoch));
+    SC_TRY(h5io_attr_int(io, g, "epochs_total", m->epochs_total));
+    SC_TRY(h5io_attr_write(io, g, "step", H5T_STD_I64LE, H5T_NATIVE_LLONG, 0, &step));
+    SC_TRY(h5io_attr_write(io, g, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, 0, &seed));
+    SC_TRY(h5io_attr_write(io, g, "rng", H5T_STD_U64LE, H5T_NATIVE_UINT64, 4, m->rng_state.s));
+    SC_TRY(h5io_attr_write(io, g, "val_accuracy", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 0,
                           &m->val_accuracy));
-    SC_TRY(mio_attr_write(io, g, "test_accuracy", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 0,
+    SC_TRY(h5io_attr_write(io, g, "test_accuracy", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 0,
                           &m->test_accuracy));
     if (m->config) SC_TRY(mio_dset_strs(io, g, "config", 0, 1, (const char *const *)&m->config));
     return 0;
@@ -297,7 +190,7 @@ static int mio_state_write(mio *io, const model_meta *m) {
     hid_t g = mio_group_create(io, io->file, "state");
     if (g < 0) return -1;
     int rc = mio_state_write_attrs(io, g, m);
-    H5_CLOSE(io, H5Gclose, g, rc);
+    H5IO_CLOSE(io, H5Gclose, g, rc);
     SC_TRY(rc);
     return mio_dset_strs(io, io->file, "history", 1, m->nhistory,
                          (const char *const *)m->history);
@@ -309,7 +202,7 @@ static int mio_momentum_write(mio *io, const net *nt, const model_meta *m) {
     hid_t g = mio_group_create(io, io->file, "optimizer");
     if (g < 0) return -1;
     int rc = mio_group_write(io, g, "momentum", MG_MOMENTUM, nt, m);
-    H5_CLOSE(io, H5Gclose, g, rc);
+    H5IO_CLOSE(io, H5Gclose, g, rc);
     return rc;
 }
 
@@ -344,31 +237,20 @@ static int mio_dir_check(const char *path, char *dir, size_t dirlen, sc_err *err
     return 0;
 }
 
-// Flushes a file or directory to disk.
-static int mio_fsync_path(const char *path, int flags, sc_err *err) {
-    int fd = open(path, O_RDONLY | flags);
-    if (fd < 0) return sc_fail(err, "cannot open for fsync (%s, %s)", path, strerror(errno));
-    int rc = fsync(fd);
-    int e = errno;
-    close(fd);
-    if (rc != 0 && e != EINVAL) return sc_fail(err, "fsync failed (%s, %s)", path, strerror(e));
-    return 0;
-}
-
 // Creates tmp, writes the model, flushes and closes it.
 static int mio_save_tmp(mio *io, const char *tmp, const net *nt, const model_meta *m) {
     hid_t fapl = -1;
     int rc = -1;
     io->file = -1;
-    H5_CHECK(io, fapl = H5Pcreate(H5P_FILE_ACCESS));
-    H5_CHECK(io, H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG));
-    H5_CHECK(io, io->file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
+    H5IO_CHECK(io, fapl = H5Pcreate(H5P_FILE_ACCESS));
+    H5IO_CHECK(io, H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG));
+    H5IO_CHECK(io, io->file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
     if (mio_write_all(io, nt, m) != 0) goto fail;
-    H5_CHECK(io, H5Fflush(io->file, H5F_SCOPE_GLOBAL));
+    H5IO_CHECK(io, H5Fflush(io->file, H5F_SCOPE_GLOBAL));
     rc = 0;
 fail:
-    H5_CLOSE(io, H5Fclose, io->file, rc);
-    H5_CLOSE(io, H5Pclose, fapl, rc);
+    H5IO_CLOSE(io, H5Fclose, io->file, rc);
+    H5IO_CLOSE(io, H5Pclose, fapl, rc);
     return rc;
 }
 
@@ -385,18 +267,18 @@ int model_save(const char *path, const net *nt, const model_meta *meta, sc_err *
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
         return sc_fail(err, "path too long (%s)", path);
     mio io = {path, err, -1};
-    mio_quiet q;
-    mio_quiet_begin(&q);
+    h5io_quiet q;
+    h5io_quiet_begin(&q);
     int rc = mio_save_tmp(&io, tmp, nt, meta);
-    mio_quiet_end(&q);
-    if (rc == 0) rc = mio_fsync_path(tmp, 0, err);
+    h5io_quiet_end(&q);
+    if (rc == 0) rc = h5io_fsync_path(tmp, 0, err);
     if (rc == 0 && rename(tmp, path) != 0)
         rc = sc_fail(err, "cannot rename temporary file (%s, %s)", path, strerror(errno));
     if (rc != 0) {
         unlink(tmp);
         return -1;
     }
-    return mio_fsync_path(dir, O_DIRECTORY, err);
+    return h5io_fsync_path(dir, O_DIRECTORY, err);
 }
 
 // --- reading: generic pieces ------------------------------------------------
@@ -433,23 +315,23 @@ static int mio_attr_read(mio *io, hid_t obj, const char *where, const char *name
     snprintf(what, sizeof what, "attribute %s of %s", name, where);
     htri_t ex = H5Aexists(obj, name);
     if (ex <= 0) return sc_fail(io->err, "model file lacks %s (%s)", what, io->path);
-    H5_CHECK(io, a = H5Aopen(obj, name, H5P_DEFAULT));
-    H5_CHECK(io, t = H5Aget_type(a));
-    H5_CHECK(io, sp = H5Aget_space(a));
+    H5IO_CHECK(io, a = H5Aopen(obj, name, H5P_DEFAULT));
+    H5IO_CHECK(io, t = H5Aget_type(a));
+    H5IO_CHECK(io, sp = H5Aget_space(a));
     if (mio_need_numeric(io, t, what) != 0) goto fail;
     hssize_t got;
-    H5_CHECK(io, got = H5Sget_simple_extent_npoints(sp));
+    H5IO_CHECK(io, got = H5Sget_simple_extent_npoints(sp));
     if (got != n) {
         sc_fail(io->err, "%s has %lld values, expected %lld (%s)", what, (long long)got,
                 (long long)n, io->path);
         goto fail;
     }
-    H5_CHECK(io, H5Aread(a, mtype, buf));
+    H5IO_CHECK(io, H5Aread(a, mtype, buf));
     rc = 0;
 fail:
-    H5_CLOSE(io, H5Sclose, sp, rc);
-    H5_CLOSE(io, H5Tclose, t, rc);
-    H5_CLOSE(io, H5Aclose, a, rc);
+    H5IO_CLOSE(io, H5Sclose, sp, rc);
+    H5IO_CLOSE(io, H5Tclose, t, rc);
+    H5IO_CLOSE(io, H5Aclose, a, rc);
     return rc;
 }
 
@@ -468,12 +350,12 @@ static int mio_strs_read_vlen(mio *io, hid_t obj, int is_attr, hid_t ftype, hssi
     char **raw = calloc((size_t)n, sizeof *raw);
     if (!raw) return sc_fail(io->err, "out of memory (%s)", io->path);
     H5T_cset_t cs;
-    H5_CHECK(io, cs = H5Tget_cset(ftype));
-    H5_CHECK(io, mt = H5Tcopy(H5T_C_S1));
-    H5_CHECK(io, H5Tset_size(mt, H5T_VARIABLE));
-    H5_CHECK(io, H5Tset_cset(mt, cs));
-    if (is_attr) H5_CHECK(io, H5Aread(obj, mt, raw));
-    else H5_CHECK(io, H5Dread(obj, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, raw));
+    H5IO_CHECK(io, cs = H5Tget_cset(ftype));
+    H5IO_CHECK(io, mt = H5Tcopy(H5T_C_S1));
+    H5IO_CHECK(io, H5Tset_size(mt, H5T_VARIABLE));
+    H5IO_CHECK(io, H5Tset_cset(mt, cs));
+    if (is_attr) H5IO_CHECK(io, H5Aread(obj, mt, raw));
+    else H5IO_CHECK(io, H5Dread(obj, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, raw));
     rc = 0;
     for (hssize_t i = 0; i < n; i++) {
         out[i] = strdup(raw[i] ? raw[i] : "");
@@ -482,7 +364,7 @@ static int mio_strs_read_vlen(mio *io, hid_t obj, int is_attr, hid_t ftype, hssi
     }
 fail:
     free(raw);
-    H5_CLOSE(io, H5Tclose, mt, rc);
+    H5IO_CLOSE(io, H5Tclose, mt, rc);
     return rc;
 }
 
@@ -494,8 +376,8 @@ static int mio_strs_read_fixed(mio *io, hid_t obj, int is_attr, hid_t ftype, hss
     char *raw = calloc((size_t)n, sz);
     if (!raw) return sc_fail(io->err, "out of memory (%s)", io->path);
     int rc = -1;
-    if (is_attr) H5_CHECK(io, H5Aread(obj, ftype, raw));
-    else H5_CHECK(io, H5Dread(obj, ftype, H5S_ALL, H5S_ALL, H5P_DEFAULT, raw));
+    if (is_attr) H5IO_CHECK(io, H5Aread(obj, ftype, raw));
+    else H5IO_CHECK(io, H5Dread(obj, ftype, H5S_ALL, H5S_ALL, H5P_DEFAULT, raw));
     rc = 0;
     for (hssize_t i = 0; i < n && rc == 0; i++) {
         out[i] = strndup(raw + (size_t)i * sz, sz);
@@ -512,28 +394,28 @@ static char **mio_strs_read(mio *io, hid_t obj, int is_attr, const char *what, h
     hid_t t = -1, sp = -1;
     char **out = NULL;
     int rc = -1;
-    H5_CHECK(io, t = is_attr ? H5Aget_type(obj) : H5Dget_type(obj));
-    H5_CHECK(io, sp = is_attr ? H5Aget_space(obj) : H5Dget_space(obj));
+    H5IO_CHECK(io, t = is_attr ? H5Aget_type(obj) : H5Dget_type(obj));
+    H5IO_CHECK(io, sp = is_attr ? H5Aget_space(obj) : H5Dget_space(obj));
     if (H5Tget_class(t) != H5T_STRING) {
         sc_fail(io->err, "%s is not a string (%s)", what, io->path);
         goto fail;
     }
-    H5_CHECK(io, *n = H5Sget_simple_extent_npoints(sp));
+    H5IO_CHECK(io, *n = H5Sget_simple_extent_npoints(sp));
     out = calloc((size_t)*n + 1, sizeof *out);
     if (!out) {
         sc_fail(io->err, "out of memory (%s)", io->path);
         goto fail;
     }
     htri_t vl;
-    H5_CHECK(io, vl = H5Tis_variable_str(t));
+    H5IO_CHECK(io, vl = H5Tis_variable_str(t));
     if (*n > 0)
         rc = vl ? mio_strs_read_vlen(io, obj, is_attr, t, *n, out)
                 : mio_strs_read_fixed(io, obj, is_attr, t, *n, out);
     else
         rc = 0;
 fail:
-    H5_CLOSE(io, H5Sclose, sp, rc);
-    H5_CLOSE(io, H5Tclose, t, rc);
+    H5IO_CLOSE(io, H5Sclose, sp, rc);
+    H5IO_CLOSE(io, H5Tclose, t, rc);
     if (rc != 0) {
         mio_strs_free(out, out ? *n : 0);
         return NULL;
@@ -555,7 +437,7 @@ static char *mio_str_read(mio *io, hid_t loc, const char *where, const char *nam
     char **s = NULL;
     hssize_t n = 0;
     int rc = 0;
-    H5_CHECK(io, o = is_attr ? H5Aopen(loc, name, H5P_DEFAULT) : H5Dopen2(loc, name, H5P_DEFAULT));
+    H5IO_CHECK(io, o = is_attr ? H5Aopen(loc, name, H5P_DEFAULT) : H5Dopen2(loc, name, H5P_DEFAULT));
     s = mio_strs_read(io, o, is_attr, what, &n);
     if (s && n != 1) {
         sc_fail(io->err, "%s holds %lld strings, expected 1 (%s)", what, (long long)n, io->path);
@@ -564,8 +446,8 @@ static char *mio_str_read(mio *io, hid_t loc, const char *where, const char *nam
     }
 fail:
     if (o >= 0) {
-        if (is_attr) H5_CLOSE(io, H5Aclose, o, rc);
-        else H5_CLOSE(io, H5Dclose, o, rc);
+        if (is_attr) H5IO_CLOSE(io, H5Aclose, o, rc);
+        else H5IO_CLOSE(io, H5Dclose, o, rc);
     }
     if (!s || rc != 0) {
         mio_strs_free(s, n);
@@ -590,9 +472,9 @@ static int mio_shape_check(mio *io, hid_t d, const char *what, int ndim, const h
     int rc = -1;
     hsize_t got[H5S_MAX_RANK];
     int nd;
-    H5_CHECK(io, sp = H5Dget_space(d));
-    H5_CHECK(io, nd = H5Sget_simple_extent_ndims(sp));
-    H5_CHECK(io, H5Sget_simple_extent_dims(sp, got, NULL));
+    H5IO_CHECK(io, sp = H5Dget_space(d));
+    H5IO_CHECK(io, nd = H5Sget_simple_extent_ndims(sp));
+    H5IO_CHECK(io, H5Sget_simple_extent_dims(sp, got, NULL));
     int same = nd == ndim;
     for (int i = 0; same && i < nd; i++) same = got[i] == want[i];
     if (!same) {
@@ -604,7 +486,7 @@ static int mio_shape_check(mio *io, hid_t d, const char *what, int ndim, const h
     }
     rc = 0;
 fail:
-    H5_CLOSE(io, H5Sclose, sp, rc);
+    H5IO_CLOSE(io, H5Sclose, sp, rc);
     return rc;
 }
 
@@ -617,15 +499,15 @@ static int mio_dset_read(mio *io, hid_t loc, const char *where, const char *name
     SC_TRY(mio_need_link(io, loc, where, name));
     hid_t d = -1, t = -1;
     int rc = -1;
-    H5_CHECK(io, d = H5Dopen2(loc, name, H5P_DEFAULT));
-    H5_CHECK(io, t = H5Dget_type(d));
+    H5IO_CHECK(io, d = H5Dopen2(loc, name, H5P_DEFAULT));
+    H5IO_CHECK(io, t = H5Dget_type(d));
     if (mio_need_numeric(io, t, what) != 0) goto fail;
     if (mio_shape_check(io, d, what, ndim, dims) != 0) goto fail;
-    H5_CHECK(io, H5Dread(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf));
+    H5IO_CHECK(io, H5Dread(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf));
     rc = 0;
 fail:
-    H5_CLOSE(io, H5Tclose, t, rc);
-    H5_CLOSE(io, H5Dclose, d, rc);
+    H5IO_CLOSE(io, H5Tclose, t, rc);
+    H5IO_CLOSE(io, H5Dclose, d, rc);
     return rc;
 }
 
@@ -633,7 +515,7 @@ fail:
 static hid_t mio_group_open(mio *io, hid_t loc, const char *where, const char *name) {
     if (mio_need_link(io, loc, where, name) != 0) return -1;
     hid_t g = -1;
-    H5_CHECK(io, g = H5Gopen2(loc, name, H5P_DEFAULT));
+    H5IO_CHECK(io, g = H5Gopen2(loc, name, H5P_DEFAULT));
     return g;
 fail:
     return -1;
@@ -674,7 +556,7 @@ static int mio_tensors_read(mio *io, hid_t g, mio_kind k, net *nt, float *mom) {
         want++;
     }
     H5G_info_t info;
-    if (H5Gget_info(g, &info) < 0) return mio_h5_fail(io, "H5Gget_info(g)", __FILE__, __LINE__);
+    if (H5Gget_info(g, &info) < 0) return h5io_fail(io, "H5Gget_info(g)", __FILE__, __LINE__);
     if (info.nlinks != want)
         return sc_fail(io->err, "%s holds %llu entries, the net has %llu (%s)", mio_kind_path(k),
                        (unsigned long long)info.nlinks, (unsigned long long)want, io->path);
@@ -687,7 +569,7 @@ static int mio_group_read(mio *io, hid_t loc, const char *where, const char *nam
     hid_t g = mio_group_open(io, loc, where, name);
     if (g < 0) return -1;
     int rc = mio_tensors_read(io, g, k, nt, mom);
-    H5_CLOSE(io, H5Gclose, g, rc);
+    H5IO_CLOSE(io, H5Gclose, g, rc);
     return rc;
 }
 
@@ -742,7 +624,7 @@ static net *mio_net_build(mio *io, char *dataset, size_t dslen) {
         nt = NULL;
     }
     int rc = 0;
-    H5_CLOSE(io, H5Gclose, g, rc);
+    H5IO_CLOSE(io, H5Gclose, g, rc);
     if (rc != 0) {
         net_free(nt);
         nt = NULL;
@@ -767,7 +649,7 @@ static int mio_state_attrs_read(mio *io, hid_t g, model_meta *m) {
                          &m->test_accuracy));
     m->step = (long)step;
     htri_t ex = H5Lexists(g, "config", H5P_DEFAULT);
-    if (ex < 0) return mio_h5_fail(io, "H5Lexists(config)", __FILE__, __LINE__);
+    if (ex < 0) return h5io_fail(io, "H5Lexists(config)", __FILE__, __LINE__);
     if (ex > 0 && !(m->config = mio_str_read(io, g, "/state", "config", 0))) return -1;
     return 0;
 }
@@ -778,7 +660,7 @@ static int mio_history_read(mio *io, model_meta *m) {
     hid_t d = -1;
     int rc = -1;
     hssize_t n = 0;
-    H5_CHECK(io, d = H5Dopen2(io->file, "history", H5P_DEFAULT));
+    H5IO_CHECK(io, d = H5Dopen2(io->file, "history", H5P_DEFAULT));
     char **h = mio_strs_read(io, d, 0, "/history", &n);
     if (h) {
         m->history = h;
@@ -786,14 +668,14 @@ static int mio_history_read(mio *io, model_meta *m) {
         rc = 0;
     }
 fail:
-    H5_CLOSE(io, H5Dclose, d, rc);
+    H5IO_CLOSE(io, H5Dclose, d, rc);
     return rc;
 }
 
 // Reads /optimizer/momentum into meta when the file has it.
 static int mio_momentum_read(mio *io, const net *nt, model_meta *m) {
     htri_t ex = H5Lexists(io->file, "optimizer", H5P_DEFAULT);
-    if (ex < 0) return mio_h5_fail(io, "H5Lexists(optimizer)", __FILE__, __LINE__);
+    if (ex < 0) return h5io_fail(io, "H5Lexists(optimizer)", __FILE__, __LINE__);
     if (ex == 0) return 0;
     hid_t g = mio_group_open(io, io->file, "/", "optimizer");
     if (g < 0) return -1;
@@ -802,7 +684,7 @@ static int mio_momentum_read(mio *io, const net *nt, model_meta *m) {
     if (!m->momentum) sc_fail(io->err, "out of memory (%s)", io->path);
     else rc = mio_group_read(io, g, "/optimizer", "momentum", MG_MOMENTUM, (net *)nt,
                              m->momentum);
-    H5_CLOSE(io, H5Gclose, g, rc);
+    H5IO_CLOSE(io, H5Gclose, g, rc);
     return rc;
 }
 
@@ -811,7 +693,7 @@ static int mio_meta_read(mio *io, const net *nt, model_meta *m) {
     hid_t g = mio_group_open(io, io->file, "/", "state");
     if (g < 0) return -1;
     int rc = mio_state_attrs_read(io, g, m);
-    H5_CLOSE(io, H5Gclose, g, rc);
+    H5IO_CLOSE(io, H5Gclose, g, rc);
     SC_TRY(rc);
     SC_TRY(mio_history_read(io, m));
     return mio_momentum_read(io, nt, m);
@@ -855,17 +737,17 @@ static hid_t mio_open(mio *io) {
     }
     hid_t fapl = -1, f = -1;
     int rc = 0;
-    H5_CHECK(io, fapl = H5Pcreate(H5P_FILE_ACCESS));
-    H5_CHECK(io, H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG));
+    H5IO_CHECK(io, fapl = H5Pcreate(H5P_FILE_ACCESS));
+    H5IO_CHECK(io, H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG));
     f = H5Fopen(io->path, H5F_ACC_RDONLY, fapl);
     if (f < 0) {
-        char h5msg[160] = "";
-        H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, mio_walk_cb, h5msg);
+        char h5msg[160];
+        h5io_last_message(h5msg, sizeof h5msg);
         sc_fail(io->err, "HDF5 file damaged or truncated (%s, HDF5: %s)", io->path,
                 h5msg[0] ? h5msg : "cannot open");
     }
 fail:
-    H5_CLOSE(io, H5Pclose, fapl, rc);
+    H5IO_CLOSE(io, H5Pclose, fapl, rc);
     return rc == 0 ? f : -1;
 }
 
@@ -874,20 +756,20 @@ fail:
 net *model_load(const char *path, model_meta *meta, sc_err *err) {
     if (meta) model_meta_init(meta);
     mio io = {path, err, -1};
-    mio_quiet q;
-    mio_quiet_begin(&q);
+    h5io_quiet q;
+    h5io_quiet_begin(&q);
     net *nt = NULL;
     io.file = mio_open(&io);
     if (io.file >= 0) {
         nt = mio_read_all(&io, meta);
         int rc = 0;
-        H5_CLOSE(&io, H5Fclose, io.file, rc);
+        H5IO_CLOSE(&io, H5Fclose, io.file, rc);
         if (rc != 0) {
             net_free(nt);
             nt = NULL;
         }
     }
-    mio_quiet_end(&q);
+    h5io_quiet_end(&q);
     if (!nt && meta) model_meta_free(meta);
     return nt;
 }

@@ -2,6 +2,7 @@
 // model_save() writes (one atomic replacement), reading and checking it,
 // decoding, and fp16 rounding. The layout is documented in docs/quantize.md.
 #include "quant_io.h"
+#include "h5io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -115,105 +116,24 @@ float quant_fp16_round(float x, int *overflow) {
 
 // --- HDF5 plumbing ----------------------------------------------------------
 
-typedef struct {
-    const char *path;  // the model file, named in every message
-    sc_err *err;
-    hid_t file;
-} qio;
-
-// Keeps the innermost HDF5 error description.
-static herr_t qio_walk_cb(unsigned n, const H5E_error2_t *e, void *data) {
-    if (n == 0 && e->desc) snprintf((char *)data, 160, "%s", e->desc);
-    return 0;
-}
-
-// Fills the error with the failed call, the file and HDF5's message; -1.
-static int qio_h5_fail(qio *io, const char *expr, const char *src, int line) {
-    char h5msg[160] = "";
-    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, qio_walk_cb, h5msg);
-    return sc_fail(io->err, "HDF5 call failed: %s (%s, HDF5: %s, at %s:%d)", expr, io->path,
-                   h5msg[0] ? h5msg : "no details", src, line);
-}
-
-// Jumps to the function's fail label when an HDF5 call returns < 0.
-#define QH5(io, expr)                                       \
-    do {                                                    \
-        if ((expr) < 0) {                                   \
-            qio_h5_fail((io), #expr, __FILE__, __LINE__);   \
-            goto fail;                                      \
-        }                                                   \
-    } while (0)
-
-// Closes an HDF5 id when valid; a failed close turns rc into -1.
-#define QCLOSE(io, fn, id, rc)                                                   \
-    do {                                                                         \
-        if ((id) >= 0 && fn(id) < 0 && (rc) == 0)                                \
-            (rc) = qio_h5_fail((io), #fn "(" #id ")", __FILE__, __LINE__);       \
-        (id) = -1;                                                               \
-    } while (0)
-
-// The IEEE half-precision file type (what h5py reads as numpy float16).
-static hid_t qio_half_type(qio *io) {
-    hid_t t = -1;
-    QH5(io, t = H5Tcopy(H5T_IEEE_F32LE));
-    QH5(io, H5Tset_fields(t, 15, 10, 5, 0, 10));
-    QH5(io, H5Tset_size(t, 2));
-    QH5(io, H5Tset_ebias(t, 15));
-    return t;
-fail:
-    if (t >= 0) H5Tclose(t);
-    return -1;
-}
+typedef h5io qio;
 
 // --- writing ----------------------------------------------------------------
-
-// Writes a scalar attribute (ftype in the file, mtype in memory).
-static int qio_attr_write(qio *io, hid_t obj, const char *name, hid_t ftype, hid_t mtype,
-                          const void *buf) {
-    hid_t sp = -1, a = -1;
-    int rc = -1;
-    QH5(io, sp = H5Screate(H5S_SCALAR));
-    QH5(io, a = H5Acreate2(obj, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT));
-    QH5(io, H5Awrite(a, mtype, buf));
-    rc = 0;
-fail:
-    QCLOSE(io, H5Aclose, a, rc);
-    QCLOSE(io, H5Sclose, sp, rc);
-    return rc;
-}
-
-// Writes an int32 attribute.
-static int qio_attr_int(qio *io, hid_t obj, const char *name, int v) {
-    return qio_attr_write(io, obj, name, H5T_STD_I32LE, H5T_NATIVE_INT, &v);
-}
-
-// Writes a variable-length UTF-8 string attribute.
-static int qio_attr_str(qio *io, hid_t obj, const char *name, const char *value) {
-    hid_t t = -1;
-    int rc = -1;
-    QH5(io, t = H5Tcopy(H5T_C_S1));
-    QH5(io, H5Tset_size(t, H5T_VARIABLE));
-    QH5(io, H5Tset_cset(t, H5T_CSET_UTF8));
-    rc = qio_attr_write(io, obj, name, t, t, &value);
-fail:
-    QCLOSE(io, H5Tclose, t, rc);
-    return rc;
-}
 
 // Writes a dataset of ndim dims.
 static int qio_dset_write(qio *io, hid_t loc, const char *name, hid_t ftype, hid_t mtype,
                           int ndim, const hsize_t *dims, const void *buf) {
     hid_t sp = -1, d = -1;
     int rc = -1;
-    QH5(io, sp = H5Screate_simple(ndim, dims, NULL));
-    QH5(io, d = H5Dcreate2(loc, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    H5IO_CHECK(io, sp = H5Screate_simple(ndim, dims, NULL));
+    H5IO_CHECK(io, d = H5Dcreate2(loc, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
     hssize_t npts;
-    QH5(io, npts = H5Sget_simple_extent_npoints(sp));
-    if (npts > 0) QH5(io, H5Dwrite(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf));
+    H5IO_CHECK(io, npts = H5Sget_simple_extent_npoints(sp));
+    if (npts > 0) H5IO_CHECK(io, H5Dwrite(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf));
     rc = 0;
 fail:
-    QCLOSE(io, H5Dclose, d, rc);
-    QCLOSE(io, H5Sclose, sp, rc);
+    H5IO_CLOSE(io, H5Dclose, d, rc);
+    H5IO_CLOSE(io, H5Sclose, sp, rc);
     return rc;
 }
 
@@ -222,10 +142,10 @@ static int qio_kmeans_write(qio *io, hid_t g, const quant_model *q, const quant_
                             const ptensor *p) {
     hsize_t dims[4], kd[1] = {(hsize_t)t->k};
     for (int i = 0; i < p->ndim; i++) dims[i] = (hsize_t)p->dims[i];
-    hid_t ft = q->codebook_fp16 ? qio_half_type(io) : H5T_IEEE_F32LE;
+    hid_t ft = q->codebook_fp16 ? h5io_half_type(io) : H5T_IEEE_F32LE;
     if (ft < 0) return -1;
     int rc = qio_dset_write(io, g, "codebook", ft, H5T_NATIVE_FLOAT, 1, kd, t->codebook);
-    if (q->codebook_fp16) QCLOSE(io, H5Tclose, ft, rc);
+    if (q->codebook_fp16) H5IO_CLOSE(io, H5Tclose, ft, rc);
     SC_TRY(rc);
     return qio_dset_write(io, g, "indices", H5T_STD_U8LE, H5T_NATIVE_UINT8, p->ndim, dims,
                           t->indices);
@@ -249,35 +169,35 @@ static int qio_tensor_write(qio *io, hid_t quant, const net *nt, const quant_mod
     const ptensor *p = &nt->tensors[t->tensor];
     hid_t g = -1;
     int rc = -1;
-    QH5(io, g = H5Gcreate2(quant, p->name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-    rc = qio_attr_str(io, g, "method", q->method == QM_KMEANS ? "kmeans"
+    H5IO_CHECK(io, g = H5Gcreate2(quant, p->name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    rc = h5io_attr_str(io, g, "method", q->method == QM_KMEANS ? "kmeans"
                                        : q->method == QM_LINEAR ? "linear" : "half");
     if (rc == 0 && q->method == QM_KMEANS) rc = qio_kmeans_write(io, g, q, t, p);
     if (rc == 0 && q->method == QM_LINEAR) rc = qio_linear_write(io, g, q, t, p);
 fail:
-    QCLOSE(io, H5Gclose, g, rc);
+    H5IO_CLOSE(io, H5Gclose, g, rc);
     return rc;
 }
 
 // Writes the /quant attributes.
 static int qio_attrs_write(qio *io, hid_t g, const quant_model *q) {
     static const char *const names[] = {"kmeans", "linear", "half"};
-    SC_TRY(qio_attr_str(io, g, "method", names[q->method]));
-    SC_TRY(qio_attr_int(io, g, "version", QUANT_VERSION));
-    SC_TRY(qio_attr_int(io, g, "bits", q->bits));
-    SC_TRY(qio_attr_int(io, g, "k", q->method == QM_KMEANS ? q->k : 0));
-    SC_TRY(qio_attr_str(io, g, "codebook_type", q->method != QM_KMEANS ? ""
+    SC_TRY(h5io_attr_str(io, g, "method", names[q->method]));
+    SC_TRY(h5io_attr_int(io, g, "version", QUANT_VERSION));
+    SC_TRY(h5io_attr_int(io, g, "bits", q->bits));
+    SC_TRY(h5io_attr_int(io, g, "k", q->method == QM_KMEANS ? q->k : 0));
+    SC_TRY(h5io_attr_str(io, g, "codebook_type", q->method != QM_KMEANS ? ""
                                                 : q->codebook_fp16 ? "float16" : "float32"));
-    SC_TRY(qio_attr_int(io, g, "per_channel", q->method == QM_LINEAR && q->per_channel));
-    SC_TRY(qio_attr_int(io, g, "symmetric", q->method == QM_LINEAR && q->symmetric));
-    return qio_attr_int(io, g, "tensors", q->ntensors);
+    SC_TRY(h5io_attr_int(io, g, "per_channel", q->method == QM_LINEAR && q->per_channel));
+    SC_TRY(h5io_attr_int(io, g, "symmetric", q->method == QM_LINEAR && q->symmetric));
+    return h5io_attr_int(io, g, "tensors", q->ntensors);
 }
 
 // Adds /quant to the open file.
 static int qio_write_all(qio *io, const net *nt, const quant_model *q) {
     hid_t g = -1;
     int rc = -1;
-    QH5(io, g = H5Gcreate2(io->file, "quant", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    H5IO_CHECK(io, g = H5Gcreate2(io->file, "quant", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
     rc = qio_attrs_write(io, g, q);
     for (int i = 0; rc == 0 && i < q->ntensors; i++) {
         if (q->t[i].tensor < 0 || q->t[i].tensor >= nt->ntensors)
@@ -285,7 +205,7 @@ static int qio_write_all(qio *io, const net *nt, const quant_model *q) {
         else rc = qio_tensor_write(io, g, nt, q, &q->t[i]);
     }
 fail:
-    QCLOSE(io, H5Gclose, g, rc);
+    H5IO_CLOSE(io, H5Gclose, g, rc);
     return rc;
 }
 
@@ -294,27 +214,16 @@ static int qio_append(qio *io, const net *nt, const quant_model *q) {
     hid_t fapl = -1;
     int rc = -1;
     io->file = -1;
-    QH5(io, fapl = H5Pcreate(H5P_FILE_ACCESS));
-    QH5(io, H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG));
-    QH5(io, io->file = H5Fopen(io->path, H5F_ACC_RDWR, fapl));
+    H5IO_CHECK(io, fapl = H5Pcreate(H5P_FILE_ACCESS));
+    H5IO_CHECK(io, H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG));
+    H5IO_CHECK(io, io->file = H5Fopen(io->path, H5F_ACC_RDWR, fapl));
     if (qio_write_all(io, nt, q) != 0) goto fail;
-    QH5(io, H5Fflush(io->file, H5F_SCOPE_GLOBAL));
+    H5IO_CHECK(io, H5Fflush(io->file, H5F_SCOPE_GLOBAL));
     rc = 0;
 fail:
-    QCLOSE(io, H5Fclose, io->file, rc);
-    QCLOSE(io, H5Pclose, fapl, rc);
+    H5IO_CLOSE(io, H5Fclose, io->file, rc);
+    H5IO_CLOSE(io, H5Pclose, fapl, rc);
     return rc;
-}
-
-// Flushes a file or directory to disk.
-static int qio_fsync(const char *path, int flags, sc_err *err) {
-    int fd = open(path, O_RDONLY | flags);
-    if (fd < 0) return sc_fail(err, "cannot open for fsync (%s, %s)", path, strerror(errno));
-    int rc = fsync(fd);
-    int e = errno;
-    close(fd);
-    if (rc != 0 && e != EINVAL) return sc_fail(err, "fsync failed (%s, %s)", path, strerror(e));
-    return 0;
 }
 
 // The directory part of path ("." when none).
@@ -325,19 +234,6 @@ static void qio_dirname(const char *path, char *dir, size_t len) {
     else snprintf(dir, len, "%.*s", (int)(slash - path), path);
 }
 
-typedef struct {
-    H5E_auto2_t func;
-    void *data;
-} qio_quiet;
-
-// Stops HDF5 from printing its error stack (errors are reported by us).
-static void qio_quiet_begin(qio_quiet *s) {
-    if (H5Eget_auto2(H5E_DEFAULT, &s->func, &s->data) < 0) s->func = NULL, s->data = NULL;
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-}
-
-// Restores HDF5's error printing.
-static void qio_quiet_end(const qio_quiet *s) { H5Eset_auto2(H5E_DEFAULT, s->func, s->data); }
 
 // model_save() into a temporary file next to path, /quant added to it,
 // fsync, then rename over path.
@@ -350,13 +246,13 @@ int quant_model_save(const char *path, const net *nt, const model_meta *meta,
     int rc = 0;
     if (q) {
         qio io = {tmp, err, -1};
-        qio_quiet s;
-        qio_quiet_begin(&s);
+        h5io_quiet s;
+        h5io_quiet_begin(&s);
         rc = qio_append(&io, nt, q);
-        qio_quiet_end(&s);
+        h5io_quiet_end(&s);
         if (rc) sc_wrap(err, "writing /quant of %s", path);
     }
-    if (rc == 0) rc = qio_fsync(tmp, 0, err);
+    if (rc == 0) rc = h5io_fsync_path(tmp, 0, err);
     if (rc == 0 && rename(tmp, path) != 0)
         rc = sc_fail(err, "cannot rename temporary file (%s, %s)", path, strerror(errno));
     if (rc != 0) {
@@ -364,7 +260,7 @@ int quant_model_save(const char *path, const net *nt, const model_meta *meta,
         return -1;
     }
     qio_dirname(path, dir, sizeof dir);
-    return qio_fsync(dir, O_DIRECTORY, err);
+    return h5io_fsync_path(dir, O_DIRECTORY, err);
 }
 
 // --- reading ----------------------------------------------------------------
@@ -376,11 +272,11 @@ static int qio_attr_read(qio *io, hid_t obj, const char *where, const char *name
     if (ex <= 0) return sc_fail(io->err, "%s lacks attribute %s (%s)", where, name, io->path);
     hid_t a = -1;
     int rc = -1;
-    QH5(io, a = H5Aopen(obj, name, H5P_DEFAULT));
-    QH5(io, H5Aread(a, mtype, buf));
+    H5IO_CHECK(io, a = H5Aopen(obj, name, H5P_DEFAULT));
+    H5IO_CHECK(io, H5Aread(a, mtype, buf));
     rc = 0;
 fail:
-    QCLOSE(io, H5Aclose, a, rc);
+    H5IO_CLOSE(io, H5Aclose, a, rc);
     return rc;
 }
 
@@ -391,19 +287,19 @@ static int qio_attr_str_read(qio *io, hid_t obj, const char *where, const char *
     if (ex <= 0) return sc_fail(io->err, "%s lacks attribute %s (%s)", where, name, io->path);
     hid_t a = -1, ft = -1, mt = -1;
     int rc = -1;
-    QH5(io, a = H5Aopen(obj, name, H5P_DEFAULT));
-    QH5(io, ft = H5Aget_type(a));
+    H5IO_CHECK(io, a = H5Aopen(obj, name, H5P_DEFAULT));
+    H5IO_CHECK(io, ft = H5Aget_type(a));
     if (H5Tget_class(ft) != H5T_STRING) {
         sc_fail(io->err, "attribute %s of %s is not a string (%s)", name, where, io->path);
         goto fail;
     }
-    QH5(io, mt = H5Tcopy(H5T_C_S1));
+    H5IO_CHECK(io, mt = H5Tcopy(H5T_C_S1));
     htri_t vl;
-    QH5(io, vl = H5Tis_variable_str(ft));
+    H5IO_CHECK(io, vl = H5Tis_variable_str(ft));
     if (vl) {
         char *s = NULL;
-        QH5(io, H5Tset_size(mt, H5T_VARIABLE));
-        QH5(io, H5Aread(a, mt, &s));
+        H5IO_CHECK(io, H5Tset_size(mt, H5T_VARIABLE));
+        H5IO_CHECK(io, H5Aread(a, mt, &s));
         snprintf(out, len, "%s", s ? s : "");
         H5free_memory(s);
     } else {
@@ -417,13 +313,13 @@ static int qio_attr_str_read(qio *io, hid_t obj, const char *where, const char *
         if (r >= 0) r = H5Aread(a, mt, s);
         snprintf(out, len, "%s", s);
         free(s);
-        QH5(io, r);
+        H5IO_CHECK(io, r);
     }
     rc = 0;
 fail:
-    QCLOSE(io, H5Tclose, mt, rc);
-    QCLOSE(io, H5Tclose, ft, rc);
-    QCLOSE(io, H5Aclose, a, rc);
+    H5IO_CLOSE(io, H5Tclose, mt, rc);
+    H5IO_CLOSE(io, H5Tclose, ft, rc);
+    H5IO_CLOSE(io, H5Aclose, a, rc);
     return rc;
 }
 
@@ -435,19 +331,19 @@ static int qio_dset_read(qio *io, hid_t loc, const char *where, const char *name
     hid_t d = -1, sp = -1;
     int rc = -1;
     hssize_t got;
-    QH5(io, d = H5Dopen2(loc, name, H5P_DEFAULT));
-    QH5(io, sp = H5Dget_space(d));
-    QH5(io, got = H5Sget_simple_extent_npoints(sp));
+    H5IO_CHECK(io, d = H5Dopen2(loc, name, H5P_DEFAULT));
+    H5IO_CHECK(io, sp = H5Dget_space(d));
+    H5IO_CHECK(io, got = H5Sget_simple_extent_npoints(sp));
     if ((size_t)got != n) {
         sc_fail(io->err, "%s/%s holds %lld values, expected %zu (%s)", where, name,
                 (long long)got, n, io->path);
         goto fail;
     }
-    if (n > 0) QH5(io, H5Dread(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf));
+    if (n > 0) H5IO_CHECK(io, H5Dread(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf));
     rc = 0;
 fail:
-    QCLOSE(io, H5Sclose, sp, rc);
-    QCLOSE(io, H5Dclose, d, rc);
+    H5IO_CLOSE(io, H5Sclose, sp, rc);
+    H5IO_CLOSE(io, H5Dclose, d, rc);
     return rc;
 }
 
@@ -458,12 +354,12 @@ static long qio_dset_len(qio *io, hid_t loc, const char *where, const char *name
     hid_t d = -1, sp = -1;
     hssize_t n = -1;
     int rc = 0;
-    QH5(io, d = H5Dopen2(loc, name, H5P_DEFAULT));
-    QH5(io, sp = H5Dget_space(d));
-    QH5(io, n = H5Sget_simple_extent_npoints(sp));
+    H5IO_CHECK(io, d = H5Dopen2(loc, name, H5P_DEFAULT));
+    H5IO_CHECK(io, sp = H5Dget_space(d));
+    H5IO_CHECK(io, n = H5Sget_simple_extent_npoints(sp));
 fail:
-    QCLOSE(io, H5Sclose, sp, rc);
-    QCLOSE(io, H5Dclose, d, rc);
+    H5IO_CLOSE(io, H5Sclose, sp, rc);
+    H5IO_CLOSE(io, H5Dclose, d, rc);
     return rc ? -1 : (long)n;
 }
 
@@ -574,7 +470,7 @@ static int qio_tensor_read(qio *io, hid_t quant, const net *nt, quant_model *q, 
                               lin ? p->dims[0] : 0, io->err));
     hid_t g = -1;
     int rc = -1;
-    QH5(io, g = H5Gopen2(quant, p->name, H5P_DEFAULT));
+    H5IO_CHECK(io, g = H5Gopen2(quant, p->name, H5P_DEFAULT));
     rc = qio_attr_str_read(io, g, where, "method", method, sizeof method);
     if (rc == 0 && strcmp(method, q->method == QM_KMEANS ? "kmeans" : lin ? "linear" : "half"))
         rc = sc_fail(io->err, "%s method '%s' differs from /quant's (%s)", where, method, io->path);
@@ -582,7 +478,7 @@ static int qio_tensor_read(qio *io, hid_t quant, const net *nt, quant_model *q, 
     if (rc == 0 && lin) rc = qio_linear_read(io, g, where, q, t, p);
     if (rc == 0) rc = qio_match_check(io, nt, q, t);
 fail:
-    QCLOSE(io, H5Gclose, g, rc);
+    H5IO_CLOSE(io, H5Gclose, g, rc);
     return rc;
 }
 
@@ -591,7 +487,7 @@ fail:
 static int qio_tensors_read(qio *io, hid_t g, const net *nt, quant_model *q, int want) {
     for (int i = 0; i < nt->ntensors; i++) {
         htri_t ex = H5Lexists(g, nt->tensors[i].name, H5P_DEFAULT);
-        if (ex < 0) return qio_h5_fail(io, "H5Lexists(tensor)", __FILE__, __LINE__);
+        if (ex < 0) return h5io_fail(io, "H5Lexists(tensor)", __FILE__, __LINE__);
         if (ex == 0) continue;
         if (!nt->tensors[i].trainable || q->ntensors >= want)
             return sc_fail(io->err, "/quant/%s is not expected (%s)", nt->tensors[i].name, io->path);
@@ -599,7 +495,7 @@ static int qio_tensors_read(qio *io, hid_t g, const net *nt, quant_model *q, int
         SC_TRY(qio_tensor_read(io, g, nt, q, i, t));
     }
     H5G_info_t info;
-    if (H5Gget_info(g, &info) < 0) return qio_h5_fail(io, "H5Gget_info(/quant)", __FILE__, __LINE__);
+    if (H5Gget_info(g, &info) < 0) return h5io_fail(io, "H5Gget_info(/quant)", __FILE__, __LINE__);
     if (info.nlinks != (hsize_t)q->ntensors || q->ntensors != want)
         return sc_fail(io->err, "/quant holds %llu entries, %d name tensors of the net and %d "
                        "are expected (%s)", (unsigned long long)info.nlinks, q->ntensors, want,
@@ -613,14 +509,14 @@ static int qio_read_all(qio *io, const net *nt, quant_model **out) {
     int rc = -1, want = 0;
     quant_model *q = quant_model_new(QM_KMEANS, nt->ntensors, io->err);
     if (!q) return -1;
-    QH5(io, g = H5Gopen2(io->file, "quant", H5P_DEFAULT));
+    H5IO_CHECK(io, g = H5Gopen2(io->file, "quant", H5P_DEFAULT));
     rc = qio_attrs_read(io, g, q, &want);
     if (rc == 0 && (want < 0 || want > nt->ntensors))
         rc = sc_fail(io->err, "/quant says %d tensors, the net has %d (%s)", want, nt->ntensors,
                      io->path);
     if (rc == 0) rc = qio_tensors_read(io, g, nt, q, want);
 fail:
-    QCLOSE(io, H5Gclose, g, rc);
+    H5IO_CLOSE(io, H5Gclose, g, rc);
     if (rc) quant_model_free(q);
     else *out = q;
     return rc;
@@ -630,24 +526,24 @@ fail:
 int quant_load(const char *path, const net *nt, quant_model **out, sc_err *err) {
     *out = NULL;
     qio io = {path, err, -1};
-    qio_quiet s;
-    qio_quiet_begin(&s);
+    h5io_quiet s;
+    h5io_quiet_begin(&s);
     hid_t fapl = -1;
     int rc = -1;
-    QH5(&io, fapl = H5Pcreate(H5P_FILE_ACCESS));
-    QH5(&io, H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG));
+    H5IO_CHECK(&io, fapl = H5Pcreate(H5P_FILE_ACCESS));
+    H5IO_CHECK(&io, H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG));
     io.file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
     if (io.file < 0) {
         sc_fail(err, "cannot open model file (%s)", path);
         goto fail;
     }
     htri_t ex = H5Lexists(io.file, "quant", H5P_DEFAULT);
-    if (ex < 0) qio_h5_fail(&io, "H5Lexists(/quant)", __FILE__, __LINE__);
+    if (ex < 0) h5io_fail(&io, "H5Lexists(/quant)", __FILE__, __LINE__);
     else rc = ex == 0 ? 0 : qio_read_all(&io, nt, out);
 fail:
-    QCLOSE(&io, H5Fclose, io.file, rc);
-    QCLOSE(&io, H5Pclose, fapl, rc);
-    qio_quiet_end(&s);
+    H5IO_CLOSE(&io, H5Fclose, io.file, rc);
+    H5IO_CLOSE(&io, H5Pclose, fapl, rc);
+    h5io_quiet_end(&s);
     if (rc && *out) {
         quant_model_free(*out);
         *out = NULL;

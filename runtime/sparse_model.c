@@ -4,6 +4,7 @@
 // the stored description: geometry, fusion, row pointers, ascending column
 // indices, offsets, codes.
 #include "sparse_model.h"
+#include "h5io.h"
 
 #include <errno.h>
 #include <hdf5.h>
@@ -184,34 +185,7 @@ const sparse_layer *sparse_model_find(const sparse_model *m, int layer) {
 
 // --- HDF5 reading: helpers --------------------------------------------------
 
-typedef struct {
-    const char *path;  // the export file, named in every message
-    sc_err *err;
-    hid_t file;
-} sio;
-
-// Keeps the innermost HDF5 error description.
-static herr_t sio_walk_cb(unsigned n, const H5E_error2_t *e, void *data) {
-    if (n == 0 && e->desc) snprintf((char *)data, 160, "%s", e->desc);
-    return 0;
-}
-
-// Fills the error with the failed call, the file and HDF5's message; -1.
-static int sio_h5_fail(sio *io, const char *expr, const char *src, int line) {
-    char h5msg[160] = "";
-    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, sio_walk_cb, h5msg);
-    return sc_fail(io->err, "HDF5 call failed: %s (%s, HDF5: %s, at %s:%d)", expr, io->path,
-                   h5msg[0] ? h5msg : "no details", src, line);
-}
-
-// Jumps to the function's fail label when an HDF5 call returns < 0.
-#define SIO_CHECK(io, expr)                                  \
-    do {                                                     \
-        if ((expr) < 0) {                                    \
-            sio_h5_fail((io), #expr, __FILE__, __LINE__);    \
-            goto fail;                                       \
-        }                                                    \
-    } while (0)
+typedef h5io sio;
 
 // Closes an HDF5 id when valid (close errors are not interesting on reads).
 #define SIO_CLOSE(fn, id)             \
@@ -223,7 +197,7 @@ static int sio_h5_fail(sio *io, const char *expr, const char *src, int line) {
 // Fails unless loc has a link called name (shown as where/name).
 static int sio_need(sio *io, hid_t loc, const char *where, const char *name, int is_attr) {
     htri_t ex = is_attr ? H5Aexists(loc, name) : H5Lexists(loc, name, H5P_DEFAULT);
-    if (ex < 0) return sio_h5_fail(io, "H5Lexists/H5Aexists", __FILE__, __LINE__);
+    if (ex < 0) return h5io_fail(io, "H5Lexists/H5Aexists", __FILE__, __LINE__);
     if (ex == 0 && is_attr)
         return sc_fail(io->err, "export file lacks attribute %s of %s (%s)", name, where, io->path);
     if (ex == 0) return sc_fail(io->err, "export file lacks %s/%s (%s)", where, name, io->path);
@@ -234,24 +208,24 @@ static int sio_need(sio *io, hid_t loc, const char *where, const char *name, int
 static char *sio_str_obj(sio *io, hid_t o, int is_attr, const char *what) {
     hid_t t = -1, sp = -1, mt = -1;
     char *out = NULL, *vl = NULL;
-    SIO_CHECK(io, t = is_attr ? H5Aget_type(o) : H5Dget_type(o));
-    SIO_CHECK(io, sp = is_attr ? H5Aget_space(o) : H5Dget_space(o));
+    H5IO_CHECK(io, t = is_attr ? H5Aget_type(o) : H5Dget_type(o));
+    H5IO_CHECK(io, sp = is_attr ? H5Aget_space(o) : H5Dget_space(o));
     if (H5Tget_class(t) != H5T_STRING || H5Sget_simple_extent_npoints(sp) != 1) {
         sc_fail(io->err, "%s is not one string (%s)", what, io->path);
         goto fail;
     }
     htri_t var;
-    SIO_CHECK(io, var = H5Tis_variable_str(t));
+    H5IO_CHECK(io, var = H5Tis_variable_str(t));
     size_t size = var ? 0 : H5Tget_size(t);
-    SIO_CHECK(io, mt = H5Tcopy(H5T_C_S1));
-    SIO_CHECK(io, H5Tset_size(mt, var ? H5T_VARIABLE : size));
-    SIO_CHECK(io, H5Tset_cset(mt, H5Tget_cset(t)));
+    H5IO_CHECK(io, mt = H5Tcopy(H5T_C_S1));
+    H5IO_CHECK(io, H5Tset_size(mt, var ? H5T_VARIABLE : size));
+    H5IO_CHECK(io, H5Tset_cset(mt, H5Tget_cset(t)));
     void *dst = var ? (void *)&vl : (void *)(out = calloc(size + 1, 1));
     if (!dst) {
         sc_fail(io->err, "out of memory (%s)", io->path);
         goto fail;
     }
-    SIO_CHECK(io, is_attr ? H5Aread(o, mt, dst) : H5Dread(o, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst));
+    H5IO_CHECK(io, is_attr ? H5Aread(o, mt, dst) : H5Dread(o, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst));
     if (var) {
         out = strdup(vl ? vl : "");
         H5free_memory(vl);
@@ -276,7 +250,7 @@ static char *sio_str(sio *io, hid_t loc, const char *where, const char *name, in
     snprintf(what, sizeof what, "%s%s%s", where, is_attr ? " " : "/", name);
     hid_t o = is_attr ? H5Aopen(loc, name, H5P_DEFAULT) : H5Dopen2(loc, name, H5P_DEFAULT);
     if (o < 0) {
-        sio_h5_fail(io, "open", __FILE__, __LINE__);
+        h5io_fail(io, "open", __FILE__, __LINE__);
         return NULL;
     }
     char *s = sio_str_obj(io, o, is_attr, what);
@@ -292,9 +266,9 @@ static int sio_nums(sio *io, hid_t loc, const char *where, const char *name, int
     SC_TRY(sio_need(io, loc, where, name, is_attr));
     hid_t o = -1, t = -1, sp = -1;
     int rc = -1;
-    SIO_CHECK(io, o = is_attr ? H5Aopen(loc, name, H5P_DEFAULT) : H5Dopen2(loc, name, H5P_DEFAULT));
-    SIO_CHECK(io, t = is_attr ? H5Aget_type(o) : H5Dget_type(o));
-    SIO_CHECK(io, sp = is_attr ? H5Aget_space(o) : H5Dget_space(o));
+    H5IO_CHECK(io, o = is_attr ? H5Aopen(loc, name, H5P_DEFAULT) : H5Dopen2(loc, name, H5P_DEFAULT));
+    H5IO_CHECK(io, t = is_attr ? H5Aget_type(o) : H5Dget_type(o));
+    H5IO_CHECK(io, sp = is_attr ? H5Aget_space(o) : H5Dget_space(o));
     H5T_class_t cls = H5Tget_class(t);
     hssize_t got = H5Sget_simple_extent_npoints(sp);
     if (cls != H5T_INTEGER && cls != H5T_FLOAT) {
@@ -303,7 +277,7 @@ static int sio_nums(sio *io, hid_t loc, const char *where, const char *name, int
         sc_fail(io->err, "%s%s%s holds %lld values, expected %llu (%s)", where, is_attr ? " " : "/",
                 name, (long long)got, (unsigned long long)n, io->path);
     } else if (n > 0) {
-        SIO_CHECK(io, is_attr ? H5Aread(o, mtype, buf)
+        H5IO_CHECK(io, is_attr ? H5Aread(o, mtype, buf)
                               : H5Dread(o, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf));
         rc = 0;
     } else {
@@ -327,33 +301,20 @@ static int sio_int(sio *io, hid_t loc, const char *where, const char *name, long
     return 0;
 }
 
-// The IEEE half type as h5py writes it (float16).
-static hid_t sio_half_type(sio *io) {
-    hid_t t = -1;
-    SIO_CHECK(io, t = H5Tcopy(H5T_IEEE_F32LE));
-    SIO_CHECK(io, H5Tset_fields(t, 15, 10, 5, 0, 10));
-    SIO_CHECK(io, H5Tset_size(t, 2));
-    SIO_CHECK(io, H5Tset_ebias(t, 15));
-    return t;
-fail:
-    SIO_CLOSE(H5Tclose, t);
-    return -1;
-}
-
 // Reads n floats of dataset name; a 2-byte float dataset is read as IEEE
 // half and widened here (exact), anything else converted by HDF5.
 static int sio_floats(sio *io, hid_t loc, const char *where, const char *name, hsize_t n,
                       float *out) {
     SC_TRY(sio_need(io, loc, where, name, 0));
     hid_t d = H5Dopen2(loc, name, H5P_DEFAULT);
-    if (d < 0) return sio_h5_fail(io, "H5Dopen2", __FILE__, __LINE__);
+    if (d < 0) return h5io_fail(io, "H5Dopen2", __FILE__, __LINE__);
     hid_t t = H5Dget_type(d);
     int half = t >= 0 && H5Tget_class(t) == H5T_FLOAT && H5Tget_size(t) == 2;
     if (t >= 0) H5Tclose(t);
     H5Dclose(d);
     if (!half) return sio_nums(io, loc, where, name, 0, H5T_NATIVE_FLOAT, n, out);
     uint16_t *h = malloc((n ? n : 1) * sizeof *h);  // (n)
-    hid_t ht = sio_half_type(io);
+    hid_t ht = h5io_half_type(io);
     int rc = !h ? sc_fail(io->err, "out of memory (%s)", io->path)
                 : ht < 0 ? -1 : sio_nums(io, loc, where, name, 0, ht, n, h);
     for (hsize_t i = 0; rc == 0 && i < n; i++) out[i] = sparse_half_to_float(h[i]);
@@ -447,7 +408,7 @@ static long long sio_len(sio *io, hid_t loc, const char *where, const char *name
     hssize_t n = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
     if (sp >= 0) H5Sclose(sp);
     if (d >= 0) H5Dclose(d);
-    if (n < 0) sio_h5_fail(io, "H5Dget_space", __FILE__, __LINE__);
+    if (n < 0) h5io_fail(io, "H5Dget_space", __FILE__, __LINE__);
     return n;
 }
 
@@ -535,7 +496,7 @@ static int sio_layer_read(sio *io, hid_t layers, sparse_model *m, sparse_layer *
     snprintf(where, sizeof where, "/layers/%s", name);
     SC_TRY(sio_need(io, layers, "/layers", name, 0));
     hid_t g = H5Gopen2(layers, name, H5P_DEFAULT);
-    if (g < 0) return sio_h5_fail(io, "H5Gopen2(layer)", __FILE__, __LINE__);
+    if (g < 0) return h5io_fail(io, "H5Gopen2(layer)", __FILE__, __LINE__);
     int rc = sio_layer_attrs(io, g, where, l);
     if (rc == 0) rc = sio_layer_body(io, g, where, l, m->vtype);
     H5Gclose(g);
@@ -554,11 +515,11 @@ static int sio_layers_read(sio *io, sparse_model *m) {
             sparse_layer_fusion(nt, i, &m->layers[n++]);
     SC_TRY(sio_need(io, io->file, "", "layers", 0));
     hid_t g = H5Gopen2(io->file, "layers", H5P_DEFAULT);
-    if (g < 0) return sio_h5_fail(io, "H5Gopen2(/layers)", __FILE__, __LINE__);
+    if (g < 0) return h5io_fail(io, "H5Gopen2(/layers)", __FILE__, __LINE__);
     int rc = 0;
     for (int i = 0; rc == 0 && i < m->nlayers; i++) rc = sio_layer_read(io, g, m, &m->layers[i]);
     H5G_info_t info;
-    if (rc == 0 && H5Gget_info(g, &info) < 0) rc = sio_h5_fail(io, "H5Gget_info", __FILE__, __LINE__);
+    if (rc == 0 && H5Gget_info(g, &info) < 0) rc = h5io_fail(io, "H5Gget_info", __FILE__, __LINE__);
     if (rc == 0 && info.nlinks != (hsize_t)m->nlayers)
         rc = sc_fail(io->err, "/layers holds %llu groups, the net has %d conv/linear layers (%s)",
                      (unsigned long long)info.nlinks, m->nlayers, io->path);
@@ -570,7 +531,7 @@ static int sio_layers_read(sio *io, sparse_model *m) {
 static int sio_params_read(sio *io, sparse_model *m) {
     SC_TRY(sio_need(io, io->file, "", "params", 0));
     hid_t g = H5Gopen2(io->file, "params", H5P_DEFAULT);
-    if (g < 0) return sio_h5_fail(io, "H5Gopen2(/params)", __FILE__, __LINE__);
+    if (g < 0) return h5io_fail(io, "H5Gopen2(/params)", __FILE__, __LINE__);
     int rc = 0;
     for (int t = 0; rc == 0 && t < m->nt->ntensors; t++)
         if (sparse_model_tensor_in_params(m, t))
@@ -649,8 +610,8 @@ static hid_t sio_open(sio *io) {
     }
     hid_t f = H5Fopen(io->path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (f < 0) {
-        char h5msg[160] = "";
-        H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, sio_walk_cb, h5msg);
+        char h5msg[160];
+        h5io_last_message(h5msg, sizeof h5msg);
         sc_fail(io->err, "HDF5 file damaged or truncated (%s, HDF5: %s)", io->path,
                 h5msg[0] ? h5msg : "cannot open");
     }
@@ -669,17 +630,15 @@ static int sio_read_all(sio *io, sparse_model *m) {
 // Loads an export file.
 sparse_model *sparse_model_load(const char *path, sc_err *err) {
     sio io = {path, err, -1};
-    H5E_auto2_t func = NULL;
-    void *data = NULL;
-    if (H5Eget_auto2(H5E_DEFAULT, &func, &data) < 0) func = NULL, data = NULL;
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    h5io_quiet q;
+    h5io_quiet_begin(&q);
     sparse_model *m = calloc(1, sizeof *m);
     int rc = m ? 0 : sc_fail(err, "out of memory (%s)", path);
     if (rc == 0 && (io.file = sio_open(&io)) < 0) rc = -1;
     if (rc == 0) rc = sio_read_all(&io, m);
     if (io.file >= 0 && H5Fclose(io.file) < 0 && rc == 0)
-        rc = sio_h5_fail(&io, "H5Fclose", __FILE__, __LINE__);
-    H5Eset_auto2(H5E_DEFAULT, func, data);
+        rc = h5io_fail(&io, "H5Fclose", __FILE__, __LINE__);
+    h5io_quiet_end(&q);
     if (rc != 0) {
         sparse_model_free(m);
         return NULL;

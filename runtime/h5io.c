@@ -1,0 +1,143 @@
+// Shared HDF5 plumbing of the model-I/O files (see runtime/h5io.h).
+#include "h5io.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+// --- errors -----------------------------------------------------------------
+
+typedef struct {
+    char *buf;
+    size_t len;
+} h5io_msg;
+
+// Keeps the innermost HDF5 error description (the most specific one).
+static herr_t h5io_walk_cb(unsigned n, const H5E_error2_t *e, void *data) {
+    h5io_msg *m = data;
+    if (n == 0 && e->desc) snprintf(m->buf, m->len, "%s", e->desc);
+    return 0;
+}
+
+// Copies HDF5's innermost error message into buf.
+void h5io_last_message(char *buf, size_t len) {
+    if (len == 0) return;
+    buf[0] = '\0';
+    h5io_msg m = {buf, len};
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, h5io_walk_cb, &m);
+}
+
+// Fills the error with the failed call, the file, HDF5's message and the source line.
+int h5io_fail(h5io *io, const char *expr, const char *src, int line) {
+    char h5msg[160];
+    h5io_last_message(h5msg, sizeof h5msg);
+    return sc_fail(io->err, "HDF5 call failed: %s (%s, HDF5: %s, at %s:%d)", expr, io->path,
+                   h5msg[0] ? h5msg : "no details", src, line);
+}
+
+// Stops HDF5 from printing its error stack.
+void h5io_quiet_begin(h5io_quiet *q) {
+    if (H5Eget_auto2(H5E_DEFAULT, &q->func, &q->data) < 0) q->func = NULL, q->data = NULL;
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+}
+
+// Restores HDF5's previous error printing.
+void h5io_quiet_end(const h5io_quiet *q) { H5Eset_auto2(H5E_DEFAULT, q->func, q->data); }
+
+// --- types ------------------------------------------------------------------
+
+// Creates a variable-length UTF-8 string type.
+hid_t h5io_str_type(h5io *io) {
+    hid_t t = -1;
+    H5IO_CHECK(io, t = H5Tcopy(H5T_C_S1));
+    H5IO_CHECK(io, H5Tset_size(t, H5T_VARIABLE));
+    H5IO_CHECK(io, H5Tset_cset(t, H5T_CSET_UTF8));
+    return t;
+fail:
+    if (t >= 0) H5Tclose(t);
+    return -1;
+}
+
+// Creates the IEEE half-precision type: 1 sign, 5 exponent (bias 15), 10 mantissa bits.
+hid_t h5io_half_type(h5io *io) {
+    hid_t t = -1;
+    H5IO_CHECK(io, t = H5Tcopy(H5T_IEEE_F32LE));
+    H5IO_CHECK(io, H5Tset_fields(t, 15, 10, 5, 0, 10));
+    H5IO_CHECK(io, H5Tset_size(t, 2));
+    H5IO_CHECK(io, H5Tset_ebias(t, 15));
+    return t;
+fail:
+    if (t >= 0) H5Tclose(t);
+    return -1;
+}
+
+// --- attributes -------------------------------------------------------------
+
+// Writes an attribute of n values (n == 0: a scalar).
+int h5io_attr_write(h5io *io, hid_t obj, const char *name, hid_t ftype, hid_t mtype, int n,
+                    const void *buf) {
+    hid_t sp = -1, a = -1;
+    int rc = -1;
+    hsize_t dims[1] = {(hsize_t)n};
+    H5IO_CHECK(io, sp = n == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, dims, NULL));
+    H5IO_CHECK(io, a = H5Acreate2(obj, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT));
+    H5IO_CHECK(io, H5Awrite(a, mtype, buf));
+    rc = 0;
+fail:
+    H5IO_CLOSE(io, H5Aclose, a, rc);
+    H5IO_CLOSE(io, H5Sclose, sp, rc);
+    return rc;
+}
+
+// Writes a string attribute.
+int h5io_attr_str(h5io *io, hid_t obj, const char *name, const char *value) {
+    hid_t t = h5io_str_type(io);
+    if (t < 0) return -1;
+    int rc = h5io_attr_write(io, obj, name, t, t, 0, &value);
+    H5IO_CLOSE(io, H5Tclose, t, rc);
+    return rc;
+}
+
+// Writes a 32-bit integer attribute.
+int h5io_attr_int(h5io *io, hid_t obj, const char *name, int v) {
+    return h5io_attr_write(io, obj, name, H5T_STD_I32LE, H5T_NATIVE_INT, 0, &v);
+}
+
+// Writes a 64-bit integer attribute.
+int h5io_attr_i64(h5io *io, hid_t obj, const char *name, long long v) {
+    return h5io_attr_write(io, obj, name, H5T_STD_I64LE, H5T_NATIVE_LLONG, 0, &v);
+}
+
+// --- datasets ---------------------------------------------------------------
+
+// Writes a dataset of ndim dims (ndim == 0: a scalar).
+int h5io_dset_write(h5io *io, hid_t loc, const char *name, hid_t ftype, hid_t mtype, int ndim,
+                    const hsize_t *dims, const void *buf) {
+    hid_t sp = -1, d = -1;
+    int rc = -1;
+    H5IO_CHECK(io, sp = ndim == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(ndim, dims, NULL));
+    H5IO_CHECK(io, d = H5Dcreate2(loc, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    hssize_t npts;
+    H5IO_CHECK(io, npts = H5Sget_simple_extent_npoints(sp));
+    if (npts > 0) H5IO_CHECK(io, H5Dwrite(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf));
+    rc = 0;
+fail:
+    H5IO_CLOSE(io, H5Dclose, d, rc);
+    H5IO_CLOSE(io, H5Sclose, sp, rc);
+    return rc;
+}
+
+// --- atomic replacement -----------------------------------------------------
+
+// Flushes a file or directory to disk.
+int h5io_fsync_path(const char *path, int flags, sc_err *err) {
+    int fd = open(path, O_RDONLY | flags);
+    if (fd < 0) return sc_fail(err, "cannot open for fsync (%s, %s)", path, strerror(errno));
+    int rc = fsync(fd);
+    int e = errno;
+    close(fd);
+    if (rc != 0 && e != EINVAL) return sc_fail(err, "fsync failed (%s, %s)", path, strerror(e));
+    return 0;
+}

@@ -1,0 +1,75 @@
+// Shared HDF5 plumbing of the model-I/O files (runtime/model_io.c,
+// runtime/quant_io.c, runtime/sparse_model.c, export/export_io.c): error
+// reporting that names the file and HDF5's own message, quiet error stacks,
+// string and half-precision types, attribute writers, fsync for atomic
+// replacement. Only those files include it.
+#ifndef SC_H5IO_H
+#define SC_H5IO_H
+
+#include <hdf5.h>
+
+#include "error.h"
+
+typedef struct {
+    const char *path;  // the file, named in every message
+    sc_err *err;
+    hid_t file;
+} h5io;
+
+// Copies HDF5's innermost error message of the current stack into buf ('' when none).
+void h5io_last_message(char *buf, size_t len);
+
+// Fills io->err with the failed call, the file, HDF5's innermost message and
+// the source line; returns -1.
+int h5io_fail(h5io *io, const char *expr, const char *src, int line);
+
+// Jumps to the function's fail label when an HDF5 call returns < 0.
+#define H5IO_CHECK(io, expr)                              \
+    do {                                                  \
+        if ((expr) < 0) {                                 \
+            h5io_fail((io), #expr, __FILE__, __LINE__);   \
+            goto fail;                                    \
+        }                                                 \
+    } while (0)
+
+// Closes an HDF5 id when valid; a failed close turns rc into -1.
+#define H5IO_CLOSE(io, fn, id, rc)                                             \
+    do {                                                                       \
+        if ((id) >= 0 && fn(id) < 0 && (rc) == 0)                              \
+            (rc) = h5io_fail((io), #fn "(" #id ")", __FILE__, __LINE__);       \
+        (id) = -1;                                                             \
+    } while (0)
+
+typedef struct {
+    H5E_auto2_t func;
+    void *data;
+} h5io_quiet;
+
+// Stops HDF5 from printing its error stack (we report errors ourselves).
+void h5io_quiet_begin(h5io_quiet *q);
+// Restores HDF5's previous error printing.
+void h5io_quiet_end(const h5io_quiet *q);
+
+// A variable-length UTF-8 string type (caller closes), -1 on failure.
+hid_t h5io_str_type(h5io *io);
+// The IEEE half-precision file type (numpy float16; caller closes), -1 on failure.
+hid_t h5io_half_type(h5io *io);
+
+// Writes an attribute of n values (n == 0: a scalar).
+int h5io_attr_write(h5io *io, hid_t obj, const char *name, hid_t ftype, hid_t mtype, int n,
+                    const void *buf);
+// Writes a variable-length UTF-8 string attribute.
+int h5io_attr_str(h5io *io, hid_t obj, const char *name, const char *value);
+// Writes a 32-bit integer attribute.
+int h5io_attr_int(h5io *io, hid_t obj, const char *name, int v);
+// Writes a 64-bit integer attribute.
+int h5io_attr_i64(h5io *io, hid_t obj, const char *name, long long v);
+
+// Writes a dataset of ndim dims (ndim == 0: a scalar); no data is written for 0 points.
+int h5io_dset_write(h5io *io, hid_t loc, const char *name, hid_t ftype, hid_t mtype, int ndim,
+                    const hsize_t *dims, const void *buf);
+
+// Flushes a file or directory to disk (flags: e.g. O_DIRECTORY).
+int h5io_fsync_path(const char *path, int flags, sc_err *err);
+
+#endif
