@@ -1,5 +1,6 @@
 // Per-layer codebooks of the export: quantize's k-means codebooks when the
 // input has them, else (--codebook on) the distinct values of each layer.
+#include "runtime/half.h"
 #include "export/codebook.h"
 
 #include <stdio.h>
@@ -99,6 +100,6 @@ int export_codebook_code(const export_codebook *cb, size_t i, float w) {
 // 1 when every entry survives a round trip through fp16.
 int export_codebook_half_exact(const float *cb, int n) {
     for (int i = 0; i < n; i++)
-        if (sparse_half_to_float(sparse_half_from_float(cb[i])) != cb[i]) return 0;
+        if (half_to_float(half_from_float(cb[i])) != cb[i]) return 0;
     return 1;
 }

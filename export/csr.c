@@ -1,5 +1,6 @@
 // The CSR builder: BN folding, row padding, offsets and value encoding for
 // every conv and linear layer of a net (see csr.h).
+#include "runtime/half.h"
 #include "export/csr.h"
 
 #include "export/codebook.h"
@@ -135,7 +136,7 @@ static int csr_encode(sparse_layer *l, const export_codebook *cb, size_t j, int 
     }
     float v = (float)(w * scale);
     if (l->vtype == SV_FP16) {
-        v = sparse_half_to_float(sparse_half_from_float(v));
+        v = half_to_float(half_from_float(v));
         if (isinf(v))
             return sc_fail(err, "layer %s: weight %g does not fit in fp16 (drop --half)", name,
                            w * scale);

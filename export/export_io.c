@@ -1,6 +1,7 @@
 // The HDF5 writer of export files: root attributes, /net, /history, /params
 // (tensors that were not folded) and one CSR group per conv/linear layer,
 // written to a temporary file that is synced and renamed over the target.
+#include "runtime/half.h"
 #include "export/export_io.h"
 #include "runtime/h5io.h"
 
@@ -34,7 +35,7 @@ static int ewr_dset1(ewr *io, hid_t loc, const char *name, hid_t ftype, hid_t mt
 static int ewr_dset_half(ewr *io, hid_t loc, const char *name, size_t n, const float *v) {
     uint16_t *h = malloc((n ? n : 1) * sizeof *h);  // (n)
     if (!h) return sc_fail(io->err, "out of memory (%s)", io->path);
-    for (size_t i = 0; i < n; i++) h[i] = sparse_half_from_float(v[i]);
+    for (size_t i = 0; i < n; i++) h[i] = half_from_float(v[i]);
     hid_t t = h5io_half_type(io);
     int rc = t < 0 ? -1 : ewr_dset1(io, loc, name, t, t, n, h);
     if (t >= 0) H5IO_CLOSE(io, H5Tclose, t, rc);

@@ -1,4 +1,5 @@
 // Quantizing a whole net with k-means codebooks, linear fixed point or fp16.
+#include "runtime/half.h"
 #include "apply.h"
 
 #include <stdlib.h>
@@ -43,7 +44,7 @@ static int qa_half(net *nt, const int *sel, quant_model *q, sc_err *err) {
         float *w = nt->param + p->offset;
         for (size_t i = 0; i < p->count; i++) {
             int over = 0;
-            w[i] = quant_fp16_round(w[i], &over);
+            w[i] = half_round(w[i], &over);
             if (over) return sc_fail(err, "%s[%zu] is beyond the fp16 range", p->name, i);
         }
         SC_TRY(quant_tensor_alloc(&q->t[q->ntensors++], nt, t, 0, 0, err));

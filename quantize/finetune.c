@@ -9,6 +9,7 @@
 
 #include "datasets/loader.h"
 #include "quantize/apply.h"
+#include "runtime/half.h"
 #include "runtime/progress.h"
 #include "train/trainer.h"
 
@@ -71,7 +72,7 @@ static int ft_codebooks_set(ft_state *s, const float *src, sc_err *err) {
     for (int t = 0; t < s->q->ntensors; t++)
         for (int j = 0; j < s->k; j++) {
             float v = src[(size_t)t * s->k + j];
-            s->q->t[t].codebook[j] = s->q->codebook_fp16 ? quant_fp16_round(v, NULL) : v;
+            s->q->t[t].codebook[j] = s->q->codebook_fp16 ? half_round(v, NULL) : v;
         }
     quant_net_decode(s->nt, s->q);
     return exec_write_net(s->e, err);

@@ -1,6 +1,7 @@
 // 1-D k-means for weight codebooks. The values are sorted once; a cluster is
 // then a contiguous run between two midpoints, so one Lloyd iteration costs
 // k binary searches and k means from prefix sums.
+#include "runtime/half.h"
 #include "kmeans.h"
 
 #include <math.h>
@@ -256,7 +257,7 @@ static int km_codebook(const double *c, const kmeans_cfg *cfg, const char *name,
                        sc_err *err) {
     for (int j = 0; j < cfg->k; j++) {
         int over = 0;
-        cb[j] = cfg->fp16 ? quant_fp16_round((float)c[j], &over) : (float)c[j];
+        cb[j] = cfg->fp16 ? half_round((float)c[j], &over) : (float)c[j];
         if (over || !isfinite(cb[j]))
             return sc_fail(err, "%s: centroid %g does not fit in fp16 (use --codebook fp32)",
                            name, c[j]);

@@ -3,6 +3,7 @@
 // decoding, and fp16 rounding. The layout is documented in docs/quantize.md.
 #include "quant_io.h"
 #include "h5io.h"
+#include "half.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -90,28 +91,6 @@ void quant_tensor_decode(const quant_model *q, const quant_tensor *t, const floa
         const float steps = (float)((int32_t)t->q[i] - t->zero_point[c]);
         out[i] = t->scale[c] * steps;
     }
-}
-
-// --- fp16 -------------------------------------------------------------------
-
-// Rounds x to the nearest fp16 value (ties to even), widened back to float.
-float quant_fp16_round(float x, int *overflow) {
-    if (overflow) *overflow = 0;
-    if (isnan(x)) return x;
-    const float a = fabsf(x);
-    if (a >= 65520.0f) {  // 65504 is the largest fp16; from 65520 on it rounds to inf
-        if (overflow) *overflow = 1;
-        return copysignf(INFINITY, x);
-    }
-    if (a < 6.103515625e-05f)  // below 2^-14: fp16 subnormals, a multiple of 2^-24
-        return copysignf(rintf(a * 16777216.0f) / 16777216.0f, x);
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    u += 0xFFFu + ((u >> 13) & 1u);  // round the 23-bit mantissa to 10 bits, ties to even
-    u &= ~0x1FFFu;
-    float r;
-    memcpy(&r, &u, sizeof r);
-    return r;
 }
 
 // --- HDF5 plumbing ----------------------------------------------------------
@@ -439,7 +418,7 @@ static int qio_match_check(qio *io, const net *nt, const quant_model *q, const q
     const float *w = nt->param + p->offset, *m = nt->mask + p->offset;
     if (q->method == QM_HALF) {
         for (size_t i = 0; i < t->count; i++)
-            if (quant_fp16_round(w[i], NULL) != w[i])
+            if (half_round(w[i], NULL) != w[i])
                 return sc_fail(io->err, "/params/%s[%zu] = %.9g is not an fp16 value though "
                                "/quant says half (%s)", p->name, i, w[i], io->path);
         return 0;

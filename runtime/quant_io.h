@@ -91,10 +91,6 @@ void quant_tensor_decode(const quant_model *q, const quant_tensor *t, const floa
 int quant_model_save(const char *path, const net *nt, const model_meta *meta,
                      const quant_model *q, sc_err *err);
 
-// Rounds x to the nearest fp16 value (ties to even) and returns it widened
-// to float; *overflow (when not NULL) is set to 1 when |x| is beyond the
-// fp16 range (the result is then +-inf). NaN stays NaN.
-float quant_fp16_round(float x, int *overflow);
 
 // Reads /quant of a model file for the net model_load() read from the same
 // file. *out is NULL when the file has no /quant. Checks every tensor's

@@ -5,6 +5,7 @@
 // indices, offsets, codes.
 #include "sparse_model.h"
 #include "h5io.h"
+#include "half.h"
 
 #include <errno.h>
 #include <hdf5.h>
@@ -16,40 +17,6 @@
 
 #define SPARSE_FORMAT "sparsecnn-export"
 #define SPARSE_FORMAT_VERSION 1
-
-// --- fp16 -------------------------------------------------------------------
-
-// Rounds a float to the nearest IEEE half (ties to even); overflow gives inf.
-uint16_t sparse_half_from_float(float f) {
-    uint32_t x;
-    memcpy(&x, &f, sizeof x);
-    const uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
-    if (ax >= 0x7f800000u) return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0));
-    if (ax < 0x38800000u) {  // below 2^-14: a half subnormal (or zero), exact scaling
-        float a;
-        memcpy(&a, &ax, sizeof a);
-        return (uint16_t)(sign | (uint32_t)lrintf(a * 16777216.0f));
-    }
-    if (ax >= 0x47800000u) return (uint16_t)(sign | 0x7c00u);
-    uint32_t h = ((((ax >> 23) - 112u)) << 10) | ((ax & 0x7fffffu) >> 13);
-    const uint32_t rest = ax & 0x1fffu;
-    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) h++;
-    if (h > 0x7c00u) h = 0x7c00u;
-    return (uint16_t)(sign | h);
-}
-
-// Widens an IEEE half to a float (exact).
-float sparse_half_to_float(uint16_t h) {
-    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0) {
-        float v = ldexpf((float)m, -24);
-        return sign ? -v : v;
-    }
-    uint32_t x = e == 31 ? (sign | 0x7f800000u | (m << 13)) : (sign | ((e + 112u) << 23) | (m << 13));
-    float f;
-    memcpy(&f, &x, sizeof f);
-    return f;
-}
 
 // Name of a value type as stored in the file.
 const char *sparse_vtype_name(sparse_vtype v) {
@@ -317,7 +284,7 @@ static int sio_floats(sio *io, hid_t loc, const char *where, const char *name, h
     hid_t ht = h5io_half_type(io);
     int rc = !h ? sc_fail(io->err, "out of memory (%s)", io->path)
                 : ht < 0 ? -1 : sio_nums(io, loc, where, name, 0, ht, n, h);
-    for (hsize_t i = 0; rc == 0 && i < n; i++) out[i] = sparse_half_to_float(h[i]);
+    for (hsize_t i = 0; rc == 0 && i < n; i++) out[i] = half_to_float(h[i]);
     if (ht >= 0) H5Tclose(ht);
     free(h);
     return rc;

@@ -107,10 +107,6 @@ int sparse_model_tensor_in_params(const sparse_model *m, int t);
 // to (weight != 0). Fails when a bias has nowhere to go.
 int sparse_model_fill_net(sparse_model *m, sc_err *err);
 
-// IEEE half precision <-> fp32 (round to nearest even; inf and NaN kept).
-uint16_t sparse_half_from_float(float f);
-float sparse_half_to_float(uint16_t h);
-
 // Name of a value type as stored in the file: "fp32", "fp16", "codebook4".
 const char *sparse_vtype_name(sparse_vtype v);
 

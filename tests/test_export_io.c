@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "runtime/half.h"
 #include "runtime/model_io.h"
 #include "runtime/quant_io.h"
 #include "tests/check.h"
@@ -33,7 +34,7 @@ static void snap_tensor(net *nt, int t, int k, float *cb, uint8_t *idx) {
     for (size_t i = 0; i < p->count; i++) lo = fminf(lo, w[i]), hi = fmaxf(hi, w[i]);
     for (int c = 0; c < k; c++) {
         float v = lo + (hi - lo) * (c + 0.5f) / k;
-        cb[c] = sparse_half_to_float(sparse_half_from_float(v == 0.0f ? 1e-3f : v));
+        cb[c] = half_to_float(half_from_float(v == 0.0f ? 1e-3f : v));
     }
     for (size_t i = 0; i < p->count; i++) {
         int best = 0;

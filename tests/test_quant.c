@@ -12,6 +12,7 @@
 #include "quantize/apply.h"
 #include "quantize/kmeans.h"
 #include "quantize/linear.h"
+#include "runtime/half.h"
 #include "runtime/quant_io.h"
 #include "tests/testutil.h"
 
@@ -206,20 +207,20 @@ static void test_fp16_round(tctx *t) {
     long bad = 0, badmid = 0;
     for (uint32_t h = 0; h < 0x7C00; h++) {  // positive finite halves
         double v = half_value((uint16_t)h);
-        if (quant_fp16_round((float)v, NULL) != (float)v) bad++;
-        if (quant_fp16_round((float)-v, NULL) != (float)-v) bad++;
+        if (half_round((float)v, NULL) != (float)v) bad++;
+        if (half_round((float)-v, NULL) != (float)-v) bad++;
         if (h + 1 < 0x7C00) {
             double mid = 0.5 * (v + half_value((uint16_t)(h + 1)));
             double even = (h & 1) ? half_value((uint16_t)(h + 1)) : v;
-            if (quant_fp16_round((float)mid, NULL) != (float)even) badmid++;
+            if (half_round((float)mid, NULL) != (float)even) badmid++;
         }
     }
     CHECK(t, bad == 0, "%ld halves not kept", bad);
     CHECK(t, badmid == 0, "%ld midpoints not rounded to even", badmid);
     int over = 0;
-    CHECK(t, quant_fp16_round(65519.0f, &over) == 65504.0f && !over, "65519");
-    CHECK(t, isinf(quant_fp16_round(65520.0f, &over)) && over, "65520 overflows");
-    CHECK(t, quant_fp16_round(1e-9f, NULL) == 0.0f, "tiny to zero");
+    CHECK(t, half_round(65519.0f, &over) == 65504.0f && !over, "65519");
+    CHECK(t, isinf(half_round(65520.0f, &over)) && over, "65520 overflows");
+    CHECK(t, half_round(1e-9f, NULL) == 0.0f, "tiny to zero");
 }
 
 // --- whole nets -----------------------------------------------------------------
@@ -296,7 +297,7 @@ static void test_net_apply(tctx *t) {
             check_quantized(t, nt, q, m < 4 ? "kmeans" : m == 4 ? "linear" : "half", m < 4 ? ks[m] : 0);
         }
         for (size_t i = 0; m == 5 && i < nt->nparam; i++)
-            if (quant_fp16_round(nt->param[i], NULL) != nt->param[i]) {
+            if (half_round(nt->param[i], NULL) != nt->param[i]) {
                 CHECK(t, 0, "half: param %zu not fp16", i);
                 break;
             }

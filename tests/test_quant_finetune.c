@@ -9,6 +9,7 @@
 
 #include <gsl/gsl_errno.h>
 
+#include "runtime/half.h"
 #include "quantize/apply.h"
 #include "quantize/finetune.h"
 #include "tests/testutil.h"
@@ -139,7 +140,7 @@ static void test_finetune_invariants(tctx *t) {
         CHECK(t, !memcmp(dec, nt->param + p->offset, qt->count * sizeof *dec), "%s: params not decoded", p->name);
         free(dec);
         for (int j = 0; j < qt->k; j++)
-            CHECK(t, quant_fp16_round(qt->codebook[j], NULL) == qt->codebook[j], "not fp16");
+            CHECK(t, half_round(qt->codebook[j], NULL) == qt->codebook[j], "not fp16");
     }
     for (int k = 0; k < nt->ntensors; k++) {
         const ptensor *p = &nt->tensors[k];
