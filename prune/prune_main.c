@@ -21,6 +21,7 @@
 #include "runtime/net.h"
 #include "runtime/progress.h"
 #include "runtime/rundir.h"
+#include "train/train_cli.h"
 
 #define TOOL "prune"
 
@@ -86,18 +87,7 @@ typedef struct {
      .help = "learning-rate schedule over the run (auto: onecycle from scratch, else cosine)"}, \
     {.name = "warmup", .type = OPT_STRING, .dst = &(o)->warmup, .def = "auto", .metavar = "X", \
      .help = "fraction of the steps spent warming up (auto: 0.25 from scratch, else 0)"},      \
-    {.name = "momentum", .type = OPT_FLOAT, .dst = &(o)->momentum, .def = "0.9", .min = 0,     \
-     .max = 0.999, .help = "SGD momentum"},                                                    \
-    {.name = "nesterov", .type = OPT_FLAG, .dst = &(o)->nesterov, .def = "1",                  \
-     .help = "Nesterov momentum (--no-nesterov: plain momentum)"},                             \
-    {.name = "wd", .type = OPT_FLOAT, .dst = &(o)->wd, .def = "5e-4", .min = 0, .max = 1,      \
-     .help = "weight decay"},                                                                  \
-    {.name = "smoothing", .type = OPT_FLOAT, .dst = &(o)->smoothing, .def = "0.1", .min = 0,   \
-     .max = 0.999, .help = "label smoothing"},                                                 \
-    {.name = "augment", .type = OPT_FLAG, .dst = &(o)->augment, .def = "1",                    \
-     .help = "random crop and flip (--no-augment: off)"},                                      \
-    {.name = "precision", .type = OPT_CHOICE, .dst = &(o)->precision, .def = "auto",           \
-     .choices = "auto|fp16|fp32", .help = "fp16: mixed precision on the GPU (auto: fp16 on GPU, fp32 on CPU)"}, \
+    TRAIN_SGD_OPTS(o),                                                                         \
     {.name = "val-size", .type = OPT_INT, .dst = &(o)->val_size, .def = "-1", .min = -1,       \
      .max = 1000000, .help = "validation images held out of the training set (-1: 5000, or a tenth)"}, \
     {.name = "holdout", .type = OPT_INT, .dst = &(o)->holdout, .def = "0", .min = 0,           \

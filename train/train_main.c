@@ -14,6 +14,7 @@
 #include "runtime/net.h"
 #include "runtime/progress.h"
 #include "runtime/rundir.h"
+#include "train/train_cli.h"
 #include "train/trainer.h"
 
 #define TOOL "train"
@@ -50,18 +51,7 @@ static int opts_parse(train_opts *o, int argc, char **argv) {
          .help = "one-cycle: momentum cycles +-0.05 against the rate"},
         {.name = "warmup", .type = OPT_FLOAT, .dst = &o->warmup, .def = "0.25", .min = 0,
          .max = 1, .help = "fraction of the steps spent warming up"},
-        {.name = "momentum", .type = OPT_FLOAT, .dst = &o->momentum, .def = "0.9", .min = 0,
-         .max = 0.999, .help = "SGD momentum"},
-        {.name = "nesterov", .type = OPT_FLAG, .dst = &o->nesterov, .def = "1",
-         .help = "Nesterov momentum (--no-nesterov: plain momentum)"},
-        {.name = "wd", .type = OPT_FLOAT, .dst = &o->wd, .def = "5e-4", .min = 0, .max = 1,
-         .help = "weight decay (on all parameters)"},
-        {.name = "smoothing", .type = OPT_FLOAT, .dst = &o->smoothing, .def = "0.1", .min = 0,
-         .max = 0.999, .help = "label smoothing"},
-        {.name = "augment", .type = OPT_FLAG, .dst = &o->augment, .def = "1",
-         .help = "random crop (4-pixel reflect pad) and flip (--no-augment: off)"},
-        {.name = "precision", .type = OPT_CHOICE, .dst = &o->precision, .def = "auto",
-         .choices = "auto|fp16|fp32", .help = "fp16: mixed precision on the GPU (auto: fp16 on GPU, fp32 on CPU)"},
+        TRAIN_SGD_OPTS(o),
         {.name = "val-size", .type = OPT_INT, .dst = &o->val_size, .def = "-1", .min = -1,
          .max = 1000000, .help = "validation images held out of the training set (-1: 5000, or a tenth when smaller)"},
         {.name = "data-dir", .type = OPT_STRING, .dst = &o->data_dir, .def = "data",
