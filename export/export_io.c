@@ -43,24 +43,6 @@ static int ewr_dset_half(ewr *io, hid_t loc, const char *name, size_t n, const f
     return rc;
 }
 
-// Writes n strings as a 1-D dataset (ndim 1) or one string as a scalar (ndim 0).
-static int ewr_dset_strs(ewr *io, hid_t loc, const char *name, int ndim, int n,
-                         const char *const *strs) {
-    hid_t t = h5io_str_type(io);
-    if (t < 0) return -1;
-    hsize_t dims[1] = {(hsize_t)n};
-    int rc = h5io_dset_write(io, loc, name, t, t, ndim, dims, strs);
-    H5IO_CLOSE(io, H5Tclose, t, rc);
-    return rc;
-}
-
-// Creates a group; returns its id or -1.
-static hid_t ewr_group(ewr *io, hid_t loc, const char *name) {
-    hid_t g = H5Gcreate2(loc, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    if (g < 0) h5io_fail(io, "H5Gcreate2", __FILE__, __LINE__);
-    return g;
-}
-
 // --- one layer --------------------------------------------------------------
 
 // 1 when indptr needs 64 bits.
@@ -142,12 +124,12 @@ static int ewr_layer_data(ewr *io, hid_t g, const sparse_layer *l) {
 
 // Writes /layers with one group per conv/linear layer.
 static int ewr_layers(ewr *io, const sparse_model *m) {
-    hid_t gl = ewr_group(io, io->file, "layers");
+    hid_t gl = h5io_group_create(io, io->file, "layers");
     if (gl < 0) return -1;
     int rc = 0;
     for (int i = 0; rc == 0 && i < m->nlayers; i++) {
         const sparse_layer *l = &m->layers[i];
-        hid_t g = ewr_group(io, gl, m->nt->layers[l->layer].name);
+        hid_t g = h5io_group_create(io, gl, m->nt->layers[l->layer].name);
         if (g < 0) {
             rc = -1;
             break;
@@ -179,10 +161,10 @@ static int ewr_root(ewr *io, const sparse_model *m) {
 
 // Writes /net: description and input normalisation.
 static int ewr_net(ewr *io, const net *nt) {
-    hid_t g = ewr_group(io, io->file, "net");
+    hid_t g = h5io_group_create(io, io->file, "net");
     if (g < 0) return -1;
     const char *desc = nt->desc ? nt->desc : "";
-    int rc = ewr_dset_strs(io, g, "description", 0, 1, &desc);
+    int rc = h5io_dset_strs(io, g, "description", 0, 1, &desc);
     if (rc == 0) rc = ewr_dset1(io, g, "input_mean", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 3, nt->in_mean);
     if (rc == 0) rc = ewr_dset1(io, g, "input_std", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 3, nt->in_std);
     H5IO_CLOSE(io, H5Gclose, g, rc);
@@ -191,7 +173,7 @@ static int ewr_net(ewr *io, const net *nt) {
 
 // Writes /params: the tensors that were not folded into a CSR layer.
 static int ewr_params(ewr *io, const sparse_model *m) {
-    hid_t g = ewr_group(io, io->file, "params");
+    hid_t g = h5io_group_create(io, io->file, "params");
     if (g < 0) return -1;
     int rc = 0;
     for (int t = 0; rc == 0 && t < m->nt->ntensors; t++) {
@@ -210,7 +192,7 @@ static int ewr_params(ewr *io, const sparse_model *m) {
 static int ewr_all(ewr *io, const sparse_model *m, const char *const *history, int nhistory) {
     SC_TRY(ewr_root(io, m));
     SC_TRY(ewr_net(io, m->nt));
-    SC_TRY(ewr_dset_strs(io, io->file, "history", 1, nhistory, history));
+    SC_TRY(h5io_dset_strs(io, io->file, "history", 1, nhistory, history));
     SC_TRY(ewr_params(io, m));
     return ewr_layers(io, m);
 }

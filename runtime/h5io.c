@@ -129,6 +129,24 @@ fail:
     return rc;
 }
 
+// Writes n strings as a 1-D dataset (ndim 1) or one string as a scalar (ndim 0).
+int h5io_dset_strs(h5io *io, hid_t loc, const char *name, int ndim, int n,
+                   const char *const *strs) {
+    hid_t t = h5io_str_type(io);
+    if (t < 0) return -1;
+    hsize_t dims[1] = {(hsize_t)n};
+    int rc = h5io_dset_write(io, loc, name, t, t, ndim, dims, strs);
+    H5IO_CLOSE(io, H5Tclose, t, rc);
+    return rc;
+}
+
+// Creates a group; returns its id or -1.
+hid_t h5io_group_create(h5io *io, hid_t loc, const char *name) {
+    hid_t g = H5Gcreate2(loc, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (g < 0) h5io_fail(io, "H5Gcreate2", __FILE__, __LINE__);
+    return g;
+}
+
 // --- atomic replacement -----------------------------------------------------
 
 // Flushes a file or directory to disk.

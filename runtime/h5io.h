@@ -69,6 +69,12 @@ int h5io_attr_i64(h5io *io, hid_t obj, const char *name, long long v);
 int h5io_dset_write(h5io *io, hid_t loc, const char *name, hid_t ftype, hid_t mtype, int ndim,
                     const hsize_t *dims, const void *buf);
 
+// Writes n strings as a 1-D dataset (ndim 1) or one string as a scalar (ndim 0).
+int h5io_dset_strs(h5io *io, hid_t loc, const char *name, int ndim, int n,
+                   const char *const *strs);
+// Creates a group; returns its id or -1 (error filled).
+hid_t h5io_group_create(h5io *io, hid_t loc, const char *name);
+
 // Flushes a file or directory to disk (flags: e.g. O_DIRECTORY).
 int h5io_fsync_path(const char *path, int flags, sc_err *err);
 

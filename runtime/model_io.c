@@ -56,26 +56,6 @@ typedef h5io mio;
 
 // --- writing ----------------------------------------------------------------
 
-// Writes n strings as a 1-D dataset (ndim 1) or one string as a scalar (ndim 0).
-static int mio_dset_strs(mio *io, hid_t loc, const char *name, int ndim, int n,
-                         const char *const *strs) {
-    hid_t t = h5io_str_type(io);
-    if (t < 0) return -1;
-    hsize_t dims[1] = {(hsize_t)n};
-    int rc = h5io_dset_write(io, loc, name, t, t, ndim, dims, strs);
-    H5IO_CLOSE(io, H5Tclose, t, rc);
-    return rc;
-}
-
-// Creates a group; returns its id or -1.
-static hid_t mio_group_create(mio *io, hid_t loc, const char *name) {
-    hid_t g = -1;
-    H5IO_CHECK(io, g = H5Gcreate2(loc, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-    return g;
-fail:
-    return -1;
-}
-
 typedef enum { MG_PARAMS, MG_MASKS, MG_BUFFERS, MG_MOMENTUM } mio_kind;
 
 // Says whether a tensor belongs in the group of that kind.
@@ -130,7 +110,7 @@ static int mio_tensors_write(mio *io, hid_t g, mio_kind k, const net *nt, const 
 // Creates a group and fills it with the tensors of one kind.
 static int mio_group_write(mio *io, hid_t loc, const char *name, mio_kind k, const net *nt,
                            const model_meta *m) {
-    hid_t g = mio_group_create(io, loc, name);
+    hid_t g = h5io_group_create(io, loc, name);
     if (g < 0) return -1;
     int rc = mio_tensors_write(io, g, k, nt, m);
     H5IO_CLOSE(io, H5Gclose, g, rc);
@@ -153,11 +133,11 @@ static int mio_root_write(mio *io, const net *nt, const model_meta *m) {
 
 // Writes /net: the description text and the input normalisation.
 static int mio_net_write(mio *io, const net *nt) {
-    hid_t g = mio_group_create(io, io->file, "net");
+    hid_t g = h5io_group_create(io, io->file, "net");
     if (g < 0) return -1;
     hsize_t three[1] = {3};
     const char *desc = nt->desc ? nt->desc : "";
-    int rc = mio_dset_strs(io, g, "description", 0, 1, &desc);
+    int rc = h5io_dset_strs(io, g, "description", 0, 1, &desc);
     if (rc == 0)
         rc = h5io_dset_write(io, g, "input_mean", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 1, three,
                             nt->in_mean);
@@ -181,25 +161,25 @@ static int mio_state_write_attrs(mio *io, hid_t g, const model_meta *m) {
                           &m->val_accuracy));
     SC_TRY(h5io_attr_write(io, g, "test_accuracy", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 0,
                           &m->test_accuracy));
-    if (m->config) SC_TRY(mio_dset_strs(io, g, "config", 0, 1, (const char *const *)&m->config));
+    if (m->config) SC_TRY(h5io_dset_strs(io, g, "config", 0, 1, (const char *const *)&m->config));
     return 0;
 }
 
 // Writes /state and /history.
 static int mio_state_write(mio *io, const model_meta *m) {
-    hid_t g = mio_group_create(io, io->file, "state");
+    hid_t g = h5io_group_create(io, io->file, "state");
     if (g < 0) return -1;
     int rc = mio_state_write_attrs(io, g, m);
     H5IO_CLOSE(io, H5Gclose, g, rc);
     SC_TRY(rc);
-    return mio_dset_strs(io, io->file, "history", 1, m->nhistory,
+    return h5io_dset_strs(io, io->file, "history", 1, m->nhistory,
                          (const char *const *)m->history);
 }
 
 // Writes /optimizer/momentum when the meta carries momentum.
 static int mio_momentum_write(mio *io, const net *nt, const model_meta *m) {
     if (!m->momentum) return 0;
-    hid_t g = mio_group_create(io, io->file, "optimizer");
+    hid_t g = h5io_group_create(io, io->file, "optimizer");
     if (g < 0) return -1;
     int rc = mio_group_write(io, g, "momentum", MG_MOMENTUM, nt, m);
     H5IO_CLOSE(io, H5Gclose, g, rc);

@@ -99,23 +99,6 @@ typedef h5io qio;
 
 // --- writing ----------------------------------------------------------------
 
-// Writes a dataset of ndim dims.
-static int qio_dset_write(qio *io, hid_t loc, const char *name, hid_t ftype, hid_t mtype,
-                          int ndim, const hsize_t *dims, const void *buf) {
-    hid_t sp = -1, d = -1;
-    int rc = -1;
-    H5IO_CHECK(io, sp = H5Screate_simple(ndim, dims, NULL));
-    H5IO_CHECK(io, d = H5Dcreate2(loc, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-    hssize_t npts;
-    H5IO_CHECK(io, npts = H5Sget_simple_extent_npoints(sp));
-    if (npts > 0) H5IO_CHECK(io, H5Dwrite(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf));
-    rc = 0;
-fail:
-    H5IO_CLOSE(io, H5Dclose, d, rc);
-    H5IO_CLOSE(io, H5Sclose, sp, rc);
-    return rc;
-}
-
 // Writes a k-means tensor: codebook (fp16 or fp32) and indices shaped as the weight.
 static int qio_kmeans_write(qio *io, hid_t g, const quant_model *q, const quant_tensor *t,
                             const ptensor *p) {
@@ -123,10 +106,10 @@ static int qio_kmeans_write(qio *io, hid_t g, const quant_model *q, const quant_
     for (int i = 0; i < p->ndim; i++) dims[i] = (hsize_t)p->dims[i];
     hid_t ft = q->codebook_fp16 ? h5io_half_type(io) : H5T_IEEE_F32LE;
     if (ft < 0) return -1;
-    int rc = qio_dset_write(io, g, "codebook", ft, H5T_NATIVE_FLOAT, 1, kd, t->codebook);
+    int rc = h5io_dset_write(io, g, "codebook", ft, H5T_NATIVE_FLOAT, 1, kd, t->codebook);
     if (q->codebook_fp16) H5IO_CLOSE(io, H5Tclose, ft, rc);
     SC_TRY(rc);
-    return qio_dset_write(io, g, "indices", H5T_STD_U8LE, H5T_NATIVE_UINT8, p->ndim, dims,
+    return h5io_dset_write(io, g, "indices", H5T_STD_U8LE, H5T_NATIVE_UINT8, p->ndim, dims,
                           t->indices);
 }
 
@@ -135,11 +118,11 @@ static int qio_linear_write(qio *io, hid_t g, const quant_model *q, const quant_
                             const ptensor *p) {
     hsize_t dims[4], sd[1] = {(hsize_t)t->nscale};
     for (int i = 0; i < p->ndim; i++) dims[i] = (hsize_t)p->dims[i];
-    SC_TRY(qio_dset_write(io, g, "scale", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 1, sd, t->scale));
-    SC_TRY(qio_dset_write(io, g, "zero_point", H5T_STD_I32LE, H5T_NATIVE_INT32, 1, sd,
+    SC_TRY(h5io_dset_write(io, g, "scale", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 1, sd, t->scale));
+    SC_TRY(h5io_dset_write(io, g, "zero_point", H5T_STD_I32LE, H5T_NATIVE_INT32, 1, sd,
                           t->zero_point));
     hid_t ft = q->bits == 8 ? H5T_STD_I8LE : H5T_STD_I16LE;
-    return qio_dset_write(io, g, "q", ft, H5T_NATIVE_INT16, p->ndim, dims, t->q);
+    return h5io_dset_write(io, g, "q", ft, H5T_NATIVE_INT16, p->ndim, dims, t->q);
 }
 
 // Writes /quant/<name> for one tensor.
@@ -148,7 +131,7 @@ static int qio_tensor_write(qio *io, hid_t quant, const net *nt, const quant_mod
     const ptensor *p = &nt->tensors[t->tensor];
     hid_t g = -1;
     int rc = -1;
-    H5IO_CHECK(io, g = H5Gcreate2(quant, p->name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    H5IO_CHECK(io, g = h5io_group_create(io, quant, p->name));
     rc = h5io_attr_str(io, g, "method", q->method == QM_KMEANS ? "kmeans"
                                        : q->method == QM_LINEAR ? "linear" : "half");
     if (rc == 0 && q->method == QM_KMEANS) rc = qio_kmeans_write(io, g, q, t, p);
@@ -176,7 +159,7 @@ static int qio_attrs_write(qio *io, hid_t g, const quant_model *q) {
 static int qio_write_all(qio *io, const net *nt, const quant_model *q) {
     hid_t g = -1;
     int rc = -1;
-    H5IO_CHECK(io, g = H5Gcreate2(io->file, "quant", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    H5IO_CHECK(io, g = h5io_group_create(io, io->file, "quant"));
     rc = qio_attrs_write(io, g, q);
     for (int i = 0; rc == 0 && i < q->ntensors; i++) {
         if (q->t[i].tensor < 0 || q->t[i].tensor >= nt->ntensors)
