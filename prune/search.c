@@ -234,6 +234,7 @@ static int round_train(prune_search *s, int i, long pos, int want_grad, progress
     exec_hparams hp = {.momentum = s->cfg.hp.momentum, .weight_decay = s->cfg.hp.weight_decay,
                        .nesterov = s->cfg.hp.nesterov, .label_smoothing = s->cfg.hp.smoothing};
     SC_TRY(sol_upload(s, i, err));
+    SC_TRY(exec_reset_scaler(s->ex, err));  // same start for any rank and history
     loader_start_epoch(ld, (int)(sol->batches / bpe));
     loader_seek(ld, (int)(sol->batches % bpe));
     if (want_grad) memset(s->gabs, 0, s->nt->nparam * sizeof *s->gabs);

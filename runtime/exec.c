@@ -76,6 +76,11 @@ int exec_read_grad(exec *e, float *grad, sc_err *err) {
     return e->be->read_grad(e->st, grad, err);
 }
 
+// Initial loss scale again (backends without a scaler have nothing to do).
+int exec_reset_scaler(exec *e, sc_err *err) {
+    return e->be->reset_scaler ? e->be->reset_scaler(e->st, err) : 0;
+}
+
 // Name of the device that runs this executor.
 const char *exec_device_name(const exec *e) { return e->be->device_name(e->st); }
 

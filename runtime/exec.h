@@ -73,6 +73,11 @@ int exec_write_momentum(exec *e, const float *mom, sc_err *err);
 // Gradient of the last training step (unscaled, before masking), (nparam) floats.
 int exec_read_grad(exec *e, float *grad, sc_err *err);
 
+// Puts the fp16 loss scaler back to its initial scale and counters (no-op for
+// fp32 and on the CPU), so that what trains next does not depend on the steps
+// the executor ran before (other solutions of a population, other ranks).
+int exec_reset_scaler(exec *e, sc_err *err);
+
 // Resolves the --device (cpu|gpu|auto) and --precision (auto|fp16|fp32)
 // options of a tool: auto takes the GPU when one works, else the CPU (and
 // says so on stderr as "tool: ...; using the CPU" unless quiet); auto

@@ -17,6 +17,7 @@ typedef struct {
     int (*read_momentum)(void *st, float *mom, sc_err *err);
     int (*write_momentum)(void *st, const float *mom, sc_err *err);
     int (*read_grad)(void *st, float *grad, sc_err *err);
+    int (*reset_scaler)(void *st, sc_err *err);  // NULL: nothing to reset
     const char *(*device_name)(const void *st);
 } exec_backend;
 

@@ -151,6 +151,15 @@ static void gx_stage_layout(gx_exec *e) {
     e->stage_bytes = o;
 }
 
+// Sets the loss scaler to its initial state (scale 1 for fp32), in stream order.
+static int gx_scaler_init(gx_exec *e, sc_err *err) {
+    const float s0 = e->dt == GDT_F16 ? GX_SCALE_INIT : 1.0f;
+    const gpu_scaler sc = {s0, 1.0f / s0, 0, 0};
+    cudaCheck(err, cudaStreamSynchronize(e->g.stream));
+    cudaCheck(err, cudaMemcpy(e->scaler, &sc, sizeof sc, cudaMemcpyHostToDevice));
+    return 0;
+}
+
 // Flat vectors, staging buffers, statistics, loss scaler and scratch.
 static int gx_alloc_state(gx_exec *e, sc_err *err) {
     const net *nt = e->nt;
@@ -176,10 +185,7 @@ static int gx_alloc_state(gx_exec *e, sc_err *err) {
     SC_TRY(gx_alloc((void **)&e->stats, sizeof(gpu_stats), err));
     SC_TRY(gx_alloc((void **)&e->scaler, sizeof(gpu_scaler), err));
     cudaCheck(err, cudaMemset(e->stats, 0, sizeof(gpu_stats)));
-    const float s0 = e->dt == GDT_F16 ? GX_SCALE_INIT : 1.0f;
-    const gpu_scaler sc = {s0, 1.0f / s0, 0, 0};
-    cudaCheck(err, cudaMemcpy(e->scaler, &sc, sizeof sc, cudaMemcpyHostToDevice));
-    return 0;
+    return gx_scaler_init(e, err);
 }
 
 // --- staging ----------------------------------------------------------------
@@ -393,6 +399,9 @@ static int gx_read_grad(void *st, float *grad, sc_err *err) {
     return gx_copy(e, grad, e->grad, e->nt->nparam * sizeof(float), cudaMemcpyDeviceToHost, err);
 }
 
+// Backend entry: the loss scaler back to its initial state.
+static int gx_reset_scaler(void *st, sc_err *err) { return gx_scaler_init(st, err); }
+
 // The GPU's name.
 static const char *gx_device_name(const void *st) { return ((const gx_exec *)st)->name; }
 
@@ -489,6 +498,7 @@ static const exec_backend gpu_backend = {
     .read_momentum = gx_read_momentum,
     .write_momentum = gx_write_momentum,
     .read_grad = gx_read_grad,
+    .reset_scaler = gx_reset_scaler,
     .device_name = gx_device_name,
 };
 
