@@ -3,6 +3,7 @@
 // output channels x conv rows x column pairs), the kernel with output
 // channels along the lanes (small images, batch 1), the sparse linear kernel
 // and the plain one-thread-per-output kernel. Layouts: kernels/spconv_impl.h.
+#include <limits.h>
 #include <math.h>
 
 #include "kernels/spconv_impl.h"
@@ -38,6 +39,16 @@ __device__ __forceinline__ float spk_act(const spk_args &a, int k, float acc) {
     const float sc = a.scale ? __ldg(a.scale + k) : 1.0f;
     const float y = fmaf(acc, sc, a.bias ? __ldg(a.bias + k) : 0.0f);
     return a.relu ? fmaxf(y, 0.0f) : y;
+}
+
+// Output channel of kernel row k (rows may run in order of their length).
+__device__ __forceinline__ int spk_chan(const spk_args &a, int k) {
+    return a.perm ? __ldg(a.perm + k) : k;
+}
+
+// First and end record of kernel row k (ell, linear: one chunk per row).
+__device__ __forceinline__ int2 spk_row_span(const spk_args &a, int k) {
+    return make_int2(__ldg(a.cptr + 2 * k), __ldg(a.cptr + 2 * k + 1));
 }
 
 // Index of output element (po, qo) of plane (img, k) in the bordered output.
@@ -118,33 +129,32 @@ template <int VT> __device__ int2 spk_colsrc(const spk_args &a, int cw) {
 
 // Copies the chunk's input tile (nb images, cc channels from c0, br rows from
 // bordered row prow0) into shared memory; out-of-range elements become 0.
+// The thread copies word cw of lines l0, l0 + lstep, ... (a line: one row of
+// one channel of one image; src: cw's input columns), eight loads in flight.
 template <int VT>
-__device__ __forceinline__ void spk_tile_stage(const spk_args &a, uint32_t *tile,
-                                               const int2 *colsrc, int n0, int c0, int prow0) {
-    const int total = a.nb * a.cc * a.br * a.rp;
-    const size_t plane = (size_t)a.Hb * a.Wb;
-    for (int base = threadIdx.x; base < total; base += 8 * blockDim.x) {
+__device__ __forceinline__ void spk_tile_stage(const spk_args &a, uint32_t *tile, int2 src, int cw,
+                                               int l0, int lstep, int n0, int c0, int prow0) {
+    const int lines = a.nb * a.cc * a.br, ipad = a.ip - a.cc * a.cp;
+    for (int base = l0; base < lines; base += 8 * lstep) {
         uint32_t v[8];
         int dst[8];
 #pragma unroll
         for (int u = 0; u < 8; u++) {
-            const int idx = base + u * (int)blockDim.x;
+            const int line = base + u * lstep;
             v[u] = 0, dst[u] = -1;
-            if (idx >= total) continue;
-            const int line = (int)spk_div(idx, a.f_rp), cw = idx - line * a.rp;
+            if (line >= lines) continue;
             const int pl = (int)spk_div(line, a.f_br), row = line - pl * a.br;
             const int i = (int)spk_div(pl, a.f_cc), cl = pl - i * a.cc;
-            dst[u] = i * a.ip + cl * a.cp + row * a.rp + cw;
+            dst[u] = line * a.rp + cw + i * ipad;
             const int c = c0 + cl, img = n0 + i, grow = prow0 + row;
             if (c >= a.C || img >= a.n || grow >= a.Hb) continue;
-            const int2 s = colsrc[cw];
-            const size_t at = ((size_t)img * a.C + c) * plane + (size_t)grow * a.Wb;
+            const size_t at = (((size_t)img * a.C + c) * a.Hb + grow) * a.Wb;
             if (VT == 0) {
-                if (s.x >= 0) v[u] = __float_as_uint(__ldg((const float *)a.in + at + s.x));
+                if (src.x >= 0) v[u] = __float_as_uint(__ldg((const float *)a.in + at + src.x));
             } else {
                 const unsigned short *h = (const unsigned short *)a.in + at;
-                const uint32_t lo = s.x >= 0 ? __ldg(h + s.x) : 0u;
-                const uint32_t hi = s.y >= 0 ? __ldg(h + s.y) : 0u;
+                const uint32_t lo = src.x >= 0 ? __ldg(h + src.x) : 0u;
+                const uint32_t hi = src.y >= 0 ? __ldg(h + src.y) : 0u;
                 v[u] = lo | (hi << 16);
             }
         }
@@ -267,8 +277,8 @@ __device__ __forceinline__ void spk_tile_epilogue(const spk_args &a,
     T *out = (T *)a.out;
 #pragma unroll
     for (int r = 0; r < RB; r++) {
-        const int k = kt + r;
-        if (k >= a.K) break;  // warp-uniform
+        if (kt + r >= a.K) break;  // warp-uniform
+        const int k = spk_chan(a, kt + r);
         if constexpr (VT == 0) {
             float y[RS];
 #pragma unroll
@@ -323,9 +333,10 @@ __device__ __forceinline__ void spk_tile_epilogue(const spk_args &a,
 template <int VT, int RS, int RB, int POOL>
 __global__ void __launch_bounds__(256, 2) spk_tile_kernel(const __grid_constant__ spk_args a) {
     extern __shared__ __align__(16) uint32_t sm[];
-    int2 *colsrc = reinterpret_cast<int2 *>(sm);  // (rp)
-    uint32_t *tile = sm + 2 * a.rp;               // (nb, ip) words
-    for (int cw = threadIdx.x; cw < a.rp; cw += blockDim.x) colsrc[cw] = spk_colsrc<VT>(a, cw);
+    uint32_t *tile = sm + 2 * a.rp;  // (nb, ip) words (the first 2 rp words are unused)
+    const int sl = (int)spk_div(threadIdx.x, a.f_rp), scw = threadIdx.x - sl * a.rp;
+    const int slstep = (int)spk_div(blockDim.x, a.f_rp);  // >= 1: rp <= threads
+    const int2 ssrc = spk_colsrc<VT>(a, scw);
     const int band = blockIdx.x % a.bands, n0 = (blockIdx.x / a.bands) * a.nb;
     const int p0 = band * a.pb, prow0 = p0 * a.stride + a.rmin;
     const int u = threadIdx.x % a.ubp, kg = threadIdx.x / a.ubp;
@@ -346,23 +357,28 @@ __global__ void __launch_bounds__(256, 2) spk_tile_kernel(const __grid_constant_
         for (int ch = 0; ch < a.nch; ch++) {
             if (a.nch > 1 || kk == 0) {
                 __syncthreads();
-                spk_tile_stage<VT>(a, tile, colsrc, n0, ch * a.cc, prow0);
+                spk_tile_stage<VT>(a, tile, ssrc, scw, sl < slstep ? sl : INT_MAX / 2, slstep, n0,
+                                   ch * a.cc, prow0);
                 __syncthreads();
+            }
+            int jb[RB], je[RB];  // every row's span first: one load latency, not RB
+#pragma unroll
+            for (int r = 0; r < RB; r++) {
+                jb[r] = je[r] = 0;
+                if (kt + r < a.K) {
+                    const int *cp = a.cptr + (size_t)(kt + r) * (a.nch + 1) + ch;
+                    jb[r] = __ldg(cp), je[r] = __ldg(cp + 1);
+                }
             }
 #pragma unroll
             for (int r = 0; r < RB; r++) {
                 const int k = kt + r;
-                int jb = 0, je = 0;
-                if (k < a.K) {
-                    const int *cp = a.cptr + (size_t)k * (a.nch + 1) + ch;
-                    jb = __ldg(cp), je = __ldg(cp + 1);
-                }
                 const size_t row = (size_t)(k < a.K ? k : 0) * a.nnzp;
                 const uint32_t *wr = (const uint32_t *)a.w + row * (VT == 2 ? 1 : 2);
                 if constexpr (VT == 0)
-                    spk_f32_row<RS>(wr, jb, je, (const float *)tile + ubase, rstep, acc[r]);
+                    spk_f32_row<RS>(wr, jb[r], je[r], (const float *)tile + ubase, rstep, acc[r]);
                 else
-                    spk_h2_row<VT, RS>(a, wr, jb, je, (const __half2 *)tile + ubase, rstep,
+                    spk_h2_row<VT, RS>(a, wr, jb[r], je[r], (const __half2 *)tile + ubase, rstep,
                                        acc[r]);
             }
         }
@@ -371,72 +387,24 @@ __global__ void __launch_bounds__(256, 2) spk_tile_kernel(const __grid_constant_
     }
 }
 
-// --- channels-along-lanes kernel (ell) -------------------------------------------
+// --- channels-along-lanes kernel (ell): epilogue ---------------------------------
 
-// Block: one image, one ET x ET tile of conv pixels, kbt output channels, each
-// row's records split cs ways (thread = channel x split, channels along the
-// lanes so the transposed records load coalesced). The tile's input (all
-// channels) sits in shared memory; the splits are summed through it.
-template <int VT, int ET>
-__global__ void __launch_bounds__(256, 2) spk_ell_kernel(const __grid_constant__ spk_args a) {
+// Sums the splits of each (row, image, pixel) from red, then bias, ReLU, the
+// 2x2 pool and the store of the block's outputs.
+template <int VT, int ET, int NI>
+__device__ __forceinline__ void spk_ell_epilogue(const spk_args &a, const float *red, int img0,
+                                                 int tp, int tq) {
     typedef typename spk_elem<VT>::T T;
-    constexpr int PX = ET * ET;
-    extern __shared__ __align__(16) uint32_t sm[];
-    T *tile = reinterpret_cast<T *>(sm);             // (C, ebr, ebc)
-    float *red = reinterpret_cast<float *>(sm + a.red_off);  // (threads, PX)
-    float *cbs = red + (size_t)blockDim.x * PX;      // (32) codebook
-    if (VT == 2)
-        for (int c = threadIdx.x; c < 32; c += blockDim.x) cbs[c] = a.cbf[c];
-    const int img = blockIdx.x / a.ntiles, t = blockIdx.x % a.ntiles;
-    const int tp = (t / a.tiles_q) * ET, tq = (t % a.tiles_q) * ET;
-    const int r0 = tp * a.stride + a.rmin, c0 = tq * a.stride + a.cmin;
-    const int per = a.ebr * a.ebc, total = a.C * per;
-    const T *src = (const T *)a.in + (size_t)img * a.C * a.Hb * a.Wb;
-    for (int idx = threadIdx.x; idx < total; idx += blockDim.x) {
-        const int c = (int)spk_div(idx, a.f_plane), rem = idx - c * per;
-        const int row = (int)spk_div(rem, a.f_ebc), col = rem - row * a.ebc;
-        const int gr = r0 + row, gc = c0 + col;
-        T v = (T)0.0f;
-        if (gr < a.Hb && gc < a.Wb) v = __ldg(src + ((size_t)c * a.Hb + gr) * a.Wb + gc);
-        tile[idx] = v;
-    }
-    __syncthreads();
-    const int kl = threadIdx.x % a.kbt, cs = threadIdx.x / a.kbt, k = blockIdx.y * a.kbt + kl;
-    float acc[PX];
-#pragma unroll
-    for (int x = 0; x < PX; x++) acc[x] = 0.0f;
-    if (k < a.K) {
-        const int jb = (int)((long)cs * a.nnz / a.cs), je = (int)((long)(cs + 1) * a.nnz / a.cs);
-        const int sr = a.stride * a.ebc, sq = a.stride;
-#pragma unroll 2
-        for (int j = jb; j < je; j++) {
-            float v;
-            int o;
-            if (VT == 2) {
-                const uint32_t p = __ldg((const uint32_t *)a.w + (size_t)j * a.K + k);
-                v = cbs[p & 31u], o = (int)(p >> 5);
-            } else {
-                const float2 w = __ldg((const float2 *)a.w + (size_t)j * a.K + k);
-                v = w.x, o = __float_as_int(w.y);
-            }
-            const T *p = tile + o;
-#pragma unroll
-            for (int x = 0; x < ET; x++)
-#pragma unroll
-                for (int y = 0; y < ET; y++)
-                    acc[x * ET + y] = fmaf(v, (float)p[x * sr + y * sq], acc[x * ET + y]);
-        }
-    }
-#pragma unroll
-    for (int x = 0; x < PX; x++) red[(size_t)threadIdx.x * PX + x] = acc[x];
-    __syncthreads();
+    constexpr int PX = ET * ET, AX = NI * PX;
     const int half = ET / 2, outs = a.pool ? half * half : PX;
-    for (int idx = threadIdx.x; idx < a.kbt * outs; idx += blockDim.x) {
-        const int kl2 = idx % a.kbt, op = idx / a.kbt, k2 = blockIdx.y * a.kbt + kl2;
-        if (k2 >= a.K) continue;
+    for (int idx = threadIdx.x; idx < a.kbt * outs * NI; idx += blockDim.x) {
+        const int kl2 = idx % a.kbt, rest = idx / a.kbt, op = rest % outs, i = rest / outs;
+        const int kr = blockIdx.y * a.kbt + kl2, img = img0 + i;
+        if (kr >= a.K || img >= a.n) continue;
+        const int k2 = spk_chan(a, kr);
         auto conv = [&](int px) {
             float s = 0.0f;
-            for (int c = 0; c < a.cs; c++) s += red[((size_t)c * a.kbt + kl2) * PX + px];
+            for (int c = 0; c < a.cs; c++) s += red[((size_t)c * a.kbt + kl2) * AX + i * PX + px];
             return spk_act(a, k2, s);
         };
         if (!a.pool) {
@@ -451,6 +419,133 @@ __global__ void __launch_bounds__(256, 2) spk_ell_kernel(const __grid_constant__
             if (po < a.Po && qo < a.Qo) spk_st((T *)a.out, spk_out_at(a, img, k2, po, qo), m);
         }
     }
+}
+
+// --- channels-along-lanes kernel (ell) -------------------------------------------
+
+// Four consecutive activations in shared memory as floats (16-byte aligned
+// for fp32, 8-byte for fp16).
+__device__ __forceinline__ float4 spk_ld4(const float *p) {
+    return *reinterpret_cast<const float4 *>(p);
+}
+__device__ __forceinline__ float4 spk_ld4(const __half *p) {
+    const uint2 u = *reinterpret_cast<const uint2 *>(p);
+    const float2 lo = __half22float2(spk_h2(u.x)), hi = __half22float2(spk_h2(u.y));
+    return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
+
+// Two consecutive activations in shared memory as floats (8-byte aligned
+// for fp32, 4-byte for fp16).
+__device__ __forceinline__ float2 spk_ld2(const float *p) {
+    return *reinterpret_cast<const float2 *>(p);
+}
+__device__ __forceinline__ float2 spk_ld2(const __half *p) {
+    return __half22float2(*reinterpret_cast<const __half2 *>(p));
+}
+
+// Block: NI images, one ET x ET tile of conv pixels each, kbt kernel rows,
+// each row's records split cs ways (thread = row x split, rows along the
+// lanes so the transposed records load coalesced; each record feeds NI x ET x
+// ET multiply-adds). The tiles' input (all channels) sits in shared memory,
+// the NI images of an element side by side (one vector load for all of
+// them); the splits are summed through it.
+template <int VT, int ET, int NI>
+__global__ void __launch_bounds__(256, 2) spk_ell_kernel(const __grid_constant__ spk_args a) {
+    typedef typename spk_elem<VT>::T T;
+    constexpr int PX = ET * ET, AX = NI * PX;
+    extern __shared__ __align__(16) uint32_t sm[];
+    T *tile = reinterpret_cast<T *>(sm);                     // (C, ebr, ebc, NI)
+    float *red = reinterpret_cast<float *>(sm + a.red_off);  // (threads, NI, PX)
+    float *cbs = red + (size_t)blockDim.x * AX;              // (32) codebook
+    if (VT == 2)
+        for (int c = threadIdx.x; c < 32; c += blockDim.x) cbs[c] = a.cbf[c];
+    const int img0 = (blockIdx.x / a.ntiles) * NI, t = blockIdx.x % a.ntiles;
+    const int tp = (t / a.tiles_q) * ET, tq = (t % a.tiles_q) * ET;
+    const int r0 = tp * a.stride + a.rmin, c0 = tq * a.stride + a.cmin;
+    const int per = a.ebr * a.ebc, total = a.C * per;
+    const T *src = (const T *)a.in + (size_t)img0 * a.C * a.Hb * a.Wb;
+    for (int idx = threadIdx.x; idx < total; idx += blockDim.x) {
+        const int c = (int)spk_div(idx, a.f_plane), rem = idx - c * per;
+        const int row = (int)spk_div(rem, a.f_ebc), col = rem - row * a.ebc;
+        const int gr = r0 + row, gc = c0 + col;
+        const bool in = gr < a.Hb && gc < a.Wb;
+        const size_t at = ((size_t)c * a.Hb + gr) * a.Wb + gc, istep = (size_t)a.C * a.Hb * a.Wb;
+#pragma unroll
+        for (int i = 0; i < NI; i++) {  // the NI images of an element side by side
+            T v = (T)0.0f;
+            if (in && img0 + i < a.n) v = __ldg(src + i * istep + at);
+            tile[(size_t)idx * NI + i] = v;
+        }
+    }
+    __syncthreads();
+    const int kl = threadIdx.x % a.kbt, cs = threadIdx.x / a.kbt, k = blockIdx.y * a.kbt + kl;
+    float acc[AX];
+#pragma unroll
+    for (int x = 0; x < AX; x++) acc[x] = 0.0f;
+    // split bounds from the warp's longest row (kbt is a multiple of 32, so the
+    // warp shares cs): its lanes read the same record index j at once, coalesced
+    const int len = k < a.K ? spk_row_span(a, k).y : 0;
+    const int wl = __reduce_max_sync(0xffffffffu, len);
+    if (k < a.K) {
+        const int jb = (int)((long)cs * wl / a.cs);
+        const int je = min(len, (int)((long)(cs + 1) * wl / a.cs));
+        const int sr = a.stride * a.ebc, sq = a.stride;
+        // one record: its weight times the NI x ET x ET inputs it meets
+        auto use = [&](float v, int o) {
+#pragma unroll
+            for (int x = 0; x < ET; x++)
+#pragma unroll
+                for (int y = 0; y < ET; y++) {
+                    const T *p = tile + (size_t)(o + x * sr + y * sq) * NI;
+                    if constexpr (NI == 1) {
+                        acc[x * ET + y] = fmaf(v, (float)p[0], acc[x * ET + y]);
+                    } else if constexpr (NI == 2) {
+                        const float2 f = spk_ld2(p);
+                        acc[x * ET + y] = fmaf(v, f.x, acc[x * ET + y]);
+                        acc[PX + x * ET + y] = fmaf(v, f.y, acc[PX + x * ET + y]);
+                    } else {
+#pragma unroll
+                        for (int i = 0; i < NI; i += 4) {
+                            const float4 f = spk_ld4(p + i);
+                            acc[i * PX + x * ET + y] = fmaf(v, f.x, acc[i * PX + x * ET + y]);
+                            acc[(i + 1) * PX + x * ET + y] =
+                                fmaf(v, f.y, acc[(i + 1) * PX + x * ET + y]);
+                            acc[(i + 2) * PX + x * ET + y] =
+                                fmaf(v, f.z, acc[(i + 2) * PX + x * ET + y]);
+                            acc[(i + 3) * PX + x * ET + y] =
+                                fmaf(v, f.w, acc[(i + 3) * PX + x * ET + y]);
+                        }
+                    }
+                }
+        };
+        // record j of this row: raw words (fp32/fp16: value and offset; cb4: one word)
+        auto load = [&](int j) {
+            if constexpr (VT == 2) {
+                const uint32_t p = __ldg((const uint32_t *)a.w + (size_t)j * a.K + k);
+                return make_uint2(p, 0u);
+            } else {
+                return __ldg((const uint2 *)a.w + (size_t)j * a.K + k);
+            }
+        };
+        auto decode = [&](uint2 r) {
+            if constexpr (VT == 2) use(cbs[r.x & 31u], (int)(r.x >> 5));
+            else use(__uint_as_float(r.x), (int)r.y);
+        };
+        constexpr int B = AX <= 4 ? 8 : 4;  // loads in flight: more when a record feeds few FMAs
+        int j = jb;
+        for (; j + B <= je; j += B) {
+            uint2 r[B];
+#pragma unroll
+            for (int u = 0; u < B; u++) r[u] = load(j + u);
+#pragma unroll
+            for (int u = 0; u < B; u++) decode(r[u]);
+        }
+        for (; j < je; j++) decode(load(j));
+    }
+#pragma unroll
+    for (int x = 0; x < AX; x++) red[(size_t)threadIdx.x * AX + x] = acc[x];
+    __syncthreads();
+    spk_ell_epilogue<VT, ET, NI>(a, red, img0, tp, tq);
 }
 
 // --- sparse linear kernel -------------------------------------------------------
@@ -478,8 +573,9 @@ __global__ void __launch_bounds__(256, 2) spk_linear_kernel(const __grid_constan
     const float *xr = x + lane * pitch;
     for (int k = blockIdx.y * a.lkb + (threadIdx.x >> 5); k < kend; k += nw) {
         float acc = 0.0f;
+        const int je = spk_row_span(a, k).y;
 #pragma unroll 4
-        for (int j = 0; j < a.nnz; j++) {
+        for (int j = 0; j < je; j++) {
             if (VT == 2) {
                 const uint32_t p = __ldg((const uint32_t *)a.w + (size_t)k * a.nnzp + j);
                 acc = fmaf(cbs[p & 31u], xr[p >> 5], acc);
@@ -488,8 +584,9 @@ __global__ void __launch_bounds__(256, 2) spk_linear_kernel(const __grid_constan
                 acc = fmaf(w.x, xr[__float_as_int(w.y)], acc);
             }
         }
+        const int ko = spk_chan(a, k);
         if (n0 + lane < a.n)
-            spk_st((T *)a.out, spk_out_at(a, n0 + lane, k, 0, 0), spk_act(a, k, acc));
+            spk_st((T *)a.out, spk_out_at(a, n0 + lane, ko, 0, 0), spk_act(a, ko, acc));
     }
 }
 
@@ -508,6 +605,15 @@ template <int VT, int POOL> static spk_fn spk_tile_fn_vt(int rs, int rb) {
     return nullptr;
 }
 
+// Channels-along-lanes kernel instance for tile side et and ni images per block.
+template <int VT> static spk_fn spk_ell_fn_vt(int et, int ni) {
+#define SPK_E(E, I) if (et == E && ni == I) return spk_ell_kernel<VT, E, I>
+    SPK_E(1, 1); SPK_E(2, 1); SPK_E(4, 1); SPK_E(1, 2); SPK_E(2, 2); SPK_E(1, 4); SPK_E(2, 4);
+    SPK_E(1, 16);
+#undef SPK_E
+    return nullptr;
+}
+
 // Kernel of a variant for value type vt (NULL when there is no such instance).
 static spk_fn spk_kernel(const spk_cfg *c, int vt) {
     const int pool = c->a.pool;
@@ -519,14 +625,9 @@ static spk_fn spk_kernel(const spk_cfg *c, int vt) {
                                  : spk_tile_fn_vt<1, 0>(c->rs, c->rb);
         return pool ? spk_tile_fn_vt<2, 1>(c->rs, c->rb) : spk_tile_fn_vt<2, 0>(c->rs, c->rb);
     case SPK_ELL:
-#define SPK_E(V)                                                                           \
-    if (vt == V) return c->et == 1 ? spk_ell_kernel<V, 1> : c->et == 2 ? spk_ell_kernel<V, 2> \
-                                   : c->et == 4 ? spk_ell_kernel<V, 4> : nullptr
-        SPK_E(0);
-        SPK_E(1);
-        SPK_E(2);
-#undef SPK_E
-        return nullptr;
+        return vt == 0 ? spk_ell_fn_vt<0>(c->et, c->ni)
+               : vt == 1 ? spk_ell_fn_vt<1>(c->et, c->ni)
+                         : spk_ell_fn_vt<2>(c->et, c->ni);
     case SPK_LINEAR:
         return vt == 0   ? spk_linear_kernel<0>
                : vt == 1 ? spk_linear_kernel<1>
@@ -544,7 +645,8 @@ static dim3 spk_grid(const spk_cfg *c, int n) {
         return dim3((unsigned)(a.bands * ((n + a.nb - 1) / a.nb)),
                     (unsigned)((a.K + a.kb * a.ki - 1) / (a.kb * a.ki)));
     case SPK_ELL:
-        return dim3((unsigned)(n * a.ntiles), (unsigned)((a.K + a.kbt - 1) / a.kbt));
+        return dim3((unsigned)((n + a.ni - 1) / a.ni * a.ntiles),
+                    (unsigned)((a.K + a.kbt - 1) / a.kbt));
     case SPK_LINEAR:
         return dim3((unsigned)((n + 31) / 32), (unsigned)((a.K + a.lkb - 1) / a.lkb));
     default: {

@@ -7,8 +7,13 @@
 // variants for a batch size: a tiled kernel (input tile in shared memory,
 // warp-uniform weights, output channels x conv rows x images blocked in
 // registers, C split in chunks when it does not fit), a kernel that runs the
-// output channels along the lanes (small images, batch 1), a sparse linear
-// kernel and a plain one-thread-per-output kernel that handles any geometry.
+// output channels along the lanes (small images, batch 1; at larger batches
+// with 2-16 images per block for planes of <= 64 output pixels), a sparse
+// linear kernel and a plain one-thread-per-output kernel that handles any
+// geometry. Every variant but the plain one skips the rows' explicit zeros
+// and runs each row to its own length; the rows are reordered by length
+// (dealt evenly over the tiled kernel's warps, side by side in the others) and
+// the epilogue writes each to its own output channel.
 // spconv_gpu_tune times the variants and keeps the fastest; forward only
 // launches, so it can be captured in a CUDA graph.
 #ifndef SC_KERNELS_SPCONV_GPU_H
@@ -65,6 +70,11 @@ int spconv_gpu_use(spconv_gpu *g, int n, int v, sc_err *err);
 // Useful multiply-adds of one forward for n images (K * nnz_row * P * Q * n,
 // pool windows counted once per conv pixel).
 double spconv_gpu_macs(const spconv_gpu *g, int n);
+
+// Variants skip the layer's explicit zeros (weights exactly 0) and run its
+// rows in order of their length (on: 1, the default); 0 restores rows padded
+// to nnz_row in their own order (benchmarks). Rebuilds the chosen variant.
+int spconv_gpu_compact(spconv_gpu *g, int on, sc_err *err);
 
 #ifdef __cplusplus
 }

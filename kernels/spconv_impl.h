@@ -29,7 +29,9 @@ struct spk_args {
     const void *in;          // (n, C, Hb, Wb) bordered input
     void *out;               // (n, K, Po + 2 ob, Qo + 2 ob) bordered output
     const void *w;           // weight records of the variant
-    const int *cptr;         // tile: (K, nch + 1) first record of each chunk, per row
+    const int *cptr;         // (K, nch + 1) first record of each chunk, per kernel row
+                             // (ell and linear: nch = 1, so [0, row length))
+    const int *perm;         // (K) output channel of kernel row k, or NULL (identity)
     const int32_t *goff;     // plain: (K, nnz) raw offsets (w: (K, nnz) floats)
     const float *bias;       // (K) or NULL
     const float *scale;      // (K) codebook row scale or NULL
@@ -41,7 +43,7 @@ struct spk_args {
     int nb, lc, g, ub, ubp, kb, ki, cc, nch, pb, br, rp, cp, ip, pw, np, bands;
     spk_fdiv f_rp, f_br, f_cc;
     // lanes-over-channels kernel (ell) and linear
-    int et, cs, kbt, ebr, ebc, tiles_q, ntiles, red_off, lkb;
+    int et, cs, kbt, ebr, ebc, tiles_q, ntiles, red_off, lkb, ni;
     spk_fdiv f_plane, f_ebc, f_c;
     // codebook (index 16 and above: zero): fp32 values and half2 (v, v) bits
     float cbf[32];
@@ -54,6 +56,7 @@ struct spk_cfg {
     int rs, rb, nb;      // tile: conv rows per unit, channels per thread, images per block
     int g1;              // tile: one row group per block (more blocks for small batches)
     int et, cs, kbt;     // ell: tile side, splits per row, channels per block
+    int ni;              // ell: images per block
     int lkb;             // linear: channels per block
     int threads;
     size_t smem;         // dynamic shared memory bytes
@@ -69,6 +72,9 @@ struct spconv_gpu {
     int pool2;                // fused pool is 2x2 stride 2 pad 0
     int window_ok;            // every offset lies in its conv window (tile/ell/linear usable)
     long nnz_real;            // non-zero weights
+    int compact;              // 1: variants skip explicit zeros and run rows by length
+    int *perm;                // (K) rows by descending count of non-zeros (stable);
+                              // each variant deals them out its own way
     // host copies, each row sorted by offset: channel, kernel row, kernel column,
     // value (decoded) and code (16: zero)
     int *e_c, *e_r, *e_s;
@@ -80,6 +86,7 @@ struct spconv_gpu {
     float *d_bias, *d_scale;  // (K) or NULL
     float *d_gw;              // (K, nnz) decoded weights, original order (plain kernel)
     int32_t *d_goff;          // (K, nnz) raw offsets
+    int *d_perm;              // (K) the chosen variant's row order (layer row of kernel row)
     void *d_w;                // records of the chosen variant
     int *d_cptr;              // its chunk table (tile)
     spk_cfg cfg;              // chosen variant

@@ -14,7 +14,7 @@
 
 #define SPG_TILE_SMEM (100 * 1024)  // two tiled blocks per SM
 #define SPG_MAX_SMEM (200 * 1024)
-#define SPG_MAX_VARIANTS 96
+#define SPG_MAX_VARIANTS 128
 
 // --- small helpers ------------------------------------------------------------
 
@@ -49,6 +49,20 @@ static int spg_upload(void **dst, const void *src, size_t bytes, sc_err *err) {
 
 // --- entries --------------------------------------------------------------------
 
+// Orders the rows by descending count of non-zeros (ties: by index) into g->perm.
+static int spg_order(spconv_gpu *g, sc_err *err) {
+    const int K = g->d.K, nnz = g->d.nnz_row;
+    g->perm = (int *)malloc((size_t)K * sizeof(int));
+    if (!g->perm) return sc_fail(err, "out of memory");
+    std::vector<int> len(K, 0);
+    for (int k = 0; k < K; k++) {
+        g->perm[k] = k;
+        for (int j = 0; j < nnz; j++) len[k] += g->e_code[(size_t)k * nnz + j] != 16;
+    }
+    std::stable_sort(g->perm, g->perm + K, [&](int x, int y) { return len[x] > len[y]; });
+    return 0;
+}
+
 // Sorts each row by offset and splits every offset into channel, kernel row
 // and kernel column; window_ok = 0 when one falls outside its conv window.
 static int spg_entries(spconv_gpu *g, const spconv_desc *d, const uint8_t *codes, sc_err *err) {
@@ -79,7 +93,7 @@ static int spg_entries(spconv_gpu *g, const spconv_desc *d, const uint8_t *codes
             g->e_code[dst] = (uint8_t)code;
         }
     }
-    return 0;
+    return spg_order(g, err);
 }
 
 // Uploads bias, row scale and the plain kernel's decoded weights and offsets.
@@ -117,6 +131,7 @@ static void spg_base_args(const spconv_gpu *g, spk_cfg *c) {
     a->bias = g->d_bias;
     a->scale = g->vt == SPG_CB4 && c->kind != SPK_PLAIN ? g->d_scale : NULL;
     a->goff = g->d_goff;
+    a->perm = NULL;  // set by spg_select
     if (c->kind == SPK_PLAIN) a->w = g->d_gw;
     memcpy(a->cbf, g->cbf, sizeof a->cbf);
     memcpy(a->cbh, g->cbh, sizeof a->cbh);
@@ -182,7 +197,7 @@ static int spg_layout_tile(const spconv_gpu *g, int n, spk_cfg *c) {
         if (c->smem <= SPG_TILE_SMEM) break;
         cc = a->cc - 1;
     }
-    if (c->smem > SPG_TILE_SMEM) return -1;
+    if (c->smem > SPG_TILE_SMEM || a->rp > c->threads) return -1;  // staging: a line per pass
     a->f_rp = spk_fdiv_make(a->rp), a->f_br = spk_fdiv_make(a->br), a->f_cc = spk_fdiv_make(a->cc);
     const int kblocks = spg_cdiv(d->K, a->kb), others = a->bands * spg_cdiv(n, a->nb);
     a->ki = 1;
@@ -197,13 +212,13 @@ static int spg_layout_ell(const spconv_gpu *g, spk_cfg *c) {
     spk_args *a = &c->a;
     if (g->pool2 && (c->et & 1)) return -1;
     const int rows = g->pool2 ? 2 * g->po : d->P, cols = g->pool2 ? 2 * g->qo : d->Q;
-    a->et = c->et, a->cs = c->cs, a->kbt = c->kbt;
+    a->et = c->et, a->cs = c->cs, a->kbt = c->kbt, a->ni = c->ni;
     a->ebr = (c->et - 1) * d->stride + d->R, a->ebc = (c->et - 1) * d->stride + d->S;
     const size_t es = g->vt == SPG_FP32 ? 4 : 2;
-    const size_t tile = (size_t)d->C * a->ebr * a->ebc * es;
+    const size_t tile = (size_t)c->ni * d->C * a->ebr * a->ebc * es;
     a->red_off = (int)((tile + 15) / 16 * 4);
     c->threads = c->kbt * c->cs;
-    c->smem = (size_t)a->red_off * 4 + ((size_t)c->threads * c->et * c->et + 32) * 4;
+    c->smem = (size_t)a->red_off * 4 + ((size_t)c->threads * c->ni * c->et * c->et + 32) * 4;
     if (c->smem > SPG_MAX_SMEM) return -1;
     a->tiles_q = spg_cdiv(cols, c->et), a->ntiles = spg_cdiv(rows, c->et) * a->tiles_q;
     a->f_plane = spk_fdiv_make(a->ebr * a->ebc), a->f_ebc = spk_fdiv_make(a->ebc);
@@ -236,15 +251,19 @@ static void spg_add(const spconv_gpu *g, int n, spk_cfg c, spk_cfg *out, int *m)
     if (*m < SPG_MAX_VARIANTS && spg_layout(g, n, &c) == 0) out[(*m)++] = c;
 }
 
-// The channels-along-lanes variants (tile sides from et_min).
-static void spg_add_ell(const spconv_gpu *g, int n, int et_min, spk_cfg *out, int *m) {
+// The channels-along-lanes variants with ni images per block (tile sides
+// from et_min; ni > 1 only where an instance exists: et 1 and 2 with 2 or 4, et 1
+// with 16).
+static void spg_add_ell(const spconv_gpu *g, int n, int et_min, int ni, spk_cfg *out, int *m) {
     static const int kc[][2] = {{32, 2}, {32, 8}, {64, 1}, {64, 4}, {128, 2}};
-    for (int et = et_min; et <= 4; et *= 2)
+    for (int et = et_min; et <= 4; et *= 2) {
+        if ((ni > 1 && ni <= 4 && et > 2) || (ni == 16 && et > 1)) continue;
         for (int i = 0; i < 5; i++) {
             spk_cfg c = {};
-            c.kind = SPK_ELL, c.et = et, c.kbt = kc[i][0], c.cs = kc[i][1];
+            c.kind = SPK_ELL, c.et = et, c.ni = ni, c.kbt = kc[i][0], c.cs = kc[i][1];
             spg_add(g, n, c, out, m);
         }
+    }
 }
 
 // Lists the variants for batch n (index 0: the plain kernel); returns the count.
@@ -260,7 +279,8 @@ static int spg_candidates(const spconv_gpu *g, int n, spk_cfg *out) {
             c.kind = SPK_LINEAR, c.lkb = lkb;
             spg_add(g, n, c, out, &m);
         }
-        spg_add_ell(g, n, 1, out, &m);
+        spg_add_ell(g, n, 1, 1, out, &m);
+        if (n > 16) spg_add_ell(g, n, 1, 16, out, &m);
         return m;
     }
     if (g->d.pool_k > 0 && !g->pool2) return m;
@@ -277,7 +297,13 @@ static int spg_candidates(const spconv_gpu *g, int n, spk_cfg *out) {
                 spg_add(g, n, c, out, &m);
             }
         }
-    if (n <= 16) spg_add_ell(g, n, g->pool2 || g->d.P * g->d.Q > 4 ? 2 : 1, out, &m);
+    const int et_min = g->pool2 || g->d.P * g->d.Q > 4 ? 2 : 1;
+    if (n <= 16) spg_add_ell(g, n, et_min, 1, out, &m);
+    if (n > 16 && g->d.P * g->d.Q <= 64) {  // small planes: several images per block
+        spg_add_ell(g, n, et_min, 2, out, &m);
+        spg_add_ell(g, n, et_min, 4, out, &m);
+        spg_add_ell(g, n, 4, 1, out, &m);
+    }
     return m;
 }
 
@@ -305,37 +331,74 @@ static void spg_record(const spconv_gpu *g, size_t e, int off, int half2, uint8_
     memcpy(dst, w, 8);
 }
 
-// Builds and uploads variant c's records (and chunk table) into *dw, *dcp.
-static int spg_tables(const spconv_gpu *g, const spk_cfg *c, void **dw, int **dcp, sc_err *err) {
+// Record offset of entry e for variant c (tile: chunk-local word; ell: in
+// the tile of all channels; linear: the channel); *ch receives its chunk.
+static int spg_entry_offset(const spconv_gpu *g, const spk_cfg *c, size_t e, int *ch) {
     const spk_args *a = &c->a;
-    const int K = a->K, nnz = a->nnz;
+    *ch = c->kind == SPK_TILE ? g->e_c[e] / a->cc : 0;
+    if (c->kind == SPK_TILE)
+        return spg_tile_offset(g, a, g->e_c[e] - *ch * a->cc, g->e_r[e], g->e_s[e]);
+    if (c->kind == SPK_ELL) return (g->e_c[e] * a->ebr + g->e_r[e]) * a->ebc + g->e_s[e];
+    return g->e_c[e];
+}
+
+// Layer row of each kernel row of variant c (K): compact, the tiled kernel's
+// rows dealt to its groups of rb rows (one warp's) in serpentine order of
+// length, so that every warp and block gets about the same number of records
+// (the whole grid often runs in one wave: the heaviest block sets the time);
+// the other kernels run rows by descending length (similar rows side by side
+// in a warp). Not compact: the layer's order.
+static void spg_variant_order(const spconv_gpu *g, const spk_cfg *c, std::vector<int> &perm) {
+    const int K = g->d.K, rb = c->kind == SPK_TILE ? c->rb : 1, groups = K / rb;
+    perm.resize(K);
+    for (int t = 0; t < K; t++) {
+        int kr = t;  // the shortest K % rb rows end the order as one partial group
+        if (t < groups * rb) {
+            const int round = t / groups, i = t % groups;
+            kr = ((round & 1) ? groups - 1 - i : i) * rb + round;
+        }
+        perm[kr] = g->compact ? g->perm[t] : t;
+    }
+}
+
+// Builds and uploads variant c's records, chunk table and row order into
+// *dw, *dcp, *dperm: kernel row kr holds layer row perm[kr] (compact: without
+// its explicit zeros), chunk table (K, nch + 1) with nch = 1 for ell and linear.
+static int spg_tables(const spconv_gpu *g, const spk_cfg *c, void **dw, int **dcp, int **dperm,
+                      sc_err *err) {
+    const spk_args *a = &c->a;
+    const int K = a->K, nnz = a->nnz, nch = c->kind == SPK_TILE ? a->nch : 1;
     const size_t rs = g->vt == SPG_CB4 ? 4 : 8;
     const size_t rows = c->kind == SPK_ELL ? (size_t)nnz : (size_t)K;
     const size_t pitch = c->kind == SPK_ELL ? (size_t)K : (size_t)a->nnzp;
     std::vector<uint8_t> rec(std::max<size_t>(rows * pitch * rs, 16), 0);
-    std::vector<int> cptr(c->kind == SPK_TILE ? (size_t)K * (a->nch + 1) : 1, 0);
-    for (int k = 0; k < K; k++) {
-        int *cp = c->kind == SPK_TILE ? &cptr[(size_t)k * (a->nch + 1)] : NULL;
+    std::vector<int> cptr((size_t)K * (nch + 1), 0);
+    std::vector<int> fill(nch), perm;
+    spg_variant_order(g, c, perm);
+    for (int kr = 0; kr < K; kr++) {
+        const int k = perm[kr];
+        int *cp = &cptr[(size_t)kr * (nch + 1)];
+        for (int j = 0; j < nnz; j++) {  // chunk sizes first: records are grouped by chunk
+            const size_t e = (size_t)k * nnz + j;
+            int ch;
+            spg_entry_offset(g, c, e, &ch);
+            if (!(g->compact && g->e_code[e] == 16)) cp[ch + 1]++;
+        }
+        for (int ch = 0; ch < nch; ch++) cp[ch + 1] += cp[ch], fill[ch] = cp[ch];
         for (int j = 0; j < nnz; j++) {
             const size_t e = (size_t)k * nnz + j;
-            const int ch = c->kind == SPK_TILE ? g->e_c[e] / a->cc : 0;
-            int off;
-            if (c->kind == SPK_TILE)
-                off = spg_tile_offset(g, a, g->e_c[e] - ch * a->cc, g->e_r[e], g->e_s[e]);
-            else if (c->kind == SPK_ELL)
-                off = (g->e_c[e] * a->ebr + g->e_r[e]) * a->ebc + g->e_s[e];
-            else
-                off = g->e_c[e];
+            int ch;
+            const int off = spg_entry_offset(g, c, e, &ch);
+            if (g->compact && g->e_code[e] == 16) continue;
             if (off >= (1 << 26)) return sc_fail(err, "spconv: tile offset %d too large", off);
-            const size_t at = c->kind == SPK_ELL ? (size_t)j * K + k : (size_t)k * a->nnzp + j;
+            const int jj = fill[ch]++;
+            const size_t at = c->kind == SPK_ELL ? (size_t)jj * K + kr : (size_t)kr * a->nnzp + jj;
             spg_record(g, e, off, c->kind == SPK_TILE && g->vt == SPG_FP16, &rec[at * rs]);
-            if (cp) cp[ch + 1]++;
         }
-        if (cp)
-            for (int ch = 0; ch < a->nch; ch++) cp[ch + 1] += cp[ch];
     }
     SC_TRY(spg_upload(dw, rec.data(), rec.size(), err));
-    if (c->kind == SPK_TILE) SC_TRY(spg_upload((void **)dcp, cptr.data(), cptr.size() * 4, err));
+    SC_TRY(spg_upload((void **)dcp, cptr.data(), cptr.size() * 4, err));
+    SC_TRY(spg_upload((void **)dperm, perm.data(), (size_t)K * sizeof(int), err));
     return 0;
 }
 
@@ -344,19 +407,16 @@ static int spg_tables(const spconv_gpu *g, const spk_cfg *c, void **dw, int **dc
 // Makes cfg the chosen variant: builds its tables and frees the previous ones.
 static int spg_select(spconv_gpu *g, const spk_cfg *cfg, sc_err *err) {
     void *dw = NULL;
-    int *dcp = NULL;
-    if (cfg->kind != SPK_PLAIN && spg_tables(g, cfg, &dw, &dcp, err)) {
-        cudaFree(dw);
+    int *dcp = NULL, *dperm = NULL;
+    if ((cfg->kind != SPK_PLAIN && spg_tables(g, cfg, &dw, &dcp, &dperm, err)) ||
+        spk_prepare(cfg, g->vt, err)) {
+        cudaFree(dw), cudaFree(dcp), cudaFree(dperm);
         return -1;
     }
-    if (spk_prepare(cfg, g->vt, err)) {
-        cudaFree(dw), cudaFree(dcp);
-        return -1;
-    }
-    cudaFree(g->d_w), cudaFree(g->d_cptr);
-    g->d_w = dw, g->d_cptr = dcp, g->cfg = *cfg;
+    cudaFree(g->d_w), cudaFree(g->d_cptr), cudaFree(g->d_perm);
+    g->d_w = dw, g->d_cptr = dcp, g->d_perm = dperm, g->cfg = *cfg;
     if (cfg->kind != SPK_PLAIN) g->cfg.a.w = dw;
-    g->cfg.a.cptr = dcp;
+    g->cfg.a.cptr = dcp, g->cfg.a.perm = dperm;
     return 0;
 }
 
@@ -417,7 +477,7 @@ extern "C" spconv_gpu *spconv_gpu_create(const spconv_desc *d, spconv_gpu_vtype 
         sc_fail(err, "out of memory");
         return NULL;
     }
-    g->d = *d, g->vt = vt;
+    g->d = *d, g->vt = vt, g->compact = 1;
     g->hb = d->H + 2 * d->in_border, g->wb = d->W + 2 * d->in_border;
     g->rmin = g->cmin = d->in_border - d->pad;
     spconv_out_size(d, &g->po, &g->qo);
@@ -468,6 +528,13 @@ extern "C" int spconv_gpu_use(spconv_gpu *g, int n, int v, sc_err *err) {
     return rc;
 }
 
+// Switches explicit-zero skipping and the row order on or off, and rebuilds
+// the chosen variant's tables (the variant list stays the same).
+extern "C" int spconv_gpu_compact(spconv_gpu *g, int on, sc_err *err) {
+    g->compact = on ? 1 : 0;
+    return spconv_gpu_use(g, g->cfg_n, g->cfg_v, err);
+}
+
 // Times every variant for batch n and keeps the fastest.
 extern "C" int spconv_gpu_tune(spconv_gpu *g, int n, const void *in, void *out, cudaStream_t st,
                                float *ms, sc_err *err) {
@@ -504,13 +571,15 @@ extern "C" void spconv_gpu_describe(const spconv_gpu *g, char *buf, size_t len) 
     const spk_args *a = &c->a;
     char t[48] = "";
     if (g->ms > 0) snprintf(t, sizeof t, " %.4f ms @%d", g->ms, g->cfg_n);
+    if (!g->compact && c->kind != SPK_PLAIN)
+        snprintf(t + strlen(t), sizeof t - strlen(t), " padded");
     if (c->kind == SPK_TILE)
         snprintf(buf, len, "tile %s rs%d rb%d nb%d g%d units %d/%d thr %d kb %dx%d chunks %dx%d "
                  "smem %zuK bands %d%s", vts[g->vt], c->rs, c->rb, c->nb, a->g, a->ub, a->ubp,
                  c->threads, a->kb, a->ki, a->nch, a->cc, c->smem >> 10, a->bands, t);
     else if (c->kind == SPK_ELL)
-        snprintf(buf, len, "ell %s et%d kbt%d cs%d smem %zuK%s", vts[g->vt], c->et, c->kbt, c->cs,
-                 c->smem >> 10, t);
+        snprintf(buf, len, "ell %s et%d ni%d kbt%d cs%d smem %zuK%s", vts[g->vt], c->et, c->ni,
+                 c->kbt, c->cs, c->smem >> 10, t);
     else if (c->kind == SPK_LINEAR)
         snprintf(buf, len, "linear %s kb%d%s", vts[g->vt], c->lkb, t);
     else
@@ -526,7 +595,7 @@ extern "C" double spconv_gpu_macs(const spconv_gpu *g, int n) {
 extern "C" void spconv_gpu_free(spconv_gpu *g) {
     if (!g) return;
     cudaFree(g->d_bias), cudaFree(g->d_scale), cudaFree(g->d_gw), cudaFree(g->d_goff);
-    cudaFree(g->d_w), cudaFree(g->d_cptr);
-    free(g->e_c), free(g->e_r), free(g->e_s), free(g->e_v), free(g->e_code);
+    cudaFree(g->d_w), cudaFree(g->d_cptr), cudaFree(g->d_perm);
+    free(g->perm), free(g->e_c), free(g->e_r), free(g->e_s), free(g->e_v), free(g->e_code);
     free(g);
 }

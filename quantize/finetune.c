@@ -1,5 +1,7 @@
-// Centroid fine-tuning: shared-weight gradients summed per centroid, SGD
-// with momentum on the host, the decoded weights uploaded after each step.
+// Fine-tuning of k-means codebooks: shared-weight gradients summed per
+// centroid, SGD with momentum on the host; optionally the executor's masked
+// SGD on the host copy of every unquantized trainable tensor; the decoded
+// weights and the other parameters uploaded after each step.
 #include "finetune.h"
 
 #include <math.h>
@@ -8,7 +10,7 @@
 #include <string.h>
 
 #include "datasets/loader.h"
-#include "quantize/apply.h"
+#include "kernels/sgd.h"
 #include "runtime/half.h"
 #include "runtime/progress.h"
 #include "train/trainer.h"
@@ -25,28 +27,71 @@ typedef struct {
     float *vel;         // (ntensors, k) momentum
     float *best;        // (ntensors, k) codebooks of the best epoch
     float *best_buf;    // (nbuf) BN statistics of the best epoch
-    double *gsum;       // (k) summed gradient of one tensor's centroids
     float *grad;        // (nparam) the step's gradient
     float *rate;        // (ntensors) k / kept weights: 1 / the tensor's mean cluster size
+    int nother;         // unquantized trainable tensors trained (0: lr_params is 0)
+    int *other;         // (nother) their indices into nt->tensors
+    size_t nother_f;    // floats in them
+    float *pmom;        // (nother_f) their SGD momentum, tensor after tensor
+    float *best_other;  // (nother_f) their values at the best epoch
+    train_hparams sched, psched;  // cosine schedules of the centroids and of the others
     long steps, total;  // steps done and planned
     long skipped;       // tensor updates skipped for a non-finite gradient
 } ft_state;
 
-// Allocates the state and copies the start codebooks.
+// Lists the trainable tensors that q does not quantize (when lr_params > 0)
+// and allocates their momentum and best-epoch copies.
+static int ft_others_init(ft_state *s, sc_err *err) {
+    const net *nt = s->nt;
+    int *quantized = calloc((size_t)(nt->ntensors ? nt->ntensors : 1), sizeof *quantized);
+    s->other = malloc((size_t)(nt->ntensors ? nt->ntensors : 1) * sizeof *s->other);
+    if (!quantized || !s->other) {
+        free(quantized);
+        return sc_fail(err, "out of memory (fine-tuning)");
+    }
+    for (int t = 0; t < s->q->ntensors; t++) quantized[s->q->t[t].tensor] = 1;
+    for (int t = 0; s->c->lr_params > 0.0f && t < nt->ntensors; t++)
+        if (nt->tensors[t].trainable && !quantized[t]) {
+            s->other[s->nother++] = t;
+            s->nother_f += nt->tensors[t].count;
+        }
+    free(quantized);
+    s->pmom = calloc(s->nother_f ? s->nother_f : 1, sizeof *s->pmom);
+    s->best_other = malloc((s->nother_f ? s->nother_f : 1) * sizeof *s->best_other);
+    if (!s->pmom || !s->best_other) return sc_fail(err, "out of memory (fine-tuning)");
+    return 0;
+}
+
+// Copies the unquantized tensors between the net and a packed buffer
+// ((nother_f) floats): into the net when to_net, else out of it.
+static void ft_others_copy(ft_state *s, float *packed, int to_net) {
+    size_t at = 0;
+    for (int i = 0; i < s->nother; i++) {
+        const ptensor *p = &s->nt->tensors[s->other[i]];
+        float *w = s->nt->param + p->offset;
+        if (to_net) memcpy(w, packed + at, p->count * sizeof *w);
+        else memcpy(packed + at, w, p->count * sizeof *w);
+        at += p->count;
+    }
+}
+
+// Allocates the state and copies the start codebooks and parameters.
 static int ft_init(ft_state *s, exec *e, net *nt, quant_model *q, const finetune_cfg *c,
                    sc_err *err) {
     memset(s, 0, sizeof *s);
     s->e = e, s->nt = nt, s->q = q, s->c = c, s->k = q->k;
+    s->sched = (train_hparams){.lr = c->lr, .sched = SCHED_COSINE, .warmup = 0.0f};
+    s->psched = (train_hparams){.lr = c->lr_params, .sched = SCHED_COSINE, .warmup = 0.0f};
     size_t nk = (size_t)q->ntensors * (size_t)q->k;
     s->master = malloc(nk * sizeof *s->master);
     s->vel = calloc(nk, sizeof *s->vel);
     s->best = malloc(nk * sizeof *s->best);
-    s->gsum = malloc((size_t)q->k * sizeof *s->gsum);
     s->grad = malloc((nt->nparam ? nt->nparam : 1) * sizeof *s->grad);
     s->rate = malloc((size_t)(q->ntensors ? q->ntensors : 1) * sizeof *s->rate);
     s->best_buf = malloc((nt->nbuf ? nt->nbuf : 1) * sizeof *s->best_buf);
-    if (!s->master || !s->vel || !s->best || !s->gsum || !s->grad || !s->rate || !s->best_buf)
+    if (!s->master || !s->vel || !s->best || !s->grad || !s->rate || !s->best_buf)
         return sc_fail(err, "out of memory (fine-tuning)");
+    SC_TRY(ft_others_init(s, err));
     for (int t = 0; t < q->ntensors; t++) {
         const float *m = nt->mask + nt->tensors[q->t[t].tensor].offset;
         size_t kept = 0;
@@ -57,66 +102,111 @@ static int ft_init(ft_state *s, exec *e, net *nt, quant_model *q, const finetune
         memcpy(s->master + (size_t)t * s->k, q->t[t].codebook, (size_t)s->k * sizeof(float));
     memcpy(s->best, s->master, nk * sizeof *s->best);
     memcpy(s->best_buf, nt->buf, nt->nbuf * sizeof *s->best_buf);
+    ft_others_copy(s, s->best_other, 0);
     return 0;
 }
 
 // Frees the state's buffers.
 static void ft_free(ft_state *s) {
-    free(s->master), free(s->vel), free(s->best), free(s->gsum), free(s->grad), free(s->rate);
-    free(s->best_buf);
+    free(s->master), free(s->vel), free(s->best), free(s->grad), free(s->rate);
+    free(s->best_buf), free(s->other), free(s->pmom), free(s->best_other);
+}
+
+// Writes the decoded codebooks into the net's quantized tensors, as
+// quant_net_decode() but one tensor per thread.
+static void ft_decode(ft_state *s) {
+    const quant_model *q = s->q;
+    net *nt = s->nt;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int i = 0; i < q->ntensors; i++) {
+        const ptensor *p = &nt->tensors[q->t[i].tensor];
+        quant_tensor_decode(q, &q->t[i], nt->mask + p->offset, nt->param + p->offset);
+    }
 }
 
 // Sets every codebook from src ((ntensors, k) floats, rounded as stored),
-// decodes into the net and uploads it.
+// decodes into the net and uploads it (with the other parameters and the
+// BN statistics as the host holds them).
 static int ft_codebooks_set(ft_state *s, const float *src, sc_err *err) {
     for (int t = 0; t < s->q->ntensors; t++)
         for (int j = 0; j < s->k; j++) {
             float v = src[(size_t)t * s->k + j];
             s->q->t[t].codebook[j] = s->q->codebook_fp16 ? half_round(v, NULL) : v;
         }
-    quant_net_decode(s->nt, s->q);
+    ft_decode(s);
     return exec_write_net(s->e, err);
 }
 
 // --- one step ---------------------------------------------------------------------
 
-// Sums the gradient of one tensor's kept weights per centroid; 0 when finite.
-static int ft_grad_sum(ft_state *s, const quant_tensor *t) {
+// Sums the gradient of one tensor's kept weights per centroid into gsum
+// (k doubles); 0 when the sums are finite.
+static int ft_grad_sum(const ft_state *s, const quant_tensor *t, double *gsum) {
     const ptensor *p = &s->nt->tensors[t->tensor];
     const float *g = s->grad + p->offset, *m = s->nt->mask + p->offset;
-    for (int j = 0; j < s->k; j++) s->gsum[j] = 0.0;
+    for (int j = 0; j < s->k; j++) gsum[j] = 0.0;
     for (size_t i = 0; i < t->count; i++)
-        if (m[i] != 0.0f) s->gsum[t->indices[i]] += g[i];
+        if (m[i] != 0.0f) gsum[t->indices[i]] += g[i];
     for (int j = 0; j < s->k; j++)
-        if (!isfinite(s->gsum[j])) return -1;
+        if (!isfinite(gsum[j])) return -1;
     return 0;
 }
 
 // SGD with momentum (PyTorch semantics) on every tensor's centroids; the
 // summed gradients are scaled by 1 / the tensor's mean cluster size, so one
-// rate suits tensors (and nets) of any size.
+// rate suits tensors (and nets) of any size. One tensor per thread, each
+// summed in order, so the result does not depend on the thread count.
 static void ft_update(ft_state *s, float lr) {
+    long skipped = 0;
+#pragma omp parallel for schedule(dynamic, 1) reduction(+ : skipped)
     for (int t = 0; t < s->q->ntensors; t++) {
-        if (ft_grad_sum(s, &s->q->t[t])) {
-            s->skipped++;
+        double gsum[256];  // (k) summed gradient of the tensor's centroids
+        if (ft_grad_sum(s, &s->q->t[t], gsum)) {
+            skipped++;
             continue;
         }
         float *c = s->master + (size_t)t * s->k, *v = s->vel + (size_t)t * s->k;
         for (int j = 0; j < s->k; j++) {
-            v[j] = s->c->momentum * v[j] + (float)s->gsum[j] * s->rate[t];
+            v[j] = s->c->momentum * v[j] + (float)gsum[j] * s->rate[t];
             c[j] -= lr * v[j];
         }
+    }
+    s->skipped += skipped;
+}
+
+// True when the n floats of g are all finite.
+static int ft_finite(const float *g, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(g[i])) return 0;
+    return 1;
+}
+
+// The executor's masked SGD (momentum, Nesterov, weight decay) on the host
+// copy of every unquantized trainable tensor; a tensor whose gradient is
+// not finite is left alone.
+static void ft_params_update(ft_state *s, float lr) {
+    size_t at = 0;
+    for (int i = 0; i < s->nother; i++) {
+        const ptensor *p = &s->nt->tensors[s->other[i]];
+        const float *g = s->grad + p->offset;
+        if (ft_finite(g, p->count))
+            sgd_step_cpu(p->count, s->nt->param + p->offset, g, s->pmom + at,
+                         s->nt->mask + p->offset, lr, s->c->momentum, s->c->weight_decay,
+                         s->c->nesterov);
+        else s->skipped++;
+        at += p->count;
     }
 }
 
 // One step: forward/backward with the decoded weights (nothing updated on
-// the device), centroid update on the host, new weights uploaded.
-static int ft_step(ft_state *s, const exec_batch *b, const train_hparams *sched, sc_err *err) {
+// the device), centroid and parameter updates on the host, the net uploaded.
+static int ft_step(ft_state *s, const exec_batch *b, sc_err *err) {
     const exec_hparams frozen = {.lr = 0.0f, .momentum = 0.0f, .weight_decay = 0.0f,
                                  .nesterov = 0, .label_smoothing = s->c->smoothing};
     SC_TRY(exec_train_step(s->e, b, &frozen, err));
     SC_TRY(exec_read_grad(s->e, s->grad, err));
-    ft_update(s, train_lr_at(sched, s->steps, s->total));
+    ft_update(s, train_lr_at(&s->sched, s->steps, s->total));
+    if (s->nother) ft_params_update(s, train_lr_at(&s->psched, s->steps, s->total));
     s->steps++;
     return ft_codebooks_set(s, s->master, err);
 }
@@ -124,8 +214,7 @@ static int ft_step(ft_state *s, const exec_batch *b, const train_hparams *sched,
 // --- epochs -----------------------------------------------------------------------
 
 // Runs one epoch over the loader; returns its loss and training accuracy.
-static int ft_epoch(ft_state *s, loader *ld, int ep, const train_hparams *sched,
-                    finetune_epoch *out, sc_err *err) {
+static int ft_epoch(ft_state *s, loader *ld, int ep, finetune_epoch *out, sc_err *err) {
     progress pg;
     char label[64], text[96];
     exec_stats st, sum = {0};
@@ -135,7 +224,7 @@ static int ft_epoch(ft_state *s, loader *ld, int ep, const train_hparams *sched,
     loader_start_epoch(ld, ep);
     SC_TRY(exec_stats_take(s->e, &st, err));
     for (long done = 1; loader_next(ld, &b); done++) {
-        SC_TRY(ft_step(s, &b, sched, err));
+        SC_TRY(ft_step(s, &b, err));
         SC_TRY(exec_stats_take(s->e, &st, err));
         sum.loss_sum += st.loss_sum, sum.correct += st.correct, sum.count += st.count;
         snprintf(text, sizeof text, "loss %.3f acc %5.1f%%", sum.loss_sum / (double)sum.count,
@@ -149,7 +238,8 @@ static int ft_epoch(ft_state *s, loader *ld, int ep, const train_hparams *sched,
     return 0;
 }
 
-// Evaluates the validation split and keeps the codebooks when they are the best.
+// Evaluates the validation split and keeps the codebooks, the other
+// parameters and the BN statistics when they are the best.
 static int ft_judge(ft_state *s, const dataset *ds, finetune_epoch *ep, finetune_result *res,
                     sc_err *err) {
     double loss;
@@ -163,16 +253,18 @@ static int ft_judge(ft_state *s, const dataset *ds, finetune_epoch *ep, finetune
         res->best_epoch = ep->epoch;
         memcpy(s->best, s->master, (size_t)s->q->ntensors * s->k * sizeof *s->best);
         memcpy(s->best_buf, s->nt->buf, s->nt->nbuf * sizeof *s->best_buf);
+        ft_others_copy(s, s->best_other, 0);
     }
     return 0;
 }
 
-// Fine-tunes the codebooks and keeps the best epoch's.
+// Fine-tunes the codebooks (and the other parameters) and keeps the best epoch's.
 int finetune_run(exec *e, net *nt, quant_model *q, const dataset *ds, const finetune_cfg *c,
                  double start_val, finetune_result *res, sc_err *err) {
     memset(res, 0, sizeof *res);
     res->best_val = start_val;
     if (q->method != QM_KMEANS) return sc_fail(err, "fine-tuning needs k-means codebooks");
+    if (q->k < 1 || q->k > 256) return sc_fail(err, "fine-tuning: %d centroids (1..256)", q->k);
     if (c->epochs <= 0 || q->ntensors == 0) return 0;
     res->hist = calloc((size_t)c->epochs, sizeof *res->hist);
     if (!res->hist) return sc_fail(err, "out of memory");
@@ -182,18 +274,22 @@ int finetune_run(exec *e, net *nt, quant_model *q, const dataset *ds, const fine
     double t0 = progress_clock();
     int rc = ft_init(&s, e, nt, q, c, err);
     if (!rc) rc = loader_init(&ld, &ds->train, c->batch, c->augment, c->seed, err);
-    train_hparams sched = {.lr = c->lr, .sched = SCHED_COSINE, .warmup = 0.0f};
     if (!rc) s.total = (long)loader_batches_per_epoch(&ld) * c->epochs;
+    res->trained_tensors = s.nother;
+    if (!rc && s.nother)
+        log_line(stderr, c->quiet, "quantize: fine-tuning also trains %d unquantized tensors "
+                 "(%zu parameters, lr %g)", s.nother, s.nother_f, (double)c->lr_params);
     for (int ep = 0; !rc && ep < c->epochs; ep++) {
-        rc = ft_epoch(&s, &ld, ep, &sched, &res->hist[ep], err);
+        rc = ft_epoch(&s, &ld, ep, &res->hist[ep], err);
         if (!rc) rc = ft_judge(&s, ds, &res->hist[ep], res, err);
         res->nepochs = ep + 1;
     }
     res->images = s.steps * (long)c->batch;
     if (!rc && s.skipped)
-        log_line(stderr, c->quiet, "quantize: %ld centroid updates skipped (gradient not finite)",
+        log_line(stderr, c->quiet, "quantize: %ld tensor updates skipped (gradient not finite)",
                  s.skipped);
     if (!rc) memcpy(nt->buf, s.best_buf, nt->nbuf * sizeof *nt->buf);
+    if (!rc) ft_others_copy(&s, s.best_other, 1);
     if (!rc) rc = ft_codebooks_set(&s, s.best, err);
     res->seconds = progress_clock() - t0;
     loader_free(&ld);

@@ -1,14 +1,20 @@
-// Centroid fine-tuning of k-means codebooks (Deep Compression, "shared
-// weights"): every weight keeps its centroid index; per step the net runs
-// forward and backward with the decoded weights, the gradients of the kept
-// weights are summed per centroid, and the centroids take an SGD step with
-// momentum (cosine-decayed learning rate) on the host. Nothing else moves:
-// biases, batch-norm parameters and running statistics, unquantized
-// tensors and pruned weights stay as they are (the executor runs each step
-// with learning rate, momentum and weight decay 0, and the host's values
-// are uploaded again after it). After every epoch the validation split is
-// evaluated; the codebooks of the best epoch (0: before fine-tuning) are
-// kept. The test split is never looked at.
+// Fine-tuning of k-means codebooks (Deep Compression, "shared weights"):
+// every weight keeps its centroid index; per step the net runs forward and
+// backward with the decoded weights, the gradients of the kept weights are
+// summed per centroid, and the centroids take an SGD step with momentum
+// (cosine-decayed learning rate) on the host. With lr_params > 0 every
+// trainable tensor that is not quantized (batch-norm gamma and beta, biases,
+// weights left in fp32 such as the first conv or a --skip-last linear) is
+// trained too, by the executor's masked SGD (kernels/sgd.h: momentum,
+// Nesterov, weight decay) on the host copy with the same cosine schedule;
+// with lr_params 0 they stay as they are. Quantized weights are the decoded
+// codebooks after every step (bit for bit), pruned weights stay zero. The
+// executor runs each step with learning rate, momentum and weight decay 0
+// and the host's values (parameters and BN statistics) are uploaded again
+// after it, so BN running statistics only move by recalibration. After
+// every epoch the validation split is evaluated; the codebooks, the other
+// parameters and the BN statistics of the best epoch (0: before
+// fine-tuning) are kept. The test split is never looked at.
 //
 // Batch-norm recalibration (optional, bn_batches > 0): the running means
 // and variances are re-estimated with the quantized weights from that many
@@ -30,7 +36,10 @@ typedef struct {
     int epochs;          // passes over the training split
     int batch;           // images per step
     float lr;            // peak learning rate of the centroids (cosine to 0)
-    float momentum;      // SGD momentum of the centroids
+    float momentum;      // SGD momentum of the centroids and of the other parameters
+    float lr_params;     // peak learning rate of the unquantized parameters (0: frozen)
+    float weight_decay;  // their weight decay (centroids: none)
+    int nesterov;        // their Nesterov momentum (centroids: plain momentum)
     float smoothing;     // label smoothing of the loss
     int augment;         // random crop and flip
     uint64_t seed;       // the loader's shuffling and augmentation stream
@@ -47,16 +56,17 @@ typedef struct {
 typedef struct {
     int nepochs;
     finetune_epoch *hist;  // (nepochs)
-    int best_epoch;        // epoch whose codebooks were kept (0: the start)
+    int best_epoch;        // epoch whose codebooks and parameters were kept (0: the start)
     double best_val;       // its validation accuracy
     long images;           // training images seen
+    int trained_tensors;   // unquantized trainable tensors trained (0 when lr_params is 0)
     double seconds;
 } finetune_result;
 
-// Fine-tunes the codebooks of q (k-means) for the net nt run by executor e
-// on ds's training split; start_val is the validation accuracy of the
-// codebooks as they are. On return q, nt and the executor hold the best
-// codebooks by validation accuracy.
+// Fine-tunes the codebooks of q (k-means), and with c->lr_params > 0 the
+// unquantized parameters, of the net nt run by executor e on ds's training
+// split; start_val is the validation accuracy of the net as it is. On return
+// q, nt and the executor hold the best epoch by validation accuracy.
 int finetune_run(exec *e, net *nt, quant_model *q, const dataset *ds, const finetune_cfg *c,
                  double start_val, finetune_result *res, sc_err *err);
 

@@ -34,7 +34,7 @@ typedef struct {
     int ft_epochs, batch, augment, val_size, bn_batches;
     const char *bits, *init, *codebook, *clip, *granularity, *precision;
     const char *dataset, *data_dir, *runs, *output;
-    double percentile, ft_lr, ft_momentum, smoothing;
+    double percentile, ft_lr, ft_momentum, ft_lr_params, ft_wd, smoothing;
     const char *input;  // positional model file, or NULL
 } quant_opts;
 
@@ -72,12 +72,20 @@ typedef struct {
     {.name = "skip-last", .type = OPT_FLAG, .dst = &(o)->skip_last,                              \
      .help = "k-means/linear: keep the last linear weight in fp32 (default: quantized)"},        \
     {.name = "finetune-epochs", .type = OPT_INT, .dst = &(o)->ft_epochs, .def = "0", .min = 0,   \
-     .max = 100000, .help = "k-means: epochs of centroid fine-tuning (best by validation accuracy)"}, \
+     .max = 100000, .help = "k-means: epochs of fine-tuning the centroids and, with\n"            \
+             "--finetune-lr-params > 0, the unquantized parameters (best epoch by validation accuracy)"}, \
     {.name = "finetune-lr", .type = OPT_FLOAT, .dst = &(o)->ft_lr, .def = "0.3", .min = 0,       \
      .max = 100, .help = "fine-tuning: peak learning rate of the centroids (cosine); applied to each\n" \
              "centroid's summed gradient divided by its tensor's mean cluster size (kept / K)"}, \
+    {.name = "finetune-lr-params", .type = OPT_FLOAT, .dst = &(o)->ft_lr_params, .def = "0.01",  \
+     .min = 0, .max = 10, .metavar = "X",                                                        \
+     .help = "fine-tuning: peak learning rate (cosine) of every parameter that is not a\n"       \
+             "quantized weight: BN gamma/beta, biases, fp32 weights (0: they stay frozen)"},     \
+    {.name = "finetune-wd", .type = OPT_FLOAT, .dst = &(o)->ft_wd, .def = "5e-4", .min = 0,      \
+     .max = 1, .metavar = "X", .help = "fine-tuning: weight decay of those parameters (as train's --wd)"}, \
     {.name = "finetune-momentum", .type = OPT_FLOAT, .dst = &(o)->ft_momentum, .def = "0.9",     \
-     .min = 0, .max = 0.999, .help = "fine-tuning: SGD momentum of the centroids"},              \
+     .min = 0, .max = 0.999,                                                                     \
+     .help = "fine-tuning: SGD momentum of the centroids (plain) and the other parameters (Nesterov)"}, \
     {.name = "bn-recalibrate", .type = OPT_INT, .dst = &(o)->bn_batches, .def = "-1", .min = -1, \
      .max = 1000000, .metavar = "N",                                                             \
      .help = "re-estimate batch-norm running statistics with the quantized weights from N\n"   \
@@ -264,7 +272,9 @@ static int quantize_net(quant_run *r, sc_err *err) {
 // Settings of fine-tuning and BN recalibration.
 static finetune_cfg finetune_settings(const quant_run *r) {
     return (finetune_cfg){.epochs = r->o.ft_epochs, .batch = r->o.batch, .lr = (float)r->o.ft_lr,
-                          .momentum = (float)r->o.ft_momentum, .smoothing = (float)r->o.smoothing,
+                          .momentum = (float)r->o.ft_momentum, .lr_params = (float)r->o.ft_lr_params,
+                          .weight_decay = (float)r->o.ft_wd, .nesterov = 1,
+                          .smoothing = (float)r->o.smoothing,
                           .augment = r->o.augment, .seed = (uint64_t)r->o.c.seed,
                           .bn_batches = r->o.bn_batches, .quiet = r->o.c.quiet};
 }
@@ -298,9 +308,10 @@ static int model_write(quant_run *r, sc_err *err) {
     char line[2048];
     snprintf(line, sizeof line,
              "quantize: %s, %d tensors, init %s, BN recalibration %d batches, finetune %d epochs "
-             "(kept %d), skip-first %d skip-last %d, from %s, %s: val %.2f%% -> %.2f%%, "
-             "test %.2f%% -> %.2f%%",
-             r->method, r->q->ntensors, r->q->method == QM_KMEANS ? r->o.init : "-", r->o.bn_batches, r->o.ft_epochs, r->ft.best_epoch,
+             "(kept %d, lr %g, lr-params %g), skip-first %d skip-last %d, from %s, %s: "
+             "val %.2f%% -> %.2f%%, test %.2f%% -> %.2f%%",
+             r->method, r->q->ntensors, r->q->method == QM_KMEANS ? r->o.init : "-", r->o.bn_batches,
+             r->o.ft_epochs, r->ft.best_epoch, r->o.ft_lr, r->o.ft_lr_params,
              r->o.skip_first, r->o.skip_last, r->in, exec_device_name(r->ex), r->val0, r->val,
              r->test0, r->test);
     SC_TRY(model_meta_add_history(&r->meta, line, err));
@@ -317,6 +328,11 @@ static int model_write(quant_run *r, sc_err *err) {
 static void json_finetune(json_writer *j, const quant_run *r) {
     json_add_int(j, "finetune_epochs", r->o.ft_epochs);
     json_add_int(j, "finetune_best_epoch", r->ft.best_epoch);
+    json_add_number(j, "finetune_lr", r->o.ft_lr);
+    json_add_number(j, "finetune_lr_params", r->o.ft_lr_params);
+    json_add_number(j, "finetune_wd", r->o.ft_wd);
+    json_add_number(j, "finetune_momentum", r->o.ft_momentum);
+    json_add_int(j, "finetune_trained_tensors", r->ft.trained_tensors);
     json_array_begin(j, "finetune_history");
     for (int i = 0; i < r->ft.nepochs; i++) {
         const finetune_epoch *e = &r->ft.hist[i];

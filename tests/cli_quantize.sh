@@ -24,6 +24,10 @@ expect_fail "finetune linear" 2 '^quantize: .*finetune' $Q --bits 8 --finetune-e
 expect_fail "unknown option" 2 '^quantize: .*--frobnicate' $Q --frobnicate
 expect_fail "two models" 2 '^quantize: ' $Q a.h5 b.h5
 expect_fail "bad init" 2 '^quantize: .*init' $Q --init random
+expect_fail "lr-params -1" 2 '^quantize: .*finetune-lr-params' $Q --finetune-lr-params -1
+expect_fail "lr-params abc" 2 '^quantize: .*finetune-lr-params' $Q --finetune-lr-params abc
+expect_fail "lr-params 11" 2 '^quantize: .*finetune-lr-params' $Q --finetune-lr-params 11
+expect_fail "finetune-wd 2" 2 '^quantize: .*finetune-wd' $Q --finetune-wd 2
 
 # --- bad input (exit 1) ---------------------------------------------------------
 expect_fail "no previous run" 1 '^quantize: no previous run' $Q
@@ -105,6 +109,35 @@ done
 if $Q "$P" --centroids 16 --finetune-epochs 1 --bn-recalibrate 2 -o "$T/ft.h5" --json "$T/ft.json" >/dev/null 2>&1 \
    && grep -A 2 '"finetune_history"' "$T/ft.json" | grep -q '"epoch": *1'; then ok "fine-tuning run"
 else bad "fine-tuning run" "failed or no history"; fi
+# Fine-tuning the other parameters too (BN, biases, the fp32 last layer): the JSON
+# says so, the file still decodes to /params with <= 16 values and the zeros.
+if $Q "$P" --centroids 16 --skip-last --finetune-epochs 2 --finetune-lr-params 0.02 --bn-recalibrate 2 \
+      -o "$T/ftp.h5" --json "$T/ftp.json" >/dev/null 2>&1; then
+    lp=$(num finetune_lr_params "$T/ftp.json"); nt=$(num finetune_trained_tensors "$T/ftp.json")
+    [ "$lp" = 0.02 ] && [ "${nt:-0}" -gt 0 ] && ok "fine-tuning with --finetune-lr-params ($nt tensors)" \
+        || bad "fine-tuning with --finetune-lr-params" "json lr_params ${lp:-?}, tensors ${nt:-?}"
+    h5dump -d /history "$T/ftp.h5" 2>/dev/null | grep -q 'lr-params 0.02' \
+        && ok "history line names lr-params" || bad "history line names lr-params" "missing"
+else bad "fine-tuning with --finetune-lr-params" "failed"; fi
+if have_h5py && [ -f "$T/ftp.h5" ]; then
+    if out=$("$PY" - "$T/ftp.h5" <<'EOF' 2>&1
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], "r") as f:
+    q = f["quant"]
+    assert "fc3.weight" not in q and len(q) == 3, list(q)  # first and last layers in fp32
+    for name, g in q.items():
+        cb = g["codebook"][()].astype(np.float32)
+        w = f["params"][name][()]
+        m = f["masks"][name][()].astype(bool) if name in f["masks"] else np.ones(w.shape, bool)
+        assert np.array_equal(np.where(m, cb[g["indices"][()]], np.float32(0)), w), name
+        assert (w[~m] == 0).all() and len(np.unique(w[w != 0])) <= 16, name
+    w, m = f["params/fc3.weight"][()], f["masks/fc3.weight"][()].astype(bool)
+    assert (w[~m] == 0).all(), "fc zeros"
+print("ok")
+EOF
+    ) && [ "$out" = ok ]; then ok "python: lr-params file decodes, zeros, <= 16 values"
+    else bad "python check (lr-params)" "$out"; fi
+fi
 
 # --- a model without weights --------------------------------------------------------------
 if have_h5py; then

@@ -80,7 +80,9 @@ static void check_each_candidate(tctx *t, fixture *f, deploy_gpu *g, deploy_prec
         CHECK(t, deploy_gpu_choose(g, ch, &err) == 0, "%s: %s", deploy_cand_name(c), err.msg);
         char what[64];
         snprintf(what, sizeof what, "all layers %s", deploy_cand_name(c));
-        check_logits(t, what, f, g, NIMG, tol);
+        // A table-only candidate (TF32 in the fp32 plan) rounds its inputs to 10
+        // mantissa bits (2^-11 relative), so whole-net logits drift ~1e-4..1e-3.
+        check_logits(t, what, f, g, NIMG, deploy_cand_choosable(c) ? tol : fmax(tol, 2e-3));
     }
     free(ch);
 }

@@ -3,8 +3,11 @@
 // fp32, fp16 and with 4-bit codebook weights, on random layers of awkward
 // shapes (odd sizes, strides 1 and 2, paddings 0-2, 1x1/1x3/3x3/5x5 kernels,
 // borders wider than the padding, pools, a linear layer, channel chunks) and
-// sparsities 0/50/90/99% with a row that has no non-zero, for 1, 3, 8 and
-// 128 images; then the tuned variant, the variant replayed from a captured
+// sparsities 0/50/90/99% with a row that has no non-zero, skewed row lengths
+// (log-normal, like real pruned masks; every variant also with zero skipping
+// and row ordering off), for 1, 3, 8, 37, 40 and 128 images (37 and 40: the
+// several-images-per-block variants with a partial last block); then the
+// tuned variant, the variant replayed from a captured
 // CUDA graph, and the cuDNN (dconv) and cuSPARSE (spmm) baselines. Outputs
 // are poisoned (all bits set) before each run; border elements must keep the
 // poison. Inputs are rounded to fp16 for the fp16 cases and the reference
@@ -17,11 +20,14 @@
 //   gpu_test_spconv            all tests (skipped without a GPU)
 //   gpu_test_spconv --small    a few small cases, baselines on one
 //   gpu_test_spconv --sanitize the small sparse cases only (for compute-sanitizer)
-//   gpu_test_spconv --bench    times the CIFAR VGG-16 / ResNet-18 layers
+//   gpu_test_spconv --bench    times the CIFAR VGG-16 / ResNet-18 layers (options below)
+//   gpu_test_spconv --profile  one layer's forward for ncu (below)
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <cuda_profiler_api.h>
 
 #include "kernels/dconv_gpu.h"
 #include "kernels/spconv_gpu.h"
@@ -42,30 +48,36 @@ typedef struct {
 } tcase;
 
 static const tcase cases[] = {
-    {{"3x3 odd", 17, 5, 9, 9, 3, 3, 1, 1, 1, 0, 0, 0, 0, 1, 1, 0.5, 0}, {1, 3}},
-    {{"3x3 s2 wide border", 24, 16, 13, 11, 3, 3, 2, 1, 2, 1, 0, 0, 0, 1, 1, 0.9, 0}, {3, 8}},
-    {{"5x5 p2 pool", 8, 3, 16, 16, 5, 5, 1, 2, 2, 1, 2, 2, 0, 1, 1, 0.5, 0}, {1, 3}},
-    {{"1x1 s2 shortcut", 33, 20, 8, 8, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 1, 0.9, 0}, {8}},
-    {{"odd pool 99%", 9, 7, 7, 7, 3, 3, 1, 1, 1, 2, 2, 2, 0, 1, 1, 0.01, 0}, {3}},
-    {{"dense 0%", 6, 4, 6, 6, 3, 3, 1, 1, 1, 1, 0, 0, 0, 1, 0, 1.0, 0}, {1, 3}},
-    {{"empty row 90%", 12, 8, 10, 10, 3, 3, 1, 1, 1, 0, 0, 0, 0, 1, 1, 0.1, 1}, {3}},
-    {{"pool 3/2/1", 5, 3, 9, 9, 3, 3, 1, 1, 1, 1, 3, 2, 1, 1, 0, 0.5, 0}, {3}},
-    {{"5x5 p0", 7, 6, 12, 10, 5, 5, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0.5, 0}, {1}},
-    {{"cifar 32x32", 64, 64, 32, 32, 3, 3, 1, 1, 1, 1, 0, 0, 0, 1, 1, 0.1, 0}, {8}},
-    {{"cifar 32x32 pool", 32, 24, 32, 32, 3, 3, 1, 1, 1, 1, 2, 2, 0, 1, 1, 0.1, 0}, {3}},
-    {{"4x4 pool", 128, 96, 4, 4, 3, 3, 1, 1, 1, 1, 2, 2, 0, 1, 1, 0.1, 0}, {1, 8}},
-    {{"chunked C", 40, 700, 4, 4, 3, 3, 1, 1, 1, 1, 0, 0, 0, 1, 1, 0.05, 0}, {3}},
-    {{"linear", 37, 129, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 1, 0.5, 0}, {1, 3, 40}},
-    {{"s2 pool", 10, 6, 12, 12, 3, 3, 2, 1, 1, 0, 2, 2, 0, 1, 1, 0.5, 0}, {3}},
-    {{"2x2 planes", 16, 32, 2, 2, 3, 3, 1, 1, 1, 0, 0, 0, 0, 1, 1, 0.5, 0}, {1, 16}},
-    {{"1x3", 5, 4, 3, 15, 1, 3, 1, 1, 2, 1, 0, 0, 0, 0, 1, 0.5, 0}, {3}},
-    {{"batch 128 pool", 32, 16, 8, 8, 3, 3, 1, 1, 1, 1, 2, 2, 0, 1, 1, 0.1, 0}, {128}},
-    {{"batch 128 s2", 24, 16, 16, 16, 3, 3, 2, 1, 1, 1, 0, 0, 0, 1, 1, 0.1, 0}, {128}},
+    {{"3x3 odd", 17, 5, 9, 9, 3, 3, 1, 1, 1, 0, 0, 0, 0, 1, 1, 0.5, 0, 0}, {1, 3}},
+    {{"3x3 s2 wide border", 24, 16, 13, 11, 3, 3, 2, 1, 2, 1, 0, 0, 0, 1, 1, 0.9, 0, 0}, {3, 8}},
+    {{"5x5 p2 pool", 8, 3, 16, 16, 5, 5, 1, 2, 2, 1, 2, 2, 0, 1, 1, 0.5, 0, 0}, {1, 3}},
+    {{"1x1 s2 shortcut", 33, 20, 8, 8, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 1, 0.9, 0, 0}, {8}},
+    {{"odd pool 99%", 9, 7, 7, 7, 3, 3, 1, 1, 1, 2, 2, 2, 0, 1, 1, 0.01, 0, 0}, {3}},
+    {{"dense 0%", 6, 4, 6, 6, 3, 3, 1, 1, 1, 1, 0, 0, 0, 1, 0, 1.0, 0, 0}, {1, 3}},
+    {{"empty row 90%", 12, 8, 10, 10, 3, 3, 1, 1, 1, 0, 0, 0, 0, 1, 1, 0.1, 1, 0}, {3}},
+    {{"pool 3/2/1", 5, 3, 9, 9, 3, 3, 1, 1, 1, 1, 3, 2, 1, 1, 0, 0.5, 0, 0}, {3}},
+    {{"5x5 p0", 7, 6, 12, 10, 5, 5, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0.5, 0, 0}, {1}},
+    {{"cifar 32x32", 64, 64, 32, 32, 3, 3, 1, 1, 1, 1, 0, 0, 0, 1, 1, 0.1, 0, 0}, {8}},
+    {{"cifar 32x32 pool", 32, 24, 32, 32, 3, 3, 1, 1, 1, 1, 2, 2, 0, 1, 1, 0.1, 0, 0}, {3}},
+    {{"4x4 pool", 128, 96, 4, 4, 3, 3, 1, 1, 1, 1, 2, 2, 0, 1, 1, 0.1, 0, 0}, {1, 8}},
+    {{"chunked C", 40, 700, 4, 4, 3, 3, 1, 1, 1, 1, 0, 0, 0, 1, 1, 0.05, 0, 0}, {3}},
+    {{"linear", 37, 129, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 1, 0.5, 0, 0}, {1, 3, 40}},
+    {{"s2 pool", 10, 6, 12, 12, 3, 3, 2, 1, 1, 0, 2, 2, 0, 1, 1, 0.5, 0, 0}, {3}},
+    {{"2x2 planes", 16, 32, 2, 2, 3, 3, 1, 1, 1, 0, 0, 0, 0, 1, 1, 0.5, 0, 0}, {1, 16}},
+    {{"1x3", 5, 4, 3, 15, 1, 3, 1, 1, 2, 1, 0, 0, 0, 0, 1, 0.5, 0, 0}, {3}},
+    {{"batch 128 pool", 32, 16, 8, 8, 3, 3, 1, 1, 1, 1, 2, 2, 0, 1, 1, 0.1, 0, 0}, {128}},
+    {{"batch 128 s2", 24, 16, 16, 16, 3, 3, 2, 1, 1, 1, 0, 0, 0, 1, 1, 0.1, 0, 0}, {128}},
+    {{"skewed 3x3", 96, 24, 8, 8, 3, 3, 1, 1, 1, 1, 0, 0, 0, 1, 1, 0.1, 0, 0.8}, {3, 40}},
+    {{"skewed 2x2 empty", 64, 48, 2, 2, 3, 3, 1, 1, 1, 0, 0, 0, 0, 1, 1, 0.1, 1, 0.8}, {37, 1}},
+    {{"skewed 1x1 s2", 72, 40, 8, 8, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 1, 0.1, 0, 0.8}, {37}},
+    {{"skewed 4x4 pool", 64, 40, 4, 4, 3, 3, 1, 1, 1, 1, 2, 2, 0, 1, 1, 0.05, 0, 0.8}, {37}},
+    {{"skewed 99% odd", 33, 17, 7, 9, 3, 3, 2, 1, 1, 1, 0, 0, 0, 1, 1, 0.01, 1, 1.0}, {3}},
+    {{"skewed linear", 40, 100, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 1, 0.1, 0, 0.8}, {37}},
 };
 #define NCASES ((int)(sizeof cases / sizeof *cases))
 
 // Cases run under compute-sanitizer (--small), each with its first batch size.
-static const int small_cases[] = {0, 1, 2, 12, 13};
+static const int small_cases[] = {0, 1, 2, 12, 13, 20, 21, 22};
 
 static const char *vt_name[] = {"fp32", "fp16", "cb4"};
 
@@ -209,15 +221,19 @@ static void sparse_case(tctx *t, const spc_shape *s, int n, int vt, uint64_t see
     const int nv = spconv_gpu_nvariants(g, n);
     int good = 0, shown = 0;
     char what[256], desc[200];
-    for (int v = 0; v < nv; v++) {
-        if (spconv_gpu_use(g, n, v, &err)) {
-            CHECK(t, 0, "%s: use %d: %s", s->name, v, err.msg);
-            continue;
+    for (int pass = s->skew > 0 ? 0 : 1; pass < 2; pass++) {  // skewed: padded rows too
+        CHECK(t, spconv_gpu_compact(g, pass, &err) == 0, "compact %d: %s", pass, err.msg);
+        for (int v = 0; v < nv && shown < 3; v++) {  // at most 3 failures: keep the log short
+            if (spconv_gpu_use(g, n, v, &err)) {
+                CHECK(t, 0, "%s: use %d: %s", s->name, v, err.msg);
+                continue;
+            }
+            spconv_gpu_describe(g, desc, sizeof desc);
+            snprintf(what, sizeof what, "%s n=%d %s variant %d (%s)", s->name, n, vt_name[vt], v,
+                     desc);
+            if (sparse_run_check(t, &d, g, st, what)) good += pass;
+            else shown++;
         }
-        spconv_gpu_describe(g, desc, sizeof desc);
-        snprintf(what, sizeof what, "%s n=%d %s variant %d (%s)", s->name, n, vt_name[vt], v, desc);
-        if (sparse_run_check(t, &d, g, st, what)) good++;
-        else if (++shown >= 3) break;  // keep the log short
     }
     float ms = 0;
     CHECK(t, spconv_gpu_tune(g, n, d.din, d.dout, st, &ms, &err) == 0, "tune: %s", err.msg);
@@ -330,12 +346,24 @@ static void test_baselines_small(tctx *t) {
 
 // --- benchmark ------------------------------------------------------------------------
 //
-// Every CIFAR VGG-16 and ResNet-18 conv shape (and the classifier) at 90% and
-// 95% random sparsity, batch 128 and 1: the sparse kernel tuned in fp32,
-// fp16 and codebook form, cuDNN dense fp32 (TF32 off), TF32, fp16 NCHW and
-// NHWC (also the cuDNN call alone), and cuSPARSE fp32. Median of 20 runs
-// after 3 warm-ups, CUDA events, random data; each sparse result is checked
-// against the CPU on the first two images before it is timed.
+// Every CIFAR VGG-16 and ResNet-18 conv shape (and the classifier) at batch
+// 128 and 1, with masks at 90% and 95%: random (every weight kept with the same
+// probability) and skewed (row densities log-normal, sigma 0.45: the longest
+// row about 3-3.5x the mean on 512-row layers, like the real pruned masks;
+// every row padded with explicit zeros to the longest, as export writes it).
+// Columns: the sparse kernel tuned in fp32, fp16 and codebook form, the tuned
+// fp32 variant with zero skipping and row ordering off ("pad32": what the
+// kernel did before),
+// cuDNN dense fp32 (TF32 off), TF32, fp16 NCHW and NHWC (also the cuDNN call
+// alone), and cuSPARSE fp32. Median of 20 runs after 3 warm-ups, CUDA events,
+// random data; each sparse result is checked against the CPU on the first
+// two images before it is timed.
+//
+//   --bench [MASKS [TYPES [BATCHES]]]  MASKS: comma list of r90,r95,s90,s95 (default
+//                             all); TYPES: 1 fp32, 2 + fp16, 3 + codebook (default 3);
+//                             BATCHES: 128, 1 or 128,1 (default both)
+//   --profile L N MASK        layer L of the list, batch N, fp32 tuned, one
+//                             forward between cudaProfilerStart/Stop (for ncu)
 
 typedef struct {
     const char *net, *name;
@@ -372,9 +400,19 @@ static const blayer blayers[] = {
 #define NBL ((int)(sizeof blayers / sizeof *blayers))
 
 // Columns of a benchmark row.
-enum { B_SP32, B_SP16, B_CB4, B_CU32, B_TF32, B_CU16, B_NHWC, B_NHWC_CONV, B_CUSP, B_NCOL };
-static const char *bcol[B_NCOL] = {"sp32", "sp16", "cb4", "cudnn32", "tf32", "cudnn16",
+enum { B_SP32, B_SP16, B_CB4, B_PAD32, B_CU32, B_TF32, B_CU16, B_NHWC, B_NHWC_CONV, B_CUSP,
+       B_NCOL };
+static const char *bcol[B_NCOL] = {"sp32", "sp16", "cb4", "pad32", "cudnn32", "tf32", "cudnn16",
                                    "nhwc16", "(conv)", "cusp32"};
+
+// Mask configurations of the benchmark: name, sparsity, skew (log-normal sigma).
+typedef struct {
+    const char *name;
+    double sparsity, skew;
+} bmask;
+static const bmask bmasks[] = {{"r90", 0.90, 0}, {"r95", 0.95, 0}, {"s90", 0.90, 0.45},
+                               {"s95", 0.95, 0.45}};
+#define NBM 4
 
 // One thing to time: kind 0 sparse, 1 dconv, 2 dconv conv only, 3 spmm.
 typedef struct {
@@ -422,17 +460,18 @@ static float bench_time(const brun *b) {
     return 0.5f * (t[9] + t[10]);
 }
 
-// The shape of benchmark layer l at a density.
-static spc_shape bench_shape(const blayer *l, double density) {
+// The shape of benchmark layer l at a density and skew.
+static spc_shape bench_shape(const blayer *l, double density, double skew) {
     const int fc = l->H == 1;
     spc_shape s = {l->name, l->K, l->C, l->H, l->H, l->R, l->R, l->stride, l->pad, l->ib,
-                   fc ? 0 : 1, l->pool ? 2 : 0, l->pool ? 2 : 0, 0, l->relu, 1, density, 0};
+                   fc ? 0 : 1, l->pool ? 2 : 0, l->pool ? 2 : 0, 0, l->relu, 1, density, 0,
+                   skew};
     return s;
 }
 
 // Dense cuDNN columns of layer l at batch n.
 static void bench_dense(const gpu_ctx *g, const blayer *l, int n, float *row) {
-    const spc_shape s = bench_shape(l, 1.0);
+    const spc_shape s = bench_shape(l, 1.0, 0);
     static const dconv_prec ps[] = {DC_FP32, DC_TF32, DC_FP16, DC_FP16_NHWC};
     static const int cols[] = {B_CU32, B_TF32, B_CU16, B_NHWC};
     for (int i = 0; i < 4; i++) {
@@ -455,14 +494,49 @@ static void bench_dense(const gpu_ctx *g, const blayer *l, int n, float *row) {
     }
 }
 
-// Sparse columns (tuned, checked) and cuSPARSE of layer l at batch n and a density.
-static void bench_sparse(const gpu_ctx *g, const blayer *l, int n, double density, float *row,
-                         double *macs) {
-    const spc_shape s = bench_shape(l, density);
-    for (int vt = 0; vt < 3; vt++) {
+// Longest row over the mean row (non-zeros) of a generated layer.
+static double bench_skew_ratio(const spc_layer *L) {
+    long kept = 0;
+    int longest = 0;
+    for (int k = 0; k < L->d.K; k++) {
+        int c = 0;
+        for (int j = 0; j < L->d.nnz_row; j++) c += L->val[(size_t)k * L->d.nnz_row + j] != 0.0f;
+        kept += c, longest = c > longest ? c : longest;
+    }
+    return kept ? (double)longest * L->d.K / kept : 0.0;
+}
+
+// Tunes sg for n images (when tune is set), checks it on the first images
+// against d's CPU output and times it; NAN when something failed.
+static float bench_one(const gpu_ctx *g, tdata *d, spconv_gpu *sg, int n, void *din, void *dout,
+                       const char *name, int tune) {
+    sc_err err = {{0}};
+    char desc[200];
+    float ms = 0;
+    if (tune && spconv_gpu_tune(sg, n, din, dout, g->stream, &ms, &err)) {
+        printf("  %s: %s\n", name, err.msg);
+        return NAN;
+    }
+    tctx t = {.suite = "bench", .test = "check"};
+    brun b = {0, n, g, sg, din, dout};
+    dev_poison(dout, spc_out_elems(&d->L, n), d->half, g->stream);
+    const int ok = brun_once(&b) == 0 && !dev_sync(g->stream) &&
+                   out_check(&t, name, &d->L, d->n, d->half, dout, d->ref, d->half ? TOL16 : TOL32);
+    const float r = ok ? bench_time(&b) : NAN;
+    spconv_gpu_describe(sg, desc, sizeof desc);
+    printf("    %s%s\n", desc, ok ? "" : "  WRONG RESULT");
+    return r;
+}
+
+// Sparse columns (tuned, checked), padded fp32 and cuSPARSE of layer l at
+// batch n for mask m; vts value types.
+static void bench_sparse(const gpu_ctx *g, const blayer *l, int n, const bmask *m, int vts,
+                         float *row, double *macs, double *ratio) {
+    const spc_shape s = bench_shape(l, 1.0 - m->sparsity, m->skew);
+    row[B_SP16] = row[B_CB4] = row[B_PAD32] = row[B_CUSP] = NAN;
+    for (int vt = 0; vt < vts; vt++) {
         tdata d;
         sc_err err = {{0}};
-        char desc[200];
         tdata_make(&d, &s, n > 2 ? 2 : n, vt, 99, 1);  // reference on two images
         float *x = spc_input(&d.L.d, n, d.half, 98);
         memcpy(x, d.x, spc_in_elems(&d.L.d, d.n) * sizeof *x);
@@ -471,27 +545,17 @@ static void bench_sparse(const gpu_ctx *g, const blayer *l, int n, double densit
         spconv_gpu *sg = spconv_gpu_create(&d.L.d, (spconv_gpu_vtype)vt, d.L.codes, d.L.cb,
                                            d.L.scale, &err);
         row[vt] = NAN;
-        float ms = 0;
-        if (sg && spconv_gpu_tune(sg, n, din, dout, g->stream, &ms, &err) == 0) {
-            tctx t = {.suite = "bench", .test = "check"};
-            brun b = {0, n, g, sg, din, dout};
-            dev_poison(dout, spc_out_elems(&d.L, n), d.half, g->stream);
-            const int ok = brun_once(&b) == 0 && !dev_sync(g->stream) &&
-                           out_check(&t, l->name, &d.L, d.n, d.half, dout, d.ref,
-                                     d.half ? TOL16 : TOL32);
-            row[vt] = ok ? bench_time(&b) : NAN;
-            spconv_gpu_describe(sg, desc, sizeof desc);
-            printf("    %s%s\n", desc, ok ? "" : "  WRONG RESULT");
-            if (vt == 0) *macs = spconv_gpu_macs(sg, n);
-        } else {
-            printf("  %s %s: %s\n", l->name, vt_name[vt], err.msg);
-        }
-        if (vt == 0) {
-            spmm_gpu *m = spmm_gpu_create(g, &d.L.d, GDT_F32, n, &err);
-            brun b = {3, n, g, m, din, dout};
-            row[B_CUSP] = m ? bench_time(&b) : NAN;
-            if (!m) printf("  %s cusparse: %s\n", l->name, err.msg);
-            spmm_gpu_free(m);
+        if (!sg) printf("  %s %s: %s\n", l->name, vt_name[vt], err.msg);
+        if (sg) row[vt] = bench_one(g, &d, sg, n, din, dout, l->name, 1);
+        if (sg && vt == 0) {
+            *macs = spconv_gpu_macs(sg, n), *ratio = bench_skew_ratio(&d.L);
+            if (spconv_gpu_compact(sg, 0, &err) == 0)  // the same variant, rows padded
+                row[B_PAD32] = bench_one(g, &d, sg, n, din, dout, l->name, 0);
+            spmm_gpu *mm = spmm_gpu_create(g, &d.L.d, GDT_F32, n, &err);
+            brun b = {3, n, g, mm, din, dout};
+            row[B_CUSP] = mm ? bench_time(&b) : NAN;
+            if (!mm) printf("  %s cusparse: %s\n", l->name, err.msg);
+            spmm_gpu_free(mm);
         }
         spconv_gpu_free(sg);
         cudaFree(din), cudaFree(dout), free(x);
@@ -500,81 +564,135 @@ static void bench_sparse(const gpu_ctx *g, const blayer *l, int n, double densit
 }
 
 // Prints one benchmark row.
-static void bench_row(const blayer *l, int n, double sp, const float *r, double macs) {
-    printf("%-8s %-18s %3d %2.0f%%", l->net, l->name, n, 100 * sp);
+static void bench_row(const blayer *l, int n, const bmask *m, const float *r, double macs,
+                      double ratio) {
+    printf("%-8s %-18s %3d %s", l->net, l->name, n, m->name);
     for (int c = 0; c < B_NCOL; c++) printf(" %8.4f", r[c]);
-    printf(" | x32 %5.2f x16 %5.2f xsp %5.2f | %5.2f TF/s\n", r[B_CU32] / r[B_SP32],
-           r[B_CU16] / r[B_SP16], r[B_CUSP] / r[B_SP32], 2 * macs / (r[B_SP32] * 1e9));
+    printf(" | x32 %5.2f x16 %5.2f xsp %5.2f xpad %5.2f | %5.2f TF/s | max/mean %.2f\n",
+           r[B_CU32] / r[B_SP32], r[B_CU16] / r[B_SP16], r[B_CUSP] / r[B_SP32],
+           r[B_PAD32] / r[B_SP32], 2 * macs / (r[B_SP32] * 1e9), ratio);
     fflush(stdout);
 }
 
-// Per network, batch and sparsity: column sums weighted by layer counts,
-// the per-layer best of sparse and dense, and layers faster than cuSPARSE.
-static void bench_totals(float (*res)[2][2][B_NCOL], const double *sps) {
+// Per network, batch and mask: column sums weighted by layer counts, the
+// per-layer best of sparse and dense, and layers faster than cuSPARSE.
+static void bench_totals(float (*res)[2][NBM][B_NCOL], const int *use) {
     static const char *nets[] = {"vgg16", "resnet18"};
     static const int ns[] = {128, 1};
-    printf("\n%-8s %4s %4s", "TOTAL", "n", "sp");
+    printf("\n%-8s %4s %4s", "TOTAL", "n", "mask");
     for (int c = 0; c < B_NCOL; c++) printf(" %8s", bcol[c]);
-    printf(" | best32  best16 | fp32 x  fp16 x  cb4 vs16 | >cusp\n");
+    printf(" | best32  best16 | fp32 x  fp16 x  cb4 vs16 pad/sp | >cusp\n");
     for (int ni = 0; ni < 2; ni++)
         for (int net = 0; net < 2; net++)
-            for (int si = 0; si < 2; si++) {
+            for (int mi = 0; mi < NBM; mi++) {
+                if (!use[mi]) continue;
                 double sum[B_NCOL] = {0}, best32 = 0, best16 = 0;
                 int faster = 0, layers = 0;
                 for (int l = 0; l < NBL; l++) {
                     if (strcmp(blayers[l].net, nets[net])) continue;
-                    const float *r = res[l][ni][si];
+                    const float *r = res[l][ni][mi];
                     for (int c = 0; c < B_NCOL; c++) sum[c] += blayers[l].count * r[c];
                     best32 += blayers[l].count * fminf(r[B_SP32], r[B_CU32]);
                     best16 += blayers[l].count * fminf(fminf(r[B_SP16], r[B_CB4]), r[B_CU16]);
                     if (blayers[l].H > 1) layers++, faster += r[B_SP32] < r[B_CUSP];
                 }
-                printf("%-8s %4d %3.0f%%", nets[net], ns[ni], 100 * sps[si]);
+                printf("%-8s %4d %4s", nets[net], ns[ni], bmasks[mi].name);
                 for (int c = 0; c < B_NCOL; c++) printf(" %8.4f", sum[c]);
-                printf(" | %7.4f %7.4f | %6.2f %6.2f %6.2f | %d/%d\n", best32, best16,
+                printf(" | %7.4f %7.4f | %6.2f %6.2f %6.2f %6.2f | %d/%d\n", best32, best16,
                        sum[B_CU32] / sum[B_SP32], sum[B_CU16] / sum[B_SP16],
-                       sum[B_CU16] / sum[B_CB4], faster, layers);
+                       sum[B_CU16] / sum[B_CB4], sum[B_PAD32] / sum[B_SP32], faster, layers);
             }
     printf("(ms; fp32 x = cudnn32 / sp32; fp16 x = cudnn16 / sp16; cb4 vs16 = cudnn16 / cb4;\n"
-           " best = per layer min of sparse and cuDNN at that precision; >cusp = conv layers\n"
-           " where sp32 beats cuSPARSE fp32)\n");
+           " pad/sp = pad32 / sp32; best = per layer min of sparse and cuDNN at that precision;\n"
+           " >cusp = conv layers where sp32 beats cuSPARSE fp32)\n");
 }
 
-// Runs the benchmark; 0 when it ran.
-static int spconv_bench(void) {
+// Mask configurations named in list (comma separated; NULL: all) into use.
+static void bench_masks(const char *list, int *use) {
+    for (int i = 0; i < NBM; i++) use[i] = !list || strstr(list, bmasks[i].name) != NULL;
+}
+
+// Runs the benchmark for the masks and batches (128 and/or 1) named; 0 when it ran.
+static int spconv_bench(const char *masks, int vts, const char *batches) {
     gpu_ctx g;
     sc_err err = {{0}};
     if (!exec_gpu_available(&err) || gpu_ctx_init(&g, &err)) {
         printf("bench: no GPU: %s\n", err.msg);
         return 1;
     }
-    static float res[NBL][2][2][B_NCOL];
-    const double sps[2] = {0.90, 0.95};
+    static float res[NBL][2][NBM][B_NCOL];
+    int use[NBM];
+    bench_masks(masks, use);
     const int ns[2] = {128, 1};
-    printf("%-8s %-18s %3s %3s", "net", "layer", "n", "sp");
+    printf("%-8s %-18s %3s %4s", "net", "layer", "n", "mask");
     for (int c = 0; c < B_NCOL; c++) printf(" %8s", bcol[c]);
     printf("   (ms, median of 20)\n");
     for (int ni = 0; ni < 2; ni++)
         for (int l = 0; l < NBL; l++) {
             float dense[B_NCOL];
+            for (int mi = 0; mi < NBM; mi++)
+                for (int c = 0; c < B_NCOL; c++) res[l][ni][mi][c] = NAN;
+            if (batches && !strstr(batches, ni ? "1" : "128")) continue;
+            if (batches && ni && !strcmp(batches, "128")) continue;
             bench_dense(&g, &blayers[l], ns[ni], dense);
-            for (int si = 0; si < 2; si++) {
-                float *r = res[l][ni][si];
-                double macs = 0;
+            for (int mi = 0; mi < NBM; mi++) {
+                float *r = res[l][ni][mi];
+                double macs = 0, ratio = 0;
+                for (int c = 0; c < B_NCOL; c++) r[c] = NAN;
+                if (!use[mi]) continue;
                 memcpy(r, dense, sizeof dense);
-                bench_sparse(&g, &blayers[l], ns[ni], 1.0 - sps[si], r, &macs);
-                bench_row(&blayers[l], ns[ni], sps[si], r, macs);
+                bench_sparse(&g, &blayers[l], ns[ni], &bmasks[mi], vts, r, &macs, &ratio);
+                bench_row(&blayers[l], ns[ni], &bmasks[mi], r, macs, ratio);
             }
         }
-    bench_totals(res, sps);
+    bench_totals(res, use);
     gpu_ctx_free(&g);
     return 0;
+}
+
+// One layer tuned in fp32, then one forward between cudaProfilerStart and
+// Stop (run under ncu --profile-from-start off); 0 when it ran.
+static int spconv_profile(int li, int n, const char *mask) {
+    gpu_ctx g;
+    sc_err err = {{0}};
+    int use[NBM], mi = 0;
+    bench_masks(mask, use);
+    while (mi < NBM - 1 && !use[mi]) mi++;
+    if (li < 0 || li >= NBL || n < 1 || !exec_gpu_available(&err) || gpu_ctx_init(&g, &err)) {
+        printf("profile: bad layer/batch or no GPU: %s\n", err.msg);
+        return 1;
+    }
+    const blayer *l = &blayers[li];
+    const spc_shape s = bench_shape(l, 1.0 - bmasks[mi].sparsity, bmasks[mi].skew);
+    tdata d;
+    tdata_make(&d, &s, n, SPC_FP32, 99, 0);
+    spconv_gpu *sg = spconv_gpu_create(&d.L.d, SPG_FP32, NULL, NULL, NULL, &err);
+    float ms = 0;
+    int rc = !sg || spconv_gpu_tune(sg, n, d.din, d.dout, g.stream, &ms, &err);
+    if (!rc) {
+        char desc[200];
+        spconv_gpu_describe(sg, desc, sizeof desc);
+        printf("profile %s %s n=%d %s: %s, %.2f TFLOP/s\n", l->net, l->name, n, bmasks[mi].name,
+               desc, 2 * spconv_gpu_macs(sg, n) / (ms * 1e9));
+        cudaProfilerStart();
+        rc = spconv_gpu_forward(sg, n, d.din, d.dout, g.stream, &err) || dev_sync(g.stream);
+        cudaProfilerStop();
+    }
+    if (rc) printf("profile: %s\n", err.msg);
+    spconv_gpu_free(sg);
+    tdata_free(&d);
+    gpu_ctx_free(&g);
+    return rc;
 }
 
 // Runs the tests (or the benchmark); exit status 1 when one failed.
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "";
-    if (!strcmp(mode, "--bench")) return spconv_bench();
+    if (!strcmp(mode, "--bench"))
+        return spconv_bench(argc > 2 ? argv[2] : NULL, argc > 3 ? atoi(argv[3]) : 3,
+                            argc > 4 ? argv[4] : NULL);
+    if (!strcmp(mode, "--profile") && argc > 4)
+        return spconv_profile(atoi(argv[2]), atoi(argv[3]), argv[4]);
     tctx t = {.suite = "gpu_test_spconv"};
     if (!strcmp(mode, "--small") || !strcmp(mode, "--sanitize")) {
         RUN(&t, test_sparse_small);

@@ -1,6 +1,7 @@
 // Random sparse conv layers for the spconv tests (tests/test_spconv.c and
 // tests/gpu_test_spconv.c): a shape, a density, CSR rows padded with
-// explicit zeros to the longest row (entries shuffled within each row),
+// explicit zeros to the longest row (entries shuffled within each row; row
+// lengths equal in expectation, or skewed like real pruned masks),
 // offsets from spconv_offsets, optional fp16 rounding or a 4-bit codebook,
 // bordered random inputs, and an independent dense reference in double.
 // Header-only (static inline) so each test binary stays self-contained.
@@ -23,6 +24,9 @@ typedef struct {
     int relu, bias;
     double density;      // fraction of weights kept
     int empty_row;       // 1: row K/2 has no non-zero at all
+    double skew;         // 0: every row keeps weights with the same probability; > 0:
+                         // row k with density * w_k, w_k log-normal (sigma skew,
+                         // mean 1), so rows differ in length like real pruned masks
 } spc_shape;
 
 // Value types of a case: fp32, fp16 (values and inputs rounded), codebook.
@@ -78,15 +82,30 @@ static inline void spc_geometry(const spc_shape *s, spconv_desc *d) {
 
 // --- layers -------------------------------------------------------------------
 
-// Keeps each weight with probability density; returns the kept columns of row k.
-static inline int spc_row_mask(rng *r, const spc_shape *s, int k, uint8_t *keep) {
+// Keeps each weight of row k with probability density; returns the kept count.
+static inline int spc_row_mask(rng *r, const spc_shape *s, int k, double density,
+                               uint8_t *keep) {
     const int crs = s->C * s->R * s->S;
     int cnt = 0;
     for (int j = 0; j < crs; j++) {
-        keep[j] = !(s->empty_row && k == s->K / 2) && rng_uniform(r) < s->density;
+        keep[j] = !(s->empty_row && k == s->K / 2) && rng_uniform(r) < density;
         cnt += keep[j];
     }
     return cnt;
+}
+
+// Per-row densities (K): the shape's density, or with skew > 0 the density
+// times log-normal factors of mean 1 (capped at 1).
+static inline void spc_row_density(rng *r, const spc_shape *s, double *dens) {
+    double sum = 0.0;
+    for (int k = 0; k < s->K; k++) {
+        dens[k] = s->skew > 0 ? exp(s->skew * rng_normal(r)) : 1.0;
+        sum += dens[k];
+    }
+    for (int k = 0; k < s->K; k++) {
+        const double v = s->density * dens[k] * s->K / sum;
+        dens[k] = v < 1.0 ? v : 1.0;
+    }
 }
 
 // Value of a kept weight (never zero) for the case's value type; sets *code.
@@ -148,11 +167,14 @@ static inline void spc_layer_make(spc_layer *L, const spc_shape *s, int vt, uint
     spconv_out_size(&L->d, &L->po, &L->qo);
     const int K = s->K, crs = s->C * s->R * s->S;
     uint8_t *keep = malloc((size_t)K * crs + 1);
+    double *dens = malloc((size_t)K * sizeof *dens);
     int nnz = 0;
+    spc_row_density(&r, s, dens);
     for (int k = 0; k < K; k++) {
-        const int c = spc_row_mask(&r, s, k, keep + (size_t)k * crs);
+        const int c = spc_row_mask(&r, s, k, dens[k], keep + (size_t)k * crs);
         nnz = c > nnz ? c : nnz;
     }
+    free(dens);
     L->d.nnz_row = nnz;
     const size_t n = (size_t)K * nnz;
     L->idx = malloc((n ? n : 1) * sizeof *L->idx), L->off = malloc((n ? n : 1) * sizeof *L->off);

@@ -1,8 +1,11 @@
-// Tests of centroid fine-tuning and BN recalibration on the CPU executor with
-// a tiny random dataset: one step moves each centroid by the summed gradient
-// of its kept weights; nothing but the centroids moves; indices, pruned
-// zeros and the K-value limit survive; recalibration changes only the BN
-// running statistics.
+// Tests of codebook fine-tuning and BN recalibration on the CPU executor with
+// tiny synthetic datasets: one step moves each centroid by the summed
+// gradient of its kept weights and every unquantized parameter by the
+// executor's SGD (lr_params > 0); with lr_params 0 nothing but the centroids
+// moves; indices, pruned zeros and the K-value limit survive; the best epoch
+// (codebooks, parameters, BN statistics) is what stays; runs are
+// deterministic; the loss of a learnable problem goes down; recalibration
+// changes only the BN running statistics.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,9 +45,32 @@ static void dataset_random(dataset *ds, int ntrain) {
     for (int c = 0; c < 3; c++) ds->mean[c] = 0.5f, ds->std[c] = 0.25f;
 }
 
+// Images whose mean brightness tells the class: class c draws its pixels
+// from [c * 256 / classes, (c + 1) * 256 / classes) plus noise.
+static void split_learnable(data_split *s, int n, int classes, uint64_t seed) {
+    rng r;
+    rng_seed(&r, seed, 0);
+    split_random(s, n, classes, seed);
+    for (int i = 0; i < n; i++) {
+        int lo = s->labels[i] * 256 / classes, w = 256 / classes;
+        for (size_t j = 0; j < 3072; j++)
+            s->images[(size_t)i * 3072 + j] = (uint8_t)(lo + (int)rng_below(&r, (uint32_t)w));
+    }
+}
+
+// A dataset whose classes can be learnt (split_learnable).
+static void dataset_learnable(dataset *ds, int ntrain) {
+    dataset_random(ds, ntrain);
+    data_split *sp[3] = {&ds->train, &ds->val, &ds->test};
+    for (int i = 0; i < 3; i++) {
+        free(sp[i]->images), free(sp[i]->labels);
+        split_learnable(sp[i], i == 0 ? ntrain : 40, ds->classes, 11 + (uint64_t)i);
+    }
+}
+
 // The test net with random weights, ~60% of c2 and fc pruned, quantized with
-// k-means (k centroids, fp16 codebooks).
-static net *net_quantized(int k, quant_model **q) {
+// k-means (k centroids, fp16 codebooks); skip_last leaves fc.weight in fp32.
+static net *net_quantized_skip(int k, int skip_last, quant_model **q) {
     sc_err err = {{0}};
     net *nt = net_from_desc("tiny", DESC, 3, 32, 32, 5, &err);
     tnet_randomize(nt, 8, 1);
@@ -57,10 +83,48 @@ static net *net_quantized(int k, quant_model **q) {
             if (rng_uniform(&r) < 0.6f) m[i] = 0.0f, w[i] = 0.0f;
     }
     quant_cfg c = {.method = QM_KMEANS, .codebook_fp16 = 1,
-                   .km = {.k = k, .init = KM_INIT_LINEAR, .max_iter = 50, .fp16 = 1}};
+                   .km = {.k = k, .init = KM_INIT_LINEAR, .max_iter = 50, .fp16 = 1},
+                   .skip_last = skip_last};
     *q = NULL;
     if (quant_net_apply(nt, &c, q, &err)) fprintf(stderr, "quant_net_apply: %s\n", err.msg);
     return nt;
+}
+
+// The test net with every conv and linear weight quantized.
+static net *net_quantized(int k, quant_model **q) { return net_quantized_skip(k, 0, q); }
+
+// 1 when tensor t of nt is quantized by q.
+static int is_quantized(const quant_model *q, int t) {
+    for (int i = 0; i < q->ntensors; i++)
+        if (q->t[i].tensor == t) return 1;
+    return 0;
+}
+
+// Checks every quantized tensor: params == decoded codebook, pruned zeros,
+// at most K distinct non-zero values, each one of the stored codebook's.
+static void check_quantized(tctx *t, const net *nt, const quant_model *q) {
+    for (int i = 0; i < q->ntensors; i++) {
+        const quant_tensor *qt = &q->t[i];
+        const ptensor *p = &nt->tensors[qt->tensor];
+        const float *w = nt->param + p->offset, *m = nt->mask + p->offset;
+        float *dec = malloc(qt->count * sizeof *dec), seen[256];
+        int nseen = 0, outside = 0, zeros = 1;
+        quant_tensor_decode(q, qt, m, dec);
+        CHECK(t, !memcmp(dec, w, qt->count * sizeof *dec), "%s: params not the decoded codebook", p->name);
+        for (size_t j = 0; j < qt->count; j++) {
+            if (m[j] == 0.0f) zeros &= w[j] == 0.0f;
+            if (w[j] == 0.0f) continue;
+            int in_cb = 0, known = 0;
+            for (int c = 0; c < qt->k; c++) in_cb |= qt->codebook[c] == w[j];
+            for (int c = 0; c < nseen; c++) known |= seen[c] == w[j];
+            outside += !in_cb;
+            if (!known && nseen < 256) seen[nseen++] = w[j];
+        }
+        CHECK(t, zeros, "%s: a pruned weight is not zero", p->name);
+        CHECK(t, outside == 0, "%s: %d values outside the codebook", p->name, outside);
+        CHECK(t, nseen <= qt->k, "%s: %d distinct non-zero values > K = %d", p->name, nseen, qt->k);
+        free(dec);
+    }
 }
 
 // --- tests ----------------------------------------------------------------------
@@ -125,8 +189,9 @@ static void test_finetune_invariants(tctx *t) {
     for (int i = 0; i < q->ntensors; i++, at += q->t[i - 1].count) memcpy(idx0 + at, q->t[i].indices, q->t[i].count);
     sc_err err = {{0}};
     exec *e = exec_create(nt, DEV_CPU, PREC_FP32, 16, &err);
-    finetune_cfg fc = {.epochs = 3, .batch = 16, .lr = 2.0f, .momentum = 0.9f, .smoothing = 0.1f,
-                       .augment = 1, .seed = 4, .bn_batches = 2, .quiet = 1};
+    finetune_cfg fc = {.epochs = 3, .batch = 16, .lr = 2.0f, .momentum = 0.9f, .lr_params = 0.0f,
+                       .weight_decay = 5e-4f, .nesterov = 1, .smoothing = 0.1f, .augment = 1,
+                       .seed = 4, .bn_batches = 2, .quiet = 1};
     finetune_result res;
     CHECK(t, finetune_run(e, nt, q, &ds, &fc, -1.0, &res, &err) == 0, "%s", err.msg);
     at = 0;
@@ -142,6 +207,8 @@ static void test_finetune_invariants(tctx *t) {
         for (int j = 0; j < qt->k; j++)
             CHECK(t, half_round(qt->codebook[j], NULL) == qt->codebook[j], "not fp16");
     }
+    check_quantized(t, nt, q);
+    CHECK(t, res.trained_tensors == 0, "%d tensors trained with lr_params 0", res.trained_tensors);
     for (int k = 0; k < nt->ntensors; k++) {
         const ptensor *p = &nt->tensors[k];
         if (!p->trainable || p->kind == PT_WEIGHT) continue;
@@ -153,6 +220,191 @@ static void test_finetune_invariants(tctx *t) {
     exec_free(e);
     quant_model_free(q);
     net_free(nt);
+    dataset_free(&ds);
+}
+
+// One step with lr_params > 0 (a single batch, momentum 0, so Nesterov adds
+// nothing): every unquantized parameter w becomes (w - lr_p * (g + wd * w) * m) * m,
+// the centroids move as without it, and pruned fp32 weights stay zero.
+static void test_finetune_params_step(tctx *t) {
+    dataset ds;
+    dataset_random(&ds, 32);
+    quant_model *q;
+    net *nt = net_quantized_skip(6, 1, &q);
+    sc_err err = {{0}};
+    exec *e = exec_create(nt, DEV_CPU, PREC_FP32, 32, &err);
+    float *g = malloc(nt->nparam * sizeof *g), *p0 = malloc(nt->nparam * sizeof *p0);
+    memcpy(p0, nt->param, nt->nparam * sizeof *p0);
+    exec_batch b = {ds.train.n, ds.train.images, ds.train.labels, NULL, NULL, NULL};
+    exec_hparams frozen = {.label_smoothing = 0.1f};
+    CHECK(t, exec_train_step(e, &b, &frozen, &err) == 0 && exec_read_grad(e, g, &err) == 0, "%s", err.msg);
+    const float lrp = 0.2f, wd = 0.01f;
+    finetune_cfg fc = {.epochs = 1, .batch = 32, .lr = 0.5f, .momentum = 0.0f, .lr_params = lrp,
+                       .weight_decay = wd, .nesterov = 1, .smoothing = 0.1f, .augment = 0,
+                       .seed = 3, .quiet = 1};
+    finetune_result res;
+    CHECK(t, finetune_run(e, nt, q, &ds, &fc, -1.0, &res, &err) == 0, "%s", err.msg);
+    CHECK(t, res.best_epoch == 1 && res.trained_tensors == 5, "best %d, %d tensors trained",
+          res.best_epoch, res.trained_tensors);  // b1.gamma/beta, c2.bias, fc.weight/bias
+    long moved = 0, bad = 0, zeros = 1;
+    for (int k = 0; k < nt->ntensors; k++) {
+        const ptensor *p = &nt->tensors[k];
+        if (!p->trainable || is_quantized(q, k)) continue;
+        for (size_t i = p->offset; i < p->offset + p->count; i++) {
+            float m = nt->mask[i];
+            double want = (p0[i] - lrp * (g[i] + wd * p0[i]) * m) * m;
+            bad += fabs(nt->param[i] - want) > 1e-4 * fabs(want) + 1e-6;
+            moved += nt->param[i] != p0[i];
+            if (m == 0.0f) zeros &= nt->param[i] == 0.0f;
+        }
+    }
+    CHECK(t, bad == 0, "%ld parameters off the SGD step", bad);
+    CHECK(t, moved > 0 && zeros, "moved %ld, pruned zeros %s", moved, zeros ? "kept" : "lost");
+    check_quantized(t, nt, q);
+    float *dev = malloc(nt->nparam * sizeof *dev);
+    memcpy(dev, nt->param, nt->nparam * sizeof *dev);
+    CHECK(t, exec_read_net(e, &err) == 0 && !memcmp(dev, nt->param, nt->nparam * sizeof *dev),
+          "the executor does not hold the host's parameters");
+    finetune_result_free(&res);
+    free(g), free(p0), free(dev);
+    exec_free(e);
+    quant_model_free(q);
+    net_free(nt);
+    dataset_free(&ds);
+}
+
+// Runs fine-tuning with lr_params on a fresh quantized net (skip_last: an
+// fp32 pruned weight too); returns the net, its model and the result.
+static net *finetune_fresh(tctx *t, const dataset *ds, const finetune_cfg *fc, double start_val,
+                           quant_model **q, finetune_result *res) {
+    net *nt = net_quantized_skip(4, 1, q);
+    sc_err err = {{0}};
+    exec *e = exec_create(nt, DEV_CPU, PREC_FP32, fc->batch, &err);
+    CHECK(t, e && finetune_run(e, nt, *q, ds, fc, start_val, res, &err) == 0, "%s", err.msg);
+    float *host = malloc(nt->nparam * sizeof *host), *buf = malloc(nt->nbuf * sizeof *buf);
+    memcpy(host, nt->param, nt->nparam * sizeof *host);
+    memcpy(buf, nt->buf, nt->nbuf * sizeof *buf);
+    CHECK(t, exec_read_net(e, &err) == 0 && !memcmp(host, nt->param, nt->nparam * sizeof *host) &&
+             !memcmp(buf, nt->buf, nt->nbuf * sizeof *buf), "device and host differ");
+    free(host), free(buf);
+    exec_free(e);
+    return nt;
+}
+
+// Several epochs with lr_params: the quantized tensors keep their indices,
+// zeros and at most K values (the codebook's); every other trainable tensor
+// moves, its pruned entries stay zero.
+static void test_finetune_params_invariants(tctx *t) {
+    dataset ds;
+    dataset_random(&ds, 50);
+    quant_model *q, *q0;
+    net *n0 = net_quantized_skip(4, 1, &q0);
+    finetune_cfg fc = {.epochs = 3, .batch = 16, .lr = 2.0f, .momentum = 0.9f, .lr_params = 0.05f,
+                       .weight_decay = 5e-4f, .nesterov = 1, .smoothing = 0.1f, .augment = 1,
+                       .seed = 4, .bn_batches = 2, .quiet = 1};
+    finetune_result res;
+    net *nt = finetune_fresh(t, &ds, &fc, -1.0, &q, &res);
+    CHECK(t, res.best_epoch >= 1, "best epoch %d", res.best_epoch);
+    check_quantized(t, nt, q);
+    for (int i = 0; i < q->ntensors; i++)
+        CHECK(t, !memcmp(q0->t[i].indices, q->t[i].indices, q->t[i].count), "%s: indices changed",
+              q->t[i].name);
+    for (int k = 0; k < nt->ntensors; k++) {
+        const ptensor *p = &nt->tensors[k];
+        if (!p->trainable || is_quantized(q, k)) continue;
+        long moved = 0, zeros = 1;
+        for (size_t i = p->offset; i < p->offset + p->count; i++) {
+            moved += nt->param[i] != n0->param[i];
+            if (nt->mask[i] == 0.0f) zeros &= nt->param[i] == 0.0f;
+        }
+        CHECK(t, moved > 0, "%s did not move", p->name);
+        CHECK(t, zeros, "%s: a pruned weight is not zero", p->name);
+    }
+    finetune_result_free(&res);
+    quant_model_free(q), quant_model_free(q0);
+    net_free(nt), net_free(n0);
+    dataset_free(&ds);
+}
+
+// When no epoch beats the start (start_val above 100), the codebooks, the
+// parameters and the BN statistics of the start are what remains.
+static void test_finetune_keeps_best(tctx *t) {
+    dataset ds;
+    dataset_random(&ds, 40);
+    quant_model *q, *q0;
+    net *n0 = net_quantized_skip(4, 1, &q0);
+    finetune_cfg fc = {.epochs = 2, .batch = 16, .lr = 2.0f, .momentum = 0.9f, .lr_params = 0.1f,
+                       .weight_decay = 5e-4f, .nesterov = 1, .smoothing = 0.1f, .augment = 1,
+                       .seed = 6, .bn_batches = 3, .quiet = 1};
+    finetune_result res;
+    net *nt = finetune_fresh(t, &ds, &fc, 101.0, &q, &res);
+    CHECK(t, res.best_epoch == 0 && res.nepochs == 2, "best %d of %d", res.best_epoch, res.nepochs);
+    CHECK(t, !memcmp(n0->param, nt->param, nt->nparam * sizeof(float)), "parameters not restored");
+    CHECK(t, !memcmp(n0->buf, nt->buf, nt->nbuf * sizeof(float)), "BN statistics not restored");
+    for (int i = 0; i < q->ntensors; i++)
+        CHECK(t, !memcmp(q0->t[i].codebook, q->t[i].codebook, (size_t)q->k * sizeof(float)),
+              "%s: codebook not restored", q->t[i].name);
+    finetune_result_free(&res);
+    quant_model_free(q), quant_model_free(q0);
+    net_free(nt), net_free(n0);
+    dataset_free(&ds);
+}
+
+// Two runs with the same seed give the same bits; another seed does not.
+static void test_finetune_deterministic(tctx *t) {
+    dataset ds;
+    dataset_random(&ds, 48);
+    finetune_cfg fc = {.epochs = 2, .batch = 16, .lr = 1.0f, .momentum = 0.9f, .lr_params = 0.05f,
+                       .weight_decay = 5e-4f, .nesterov = 1, .smoothing = 0.1f, .augment = 1,
+                       .seed = 9, .bn_batches = 2, .quiet = 1};
+    quant_model *q[3];
+    finetune_result res[3];
+    net *nt[3];
+    for (int r = 0; r < 3; r++) {
+        fc.seed = r < 2 ? 9 : 10;
+        nt[r] = finetune_fresh(t, &ds, &fc, -1.0, &q[r], &res[r]);
+    }
+    CHECK(t, !memcmp(nt[0]->param, nt[1]->param, nt[0]->nparam * sizeof(float)) &&
+             !memcmp(nt[0]->buf, nt[1]->buf, nt[0]->nbuf * sizeof(float)), "same seed, other net");
+    CHECK(t, res[0].hist[1].loss == res[1].hist[1].loss, "same seed, loss %.9g vs %.9g",
+          res[0].hist[1].loss, res[1].hist[1].loss);
+    CHECK(t, memcmp(nt[0]->param, nt[2]->param, nt[0]->nparam * sizeof(float)) != 0,
+          "another seed, same net");
+    for (int r = 0; r < 3; r++) {
+        finetune_result_free(&res[r]);
+        quant_model_free(q[r]);
+        net_free(nt[r]);
+    }
+    dataset_free(&ds);
+}
+
+// On a learnable problem (brightness tells the class) the training loss
+// goes down: a little with the centroids alone (4 of them), by a fifth at
+// least when the other parameters train too, which ends lower.
+static void test_finetune_learns(tctx *t) {
+    dataset ds;
+    dataset_learnable(&ds, 96);
+    double last[2];
+    for (int v = 0; v < 2; v++) {
+        finetune_cfg fc = {.epochs = 10, .batch = 16, .lr = 1.0f, .momentum = 0.9f,
+                           .lr_params = v ? 0.2f : 0.0f, .weight_decay = 5e-4f, .nesterov = 1,
+                           .smoothing = 0.1f, .augment = 0, .seed = 5, .bn_batches = 4, .quiet = 1};
+        quant_model *q;
+        finetune_result res;
+        net *nt = finetune_fresh(t, &ds, &fc, -1.0, &q, &res);
+        double first = res.hist[0].loss;
+        last[v] = res.hist[res.nepochs - 1].loss;
+        printf("  lr_params %.2f: loss %.4f -> %.4f, train %.1f%% -> %.1f%%, val %.1f%% (kept epoch %d)\n",
+               (double)fc.lr_params, first, last[v], res.hist[0].train_accuracy,
+               res.hist[res.nepochs - 1].train_accuracy, res.best_val, res.best_epoch);
+        CHECK(t, last[v] < (v ? 0.8 * first : first), "lr_params %g: loss %.4f -> %.4f",
+              (double)fc.lr_params, first, last[v]);
+        check_quantized(t, nt, q);
+        finetune_result_free(&res);
+        quant_model_free(q);
+        net_free(nt);
+    }
+    CHECK(t, last[1] < last[0], "with lr_params %.4f, without %.4f", last[1], last[0]);
     dataset_free(&ds);
 }
 
@@ -186,6 +438,11 @@ int main(void) {
     tctx t = {.suite = "test_quant_finetune"};
     RUN(&t, test_finetune_step);
     RUN(&t, test_finetune_invariants);
+    RUN(&t, test_finetune_params_step);
+    RUN(&t, test_finetune_params_invariants);
+    RUN(&t, test_finetune_keeps_best);
+    RUN(&t, test_finetune_deterministic);
+    RUN(&t, test_finetune_learns);
     RUN(&t, test_bn_recalibrate);
     return check_finish(&t);
 }

@@ -2,7 +2,8 @@
 // against hand-computed values, output sizes, and the reference against an
 // independent dense convolution in double (densified weights, padding by
 // bounds checks, pooling done separately) on random layers of awkward shapes
-// and sparsities (0%, 50%, 90%, 99%, a row with no non-zero), with outputs
+// and sparsities (0%, 50%, 90%, 99%, a row with no non-zero, skewed row
+// lengths), with outputs
 // poisoned so that unwritten elements and touched borders show.
 //
 // Tolerance: max |got - want| / max |want| <= 1e-5 (both sum in double; the
@@ -22,16 +23,16 @@
 // Awkward shapes: odd sizes, strides 1 and 2, paddings 0-2, borders wider
 // than the padding, pools with and without padding.
 static const spc_shape shapes[] = {
-    {"3x3 odd", 7, 5, 9, 9, 3, 3, 1, 1, 1, 0, 0, 0, 0, 1, 1, 0.5, 0},
-    {"3x3 s2 wide border", 6, 4, 11, 13, 3, 3, 2, 1, 2, 1, 0, 0, 0, 1, 1, 0.9, 0},
-    {"5x5 p2 pool", 5, 3, 12, 12, 5, 5, 1, 2, 2, 1, 2, 2, 0, 1, 1, 0.5, 0},
-    {"1x1 s2", 9, 6, 8, 7, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 1, 0.5, 0},
-    {"pool 3/2/1", 4, 3, 9, 9, 3, 3, 1, 1, 1, 2, 3, 2, 1, 1, 0, 0.9, 0},
-    {"dense", 3, 4, 6, 5, 3, 3, 1, 1, 1, 1, 0, 0, 0, 1, 1, 1.0, 0},
-    {"99% + empty row", 8, 9, 7, 7, 3, 3, 1, 1, 1, 0, 2, 2, 0, 1, 1, 0.01, 1},
-    {"1x3 no relu", 5, 4, 3, 15, 1, 3, 1, 1, 2, 1, 0, 0, 0, 0, 1, 0.5, 0},
-    {"linear", 11, 37, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 1, 0.5, 0},
-    {"empty layer", 4, 3, 5, 5, 3, 3, 1, 1, 1, 1, 0, 0, 0, 1, 0, 0.0, 0},
+    {"3x3 odd", 7, 5, 9, 9, 3, 3, 1, 1, 1, 0, 0, 0, 0, 1, 1, 0.5, 0, 0},
+    {"3x3 s2 wide border", 6, 4, 11, 13, 3, 3, 2, 1, 2, 1, 0, 0, 0, 1, 1, 0.9, 0, 0},
+    {"5x5 p2 pool", 5, 3, 12, 12, 5, 5, 1, 2, 2, 1, 2, 2, 0, 1, 1, 0.5, 0, 0},
+    {"1x1 s2", 9, 6, 8, 7, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 1, 0.5, 0, 0},
+    {"pool 3/2/1", 4, 3, 9, 9, 3, 3, 1, 1, 1, 2, 3, 2, 1, 1, 0, 0.9, 0, 0},
+    {"dense", 3, 4, 6, 5, 3, 3, 1, 1, 1, 1, 0, 0, 0, 1, 1, 1.0, 0, 0},
+    {"99% + empty row", 8, 9, 7, 7, 3, 3, 1, 1, 1, 0, 2, 2, 0, 1, 1, 0.01, 1, 0},
+    {"1x3 no relu", 5, 4, 3, 15, 1, 3, 1, 1, 2, 1, 0, 0, 0, 0, 1, 0.5, 0, 0},
+    {"linear", 11, 37, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 1, 0.5, 0, 0},
+    {"empty layer", 4, 3, 5, 5, 3, 3, 1, 1, 1, 1, 0, 0, 0, 1, 0, 0.0, 0, 0},
 };
 
 // --- offsets and sizes ------------------------------------------------------------
@@ -114,9 +115,32 @@ static void test_reference(tctx *t) {
 static void test_sparsities(tctx *t) {
     const double dens[] = {1.0, 0.5, 0.1, 0.01};
     for (int i = 0; i < 4; i++) {
-        spc_shape s = {"sparsity", 6, 7, 8, 9, 3, 3, 1, 1, 1, 1, 2, 2, 0, 1, 1, dens[i], i == 3};
+        spc_shape s = {"sparsity", 6, 7, 8, 9, 3, 3, 1, 1, 1, 1, 2, 2, 0, 1, 1, dens[i], i == 3, 0};
         check_case(t, &s, 2, 300 + i);
     }
+}
+
+// Skewed row lengths (log-normal, like real pruned masks): the longest row
+// well above the mean, explicit zeros padding the others, and the reference
+// still right, at 90% and 99% with an empty row.
+static void test_skewed(tctx *t) {
+    spc_shape s = {"skewed", 64, 16, 6, 7, 3, 3, 1, 1, 1, 0, 0, 0, 0, 1, 1, 0.1, 0, 0.7};
+    spc_layer L;
+    spc_layer_make(&L, &s, SPC_FP32, 41);
+    long kept = 0;
+    int longest = 0;
+    for (int k = 0; k < s.K; k++) {
+        int c = 0;
+        for (int j = 0; j < L.d.nnz_row; j++) c += L.val[(size_t)k * L.d.nnz_row + j] != 0.0f;
+        kept += c, longest = c > longest ? c : longest;
+    }
+    const double ratio = longest * (double)s.K / (double)(kept ? kept : 1);
+    CHECK(t, longest == L.d.nnz_row && ratio > 2.0 && ratio < 6.0,
+          "skewed rows: longest %d of %d entries, %.2f x the mean", longest, L.d.nnz_row, ratio);
+    spc_layer_free(&L);
+    check_case(t, &s, 2, 400);
+    s.density = 0.01, s.empty_row = 1, s.K = 9;
+    check_case(t, &s, 3, 401);
 }
 
 // The order of a row's entries does not change the result.
@@ -148,6 +172,7 @@ int main(void) {
     RUN(&t, test_out_size);
     RUN(&t, test_reference);
     RUN(&t, test_sparsities);
+    RUN(&t, test_skewed);
     RUN(&t, test_row_order);
     return check_finish(&t);
 }
