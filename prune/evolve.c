@@ -138,14 +138,19 @@ void evolve_plan(const prune_sol *s, const prune_layers *pl, const double *sens,
     double *rho = malloc((size_t)L * 3 * sizeof *rho), *w = rho + L, *lo = w + L;
     int *chosen = calloc((size_t)L, sizeof *chosen);
     double have = 0.0, extra = 0.0, want = floor * (double)pl->total;
-    for (int l = 0; l < L; l++) {
-        target[l] = fmax(s->sparsity[l], fmin(s->genome[l], c->s_max));
-        have += s->sparsity[l] * (double)pl->count[l];
-        extra += (target[l] - s->sparsity[l]) * (double)pl->count[l];
+    double lf = gmp_layer_floor(c->layer_min, c->target, floor);
+    for (int l = 0; l < L; l++) {  // base: the mask, lifted to the layer floor
+        double base = fmax(s->sparsity[l], lf);
+        target[l] = fmax(base, fmin(s->genome[l], c->s_max));
+        have += base * (double)pl->count[l];
+        extra += (target[l] - base) * (double)pl->count[l];
     }
     if (have + extra > want) {  // the genome alone passes the floor: scale it down to it
         double lam = extra > 0.0 ? fmax(0.0, (want - have) / extra) : 0.0;
-        for (int l = 0; l < L; l++) target[l] = s->sparsity[l] + lam * (target[l] - s->sparsity[l]);
+        for (int l = 0; l < L; l++) {
+            double base = fmax(s->sparsity[l], lf);
+            target[l] = base + lam * (target[l] - base);
+        }
         extra *= lam;
     }
     if (!rho || !chosen || want - have - extra <= 0.5) goto done;

@@ -30,6 +30,8 @@ typedef struct {
     int keep;             // representatives kept per cluster
     int patience;         // consecutive rejections before a solution is replaced
     double chance;        // accuracy of guessing (percent): below 1.5x no sensitivity update
+    double layer_min;     // per-layer sparsity floor at the end, in [0, target] (0: none);
+                          // scaled by floor / target along the way (gmp_layer_floor)
 } evolve_cfg;
 
 // Fills the defaults for `iterations` iterations towards `target`.
@@ -56,7 +58,9 @@ void evolve_allocate(const double *sens, const prune_layers *pl, const double *l
 // towards its genome (scaled down when the genome alone passes the floor),
 // then the rest up to the overall `floor` allocated by evolve_allocate, with
 // the sensitivities halved in a random subset of layers (layer_frac of them,
-// picked by robustness and room) so that those are pruned further.
+// picked by robustness and room) so that those are pruned further. With
+// c->layer_min > 0 no target is below gmp_layer_floor(layer_min, target,
+// floor); the genome and the allocation stay free above it.
 void evolve_plan(const prune_sol *s, const prune_layers *pl, const double *sens,
                  const evolve_cfg *c, double floor, rng *r, double *target);
 

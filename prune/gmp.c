@@ -1,6 +1,8 @@
 // Gradual magnitude pruning: the cubic schedule of Zhu & Gupta (2017).
 #include "gmp.h"
 
+#include <math.h>
+
 // Cubic ramp s_f + (s_i - s_f)(1 - u)^3 with u the progress through [begin, end].
 double gmp_sparsity_at(double s_init, double s_final, double t, double begin, double end) {
     double u;
@@ -14,4 +16,16 @@ double gmp_sparsity_at(double s_init, double s_final, double t, double begin, do
 // The same target for every layer.
 void gmp_targets_uniform(int L, double s, double *target) {
     for (int i = 0; i < L; i++) target[i] = s;
+}
+
+// min_layer scaled by the schedule's progress towards the target, <= now.
+double gmp_layer_floor(double min_layer, double target, double now) {
+    if (!(min_layer > 0.0) || !(target > 0.0) || !(now > 0.0)) return 0.0;
+    return fmin(now, min_layer * (now / target));
+}
+
+// Every target lifted to the layer floor.
+void gmp_targets_floor(int L, double min_layer, double target, double now, double *t) {
+    double lf = gmp_layer_floor(min_layer, target, now);
+    for (int i = 0; i < L; i++) t[i] = fmax(t[i], lf);
 }

@@ -12,4 +12,14 @@ double gmp_sparsity_at(double s_init, double s_final, double t, double begin, do
 // Sets all L per-layer targets to s.
 void gmp_targets_uniform(int L, double s, double *target);
 
+// Per-layer sparsity floor while the overall schedule stands at `now` on its
+// way to `target` (--min-layer-sparsity, docs/prune.md "Latency-aware
+// floor"): min_layer * (now / target), never above now; 0 when min_layer or
+// target is 0. It reaches min_layer exactly when now reaches target.
+double gmp_layer_floor(double min_layer, double target, double now);
+
+// Raises every one of the L targets to at least the layer floor of
+// gmp_layer_floor (never lowers one).
+void gmp_targets_floor(int L, double min_layer, double target, double now, double *t);
+
 #endif

@@ -38,7 +38,7 @@ typedef struct {
     const char *data_dir, *runs, *output;
     int population, iterations, batches, batch, nesterov, augment, val_size, holdout;
     int resume, stop_after, scan_images, grad_steps;
-    double threshold, target, alpha, beta, momentum, wd, smoothing, time_limit, save_interval;
+    double threshold, target, min_layer, alpha, beta, momentum, wd, smoothing, time_limit, save_interval;
     const char *dataset;  // positional, or from the model file, or the default
 } prune_opts;
 
@@ -52,6 +52,9 @@ typedef struct {
      .metavar = "NAME", .help = "architecture from scratch (default resnet18); with --from it must match"}, \
     {.name = "target-sparsity", .type = OPT_FLOAT, .dst = &(o)->target, .def = "0.9",         \
      .help = "overall sparsity of the pruned layers, in [0, 1)"},                              \
+    {.name = "min-layer-sparsity", .type = OPT_FLOAT, .dst = &(o)->min_layer, .def = "0",      \
+     .metavar = "X", .help = "every pruned layer at least this sparse at the end, in [0, target]\n" \
+     "(keeps FLOP-heavy early layers fast on the sparse kernel; 0: no floor)"},                \
     {.name = "population", .type = OPT_INT, .dst = &(o)->population, .def = "8", .min = 1,     \
      .max = 1024, .help = "evolve: solutions in the population"},                             \
     {.name = "iterations", .type = OPT_INT, .dst = &(o)->iterations, .def = "30", .min = 1,    \
@@ -124,6 +127,11 @@ static int opts_parse(prune_opts *o, int argc, char **argv) {
     o->dataset = npos ? pos[0] : NULL;
     if (rc == CLI_OK && !(o->target >= 0.0 && o->target < 1.0)) {
         cli_error(TOOL, "--target-sparsity: must be in [0, 1) (%g)", o->target);
+        return CLI_USAGE;
+    }
+    if (rc == CLI_OK && !(o->min_layer >= 0.0 && o->min_layer <= o->target)) {
+        cli_error(TOOL, "--min-layer-sparsity: must be in [0, --target-sparsity %g] (%g)", o->target,
+                  o->min_layer);
         return CLI_USAGE;
     }
     return rc;
@@ -284,6 +292,7 @@ static int cfg_set(prune_run *r, sc_err *err) {
     SC_TRY(halve_every(o, &c->halve_every, err));
     c->batches = o->batches;
     c->target = o->target;
+    c->min_layer = o->min_layer;
     c->crit = (prune_crit){.alpha = (float)o->alpha, .beta = (float)o->beta};
     c->grad_steps = o->grad_steps;
     c->ramp_begin = scratch ? 0.2 : 0.0;
@@ -388,6 +397,7 @@ static int summary_json(prune_run *r, double val, double test, const char *plot,
     json_add_string(&j, "device", exec_device_name(r->ex));
     json_add_string(&j, "precision", r->prec == PREC_FP16 ? "fp16" : "fp32");
     json_add_number(&j, "target_sparsity", r->cfg.target);
+    json_add_number(&j, "min_layer_sparsity", r->cfg.min_layer);
     json_add_number(&j, "sparsity", net_sparsity(r->nt));
     json_add_number(&j, "start_val_accuracy", p->nhist ? p->hist[0].best_acc : NAN);
     json_add_number(&j, "val_accuracy", val);
@@ -412,14 +422,16 @@ static int summary_json(prune_run *r, double val, double test, const char *plot,
 
 // Writes the pruned model with its history line and the accuracies.
 static int model_write(prune_run *r, int best, double val, double test, sc_err *err) {
-    char line[2048];
+    char line[2048], floor_text[64] = "";
+    if (r->cfg.min_layer > 0.0)
+        snprintf(floor_text, sizeof floor_text, ", every layer >= %.4f", r->cfg.min_layer);
     snprintf(line, sizeof line,
              "prune: method %s, %s, population %d, %d iterations x %d batches of %d, alpha %g beta %g, "
-             "sparsity %.4f (target %.4f), %s %s: val %.2f%% test %.2f%%",
+             "sparsity %.4f (target %.4f%s), %s %s: val %.2f%% test %.2f%%",
              r->o.method, r->o.from ? r->from : "from scratch", r->cfg.population,
              prune_search_total(&r->s), r->cfg.batches, r->cfg.hp.batch, r->cfg.crit.alpha,
-             r->cfg.crit.beta, net_sparsity(r->nt), r->cfg.target, exec_device_name(r->ex),
-             r->prec == PREC_FP16 ? "fp16" : "fp32", val, test);
+             r->cfg.crit.beta, net_sparsity(r->nt), r->cfg.target, floor_text,
+             exec_device_name(r->ex), r->prec == PREC_FP16 ? "fp16" : "fp32", val, test);
     SC_TRY(model_meta_add_history(&r->meta, line, err));
     free(r->meta.config);
     r->meta.config = strdup(r->config);
@@ -476,6 +488,9 @@ static void intro(prune_run *r) {
              r->o.from ? r->from : "from scratch", r->cfg.population, prune_search_total(&r->s),
              r->cfg.batches, r->cfg.hp.batch, r->cfg.target, r->cfg.hp.lr,
              exec_device_name(r->ex), r->prec == PREC_FP16 ? "fp16" : "fp32", r->out);
+    if (r->cfg.min_layer > 0.0)
+        log_line(stderr, r->o.c.quiet, "prune: every pruned layer at least %.3f sparse at the end "
+                 "(--min-layer-sparsity)", r->cfg.min_layer);
     if (dist_size(r->dist) > 1)
         log_line(stderr, r->o.c.quiet, "prune: spread over %d ranks (%d on this machine, one device "
                  "each), each training its share of the %d solutions", dist_size(r->dist),

@@ -74,8 +74,12 @@ static int in_search(const prune_search *s, int it) {
 int prune_search_init(prune_search *s, const prune_cfg *cfg, const dataset *ds, net *nt,
                       exec *ex, sc_err *err) {
     memset(s, 0, sizeof *s);
+    if (!(cfg->min_layer >= 0.0 && cfg->min_layer <= cfg->target))
+        return sc_fail(err, "per-layer sparsity floor outside [0, target %g] (%g)", cfg->target,
+                       cfg->min_layer);
     s->cfg = *cfg;
     if (cfg->method != PM_EVOLVE) s->cfg.population = 1;
+    s->cfg.ev.layer_min = cfg->min_layer;
     s->cfg.ev.iterations = (int)prune_search_clock(&s->cfg, cfg->rounds);
     s->cfg.ev.target = cfg->target;
     s->cfg.ev.ramp_begin = cfg->ramp_begin;
@@ -287,6 +291,7 @@ static int round_targets(prune_search *s, int i, int it, long pos, rng *r, doubl
         double v = gmp_sparsity_at(0.0, c->target, (double)(it + 1) / c->rounds, c->ramp_begin,
                                    c->ramp_end);
         gmp_targets_uniform(s->pl.n, v, target);
+        gmp_targets_floor(s->pl.n, c->min_layer, c->target, v, target);  // no-op: uniform
         return 1;
     }
     if (!in_search(s, it)) return 0;
@@ -549,6 +554,7 @@ static int oneshot_cut(prune_search *s, sc_err *err) {
     int L = s->pl.n;
     double target[L];
     gmp_targets_uniform(L, s->cfg.target, target);
+    gmp_targets_floor(L, s->cfg.min_layer, s->cfg.target, s->cfg.target, target);  // no-op
     prune_sol_load(s->pop, 0, s->nt, s->mom);
     SC_TRY(prune_mask_raise(s->nt, &s->pl, target, NULL, (prune_crit){1.0f, 0.0f}, s->mom, err));
     SC_TRY(exec_write_net(s->ex, err));

@@ -39,6 +39,9 @@ typedef struct {
                           // population (racing; 0: every solution trains to the end)
     int batches;          // batches per round
     double target;        // overall sparsity over the pruned layers, [0, 1)
+    double min_layer;     // every pruned layer at least this sparse at the end, in
+                          // [0, target] (0: no floor); along the way the floor is
+                          // scaled by the schedule (gmp_layer_floor, docs/prune.md)
     prune_crit crit;      // coefficient (gmp and oneshot use magnitude: alpha 1, beta 0)
     int grad_steps;       // last steps of a round whose |gradient| is averaged
     double ramp_begin;    // fraction of the rounds before the sparsity starts rising
@@ -86,7 +89,8 @@ typedef struct {
 } prune_search;
 
 // Sets up a search for the start model in nt on executor ex; the population
-// is created by prune_search_begin or prune_search_resume.
+// is created by prune_search_begin or prune_search_resume. Fails when
+// cfg->min_layer is outside [0, cfg->target].
 int prune_search_init(prune_search *s, const prune_cfg *cfg, const dataset *ds, net *nt,
                       exec *ex, sc_err *err);
 // Frees what the search owns (not nt, ex or ds).

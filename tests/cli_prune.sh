@@ -2,7 +2,9 @@
 # CLI tests of `prune` on synthetic data on the CPU: bad input gives one line
 # `prune: ...` and a non-zero exit; a run stopped after iteration 2 and
 # continued with --resume ends bitwise equal to an uninterrupted one; the
-# run directory holds the model, the history and the plot.
+# run directory holds the model, the history and the plot; with
+# --min-layer-sparsity every pruned layer ends at the floor, the target is
+# still met, a floor of 0 changes nothing and a resumed run keeps the floor.
 cd "$(dirname "$0")/.." || exit 1
 . tests/lib.sh
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
@@ -66,6 +68,37 @@ for k in tool dataset model output val_accuracy test_accuracy sparsity images_pe
     grep -q "\"$k\"" "$T/a.json" || bad "json has $k" "missing"
 done
 grep -q '"tool": *"prune"' "$T/a.json" && ok "json summary" || bad "json summary" "no tool"
+
+# --- --min-layer-sparsity: every pruned layer at the floor, 0 == none, resume keeps it ---
+expect_fail "floor above target" 2 '^prune: .*min-layer-sparsity' $PR --target-sparsity 0.5 --min-layer-sparsity 0.6 synthetic
+expect_fail "negative floor" 2 '^prune: .*min-layer-sparsity' $PR --min-layer-sparsity -0.1 synthetic
+expect_fail "floor abc" 2 '^prune: .*min-layer-sparsity' $PR --min-layer-sparsity abc synthetic
+# layer_margin JSON FLOOR: the smallest zeros - FLOOR * weights over the pruned layers.
+layer_margin() {
+    awk -v f="$2" '/"layers"/ { on = 1 } /"history"/ { on = 0 }
+        on && /"weights"/ { gsub(/[^0-9]/, ""); w = $0 }
+        on && /"nonzeros"/ { gsub(/[^0-9]/, ""); z = $0 }
+        on && /"pruned": *true/ { m = (w - z) - f * w; if (min == "" || m < min) min = m }
+        END { print min }' "$1"
+}
+$PR $ARGS --min-layer-sparsity 0 -o "$T/z.h5" >/dev/null 2>&1 || bad "floor 0 run" "failed"
+h5diff -q "$T/a.h5" "$T/z.h5" /params /params && h5diff -q "$T/a.h5" "$T/z.h5" /masks /masks \
+    && ok "floor 0 == no floor, bitwise" || bad "floor 0 == no floor, bitwise" "params differ"
+FL="$ARGS --min-layer-sparsity 0.75"
+$PR $FL -o "$T/f.h5" --json "$T/f.json" >/dev/null 2>&1 || bad "floor run" "failed"
+mf=$(layer_margin "$T/f.json" 0.75); ma=$(layer_margin "$T/a.json" 0.75)
+awk -v m="${mf:--9}" 'BEGIN { exit !(m >= -1) }' && ok "every layer at the floor ($mf)" || bad "every layer at the floor" "margin ${mf:-?} weights"
+awk -v m="${ma:-0}" 'BEGIN { exit !(m < -1) }' && ok "the floor binds (without: $ma)" || bad "the floor binds" "margin ${ma:-?} without it"
+fs=$(grep -oE '"sparsity": *[0-9.]+' "$T/f.json" | head -n 1 | grep -oE '[0-9.]+$')
+awk -v s="${fs:-0}" 'BEGIN { exit !(s > 0.799 && s < 0.801) }' && ok "target reached with a floor ($fs)" || bad "target with a floor" "sparsity ${fs:-?}"
+grep -qE '"min_layer_sparsity": *0.75' "$T/f.json" && grep -qE '"min_layer_sparsity": *0[,.]?' "$T/a.json" \
+    && ok "json min_layer_sparsity" || bad "json min_layer_sparsity" "missing"
+$PR $FL -o "$T/fs.h5" --stop-after 2 >/dev/null 2>&1 || bad "floor, stopped run" "failed"
+$BIN/prune --device cpu --quiet --resume -o "$T/fs.h5" --json "$T/fs.json" >/dev/null 2>&1 || bad "floor, resume" "failed"
+h5diff -q "$T/f.h5" "$T/fs.h5" /params /params && h5diff -q "$T/f.h5" "$T/fs.h5" /masks /masks \
+    && grep -qE '"min_layer_sparsity": *0.75' "$T/fs.json" && ok "resume keeps the floor" || bad "resume keeps the floor" "differs"
+expect_fail "resume: floor above the stored target" 2 '^prune: .*min-layer-sparsity' \
+    $BIN/prune --device cpu --quiet --resume -o "$T/fs.h5" --min-layer-sparsity 0.85
 
 # --- run directory: model, history, plot; gmp reaches its target ---------------------
 $PR $TINY --method gmp --from "$T/m.h5" --target-sparsity 0.7 --json "$T/g.json" >/dev/null 2>&1 || bad "gmp run" "failed"

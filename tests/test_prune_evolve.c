@@ -1,5 +1,5 @@
 // Tests of the search's host parts: the cubic schedule, planning a raise
-// (eq. 4), sensitivities, k-means, selection with rewinding, and the state
+// (eq. 4) with and without a per-layer floor, sensitivities, k-means, selection with rewinding, and the state
 // file (round trip, corruption, another net).
 #include <math.h>
 #include <stdio.h>
@@ -152,6 +152,101 @@ static void test_plan(tctx *t) {
     evolve_plan(&s0, &pl, sens, &c, 0.4, &r, tg);
     CHECK(t, prune_sparsity_overall(&pl, tg) >= 0.4 - 1e-9, "subset floor");
     prune_layers_free(&pl);
+}
+
+// --- per-layer floor (--min-layer-sparsity) ---------------------------------
+
+// The layer floor follows the schedule, reaches min_layer exactly at the
+// target, never exceeds the overall value; uniform targets already meet it.
+static void test_layer_floor(tctx *t) {
+    CHECK(t, gmp_layer_floor(0.0, 0.9, 0.45) == 0.0, "no floor");
+    CHECK(t, gmp_layer_floor(0.5, 0.0, 0.0) == 0.0, "target 0");
+    CHECK_CLOSE(t, gmp_layer_floor(0.6, 0.9, 0.45), 0.3, 1e-15);
+    CHECK(t, gmp_layer_floor(0.7, 0.9, 0.9) == 0.7, "not exact at the target");
+    CHECK(t, gmp_layer_floor(0.9, 0.9, 0.9) == 0.9, "not exact at floor == target");
+    rng r;
+    rng_seed(&r, 41, 0);
+    for (int k = 0; k < 1000; k++) {
+        double T = 0.999 * rng_uniform(&r), m = T * rng_uniform(&r), now = T * rng_uniform(&r);
+        if (k % 7 == 0) m = T;
+        double lf = gmp_layer_floor(m, T, now), u[7], v[7];
+        CHECK(t, lf >= 0.0 && lf <= now, "floor %g above now %g", lf, now);
+        gmp_targets_uniform(7, now, u);
+        memcpy(v, u, sizeof v);
+        gmp_targets_floor(7, m, T, now, v);
+        CHECK(t, !memcmp(u, v, sizeof u), "uniform targets changed (m %g T %g now %g)", m, T, now);
+    }
+}
+
+// One solution driven through the evolve schedule as the search drives it:
+// plan, raise (round(target * count) zeros, masks only grow), sometimes a
+// rewind (the raise is undone) or a mutated genome. Checks every plan
+// against the layer floor and the overall floor; the final per-layer
+// sparsities go to out (L). Returns the failed checks.
+static int floor_walk(tctx *t, const prune_layers *pl, double T, double m, uint64_t seed,
+                      double *out) {
+    int L = pl->n, K = 12, bad = 0;
+    evolve_cfg c;
+    evolve_cfg_default(&c, K, T);
+    c.layer_min = m;
+    rng r;
+    rng_seed(&r, seed, 1);
+    double sp[16] = {0}, gen[16] = {0}, sens[16], tg[16];
+    for (int l = 0; l < L; l++) sens[l] = (pl->count[l] < 1000 ? 3.0 : 0.1) * rng_uniform(&r);
+    prune_sol s = {.sparsity = sp, .genome = gen};
+    for (int l = 0; l < L; l++) gen[l] = c.s_max * 0.5 * rng_uniform(&r);  // as evolve_init
+    for (int k = 1; k <= K; k++) {
+        double F = evolve_floor(&c, k), lf = gmp_layer_floor(m, T, F);
+        evolve_plan(&s, pl, sens, &c, F, &r, tg);
+        for (int l = 0; l < L; l++) {
+            if (tg[l] < lf - 1e-12) bad++;
+            if (tg[l] < sp[l] - 1e-12) bad++;
+        }
+        double got = prune_sparsity_overall(pl, tg);
+        if (fabs(got - F) > (double)(L + 1) / (double)pl->total) bad++;
+        CHECK(t, !bad, "step %d: overall %g floor %g (layer floor %g)", k, got, F, lf);
+        if (bad) return bad;
+        if (k < K && rng_uniform(&r) < 0.2) continue;  // rejected and rewound: the mask stays
+        for (int l = 0; l < L; l++) {
+            size_t z = prune_target_zeros(pl->count[l], tg[l]), have = prune_target_zeros(pl->count[l], sp[l]);
+            sp[l] = (double)(z > have ? z : have) / (double)pl->count[l];
+        }
+        if (rng_uniform(&r) < 0.3) evolve_mutate(&s, L, &c, &r);
+        else memcpy(gen, sp, (size_t)L * sizeof *gen);
+    }
+    memcpy(out, sp, (size_t)L * sizeof *out);
+    return 0;
+}
+
+// With --min-layer-sparsity every layer ends at the floor or above (within
+// one weight), the overall floor is still met exactly at every step, and
+// without it the same walk leaves some small layer below the floor.
+static void test_plan_floor(tctx *t) {
+    rng r;
+    rng_seed(&r, 77, 0);
+    for (int trial = 0; trial < 12; trial++) {
+        int L = 3 + (int)rng_below(&r, 10);
+        size_t cnt[16];
+        for (int l = 0; l < L; l++) cnt[l] = 5 + rng_below(&r, l % 3 ? 40000 : 900);
+        prune_layers pl = fake_layers(L, cnt);
+        double T = 0.5 + 0.47 * rng_uniform(&r), m = T * (0.6 + 0.4 * rng_uniform(&r));
+        if (trial == 0) m = T;  // every layer exactly at the target
+        double with[16], without[16];
+        uint64_t seed = 100 + (uint64_t)trial;
+        if (floor_walk(t, &pl, T, m, seed, with) || floor_walk(t, &pl, T, 0.0, seed, without)) {
+            prune_layers_free(&pl);
+            return;
+        }
+        int below = 0;
+        for (int l = 0; l < L; l++) {
+            CHECK(t, with[l] >= m - 1.0 / (double)cnt[l], "trial %d layer %d (%zu): %g < floor %g",
+                  trial, l, cnt[l], with[l], m);
+            below += without[l] < m - 1.0 / (double)cnt[l];
+        }
+        CHECK_CLOSE(t, prune_sparsity_overall(&pl, with), T, (double)(L + 1) / (double)pl.total);
+        if (trial < 4) CHECK(t, below > 0, "trial %d: the floor never binds (T %g m %g)", trial, T, m);
+        prune_layers_free(&pl);
+    }
 }
 
 // Sensitivities follow the slope of drop on cut.
@@ -307,6 +402,8 @@ int main(void) {
     tctx t = {.suite = "test_prune_evolve"};
     RUN(&t, test_cubic);
     RUN(&t, test_plan);
+    RUN(&t, test_layer_floor);
+    RUN(&t, test_plan_floor);
     RUN(&t, test_sens);
     RUN(&t, test_kmeans);
     RUN(&t, test_select);

@@ -3,8 +3,9 @@
 // reached, a stopped run resumed from its state file ends bitwise equal to
 // an uninterrupted one, the same seed gives the same result, evolve's racing
 // (the population halved, survivors training more rounds) keeps the image
-// budget and trains only the survivors, and evolve does at least as well as
-// oneshot at the same sparsity and image budget.
+// budget and trains only the survivors, a per-layer floor holds for every
+// solution of evolve (and changes nothing for gmp/oneshot), and evolve does
+// at least as well as oneshot at the same sparsity and image budget.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 
 #include "check.h"
 #include "datasets/cifar.h"
+#include "prune/gmp.h"
 #include "prune/search.h"
 #include "runtime/exec.h"
 #include "runtime/net.h"
@@ -336,6 +338,93 @@ static void test_race_run(tctx *t, fixture *f) {
     run_free(&b);
 }
 
+// --- per-layer floor (--min-layer-sparsity) -----------------------------------
+
+// Smallest margin (sparsity - floor, in weights) over the layers of s.
+static double floor_margin(const prune_layers *pl, const double *s, double lf) {
+    double lo = INFINITY;
+    for (int l = 0; l < pl->n; l++) lo = fmin(lo, (s[l] - lf) * (double)pl->count[l]);
+    return lo;
+}
+
+// Evolve with a floor (no racing, so every solution trains every
+// iteration): after each iteration every solution holds the layer floor of
+// the point of the schedule it stands at (the floor scaled by its overall
+// sparsity: rewound and copied solutions may stand at an earlier point), none
+// passes the overall floor, and the winner has every layer at the floor
+// (within one weight) and the target overall. Without the floor the same run
+// leaves a layer below it.
+static void test_floor_evolve(tctx *t, fixture *f) {
+    sc_err err = {0};
+    double T = 0.85, m = 0.8;
+    double margin[2];
+    for (int with = 1; with >= 0; with--) {
+        run r;
+        prune_cfg c = small_cfg(PM_EVOLVE, 5, T);
+        c.halve_every = 0;
+        c.ev.cluster_every = 2;
+        c.min_layer = with ? m : 0.0;
+        if (run_init(&r, f, f->trained, &c, &err) || prune_search_begin(&r.s, &err)) {
+            CHECK(t, 0, "%s", err.msg);
+            run_free(&r);
+            return;
+        }
+        double tol = (double)(r.s.pl.n + 1) / (double)r.s.pl.total;
+        for (int it = 1; it <= 5 && with; it++) {
+            r.s.cfg.stop_after = it;
+            CHECK(t, prune_search_run(&r.s, NULL, NULL, &err) == 0, "%s", err.msg);
+            for (int i = 0; i < r.s.pop->n; i++) {
+                const double *sp = r.s.pop->sol[i].sparsity;
+                double lf = gmp_layer_floor(m, T, prune_sparsity_overall(&r.s.pl, sp));
+                CHECK(t, floor_margin(&r.s.pl, sp, lf) >= -1.0, "iteration %d solution %d below %g", it, i, lf);
+                CHECK(t, prune_sparsity_overall(&r.s.pl, sp) <= evolve_floor(&r.s.cfg.ev, it) + tol,
+                      "iteration %d solution %d overshoots", it, i);
+            }
+        }
+        r.s.cfg.stop_after = 0;
+        int best;
+        CHECK(t, !prune_search_run(&r.s, NULL, NULL, &err) && r.s.finished &&
+                 !prune_search_result(&r.s, &best, &err), "%s", err.msg);
+        margin[with] = floor_margin(&r.s.pl, r.s.pop->sol[best].sparsity, m);
+        CHECK(t, fabs(net_sparsity(r.nt) - T) <= tol, "%s floor: sparsity %.6f", with ? "with" : "without",
+              net_sparsity(r.nt));
+        run_free(&r);
+    }
+    CHECK(t, margin[1] >= -0.5, "a layer %.1f weights below the floor", -margin[1]);
+    CHECK(t, margin[0] < -1.0, "without the floor every layer is above it anyway (%.1f)", margin[0]);
+}
+
+// gmp and oneshot: uniform targets already meet any floor up to the target,
+// so a floor (here the target itself) changes nothing, bit for bit; a floor
+// above the target or below 0 is refused.
+static void test_floor_uniform(tctx *t, fixture *f) {
+    sc_err err = {0};
+    prune_method ms[2] = {PM_GMP, PM_ONESHOT};
+    for (int k = 0; k < 2; k++) {
+        run a, b;
+        prune_cfg c = small_cfg(ms[k], 4, 0.7), cf = c;
+        cf.min_layer = 0.7;
+        int ok = !run_init(&a, f, f->trained, &c, &err) && !prune_search_begin(&a.s, &err) &&
+                 !prune_search_run(&a.s, NULL, NULL, &err);
+        ok = ok && !run_init(&b, f, f->trained, &cf, &err) && !prune_search_begin(&b.s, &err) &&
+             !prune_search_run(&b.s, NULL, NULL, &err);
+        CHECK(t, ok && pops_equal(a.s.pop, b.s.pop), "method %d: the floor changed the run (%s)", k, err.msg);
+        for (int l = 0; ok && l < b.s.pl.n; l++)
+            CHECK(t, b.s.pop->sol[0].sparsity[l] >= 0.7 - 1.0 / (double)b.s.pl.count[l], "layer %d", l);
+        run_free(&a);
+        run_free(&b);
+    }
+    double bad[2] = {0.71, -0.01};
+    for (int k = 0; k < 2; k++) {
+        run r;
+        prune_cfg c = small_cfg(PM_EVOLVE, 2, 0.7);
+        c.min_layer = bad[k];
+        CHECK(t, run_init(&r, f, f->trained, &c, &err) != 0 && strstr(err.msg, "floor"),
+              "floor %g accepted (%s)", bad[k], err.msg);
+        run_free(&r);
+    }
+}
+
 // Validation accuracy of the result of a finished run of cfg.
 static double result_acc(fixture *f, const prune_cfg *cfg, double *sparsity, sc_err *err) {
     run r;
@@ -401,6 +490,8 @@ int main(void) {
     run_with(&t, &f, test_resume_and_seed, "test_resume_and_seed");
     run_with(&t, &f, test_race_schedule, "test_race_schedule");
     run_with(&t, &f, test_race_run, "test_race_run");
+    run_with(&t, &f, test_floor_evolve, "test_floor_evolve");
+    run_with(&t, &f, test_floor_uniform, "test_floor_uniform");
     run_with(&t, &f, test_evolve_vs_oneshot, "test_evolve_vs_oneshot");
     fixture_free(&f);
     return check_finish(&t);
