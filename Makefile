@@ -114,7 +114,7 @@ build: setup
 
 # Every test; the last line is "N passed, N failed, N skipped".
 test: build
-	@bash tests/run.sh
+	@BUILD=$(BUILD) bash tests/run.sh
 
 # The main job: the whole pipeline on the default data (data/cifar-100-binary
 # when present, else the synthetic set): train, prune the trained model,

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Runs every test program under build/tests (C binaries) and tests/*.sh (CLI
-# tests), adds up their "N passed, N failed, N skipped" lines and ends with
+# Runs every test program under $BUILD/tests (C binaries; BUILD defaults to
+# build, and the CLI tests get BIN=$BUILD/bin) and tests/*.sh (CLI tests), adds up their "N passed, N failed, N skipped" lines and ends with
 # the total on a line of its own. Exit status 1 when anything failed.
 set -u
 cd "$(dirname "$0")/.."
+B=${BUILD:-build}
+export BIN=${BIN:-$B/bin}
 pass=0; fail=0; skip=0; broken=0
 # OpenBLAS 0.3.21 does not know recent CPUs and falls back to SSE3 kernels;
 # its AVX2 kernels are 1.5x faster for the CPU tests where the CPU has AVX2.
@@ -28,7 +30,7 @@ run_one() {  # run_one NAME CMD...
         echo "[$name] exit $rc with no failed test"; broken=$((broken + 1))
     fi
 }
-for t in build/tests/*; do
+for t in "$B"/tests/*; do
     [ -x "$t" ] || continue
     run_one "$(basename "$t")" "$t"
 done
