@@ -4,10 +4,15 @@
 # are deterministic on the GPU). Compared: 16 centroids + BN re-estimation (no
 # fine-tuning) and fine-tuning of the centroids together with every unquantized
 # parameter (--finetune-lr-params: BN gamma/beta, biases, the fp32 first conv)
-# for 3 or 5 epochs. Each line: val before -> quantized+BN -> after, and test
-# the same way. The choice among variants uses val_accuracy only; test is
-# printed for the record. About 4-5 minutes on an H200 (each fine-tuning epoch
-# ~20 s) plus ~80 s when the models must be rebuilt; a variant that would not
+# for 3 or 5 epochs; the first two (BN only, 3 epochs at 0.01) also with a
+# scale per output channel (--row-scale: weight = centroid * row scale, the
+# codebook shared by the scaled rows), side by side in one run. Each line: val before
+# -> quantized+BN -> after, and test the same way. The choice among variants
+# uses val_accuracy only; test is printed for the record. About 4-5 minutes
+# on an H200 (k-means + BN ~8 s, k-means ~6x longer with --row-scale: 4
+# rounds; resnet18 on one dev-machine core 1.1 s -> 6.8 s; each
+# fine-tuning epoch ~15 s; measured 2026-11-21: k16bn 8 s, k16ft3p01 48 s)
+# plus ~80 s when the models must be rebuilt; a variant that would not
 # finish within 9 minutes of the start is skipped (one device call is 10).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +27,7 @@ TAGS=()
 # q TAG EPOCHS ARGS...: one quantize run unless it would overrun LIMIT; prints its line.
 q() {
     local tag=$1 ep=$2; shift 2
-    local need=$((25 + 22 * ep))
+    local need=$((30 + 20 * ep))
     if [ $((SECONDS + need)) -gt $LIMIT ]; then
         echo "$tag: skipped (${SECONDS} s used, needs ~${need} s)"; return 0
     fi
@@ -43,7 +48,9 @@ EOF
 
 echo "columns: before -> quantized + BN re-estimation -> final (after fine-tuning)"
 q k16bn 0 --bn-recalibrate 100
+q k16rs-bn 0 --row-scale --bn-recalibrate 100
 q k16ft3p01 3 --finetune-lr 1 --finetune-lr-params 0.01 --bn-recalibrate 50
+q k16rs-ft3p01 3 --row-scale --finetune-lr 1 --finetune-lr-params 0.01 --bn-recalibrate 50
 q k16ft3p03 3 --finetune-lr 1 --finetune-lr-params 0.03 --bn-recalibrate 50
 q k16ft5p01 5 --finetune-lr 1 --finetune-lr-params 0.01 --bn-recalibrate 50
 

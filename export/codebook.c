@@ -51,7 +51,7 @@ static int cb_plan_layer(const net *nt, const sparse_layer *l, const export_cfg 
     const layer *L = &nt->layers[l->layer];
     memset(cb, 0, sizeof *cb);
     if (qt && qt->k <= 16) {
-        cb->use = 1, cb->n = qt->k, cb->qidx = qt->indices;
+        cb->use = 1, cb->n = qt->k, cb->qidx = qt->indices, cb->qscale = qt->row_scale;
         memcpy(cb->cb, qt->codebook, (size_t)qt->k * sizeof *cb->cb);
         return 0;
     }

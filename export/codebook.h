@@ -16,6 +16,8 @@ typedef struct {
     float cb[16];          // the entries (quantize's order, or ascending when derived)
     const uint8_t *qidx;   // quantize's centroid index of every weight, or NULL (derived:
                            // codes are found by value)
+    const float *qscale;   // quantize's scale of every output channel (--row-scale; the
+                           // unfolded weight of row k is cb[code] * qscale[k]), or NULL
 } export_codebook;
 
 // Plans the codebook of every layer of m (fusion and scan done): cbs gets

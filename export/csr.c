@@ -182,7 +182,8 @@ static int csr_layer(const net *nt, sparse_layer *l, const export_codebook *cb, 
         if (cb->use) {
             l->ncodebook = cb->n;
             memcpy(l->codebook, cb->cb, sizeof l->codebook);
-            for (int k = 0; k < l->K; k++) l->row_scale[k] = (float)scale[k];
+            for (int k = 0; k < l->K; k++)  // quantize's row scale times the BN scale
+                l->row_scale[k] = (float)(scale[k] * (cb->qscale ? cb->qscale[k] : 1.0));
         }
         rc = csr_rows(nt, l, cb, scale, scratch, err);
     }

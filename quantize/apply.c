@@ -99,6 +99,7 @@ int quant_net_apply(net *nt, const quant_cfg *c, quant_model **out, sc_err *err)
     if (q) {
         q->k = c->method == QM_KMEANS ? c->km.k : 0;
         q->codebook_fp16 = c->codebook_fp16;
+        q->row_scale = c->method == QM_KMEANS && c->km.row_scale;
         q->bits = c->method == QM_LINEAR ? c->lin.bits : 16;
         q->per_channel = c->lin.per_channel;
         q->symmetric = c->lin.symmetric;

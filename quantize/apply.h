@@ -14,7 +14,7 @@
 
 typedef struct {
     quant_method method;
-    kmeans_cfg km;        // QM_KMEANS
+    kmeans_cfg km;        // QM_KMEANS (km.row_scale: a scale per output channel)
     int codebook_fp16;    // QM_KMEANS: 1 = fp16 codebooks (km.fp16 follows it)
     linear_cfg lin;       // QM_LINEAR
     int skip_first;       // k-means/linear: leave the first conv weight in fp32

@@ -28,7 +28,8 @@ typedef struct {
     float *best;        // (ntensors, k) codebooks of the best epoch
     float *best_buf;    // (nbuf) BN statistics of the best epoch
     float *grad;        // (nparam) the step's gradient
-    float *rate;        // (ntensors) k / kept weights: 1 / the tensor's mean cluster size
+    float *rate;        // (ntensors) k / sum over kept weights of s_k^2 (s = 1 without row
+                        // scales: 1 / the tensor's mean cluster size)
     int nother;         // unquantized trainable tensors trained (0: lr_params is 0)
     int *other;         // (nother) their indices into nt->tensors
     size_t nother_f;    // floats in them
@@ -75,6 +76,23 @@ static void ft_others_copy(ft_state *s, float *packed, int to_net) {
     }
 }
 
+// k / (sum of s_k^2 over the kept weights; s = 1 without row scales): the
+// summed centroid gradient times it is a mean per weight, and with row
+// scales (gradient g * s_k per weight, the centroid moving each weight by
+// s_k times its step) one learning rate moves weights by the same relative
+// amount as without them.
+static float ft_rate(const net *nt, const quant_tensor *t) {
+    const float *m = nt->mask + nt->tensors[t->tensor].offset;
+    const size_t per = t->row_scale ? t->count / (size_t)t->nrows : 0;
+    double sum = 0.0;
+    for (size_t i = 0; i < t->count; i++) {
+        if (m[i] == 0.0f) continue;
+        const double sk = t->row_scale ? t->row_scale[i / per] : 1.0;
+        sum += sk * sk;
+    }
+    return (float)((double)t->k / (sum > 0.0 ? sum : 1.0));
+}
+
 // Allocates the state and copies the start codebooks and parameters.
 static int ft_init(ft_state *s, exec *e, net *nt, quant_model *q, const finetune_cfg *c,
                    sc_err *err) {
@@ -92,12 +110,7 @@ static int ft_init(ft_state *s, exec *e, net *nt, quant_model *q, const finetune
     if (!s->master || !s->vel || !s->best || !s->grad || !s->rate || !s->best_buf)
         return sc_fail(err, "out of memory (fine-tuning)");
     SC_TRY(ft_others_init(s, err));
-    for (int t = 0; t < q->ntensors; t++) {
-        const float *m = nt->mask + nt->tensors[q->t[t].tensor].offset;
-        size_t kept = 0;
-        for (size_t i = 0; i < q->t[t].count; i++) kept += m[i] != 0.0f;
-        s->rate[t] = (float)q->k / (float)(kept ? kept : 1);
-    }
+    for (int t = 0; t < q->ntensors; t++) s->rate[t] = ft_rate(nt, &q->t[t]);
     for (int t = 0; t < q->ntensors; t++)
         memcpy(s->master + (size_t)t * s->k, q->t[t].codebook, (size_t)s->k * sizeof(float));
     memcpy(s->best, s->master, nk * sizeof *s->best);
@@ -140,22 +153,34 @@ static int ft_codebooks_set(ft_state *s, const float *src, sc_err *err) {
 // --- one step ---------------------------------------------------------------------
 
 // Sums the gradient of one tensor's kept weights per centroid into gsum
-// (k doubles); 0 when the sums are finite.
+// (k doubles): d loss / d c_j = sum over the weights i with index j of
+// g_i * s_k (s_k the scale of i's row, 1 without row scales; the scales
+// stay fixed). 0 when the sums are finite.
 static int ft_grad_sum(const ft_state *s, const quant_tensor *t, double *gsum) {
     const ptensor *p = &s->nt->tensors[t->tensor];
     const float *g = s->grad + p->offset, *m = s->nt->mask + p->offset;
     for (int j = 0; j < s->k; j++) gsum[j] = 0.0;
-    for (size_t i = 0; i < t->count; i++)
-        if (m[i] != 0.0f) gsum[t->indices[i]] += g[i];
+    if (t->row_scale) {
+        const size_t per = t->count / (size_t)t->nrows;
+        for (size_t r = 0, i = 0; r < (size_t)t->nrows; r++) {
+            const double sk = t->row_scale[r];
+            for (size_t e = i + per; i < e; i++)
+                if (m[i] != 0.0f) gsum[t->indices[i]] += (double)g[i] * sk;
+        }
+    } else {
+        for (size_t i = 0; i < t->count; i++)
+            if (m[i] != 0.0f) gsum[t->indices[i]] += g[i];
+    }
     for (int j = 0; j < s->k; j++)
         if (!isfinite(gsum[j])) return -1;
     return 0;
 }
 
 // SGD with momentum (PyTorch semantics) on every tensor's centroids; the
-// summed gradients are scaled by 1 / the tensor's mean cluster size, so one
-// rate suits tensors (and nets) of any size. One tensor per thread, each
-// summed in order, so the result does not depend on the thread count.
+// summed gradients are scaled by the tensor's rate (1 / its mean cluster
+// size, see ft_rate), so one rate suits tensors (and nets) of any size.
+// One tensor per thread, each summed in order, so the result does not
+// depend on the thread count.
 static void ft_update(ft_state *s, float lr) {
     long skipped = 0;
 #pragma omp parallel for schedule(dynamic, 1) reduction(+ : skipped)

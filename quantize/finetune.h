@@ -1,7 +1,8 @@
 // Fine-tuning of k-means codebooks (Deep Compression, "shared weights"):
 // every weight keeps its centroid index; per step the net runs forward and
 // backward with the decoded weights, the gradients of the kept weights are
-// summed per centroid, and the centroids take an SGD step with momentum
+// summed per centroid (each times its row's scale with row scales, which
+// stay fixed), and the centroids take an SGD step with momentum
 // (cosine-decayed learning rate) on the host. With lr_params > 0 every
 // trainable tensor that is not quantized (batch-norm gamma and beta, biases,
 // weights left in fp32 such as the first conv or a --skip-last linear) is

@@ -253,8 +253,8 @@ static size_t km_gather(const net *nt, int ti, float *out) {
 }
 
 // Turns the centroids into the stored codebook (fp16-rounded when asked).
-static int km_codebook(const double *c, const kmeans_cfg *cfg, const char *name, float *cb,
-                       sc_err *err) {
+int kmeans_codebook_round(const double *c, const kmeans_cfg *cfg, const char *name, float *cb,
+                          sc_err *err) {
     for (int j = 0; j < cfg->k; j++) {
         int over = 0;
         cb[j] = cfg->fp16 ? half_round((float)c[j], &over) : (float)c[j];
@@ -269,6 +269,10 @@ static int km_codebook(const double *c, const kmeans_cfg *cfg, const char *name,
 int kmeans_quantize_tensor(const net *nt, int ti, const kmeans_cfg *cfg, gsl_rng *r,
                            quant_tensor *t, int *iters, sc_err *err) {
     const ptensor *p = &nt->tensors[ti];
+    if (cfg->row_scale) {
+        if (iters) *iters = 0;
+        return kmeans_quantize_rows(nt, ti, cfg, r, t, NULL, err);
+    }
     SC_TRY(quant_tensor_alloc(t, nt, ti, cfg->k, 0, err));
     float *kept = malloc((p->count ? p->count : 1) * sizeof *kept);  // (count) kept weights
     double c[256];
@@ -277,7 +281,7 @@ int kmeans_quantize_tensor(const net *nt, int ti, const kmeans_cfg *cfg, gsl_rng
     int rc = kmeans_1d(kept, n, cfg, r, c, iters, NULL, err);
     free(kept);
     if (rc) return sc_wrap(err, "%s", p->name);
-    SC_TRY(km_codebook(c, cfg, p->name, t->codebook, err));
+    SC_TRY(kmeans_codebook_round(c, cfg, p->name, t->codebook, err));
     const float *w = nt->param + p->offset, *m = nt->mask + p->offset;
     for (size_t i = 0; i < p->count; i++)
         t->indices[i] = m[i] != 0.0f ? (uint8_t)kmeans_nearest(t->codebook, cfg->k, w[i]) : 0;

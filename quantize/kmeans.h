@@ -28,8 +28,14 @@ typedef struct {
                         // best: Lloyd from each of linear, density and
                         // KMEANS_BEST_KPP k-means++ draws, the lowest squared error wins
     int max_iter;       // Lloyd iterations at most (stops earlier when stable)
-    int fp16;           // 1: centroids are rounded to fp16 before the final assignment
+    int fp16;           // 1: centroids (and row scales) are rounded to fp16 before the
+                        // final assignment
+    int row_scale;      // 1: one scale s_k per output channel; the k centroids are
+                        // shared by the normalised weights w / s_k (kmeans_quantize_rows)
 } kmeans_cfg;
+
+// Rounds of (k-means on w / s, least-squares refit of s) with row scales.
+#define KMEANS_ROW_ROUNDS 4
 
 // Clusters n values (any order) into c->k centroids with Lloyd's algorithm
 // from the chosen initialisation; an empty cluster is re-seeded at the value
@@ -45,11 +51,30 @@ int kmeans_1d(const float *x, size_t n, const kmeans_cfg *c, gsl_rng *r, double 
 // one on a tie).
 int kmeans_nearest(const float *centroids, int k, float v);
 
+// Rounds k centroids c into the stored codebook cb (to fp16 when c->fp16);
+// fails when one does not fit (name: the tensor, for the message).
+int kmeans_codebook_round(const double *c, const kmeans_cfg *cfg, const char *name, float *cb,
+                          sc_err *err);
+
 // Quantizes tensor ti of nt into t (allocated here, see quant_tensor_alloc):
 // clusters its kept weights, stores the codebook (fp16-rounded when c->fp16)
 // and each kept weight's nearest centroid; pruned weights get index 0. The
-// net is not changed (decode with quant_tensor_decode).
+// net is not changed (decode with quant_tensor_decode). With c->row_scale
+// it runs kmeans_quantize_rows instead (*iters is then 0).
 int kmeans_quantize_tensor(const net *nt, int ti, const kmeans_cfg *c, gsl_rng *r,
                            quant_tensor *t, int *iters, sc_err *err);
+
+// k-means with a scale per output channel k: s_k starts at the RMS of the
+// row's kept weights; then KMEANS_ROW_ROUNDS times: k centroids from the
+// normalised kept weights w / s_k of the whole tensor, each weight's
+// nearest centroid c_j, and s_k refit by least squares for the row
+// (sum w c_j / sum c_j^2); the round with the least relative squared
+// error of the decoded weights fp32(c_j * s_k) against w (each row's error
+// over the row's mean square: a BN after the layer normalises every output
+// channel) is kept. Scales are stored like the centroids (fp16-rounded
+// when c->fp16, at least 2^-24); a row without kept weights gets 1. *sse
+// (may be NULL): the plain squared error of the kept round.
+int kmeans_quantize_rows(const net *nt, int ti, const kmeans_cfg *c, gsl_rng *r,
+                         quant_tensor *t, double *sse, sc_err *err);
 
 #endif

@@ -33,11 +33,23 @@ static long qr_distinct(const float *w, const float *m, size_t n, float *buf) {
     return d;
 }
 
+// Largest count of distinct non-zero kept values in one row (rows rows).
+static long qr_distinct_rows(const float *w, const float *m, size_t n, int rows, float *buf) {
+    const size_t per = rows > 0 ? n / (size_t)rows : n;
+    long d = 0;
+    for (int r = 0; r < rows; r++) {
+        long dr = qr_distinct(w + (size_t)r * per, m + (size_t)r * per, per, buf);
+        if (dr > d) d = dr;
+    }
+    return d;
+}
+
 // Bytes of the quantized values and their codebook or scales.
 static long qr_packed_values(const quant_model *q, const quant_tensor *t, size_t kept) {
     const long bits = quant_index_bits(q);
     long b = (long)((kept * (size_t)bits + 7) / 8);
-    if (q->method == QM_KMEANS) b += (long)t->k * (q->codebook_fp16 ? 2 : 4);
+    if (q->method == QM_KMEANS)
+        b += (long)(t->k + (t->row_scale ? t->nrows : 0)) * (q->codebook_fp16 ? 2 : 4);
     if (q->method == QM_LINEAR) b += (long)t->nscale * (q->symmetric ? 4 : 8);
     return b;
 }
@@ -56,7 +68,8 @@ static void qr_row(const net *nt, const float *orig, const quant_model *q, int t
         s->kept++, se += e * e, s->max_err = fmax(s->max_err, e);
     }
     s->rmse = s->kept ? sqrt(se / (double)s->kept) : 0.0;
-    s->distinct = qr_distinct(w, m, p->count, buf);
+    s->distinct = q->row_scale && s->qi >= 0 ? qr_distinct_rows(w, m, p->count, s->rows, buf)
+                                             : qr_distinct(w, m, p->count, buf);
     s->saturated = s->qi >= 0 ? q->t[s->qi].saturated : 0;
     const long index_bytes = (long)s->kept * 4 + (long)(s->rows + 1) * 4;
     s->dense_bytes = (long)p->count * 4;
@@ -102,8 +115,8 @@ void quant_report_free(quant_report *r) {
 // Short description of the method.
 void quant_report_method(const quant_model *q, char *out, size_t len) {
     if (q->method == QM_KMEANS)
-        snprintf(out, len, "k-means %d (%d-bit indices, %s codebook)", q->k, quant_index_bits(q),
-                 q->codebook_fp16 ? "fp16" : "fp32");
+        snprintf(out, len, "k-means %d (%d-bit indices, %s codebook%s)", q->k, quant_index_bits(q),
+                 q->codebook_fp16 ? "fp16" : "fp32", q->row_scale ? ", row scales" : "");
     else if (q->method == QM_LINEAR)
         snprintf(out, len, "linear %d-bit %s, per %s", q->bits,
                  q->symmetric ? "symmetric" : "asymmetric", q->per_channel ? "channel" : "layer");

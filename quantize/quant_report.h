@@ -8,7 +8,8 @@
 //   sparse+codebook  the same CSR with each value as its quantized code:
 //                    ceil(kept * b / 8) bytes of b-bit codes (k-means
 //                    b = ceil(log2 k), linear b = bits, half 16) plus the
-//                    codebook (k * 2 bytes in fp16, k * 4 in fp32) or the
+//                    codebook (k * 2 bytes in fp16, k * 4 in fp32; row
+//                    scales add one such value per output channel) or the
 //                    scales (4 bytes each) and zero points (4 bytes each,
 //                    asymmetric only); tensors left in fp32 count as sparse.
 // Biases, batch-norm parameters and statistics are not in these figures;
@@ -28,7 +29,8 @@ typedef struct {
     int qi;               // index into q->t, -1 when left in fp32
     size_t weights, kept; // all weights, kept (mask 1) weights
     int rows;             // output channels
-    long distinct;        // distinct non-zero values among the kept weights
+    long distinct;        // distinct non-zero values among the kept weights (row
+                          // scales: the most in one output channel)
     double rmse, max_err; // kept weights: quantized against original
     long saturated;       // linear: kept weights clipped to the range
     long dense_bytes, sparse_bytes, packed_bytes;
@@ -39,6 +41,7 @@ typedef struct {
     quant_layer_stat *rows;  // (n) one per conv/linear weight, in tensor order
     size_t weights, kept;
     long distinct_max;       // largest count of distinct non-zero values of a quantized tensor
+                             // (row scales: of one output channel of a quantized tensor)
     long saturated;
     long dense_bytes, sparse_bytes, packed_bytes, other_bytes;
 } quant_report;

@@ -30,7 +30,7 @@
 
 typedef struct {
     cli_common c;
-    int centroids, half, iters, asymmetric, bins, skip_first, skip_last;
+    int centroids, half, iters, asymmetric, bins, skip_first, skip_last, row_scale;
     int ft_epochs, batch, augment, val_size, bn_batches;
     const char *bits, *init, *codebook, *clip, *granularity, *precision;
     const char *dataset, *data_dir, *runs, *output;
@@ -51,6 +51,9 @@ typedef struct {
      .help = "k-means: Lloyd iterations at most"},                                               \
     {.name = "codebook", .type = OPT_CHOICE, .dst = &(o)->codebook, .def = "fp16",               \
      .choices = "fp16|fp32", .help = "k-means: how centroids are stored (and decoded)"},         \
+    {.name = "row-scale", .type = OPT_FLAG, .dst = &(o)->row_scale,                              \
+     .help = "k-means: a scale per output channel, stored like the codebook; the K centroids\n"  \
+             "are shared by the scaled rows (weight = centroid * scale: K values per row)"},     \
     {.name = "bits", .type = OPT_CHOICE, .dst = &(o)->bits, .choices = "8|16",                   \
      .help = "linear fixed point with 8- or 16-bit integers"},                                   \
     {.name = "asymmetric", .type = OPT_FLAG, .dst = &(o)->asymmetric,                            \
@@ -120,6 +123,10 @@ static int opts_check(quant_opts *o) {
     // BN re-estimation: on by default for k-means only, chosen on the validation split
     // (resnet18 90%, 16 centroids: val 74.80 without, 74.96 with; bench/RESULTS.md).
     if (o->bn_batches < 0) o->bn_batches = o->centroids > 0 ? 100 : 0;
+    if (o->row_scale && o->centroids == 0) {
+        cli_error(TOOL, "--row-scale needs k-means codebooks (--centroids)");
+        return CLI_USAGE;
+    }
     if (o->ft_epochs > 0 && o->centroids == 0) {
         cli_error(TOOL, "--finetune-epochs needs k-means codebooks (--centroids)");
         return CLI_USAGE;
@@ -237,7 +244,8 @@ static void cfg_set(quant_run *r) {
     c->method = o->half ? QM_HALF : o->bits ? QM_LINEAR : QM_KMEANS;
     c->codebook_fp16 = !strcmp(o->codebook, "fp16");
     c->km = (kmeans_cfg){.k = o->centroids, .init = (kmeans_init)cli_choice_index(KMEANS_INITS, o->init),
-                         .max_iter = o->iters, .fp16 = c->codebook_fp16};
+                         .max_iter = o->iters, .fp16 = c->codebook_fp16,
+                         .row_scale = o->row_scale};
     c->lin = (linear_cfg){.bits = o->bits ? atoi(o->bits) : 8, .symmetric = !o->asymmetric,
                           .per_channel = !strcmp(o->granularity, "channel"),
                           .clip = (linear_clip)cli_choice_index(LINEAR_CLIPS, o->clip),
@@ -356,6 +364,7 @@ static void json_method(json_writer *j, const quant_run *r) {
         json_add_int(j, "centroids", r->q->k);
         json_add_string(j, "init", r->o.init);
         json_add_string(j, "codebook", r->q->codebook_fp16 ? "fp16" : "fp32");
+        json_add_bool(j, "row_scale", r->q->row_scale);
     }
     if (r->q->method == QM_LINEAR) {
         json_add_bool(j, "symmetric", r->q->symmetric);

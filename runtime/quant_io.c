@@ -16,7 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define QUANT_VERSION 1
+#define QUANT_VERSION 1          // files without row scales
+#define QUANT_VERSION_ROWS 2     // k-means with row scales (older readers refuse them)
 
 // --- the in-memory form -----------------------------------------------------
 
@@ -37,6 +38,7 @@ quant_model *quant_model_new(quant_method method, int n, sc_err *err) {
 // Frees one tensor's arrays.
 static void quant_tensor_free(quant_tensor *t) {
     free(t->codebook), free(t->indices), free(t->scale), free(t->zero_point), free(t->q);
+    free(t->row_scale);
     memset(t, 0, sizeof *t);
 }
 
@@ -76,12 +78,37 @@ int quant_tensor_alloc(quant_tensor *t, const net *nt, int tensor, int k, int ns
     return sc_fail(err, "out of memory (quantized %s)", p->name);
 }
 
+// Allocates the row scales of a k-means tensor (all 1).
+int quant_tensor_row_scale_alloc(quant_tensor *t, int rows, sc_err *err) {
+    free(t->row_scale);
+    t->nrows = 0;
+    t->row_scale = malloc((size_t)(rows > 0 ? rows : 1) * sizeof *t->row_scale);
+    if (!t->row_scale) return sc_fail(err, "out of memory (row scales of %s)", t->name);
+    t->nrows = rows;
+    for (int k = 0; k < rows; k++) t->row_scale[k] = 1.0f;
+    return 0;
+}
+
+// Decodes a k-means tensor: codebook[index], times its row's scale when it has them.
+static void quant_kmeans_decode(const quant_tensor *t, const float *mask, float *out) {
+    if (!t->row_scale) {
+        for (size_t i = 0; i < t->count; i++)
+            out[i] = mask && mask[i] == 0.0f ? 0.0f : t->codebook[t->indices[i]];
+        return;
+    }
+    const size_t per = t->count / (size_t)t->nrows;  // weights per row
+    for (size_t r = 0, i = 0; r < (size_t)t->nrows; r++) {
+        const float s = t->row_scale[r];
+        for (size_t e = i + per; i < e; i++)  // the product rounded once, to float32
+            out[i] = mask && mask[i] == 0.0f ? 0.0f : t->codebook[t->indices[i]] * s;
+    }
+}
+
 // Writes the decoded values of t into out.
 void quant_tensor_decode(const quant_model *q, const quant_tensor *t, const float *mask,
                          float *out) {
     if (q->method == QM_KMEANS) {
-        for (size_t i = 0; i < t->count; i++)
-            out[i] = mask && mask[i] == 0.0f ? 0.0f : t->codebook[t->indices[i]];
+        quant_kmeans_decode(t, mask, out);
         return;
     }
     if (q->method != QM_LINEAR) return;
@@ -99,14 +126,19 @@ typedef h5io qio;
 
 // --- writing ----------------------------------------------------------------
 
-// Writes a k-means tensor: codebook (fp16 or fp32) and indices shaped as the weight.
+// Writes a k-means tensor: codebook (fp16 or fp32), row scales (the same
+// type, when present) and indices shaped as the weight.
 static int qio_kmeans_write(qio *io, hid_t g, const quant_model *q, const quant_tensor *t,
                             const ptensor *p) {
-    hsize_t dims[4], kd[1] = {(hsize_t)t->k};
+    hsize_t dims[4], kd[1] = {(hsize_t)t->k}, rd[1] = {(hsize_t)t->nrows};
     for (int i = 0; i < p->ndim; i++) dims[i] = (hsize_t)p->dims[i];
+    if (q->row_scale && (!t->row_scale || t->nrows != p->dims[0]))
+        return sc_fail(io->err, "%s: row scales missing (%s)", p->name, io->path);
     hid_t ft = q->codebook_fp16 ? h5io_half_type(io) : H5T_IEEE_F32LE;
     if (ft < 0) return -1;
     int rc = h5io_dset_write(io, g, "codebook", ft, H5T_NATIVE_FLOAT, 1, kd, t->codebook);
+    if (rc == 0 && q->row_scale)
+        rc = h5io_dset_write(io, g, "row_scale", ft, H5T_NATIVE_FLOAT, 1, rd, t->row_scale);
     if (q->codebook_fp16) H5IO_CLOSE(io, H5Tclose, ft, rc);
     SC_TRY(rc);
     return h5io_dset_write(io, g, "indices", H5T_STD_U8LE, H5T_NATIVE_UINT8, p->ndim, dims,
@@ -145,7 +177,9 @@ fail:
 static int qio_attrs_write(qio *io, hid_t g, const quant_model *q) {
     static const char *const names[] = {"kmeans", "linear", "half"};
     SC_TRY(h5io_attr_str(io, g, "method", names[q->method]));
-    SC_TRY(h5io_attr_int(io, g, "version", QUANT_VERSION));
+    const int rows = q->method == QM_KMEANS && q->row_scale;
+    SC_TRY(h5io_attr_int(io, g, "version", rows ? QUANT_VERSION_ROWS : QUANT_VERSION));
+    if (rows) SC_TRY(h5io_attr_int(io, g, "row_scale", 1));
     SC_TRY(h5io_attr_int(io, g, "bits", q->bits));
     SC_TRY(h5io_attr_int(io, g, "k", q->method == QM_KMEANS ? q->k : 0));
     SC_TRY(h5io_attr_str(io, g, "codebook_type", q->method != QM_KMEANS ? ""
@@ -331,9 +365,9 @@ static int qio_attrs_read(qio *io, hid_t g, quant_model *q, int *ntensors) {
     int version = 0;
     SC_TRY(qio_attr_str_read(io, g, "/quant", "method", method, sizeof method));
     SC_TRY(qio_attr_read(io, g, "/quant", "version", H5T_NATIVE_INT, &version));
-    if (version != QUANT_VERSION)
-        return sc_fail(io->err, "/quant version %d, this build reads %d (%s)", version,
-                       QUANT_VERSION, io->path);
+    if (version != QUANT_VERSION && version != QUANT_VERSION_ROWS)
+        return sc_fail(io->err, "/quant version %d, this build reads %d and %d (%s)", version,
+                       QUANT_VERSION, QUANT_VERSION_ROWS, io->path);
     if (!strcmp(method, "kmeans")) q->method = QM_KMEANS;
     else if (!strcmp(method, "linear")) q->method = QM_LINEAR;
     else if (!strcmp(method, "half")) q->method = QM_HALF;
@@ -346,6 +380,12 @@ static int qio_attrs_read(qio *io, hid_t g, quant_model *q, int *ntensors) {
     SC_TRY(qio_attr_read(io, g, "/quant", "symmetric", H5T_NATIVE_INT, &q->symmetric));
     SC_TRY(qio_attr_read(io, g, "/quant", "tensors", H5T_NATIVE_INT, ntensors));
     q->codebook_fp16 = !strcmp(cb, "float16");
+    q->row_scale = 0;
+    if (version == QUANT_VERSION_ROWS)
+        SC_TRY(qio_attr_read(io, g, "/quant", "row_scale", H5T_NATIVE_INT, &q->row_scale));
+    if (q->row_scale && (q->row_scale != 1 || q->method != QM_KMEANS))
+        return sc_fail(io->err, "/quant row_scale = %d with method %s: only k-means has row "
+                       "scales (%s)", q->row_scale, method, io->path);
     if (q->method == QM_KMEANS && (q->k < 2 || q->k > 256))
         return sc_fail(io->err, "/quant k = %d, must be 2..256 (%s)", q->k, io->path);
     if (q->method == QM_LINEAR && q->bits != 8 && q->bits != 16)
@@ -366,6 +406,18 @@ static int qio_kmeans_read(qio *io, hid_t g, const char *where, quant_model *q,
         if (t->indices[i] >= k)
             return sc_fail(io->err, "%s/indices[%zu] = %d, beyond the %ld centroids (%s)", where,
                            i, t->indices[i], k, io->path);
+    if (!q->row_scale) {
+        if (H5Lexists(g, "row_scale", H5P_DEFAULT) > 0)
+            return sc_fail(io->err, "%s/row_scale present though /quant has no row scales (%s)",
+                           where, io->path);
+        return 0;
+    }
+    SC_TRY(qio_dset_read(io, g, where, "row_scale", H5T_NATIVE_FLOAT, (size_t)t->nrows,
+                         t->row_scale));
+    for (int r = 0; r < t->nrows; r++)
+        if (!(isfinite(t->row_scale[r]) && t->row_scale[r] > 0))
+            return sc_fail(io->err, "%s/row_scale[%d] = %g, must be positive and finite (%s)",
+                           where, r, t->row_scale[r], io->path);
     return 0;
 }
 
@@ -430,6 +482,8 @@ static int qio_tensor_read(qio *io, hid_t quant, const net *nt, quant_model *q, 
     int lin = q->method == QM_LINEAR;
     SC_TRY(quant_tensor_alloc(t, nt, ti, q->method == QM_KMEANS ? q->k : 0,
                               lin ? p->dims[0] : 0, io->err));
+    if (q->method == QM_KMEANS && q->row_scale)
+        SC_TRY(quant_tensor_row_scale_alloc(t, p->dims[0], io->err));
     hid_t g = -1;
     int rc = -1;
     H5IO_CHECK(io, g = H5Gopen2(quant, p->name, H5P_DEFAULT));

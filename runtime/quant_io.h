@@ -6,7 +6,11 @@
 //
 //   k-means  per tensor a codebook (k centroids, fp16 or fp32 in the file)
 //            and one uint8 index per weight; weight i decodes to
-//            mask[i] ? codebook[indices[i]] : 0 (pruned weights hold index 0)
+//            mask[i] ? codebook[indices[i]] : 0 (pruned weights hold index 0);
+//            with row scales (quantize --row-scale, /quant version 2) also
+//            one scale per output channel k, stored like the codebook, and
+//            weight i of row k decodes to codebook[indices[i]] * row_scale[k]
+//            (the product rounded once in float32)
 //   linear   per tensor (or per output channel) a scale and a zero point and
 //            one int8/int16 integer per weight; weight i of channel c decodes
 //            to (float)(scale[c] * (float)(q[i] - zero_point[c])) (pruned
@@ -47,6 +51,9 @@ typedef struct {
     int k;                 // centroids (2..256)
     float *codebook;       // (k) centroid values as decoded (fp16-exact when stored as fp16)
     uint8_t *indices;      // (count) centroid of each weight; 0 for pruned weights
+    int nrows;             // k-means with row scales: dims[0]; else 0
+    float *row_scale;      // (nrows) scale of each output channel (fp16-exact when the
+                           // codebook is fp16), or NULL: decoded = codebook[idx] * row_scale[k]
     // linear
     int nscale;            // 1 (per tensor) or dims[0] (per output channel)
     float *scale;          // (nscale) step between two integers
@@ -61,6 +68,7 @@ typedef struct {
     int bits;              // linear: 8 or 16; k-means: index bits ceil(log2 k); half: 16
     int k;                 // k-means: centroids per tensor; else 0
     int codebook_fp16;     // k-means: 1 = codebooks stored as fp16, 0 = fp32
+    int row_scale;         // k-means: 1 = every tensor has per-output-channel scales
     int per_channel;       // linear: 1 = one scale per output channel
     int symmetric;         // linear: 1 = zero points are 0
     int ntensors;
@@ -80,6 +88,10 @@ void quant_model_free(quant_model *q);
 int quant_tensor_alloc(quant_tensor *t, const net *nt, int tensor, int k, int nscale,
                        sc_err *err);
 
+// Allocates t->row_scale for `rows` output channels (all 1), for a k-means
+// tensor with row scales.
+int quant_tensor_row_scale_alloc(quant_tensor *t, int rows, sc_err *err);
+
 // Writes the decoded values of t into out (count floats) using the
 // tensor's mask (count floats, 1 = kept; NULL = all kept). Every tool and
 // reader decodes with this one function, so /params match bit for bit.
@@ -94,7 +106,8 @@ int quant_model_save(const char *path, const net *nt, const model_meta *meta,
 
 // Reads /quant of a model file for the net model_load() read from the same
 // file. *out is NULL when the file has no /quant. Checks every tensor's
-// name, size, index range and integer range, and that decoding reproduces
+// name, size, index range, integer range and row scales (positive, finite;
+// files without them, version 1, load as before), and that decoding reproduces
 // the net's /params exactly (an error names the first tensor that differs:
 // the file was changed after quantization).
 int quant_load(const char *path, const net *nt, quant_model **out, sc_err *err);

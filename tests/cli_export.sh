@@ -2,7 +2,7 @@
 # CLI tests of `export` on tiny models made on the CPU from synthetic data: bad
 # usage and bad input give one line `export: ...` and exit 2 / 1; the default
 # input and output in the latest run; the summary and --json; fp32, fp16 and
-# codebook4 (after quantize) files checked in Python with h5py + scipy
+# codebook4 (after quantize, also with --row-scale) files checked in Python with h5py + scipy
 # against the BN-folded weights (tests/export_check.py); an unpruned model is
 # exported with dense rows and a one-line notice.
 cd "$(dirname "$0")/.." || exit 1
@@ -92,6 +92,12 @@ out=$($EX -q --runs "$T/runs" --json "$T/q.json") || bad "codebook export" "fail
 grep -q '"values": *"codebook4"' "$T/q.json" && grep -q 'model.quant.h5' "$T/q.json" && ok "codebook4 from the latest quantized model" \
     || bad "codebook4 from the latest quantized model" "$(head -c 400 "$T/q.json")"
 py_check "python check codebook4" "$D/model.csr.h5" "$D/model.quant.h5"
+# quantize --row-scale: quantize's codebook, indices and row scales (times the BN scale) in the file
+$BIN/quantize --device cpu --quiet --data-dir "$T/data" --centroids 16 --row-scale "$D/model.pruned.h5" \
+    -o "$T/rs.quant.h5" >/dev/null 2>&1 || bad "quantize --row-scale" "failed"
+$EX -q "$T/rs.quant.h5" -o "$T/rs.csr.h5" --json "$T/rs.json" >/dev/null && grep -q '"values": *"codebook4"' "$T/rs.json" \
+    && ok "codebook4 from a row-scaled model" || bad "codebook4 from a row-scaled model" "$(head -c 300 "$T/rs.json")"
+py_check "python check codebook4 with row scales" "$T/rs.csr.h5" "$T/rs.quant.h5"
 $EX -q --codebook off "$D/model.quant.h5" -o "$T/off.h5" --json "$T/off.json" >/dev/null && grep -q '"values": *"fp32"' "$T/off.json" \
     && ok "--codebook off" || bad "--codebook off" "$(head -c 300 "$T/off.json")"
 expect_fail "codebook on, too many values" 1 '^export: .*distinct values; run quantize --centroids 16 first' \

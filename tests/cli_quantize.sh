@@ -4,7 +4,10 @@
 # train -> prune -> quantize --centroids 16 (no file names) writes
 # runs/latest/model.quant.h5, which loads as a model, keeps the pruned
 # zeros and has at most 16 distinct non-zero values per layer; linear, half
-# and fine-tuning runs write what their JSON summaries say.
+# and fine-tuning runs write what their JSON summaries say; --row-scale
+# writes per-row scales (/quant version 2) that decode to /params with at
+# most 16 values per row, also after fine-tuning, and exports to codebook4
+# values equal to the quantized weights.
 cd "$(dirname "$0")/.." || exit 1
 . tests/lib.sh
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
@@ -28,6 +31,8 @@ expect_fail "lr-params -1" 2 '^quantize: .*finetune-lr-params' $Q --finetune-lr-
 expect_fail "lr-params abc" 2 '^quantize: .*finetune-lr-params' $Q --finetune-lr-params abc
 expect_fail "lr-params 11" 2 '^quantize: .*finetune-lr-params' $Q --finetune-lr-params 11
 expect_fail "finetune-wd 2" 2 '^quantize: .*finetune-wd' $Q --finetune-wd 2
+expect_fail "row-scale with bits" 2 '^quantize: .*--row-scale needs k-means' $Q --bits 8 --row-scale
+expect_fail "row-scale with half" 2 '^quantize: .*--row-scale needs k-means' $Q --half --row-scale
 
 # --- bad input (exit 1) ---------------------------------------------------------
 expect_fail "no previous run" 1 '^quantize: no previous run' $Q
@@ -137,6 +142,53 @@ print("ok")
 EOF
     ) && [ "$out" = ok ]; then ok "python: lr-params file decodes, zeros, <= 16 values"
     else bad "python check (lr-params)" "$out"; fi
+fi
+
+# --- row scales --------------------------------------------------------------------------
+if $Q "$P" --row-scale -o "$T/rs.h5" --json "$T/rs.json" >/dev/null 2>&1 \
+   && grep -q '"row_scale": *true' "$T/rs.json" && grep -q '"centroids": *16' "$T/rs.json"; then
+    dmax=$(num max_distinct_nonzero_values "$T/rs.json")
+    [ -n "$dmax" ] && [ "$dmax" -le 16 ] && ok "--row-scale: k-means 16, at most 16 values per row ($dmax)" \
+        || bad "--row-scale distinct per row" "${dmax:-?}"
+else bad "--row-scale" "failed or json without row_scale"; fi
+if $Q "$P" --centroids 16 --row-scale --finetune-epochs 1 --finetune-lr-params 0.02 --bn-recalibrate 2 \
+      -o "$T/rsft.h5" --json "$T/rsft.json" >/dev/null 2>&1 && grep -q '"row_scale": *true' "$T/rsft.json"; then
+    ok "--row-scale with fine-tuning"
+else bad "--row-scale with fine-tuning" "failed"; fi
+h5dump -d /history "$T/rs.h5" 2>/dev/null | grep -q 'row scales' && ok "history names row scales" \
+    || bad "history names row scales" "missing"
+if have_h5py; then
+    for f in rs rsft; do
+        if out=$("$PY" - "$T/$f.h5" <<'EOF' 2>&1
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], "r") as f:
+    q = f["quant"]
+    assert q.attrs["version"] == 2 and q.attrs["row_scale"] == 1 and q.attrs["k"] == 16, dict(q.attrs)
+    for name, g in q.items():
+        cb, s = g["codebook"][()], g["row_scale"][()]
+        w = f["params"][name][()]
+        assert cb.dtype == np.float16 and s.dtype == np.float16 and s.shape == (w.shape[0],), name
+        assert (s > 0).all(), name
+        m = f["masks"][name][()].astype(bool) if name in f["masks"] else np.ones(w.shape, bool)
+        shape = (-1,) + (1,) * (w.ndim - 1)
+        dec = cb.astype(np.float32)[g["indices"][()]] * s.astype(np.float32).reshape(shape)
+        assert np.array_equal(np.where(m, dec, np.float32(0)), w), name
+        assert (w[~m] == 0).all(), name
+        rows = w.reshape(w.shape[0], -1)
+        assert max(len(np.unique(r[r != 0])) for r in rows) <= 16, name
+print("ok")
+EOF
+        ) && [ "$out" = ok ]; then ok "python: $f.h5 decodes codebook * row scale, zeros, <= 16 per row"
+        else bad "python check ($f.h5)" "$out"; fi
+    done
+    if $BIN/export -q "$T/rsft.h5" -o "$T/rs.csr.h5" >/dev/null 2>&1; then
+        out=$("$PY" tests/export_check.py "$T/rs.csr.h5" "$T/rsft.h5" 2>&1)
+        grep -qE ' [1-9][0-9]* passed, 0 failed' <<<"$out" && grep -q codebook4 <<<"$out" \
+            && ok "export of a row-scaled model: codebook4 values == quantized weights" \
+            || bad "export check (row scales)" "$out"
+    else bad "export of a row-scaled model" "failed"; fi
+else
+    SKIP=$((SKIP + 1)); echo "skip row-scale python checks (no h5py)"
 fi
 
 # --- a model without weights --------------------------------------------------------------

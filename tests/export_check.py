@@ -10,7 +10,11 @@ here from the model's /params and /buffers (the BN to fold is found from the
 network description, independently of the export); checks uniform rows,
 ascending indices, offsets from the layer's geometry, the folded bias, the
 real non-zero count, and for codebook layers that codes, padding mask,
-codebook and row scales decode to the same matrix. Prints ok/FAIL lines and
+codebook and row scales decode to the same matrix; when the model has
+quantize's /quant, that codebook layers carry its codebook and indices, and
+with row scales (quantize --row-scale) row_scale = quantize's scale times
+the BN scale, the decoded fp32 values being the model's weights bit for bit
+where no BN is folded. Prints ok/FAIL lines and
 "export_check.py: N passed, N failed, N skipped"; without h5py/scipy the
 check is skipped.
 """
@@ -106,6 +110,34 @@ def decode_codes(g, n):
     return np.where(pad, 0.0, v), pad, code[:n]
 
 
+def check_quant(g, model, name, idx, pad, code, scale, bn):
+    """Problems of a codebook layer against quantize's /quant/<name>.weight."""
+    key = f"quant/{name}.weight"
+    if "quant" not in model or key not in model or "codebook" not in model[key]:
+        return []
+    q, bad = model[key], []
+    k = int(g.attrs["shape"][0])
+    rows = np.repeat(np.arange(k), len(idx) // k) if k else np.zeros(0, np.int64)
+    cb = q["codebook"][()].astype(np.float32)
+    if not np.array_equal(g["codebook"][()].astype(np.float32), cb):
+        bad.append("codebook is not quantize's")
+    qidx = q["indices"][()].reshape(k, -1)
+    if not np.array_equal(code[~pad], qidx[rows, idx][~pad]):
+        bad.append("codes are not quantize's indices")
+    if "row_scale" not in q:
+        return bad
+    qs = q["row_scale"][()].astype(np.float32)
+    rs = g["row_scale"][()].astype(np.float32)
+    if np.abs(rs - qs * scale).max(initial=0) > 1e-6 * np.abs(qs * scale).max(initial=0):
+        bad.append("row_scale is not quantize's times the BN scale")
+    if bn is None:
+        w = model[f"params/{name}.weight"][()].reshape(k, -1)
+        dec = cb[np.minimum(code, len(cb) - 1)] * rs[rows]  # float32 product, rounded once
+        if not np.array_equal(rs, qs) or not np.array_equal(dec[~pad], w[rows, idx][~pad]):
+            bad.append("decoded values are not the quantized weights bit for bit")
+    return bad
+
+
 def check_layer(g, model, layers, i, tol):
     """List of problems of one layer group (empty when it is right)."""
     bad = []
@@ -142,6 +174,7 @@ def check_layer(g, model, layers, i, tol):
         cerr = np.abs(dense - want).max() / max(np.abs(want).max(), 1e-30)
         if cerr > 1e-6 or (~pad).sum() != int(g.attrs["nnz"]) or (code[~pad] >= len(g["codebook"])).any():
             bad.append(f"codes decode to other weights (rel err {cerr:.3g})")
+        bad += check_quant(g, model, layers[i]["name"], idx, pad, code, scale, bn)
     return bad
 
 

@@ -1,6 +1,8 @@
 // Tests of the export file beyond plain values: 4-bit codebook layers (from
 // quantize's k-means codebooks and derived from distinct values; full
-// 16-entry codebooks with padded rows; layers quantize left alone), the
+// 16-entry codebooks with padded rows; layers quantize left alone; k-means
+// with row scales, whose exported values are the quantized weights bit for
+// bit without BN and times the folded BN scale with it), the
 // codebook errors and notices, and one clear error naming the file for
 // every kind of damaged, tampered or foreign file given to the loader.
 #include <hdf5.h>
@@ -9,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "quantize/apply.h"
 #include "runtime/half.h"
 #include "runtime/model_io.h"
 #include "runtime/quant_io.h"
@@ -124,6 +127,111 @@ static void test_codebook_quant(tctx *t) {
     quant_model_free(q);
     net_free(ld);
     net_free(nt);
+}
+
+// Scales row k of every prunable weight of nt by exp(u), u in [-2, 2].
+static void skew_rows(net *nt, uint64_t seed) {
+    rng g;
+    rng_seed(&g, seed, 4);
+    for (int t = 0; t < nt->ntensors; t++) {
+        const ptensor *p = &nt->tensors[t];
+        if (!p->prunable) continue;
+        float *w = net_tensor_data(nt, t);
+        const size_t per = p->count / (size_t)p->dims[0];
+        for (int k = 0; k < p->dims[0]; k++) {
+            const float f = expf(4.0f * rng_uniform(&g) - 2.0f);
+            for (size_t i = (size_t)k * per; i < (size_t)(k + 1) * per; i++) w[i] *= f;
+        }
+    }
+}
+
+// Checks the codebook layers of m against the quantized net ld and its
+// row-scaled q: codebook = quantize's, row_scale = quantize's times the BN
+// scale (exactly quantize's without BN), and without BN every real entry's
+// value is the quantized weight bit for bit.
+static void check_rows_export(tctx *t, const net *ld, const quant_model *q, const sparse_model *m) {
+    for (int i = 0; i < m->nlayers; i++) {
+        const sparse_layer *l = &m->layers[i];
+        if (l->vtype != SV_CODEBOOK4) continue;
+        const layer *L = &ld->layers[l->layer];
+        const quant_tensor *qt = NULL;
+        for (int j = 0; j < q->ntensors; j++)
+            if (q->t[j].tensor == L->weight) qt = &q->t[j];
+        CHECK(t, qt && qt->row_scale, "%s: no row-scaled quant tensor", L->name);
+        if (!qt || !qt->row_scale) continue;
+        CHECK(t, l->ncodebook == qt->k && !memcmp(l->codebook, qt->codebook, (size_t)qt->k * sizeof(float)),
+              "%s: codebook is not quantize's", L->name);
+        const float *w = net_tensor_data(ld, L->weight);
+        const int cols = l->C * l->R * l->S;
+        long bad_s = 0, bad_v = 0;
+        for (int k = 0; k < l->K; k++) {
+            double bn = 1.0;
+            if (l->bn >= 0) {
+                const layer *B = &ld->layers[l->bn];
+                bn = net_tensor_data(ld, B->gamma)[k] / sqrt((double)net_tensor_data(ld, B->var)[k] + B->eps);
+            }
+            bad_s += fabs(l->row_scale[k] - qt->row_scale[k] * bn) > 1e-6 * fabs(qt->row_scale[k] * bn) ||
+                     (l->bn < 0 && l->row_scale[k] != qt->row_scale[k]);
+            for (int j = k * l->nnz_row; l->bn < 0 && j < (k + 1) * l->nnz_row; j++) {
+                const float want = w[(size_t)k * cols + l->indices[j]];
+                bad_v += memcmp(&l->values[j], &want, sizeof want) != 0;
+            }
+        }
+        CHECK(t, bad_s == 0, "%s: %ld row scales are not quantize's times the BN scale", L->name, bad_s);
+        CHECK(t, bad_v == 0, "%s: %ld values differ from the quantized weights", L->name, bad_v);
+    }
+}
+
+// quantize --row-scale (k 16, fp16) on LeNet (no BN: exact values) and the
+// residual net (BN folded into the row scales): codebook layers decode to
+// the quantized weights, logits within 1e-5, the same predictions.
+static void test_codebook_rows(tctx *t) {
+    for (int v = 0; v < 2; v++) {
+        char p[512], out[512];
+        net *nt = v ? tex_net("tinyres", TEX_RES_DESC, 13, 11, 7) : tex_net("lenet", NULL, 32, 32, 10);
+        tex_randomize(nt, 40 + v, 0.75f, 1);
+        skew_rows(nt, 40 + v);
+        quant_cfg qc = {.method = QM_KMEANS, .codebook_fp16 = 1, .skip_first = 1, .seed = 2,
+                        .km = {.k = 16, .init = KM_INIT_BEST, .max_iter = 100, .fp16 = 1, .row_scale = 1}};
+        quant_model *q = NULL;
+        model_meta meta;
+        model_meta_init(&meta);
+        sc_err err = {{0}};
+        CHECK(t, quant_net_apply(nt, &qc, &q, &err) == 0, "quantize: %s", err.msg);
+        CHECK(t, q && quant_model_save(tpath(p, sizeof p, "rows.h5"), nt, &meta, q, &err) == 0,
+              "save: %s", err.msg);
+        model_meta_free(&meta);
+        quant_model_free(q);
+        q = NULL;
+        net *ld = model_load(p, NULL, &err);
+        CHECK(t, ld && quant_load(p, ld, &q, &err) == 0 && q && q->row_scale, "load: %s", err.msg);
+        export_cfg cfg = {.quant = q};
+        export_info info;
+        sparse_model *m = ld && q ? tex_roundtrip(ld, &cfg, tpath(out, sizeof out, "rows.csr.h5"), &info) : NULL;
+        CHECK(t, m != NULL, "export failed");
+        if (m) {
+            CHECK(t, m->vtype == SV_CODEBOOK4 && info.codebook_layers == m->nlayers - 1,
+                  "vtype %d, %d codebook layers of %d", m->vtype, info.codebook_layers, m->nlayers);
+            check_codes(t, m);
+            check_rows_export(t, ld, q, m);
+            const int h = v ? 13 : 32, w = v ? 11 : 32, classes = v ? 7 : 10;
+            tbatch tb;
+            tbatch_make(&tb, 20, h, w, classes, 15, 1, 0, 0);
+            float *want = tex_logits(ld, 20, tb.img), *got = tex_logits(m->nt, 20, tb.img);
+            float *direct = tex_csr_forward(m, 20, tb.img);
+            double e1 = relerr((size_t)20 * classes, got, want), e2 = relerr((size_t)20 * classes, direct, want);
+            CHECK(t, e1 <= 1e-5 && e2 <= 1e-5, "rel err %.3g / %.3g", e1, e2);
+            CHECK(t, tex_pred_diff(got, want, 20, classes) == 0, "predictions differ");
+            printf("  codebook4 (quantize --row-scale, k=16, %s): %d codebook layers, worst logit rel err %.2g\n",
+                   v ? "BN folded" : "no BN", info.codebook_layers, fmax(e1, e2));
+            free(want), free(got), free(direct);
+            tbatch_free(&tb);
+        }
+        sparse_model_free(m);
+        quant_model_free(q);
+        net_free(ld);
+        net_free(nt);
+    }
 }
 
 // --codebook on derives codebooks from distinct values (the first conv too
@@ -299,6 +407,7 @@ int main(void) {
     }
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     RUN(&t, test_codebook_quant);
+    RUN(&t, test_codebook_rows);
     RUN(&t, test_codebook_modes);
     RUN(&t, test_bad_files);
     RUN(&t, test_write_errors);

@@ -5,7 +5,9 @@
 // moves; indices, pruned zeros and the K-value limit survive; the best epoch
 // (codebooks, parameters, BN statistics) is what stays; runs are
 // deterministic; the loss of a learnable problem goes down; recalibration
-// changes only the BN running statistics.
+// changes only the BN running statistics. With row scales a centroid moves
+// by the gradient summed times each weight's row scale, the scales and
+// indices stay, and every weight is exactly centroid * row scale.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,7 +72,7 @@ static void dataset_learnable(dataset *ds, int ntrain) {
 
 // The test net with random weights, ~60% of c2 and fc pruned, quantized with
 // k-means (k centroids, fp16 codebooks); skip_last leaves fc.weight in fp32.
-static net *net_quantized_skip(int k, int skip_last, quant_model **q) {
+static net *net_quantized_opts(int k, int skip_last, int rows, quant_model **q) {
     sc_err err = {{0}};
     net *nt = net_from_desc("tiny", DESC, 3, 32, 32, 5, &err);
     tnet_randomize(nt, 8, 1);
@@ -83,11 +85,17 @@ static net *net_quantized_skip(int k, int skip_last, quant_model **q) {
             if (rng_uniform(&r) < 0.6f) m[i] = 0.0f, w[i] = 0.0f;
     }
     quant_cfg c = {.method = QM_KMEANS, .codebook_fp16 = 1,
-                   .km = {.k = k, .init = KM_INIT_LINEAR, .max_iter = 50, .fp16 = 1},
+                   .km = {.k = k, .init = KM_INIT_LINEAR, .max_iter = 50, .fp16 = 1,
+                          .row_scale = rows},
                    .skip_last = skip_last};
     *q = NULL;
     if (quant_net_apply(nt, &c, q, &err)) fprintf(stderr, "quant_net_apply: %s\n", err.msg);
     return nt;
+}
+
+// The test net, k-means without row scales.
+static net *net_quantized_skip(int k, int skip_last, quant_model **q) {
+    return net_quantized_opts(k, skip_last, 0, q);
 }
 
 // The test net with every conv and linear weight quantized.
@@ -217,6 +225,131 @@ static void test_finetune_invariants(tctx *t) {
     }
     finetune_result_free(&res);
     free(orig), free(idx0);
+    exec_free(e);
+    quant_model_free(q);
+    net_free(nt);
+    dataset_free(&ds);
+}
+
+// Checks a row-scaled net: params == decoded, pruned +0, every kept weight
+// exactly fp32(codebook[idx] * row_scale[k]), at most K distinct non-zero
+// values per row.
+static void check_rows(tctx *t, const net *nt, const quant_model *q) {
+    for (int i = 0; i < q->ntensors; i++) {
+        const quant_tensor *qt = &q->t[i];
+        const ptensor *p = &nt->tensors[qt->tensor];
+        const float *w = nt->param + p->offset, *m = nt->mask + p->offset;
+        CHECK(t, qt->row_scale && qt->nrows == p->dims[0], "%s: no row scales", p->name);
+        if (!qt->row_scale) continue;
+        const size_t per = qt->count / (size_t)qt->nrows;
+        long bad = 0, worst = 0;
+        for (size_t j = 0; j < qt->count; j++) {
+            float want = m[j] == 0.0f ? 0.0f : qt->codebook[qt->indices[j]] * qt->row_scale[j / per];
+            bad += memcmp(&want, &w[j], sizeof want) != 0;
+        }
+        for (int r = 0; r < qt->nrows; r++) {
+            float seen[256];
+            int nseen = 0;
+            for (size_t j = (size_t)r * per; j < (size_t)(r + 1) * per; j++) {
+                int known = 0;
+                for (int c = 0; c < nseen; c++) known |= seen[c] == w[j];
+                if (w[j] != 0.0f && !known && nseen < 256) seen[nseen++] = w[j];
+            }
+            if (nseen > worst) worst = nseen;
+        }
+        CHECK(t, bad == 0, "%s: %ld weights not codebook * row scale (or +0)", p->name, bad);
+        CHECK(t, worst <= qt->k, "%s: %ld distinct values in a row > K = %d", p->name, worst, qt->k);
+    }
+}
+
+// One step with row scales (a single batch, no momentum): centroid j moves
+// by lr * k / (sum of s^2 over kept weights) * sum over its weights of g * s;
+// the row scales and indices stay.
+static void test_finetune_rows_step(tctx *t) {
+    dataset ds;
+    dataset_random(&ds, 32);
+    quant_model *q;
+    net *nt = net_quantized_opts(5, 0, 1, &q);
+    sc_err err = {{0}};
+    exec *e = exec_create(nt, DEV_CPU, PREC_FP32, 32, &err);
+    float *g = malloc(nt->nparam * sizeof *g);
+    exec_batch b = {ds.train.n, ds.train.images, ds.train.labels, NULL, NULL, NULL};
+    exec_hparams frozen = {.label_smoothing = 0.1f};
+    CHECK(t, exec_train_step(e, &b, &frozen, &err) == 0 && exec_read_grad(e, g, &err) == 0, "%s", err.msg);
+    float before[16][5], scale0[16][64];
+    for (int i = 0; i < q->ntensors; i++) {
+        memcpy(before[i], q->t[i].codebook, 5 * sizeof(float));
+        memcpy(scale0[i], q->t[i].row_scale, (size_t)q->t[i].nrows * sizeof(float));
+    }
+    finetune_cfg fc = {.epochs = 1, .batch = 32, .lr = 0.5f, .momentum = 0.0f, .smoothing = 0.1f,
+                       .augment = 0, .seed = 3, .quiet = 1};
+    finetune_result res;
+    CHECK(t, finetune_run(e, nt, q, &ds, &fc, -1.0, &res, &err) == 0, "%s", err.msg);
+    long moved = 0;
+    for (int i = 0; i < q->ntensors; i++) {
+        const quant_tensor *qt = &q->t[i];
+        const ptensor *p = &nt->tensors[qt->tensor];
+        const float *m = nt->mask + p->offset, *gi = g + p->offset;
+        const size_t per = qt->count / (size_t)qt->nrows;
+        double sum[5] = {0}, s2 = 0.0;
+        for (size_t j = 0; j < p->count; j++) {
+            if (m[j] == 0.0f) continue;
+            const double sk = qt->row_scale[j / per];
+            sum[qt->indices[j]] += gi[j] * sk, s2 += sk * sk;
+        }
+        for (int j = 0; j < 5; j++) {
+            double want = before[i][j] - 0.5 * sum[j] * 5.0 / s2, got = qt->codebook[j];
+            CHECK(t, fabs(got - want) <= 1e-3 * fabs(want) + 1e-6, "%s centroid %d: %.7g, want %.7g",
+                  p->name, j, got, want);
+            moved += got != before[i][j];
+        }
+        CHECK(t, !memcmp(scale0[i], qt->row_scale, (size_t)qt->nrows * sizeof(float)),
+              "%s: row scales changed", p->name);
+    }
+    CHECK(t, moved > 0, "no centroid moved");
+    check_rows(t, nt, q);
+    finetune_result_free(&res);
+    free(g);
+    exec_free(e);
+    quant_model_free(q);
+    net_free(nt);
+    dataset_free(&ds);
+}
+
+// Several epochs with row scales and the other parameters trained: indices
+// and row scales stay, the weights are centroid * row scale exactly.
+static void test_finetune_rows_invariants(tctx *t) {
+    dataset ds;
+    dataset_random(&ds, 50);
+    quant_model *q;
+    net *nt = net_quantized_opts(4, 0, 1, &q);
+    uint8_t *idx0 = malloc(nt->nparam);
+    float *s0 = malloc(nt->nparam * sizeof *s0);
+    size_t at = 0, as = 0;
+    for (int i = 0; i < q->ntensors; i++) {
+        memcpy(idx0 + at, q->t[i].indices, q->t[i].count), at += q->t[i].count;
+        memcpy(s0 + as, q->t[i].row_scale, (size_t)q->t[i].nrows * sizeof *s0), as += (size_t)q->t[i].nrows;
+    }
+    sc_err err = {{0}};
+    exec *e = exec_create(nt, DEV_CPU, PREC_FP32, 16, &err);
+    finetune_cfg fc = {.epochs = 3, .batch = 16, .lr = 2.0f, .momentum = 0.9f, .lr_params = 0.05f,
+                       .weight_decay = 5e-4f, .nesterov = 1, .smoothing = 0.1f, .augment = 1,
+                       .seed = 4, .bn_batches = 2, .quiet = 1};
+    finetune_result res;
+    CHECK(t, finetune_run(e, nt, q, &ds, &fc, -1.0, &res, &err) == 0, "%s", err.msg);
+    at = as = 0;
+    for (int i = 0; i < q->ntensors; i++) {
+        const quant_tensor *qt = &q->t[i];
+        CHECK(t, !memcmp(idx0 + at, qt->indices, qt->count), "%s: indices changed", qt->name);
+        CHECK(t, !memcmp(s0 + as, qt->row_scale, (size_t)qt->nrows * sizeof *s0),
+              "%s: row scales changed", qt->name);
+        at += qt->count, as += (size_t)qt->nrows;
+        for (int j = 0; j < qt->k; j++)
+            CHECK(t, half_round(qt->codebook[j], NULL) == qt->codebook[j], "not fp16");
+    }
+    check_rows(t, nt, q);
+    finetune_result_free(&res);
+    free(idx0), free(s0);
     exec_free(e);
     quant_model_free(q);
     net_free(nt);
@@ -439,6 +572,8 @@ int main(void) {
     RUN(&t, test_finetune_step);
     RUN(&t, test_finetune_invariants);
     RUN(&t, test_finetune_params_step);
+    RUN(&t, test_finetune_rows_step);
+    RUN(&t, test_finetune_rows_invariants);
     RUN(&t, test_finetune_params_invariants);
     RUN(&t, test_finetune_keeps_best);
     RUN(&t, test_finetune_deterministic);
