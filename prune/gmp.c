@@ -23,9 +23,3 @@ double gmp_layer_floor(double min_layer, double target, double now) {
     if (!(min_layer > 0.0) || !(target > 0.0) || !(now > 0.0)) return 0.0;
     return fmin(now, min_layer * (now / target));
 }
-
-// Every target lifted to the layer floor.
-void gmp_targets_floor(int L, double min_layer, double target, double now, double *t) {
-    double lf = gmp_layer_floor(min_layer, target, now);
-    for (int i = 0; i < L; i++) t[i] = fmax(t[i], lf);
-}

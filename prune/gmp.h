@@ -18,8 +18,4 @@ void gmp_targets_uniform(int L, double s, double *target);
 // target is 0. It reaches min_layer exactly when now reaches target.
 double gmp_layer_floor(double min_layer, double target, double now);
 
-// Raises every one of the L targets to at least the layer floor of
-// gmp_layer_floor (never lowers one).
-void gmp_targets_floor(int L, double min_layer, double target, double now, double *t);
-
 #endif

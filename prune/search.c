@@ -291,7 +291,6 @@ static int round_targets(prune_search *s, int i, int it, long pos, rng *r, doubl
         double v = gmp_sparsity_at(0.0, c->target, (double)(it + 1) / c->rounds, c->ramp_begin,
                                    c->ramp_end);
         gmp_targets_uniform(s->pl.n, v, target);
-        gmp_targets_floor(s->pl.n, c->min_layer, c->target, v, target);  // no-op: uniform
         return 1;
     }
     if (!in_search(s, it)) return 0;
@@ -554,7 +553,6 @@ static int oneshot_cut(prune_search *s, sc_err *err) {
     int L = s->pl.n;
     double target[L];
     gmp_targets_uniform(L, s->cfg.target, target);
-    gmp_targets_floor(L, s->cfg.min_layer, s->cfg.target, s->cfg.target, target);  // no-op
     prune_sol_load(s->pop, 0, s->nt, s->mom);
     SC_TRY(prune_mask_raise(s->nt, &s->pl, target, NULL, (prune_crit){1.0f, 0.0f}, s->mom, err));
     SC_TRY(exec_write_net(s->ex, err));

@@ -169,12 +169,9 @@ static void test_layer_floor(tctx *t) {
     for (int k = 0; k < 1000; k++) {
         double T = 0.999 * rng_uniform(&r), m = T * rng_uniform(&r), now = T * rng_uniform(&r);
         if (k % 7 == 0) m = T;
-        double lf = gmp_layer_floor(m, T, now), u[7], v[7];
-        CHECK(t, lf >= 0.0 && lf <= now, "floor %g above now %g", lf, now);
-        gmp_targets_uniform(7, now, u);
-        memcpy(v, u, sizeof v);
-        gmp_targets_floor(7, m, T, now, v);
-        CHECK(t, !memcmp(u, v, sizeof u), "uniform targets changed (m %g T %g now %g)", m, T, now);
+        // lf <= now: gmp's and oneshot's uniform targets (= now) already meet it
+        double lf = gmp_layer_floor(m, T, now);
+        CHECK(t, lf >= 0.0 && lf <= now, "floor %g above now %g (m %g T %g)", lf, now, m, T);
     }
 }
 
