@@ -237,7 +237,7 @@ int export_write(const char *path, const sparse_model *m, const char *const *his
     SC_TRY(ewr_dir(path, dir, sizeof dir, err));
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
         return sc_fail(err, "path too long (%s)", path);
-    ewr io = {tmp, err, -1};
+    ewr io = {tmp, err, -1, NULL};
     h5io_quiet q;
     h5io_quiet_begin(&q);
     int rc = ewr_tmp(&io, m, history, nhistory);

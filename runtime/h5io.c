@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 // --- errors -----------------------------------------------------------------
@@ -145,6 +146,152 @@ hid_t h5io_group_create(h5io *io, hid_t loc, const char *name) {
     hid_t g = H5Gcreate2(loc, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     if (g < 0) h5io_fail(io, "H5Gcreate2", __FILE__, __LINE__);
     return g;
+}
+
+// --- reading ----------------------------------------------------------------
+
+// Checks that the file is a readable HDF5 file, then opens it read-only.
+hid_t h5io_file_open(h5io *io) {
+    const char *kind = io->kind ? io->kind : "HDF5 file";
+    struct stat st;
+    if (stat(io->path, &st) != 0) {
+        sc_fail(io->err, "cannot read %s (%s, %s)", kind, io->path, strerror(errno));
+        return -1;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        sc_fail(io->err, "%s is a directory (%s)", kind, io->path);
+        return -1;
+    }
+    if (H5Fis_hdf5(io->path) <= 0) {
+        sc_fail(io->err, "not an HDF5 file (%s, %lld bytes)", io->path, (long long)st.st_size);
+        return -1;
+    }
+    hid_t fapl = -1, f = -1;
+    int rc = 0;
+    H5IO_CHECK(io, fapl = H5Pcreate(H5P_FILE_ACCESS));
+    H5IO_CHECK(io, H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG));
+    f = H5Fopen(io->path, H5F_ACC_RDONLY, fapl);
+    if (f < 0) {
+        char h5msg[160];
+        h5io_last_message(h5msg, sizeof h5msg);
+        sc_fail(io->err, "HDF5 file damaged or truncated (%s, HDF5: %s)", io->path,
+                h5msg[0] ? h5msg : "cannot open");
+    }
+fail:
+    H5IO_CLOSE(io, H5Pclose, fapl, rc);
+    return rc == 0 ? f : -1;
+}
+
+// Joins a group path and a name for messages: ("/", "a") -> "/a".
+const char *h5io_join(char *buf, size_t len, const char *where, const char *name) {
+    size_t w = strlen(where);
+    snprintf(buf, len, "%s%s%s", where, w && where[w - 1] == '/' ? "" : "/", name);
+    return buf;
+}
+
+// Fails unless loc has a link called name.
+int h5io_need_link(h5io *io, hid_t loc, const char *where, const char *name) {
+    htri_t ex = H5Lexists(loc, name, H5P_DEFAULT);
+    if (ex < 0) return h5io_fail(io, "H5Lexists(loc, name, H5P_DEFAULT)", __FILE__, __LINE__);
+    if (ex > 0) return 0;
+    char full[256];
+    return sc_fail(io->err, "%s lacks %s (%s)", io->kind ? io->kind : "HDF5 file",
+                   h5io_join(full, sizeof full, where, name), io->path);
+}
+
+// Fails unless type is an integer or float type.
+int h5io_need_numeric(h5io *io, hid_t type, const char *what) {
+    H5T_class_t c = H5Tget_class(type);
+    if (c == H5T_NO_CLASS) return h5io_fail(io, "H5Tget_class(type)", __FILE__, __LINE__);
+    if (c == H5T_INTEGER || c == H5T_FLOAT) return 0;
+    return sc_fail(io->err, "%s is not numeric (%s)", what, io->path);
+}
+
+// Opens a group that must exist.
+hid_t h5io_group_open(h5io *io, hid_t loc, const char *where, const char *name) {
+    if (h5io_need_link(io, loc, where, name) != 0) return -1;
+    hid_t g = H5Gopen2(loc, name, H5P_DEFAULT);
+    if (g < 0) h5io_fail(io, "H5Gopen2(loc, name, H5P_DEFAULT)", __FILE__, __LINE__);
+    return g;
+}
+
+// Opens a dataset that must exist.
+hid_t h5io_dset_open(h5io *io, hid_t loc, const char *where, const char *name) {
+    if (h5io_need_link(io, loc, where, name) != 0) return -1;
+    hid_t d = H5Dopen2(loc, name, H5P_DEFAULT);
+    if (d < 0) h5io_fail(io, "H5Dopen2(loc, name, H5P_DEFAULT)", __FILE__, __LINE__);
+    return d;
+}
+
+// Number of elements of open dataset d, or -1 (error filled).
+static hssize_t h5io_dset_npoints(h5io *io, hid_t d) {
+    hid_t sp = -1;
+    hssize_t n = -1;
+    int rc = -1;
+    H5IO_CHECK(io, sp = H5Dget_space(d));
+    H5IO_CHECK(io, n = H5Sget_simple_extent_npoints(sp));
+    rc = 0;
+fail:
+    H5IO_CLOSE(io, H5Sclose, sp, rc);
+    return rc ? -1 : n;
+}
+
+// Number of elements of a dataset that must exist.
+long h5io_dset_len(h5io *io, hid_t loc, const char *where, const char *name) {
+    hid_t d = h5io_dset_open(io, loc, where, name);
+    if (d < 0) return -1;
+    hssize_t n = h5io_dset_npoints(io, d);
+    int rc = n < 0 ? -1 : 0;
+    H5IO_CLOSE(io, H5Dclose, d, rc);
+    return rc ? -1 : (long)n;
+}
+
+// Reads open dataset d (where/name) after checking its type (when numeric)
+// and that it holds exactly n elements.
+static int h5io_dset_read_id(h5io *io, hid_t d, const char *where, const char *name, int numeric,
+                             hid_t mtype, size_t n, void *buf) {
+    char what[256];
+    h5io_join(what, sizeof what, where, name);
+    hid_t t = -1;
+    int rc = -1;
+    if (numeric) {
+        H5IO_CHECK(io, t = H5Dget_type(d));
+        if (h5io_need_numeric(io, t, what) != 0) goto fail;
+    }
+    hssize_t got = h5io_dset_npoints(io, d);
+    if (got < 0) goto fail;
+    if ((size_t)got != n) {
+        sc_fail(io->err, "%s holds %lld values, expected %zu (%s)", what, (long long)got, n,
+                io->path);
+        goto fail;
+    }
+    if (n > 0) H5IO_CHECK(io, H5Dread(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf));
+    rc = 0;
+fail:
+    H5IO_CLOSE(io, H5Tclose, t, rc);
+    return rc;
+}
+
+// Opens, checks and reads a dataset, then closes it.
+static int h5io_dset_read_as(h5io *io, hid_t loc, const char *where, const char *name,
+                             int numeric, hid_t mtype, size_t n, void *buf) {
+    hid_t d = h5io_dset_open(io, loc, where, name);
+    if (d < 0) return -1;
+    int rc = h5io_dset_read_id(io, d, where, name, numeric, mtype, n, buf);
+    H5IO_CLOSE(io, H5Dclose, d, rc);
+    return rc;
+}
+
+// Reads a dataset that must exist and hold exactly n elements.
+int h5io_dset_read(h5io *io, hid_t loc, const char *where, const char *name, hid_t mtype,
+                   size_t n, void *buf) {
+    return h5io_dset_read_as(io, loc, where, name, 0, mtype, n, buf);
+}
+
+// Reads a numeric dataset that must exist and hold exactly n elements.
+int h5io_dset_read_num(h5io *io, hid_t loc, const char *where, const char *name, hid_t mtype,
+                       size_t n, void *buf) {
+    return h5io_dset_read_as(io, loc, where, name, 1, mtype, n, buf);
 }
 
 // --- atomic replacement -----------------------------------------------------

@@ -1,8 +1,8 @@
 // Shared HDF5 plumbing of the model-I/O files (runtime/model_io.c,
 // runtime/quant_io.c, runtime/sparse_model.c, export/export_io.c): error
 // reporting that names the file and HDF5's own message, quiet error stacks,
-// string and half-precision types, attribute writers, fsync for atomic
-// replacement. Only those files include it.
+// string and half-precision types, attribute and dataset writers, checked
+// dataset readers, fsync for atomic replacement. Only those files include it.
 #ifndef SC_H5IO_H
 #define SC_H5IO_H
 
@@ -14,6 +14,7 @@ typedef struct {
     const char *path;  // the file, named in every message
     sc_err *err;
     hid_t file;
+    const char *kind;  // readers: "model file" or "export file", as in "<kind> lacks /a/b"
 } h5io;
 
 // Copies HDF5's innermost error message of the current stack into buf ('' when none).
@@ -74,6 +75,32 @@ int h5io_dset_strs(h5io *io, hid_t loc, const char *name, int ndim, int n,
                    const char *const *strs);
 // Creates a group; returns its id or -1 (error filled).
 hid_t h5io_group_create(h5io *io, hid_t loc, const char *name);
+
+// --- reading ----------------------------------------------------------------
+// Messages name an object as where/name ("/params", "w" -> "/params/w"; where
+// "" or "/" -> "/w") and a missing one as "<io->kind> lacks /params/w (path)".
+
+// Checks that io->path is a readable HDF5 file and opens it read-only (file
+// close degree strong); returns the file id or -1 (error filled).
+hid_t h5io_file_open(h5io *io);
+// Joins a group path and a name for messages into buf; returns buf.
+const char *h5io_join(char *buf, size_t len, const char *where, const char *name);
+// Fails ("<kind> lacks where/name") unless loc has a link called name.
+int h5io_need_link(h5io *io, hid_t loc, const char *where, const char *name);
+// Fails ("<what> is not numeric") unless type is an integer or float type.
+int h5io_need_numeric(h5io *io, hid_t type, const char *what);
+// Opens group loc/name, which must exist; returns its id or -1 (error filled).
+hid_t h5io_group_open(h5io *io, hid_t loc, const char *where, const char *name);
+// Opens dataset loc/name, which must exist; returns its id or -1 (error filled).
+hid_t h5io_dset_open(h5io *io, hid_t loc, const char *where, const char *name);
+// Number of elements of dataset loc/name, which must exist; -1 with the error filled.
+long h5io_dset_len(h5io *io, hid_t loc, const char *where, const char *name);
+// Reads dataset loc/name, which must exist and hold exactly n elements, as mtype.
+int h5io_dset_read(h5io *io, hid_t loc, const char *where, const char *name, hid_t mtype,
+                   size_t n, void *buf);
+// As h5io_dset_read, and first fails unless the dataset's type is numeric.
+int h5io_dset_read_num(h5io *io, hid_t loc, const char *where, const char *name, hid_t mtype,
+                       size_t n, void *buf);
 
 // Flushes a file or directory to disk (flags: e.g. O_DIRECTORY).
 int h5io_fsync_path(const char *path, int flags, sc_err *err);

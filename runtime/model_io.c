@@ -246,7 +246,7 @@ int model_save(const char *path, const net *nt, const model_meta *meta, sc_err *
     SC_TRY(mio_dir_check(path, dir, sizeof dir, err));
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
         return sc_fail(err, "path too long (%s)", path);
-    mio io = {path, err, -1};
+    mio io = {path, err, -1, NULL};
     h5io_quiet q;
     h5io_quiet_begin(&q);
     int rc = mio_save_tmp(&io, tmp, nt, meta);
@@ -263,29 +263,6 @@ int model_save(const char *path, const net *nt, const model_meta *meta, sc_err *
 
 // --- reading: generic pieces ------------------------------------------------
 
-// Joins a group path and a name for messages: ("/", "a") -> "/a".
-static const char *mio_join(char *buf, size_t len, const char *where, const char *name) {
-    size_t w = strlen(where);
-    snprintf(buf, len, "%s%s%s", where, w && where[w - 1] == '/' ? "" : "/", name);
-    return buf;
-}
-
-// Checks that name exists under loc; fills a "missing" error otherwise.
-static int mio_need_link(mio *io, hid_t loc, const char *where, const char *name) {
-    htri_t ex = H5Lexists(loc, name, H5P_DEFAULT);
-    if (ex > 0) return 0;
-    char full[160];
-    return sc_fail(io->err, "model file lacks %s (%s)", mio_join(full, sizeof full, where, name),
-                   io->path);
-}
-
-// Checks that the type class of obj is numeric (integer or float).
-static int mio_need_numeric(mio *io, hid_t type, const char *what) {
-    H5T_class_t c = H5Tget_class(type);
-    if (c == H5T_INTEGER || c == H5T_FLOAT) return 0;
-    return sc_fail(io->err, "%s is not numeric (%s)", what, io->path);
-}
-
 // Reads an attribute of n values (n == 1 for a scalar) after checking it.
 static int mio_attr_read(mio *io, hid_t obj, const char *where, const char *name, hid_t mtype,
                          hssize_t n, void *buf) {
@@ -298,7 +275,7 @@ static int mio_attr_read(mio *io, hid_t obj, const char *where, const char *name
     H5IO_CHECK(io, a = H5Aopen(obj, name, H5P_DEFAULT));
     H5IO_CHECK(io, t = H5Aget_type(a));
     H5IO_CHECK(io, sp = H5Aget_space(a));
-    if (mio_need_numeric(io, t, what) != 0) goto fail;
+    if (h5io_need_numeric(io, t, what) != 0) goto fail;
     hssize_t got;
     H5IO_CHECK(io, got = H5Sget_simple_extent_npoints(sp));
     if (got != n) {
@@ -408,7 +385,7 @@ fail:
 static char *mio_str_read(mio *io, hid_t loc, const char *where, const char *name, int is_attr) {
     char what[160];
     if (is_attr) snprintf(what, sizeof what, "attribute %s of %s", name, where);
-    else mio_join(what, sizeof what, where, name);
+    else h5io_join(what, sizeof what, where, name);
     if (is_attr ? H5Aexists(loc, name) <= 0 : H5Lexists(loc, name, H5P_DEFAULT) <= 0) {
         sc_fail(io->err, "model file lacks %s (%s)", what, io->path);
         return NULL;
@@ -474,14 +451,13 @@ fail:
 // into buf as mtype.
 static int mio_dset_read(mio *io, hid_t loc, const char *where, const char *name, hid_t mtype,
                          int ndim, const hsize_t *dims, void *buf) {
-    char what[160];
-    mio_join(what, sizeof what, where, name);
-    SC_TRY(mio_need_link(io, loc, where, name));
-    hid_t d = -1, t = -1;
+    char what[256];
+    h5io_join(what, sizeof what, where, name);
+    hid_t d = h5io_dset_open(io, loc, where, name), t = -1;
+    if (d < 0) return -1;
     int rc = -1;
-    H5IO_CHECK(io, d = H5Dopen2(loc, name, H5P_DEFAULT));
     H5IO_CHECK(io, t = H5Dget_type(d));
-    if (mio_need_numeric(io, t, what) != 0) goto fail;
+    if (h5io_need_numeric(io, t, what) != 0) goto fail;
     if (mio_shape_check(io, d, what, ndim, dims) != 0) goto fail;
     H5IO_CHECK(io, H5Dread(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf));
     rc = 0;
@@ -489,16 +465,6 @@ fail:
     H5IO_CLOSE(io, H5Tclose, t, rc);
     H5IO_CLOSE(io, H5Dclose, d, rc);
     return rc;
-}
-
-// Opens a group that must exist; returns its id or -1.
-static hid_t mio_group_open(mio *io, hid_t loc, const char *where, const char *name) {
-    if (mio_need_link(io, loc, where, name) != 0) return -1;
-    hid_t g = -1;
-    H5IO_CHECK(io, g = H5Gopen2(loc, name, H5P_DEFAULT));
-    return g;
-fail:
-    return -1;
 }
 
 // --- reading: the model -----------------------------------------------------
@@ -546,7 +512,7 @@ static int mio_tensors_read(mio *io, hid_t g, mio_kind k, net *nt, float *mom) {
 // Opens the group of a kind under loc and reads its tensors.
 static int mio_group_read(mio *io, hid_t loc, const char *where, const char *name, mio_kind k,
                           net *nt, float *mom) {
-    hid_t g = mio_group_open(io, loc, where, name);
+    hid_t g = h5io_group_open(io, loc, where, name);
     if (g < 0) return -1;
     int rc = mio_tensors_read(io, g, k, nt, mom);
     H5IO_CLOSE(io, H5Gclose, g, rc);
@@ -585,7 +551,7 @@ static net *mio_net_build(mio *io, char *dataset, size_t dslen) {
     }
     char *arch = mio_str_read(io, io->file, "/", "arch", 1);
     char *ds = arch ? mio_str_read(io, io->file, "/", "dataset", 1) : NULL;
-    hid_t g = ds ? mio_group_open(io, io->file, "/", "net") : -1;
+    hid_t g = ds ? h5io_group_open(io, io->file, "/", "net") : -1;
     char *desc = g >= 0 ? mio_str_read(io, g, "/net", "description", 0) : NULL;
     net *nt = NULL;
     if (desc && strlen(ds) >= dslen) {
@@ -636,18 +602,16 @@ static int mio_state_attrs_read(mio *io, hid_t g, model_meta *m) {
 
 // Reads /history into meta.
 static int mio_history_read(mio *io, model_meta *m) {
-    SC_TRY(mio_need_link(io, io->file, "/", "history"));
-    hid_t d = -1;
+    hid_t d = h5io_dset_open(io, io->file, "/", "history");
+    if (d < 0) return -1;
     int rc = -1;
     hssize_t n = 0;
-    H5IO_CHECK(io, d = H5Dopen2(io->file, "history", H5P_DEFAULT));
     char **h = mio_strs_read(io, d, 0, "/history", &n);
     if (h) {
         m->history = h;
         m->nhistory = (int)n;
         rc = 0;
     }
-fail:
     H5IO_CLOSE(io, H5Dclose, d, rc);
     return rc;
 }
@@ -657,7 +621,7 @@ static int mio_momentum_read(mio *io, const net *nt, model_meta *m) {
     htri_t ex = H5Lexists(io->file, "optimizer", H5P_DEFAULT);
     if (ex < 0) return h5io_fail(io, "H5Lexists(optimizer)", __FILE__, __LINE__);
     if (ex == 0) return 0;
-    hid_t g = mio_group_open(io, io->file, "/", "optimizer");
+    hid_t g = h5io_group_open(io, io->file, "/", "optimizer");
     if (g < 0) return -1;
     int rc = -1;
     m->momentum = calloc(nt->nparam ? nt->nparam : 1, sizeof(float));  // (nparam)
@@ -670,7 +634,7 @@ static int mio_momentum_read(mio *io, const net *nt, model_meta *m) {
 
 // Reads the training state: /state, /history and momentum.
 static int mio_meta_read(mio *io, const net *nt, model_meta *m) {
-    hid_t g = mio_group_open(io, io->file, "/", "state");
+    hid_t g = h5io_group_open(io, io->file, "/", "state");
     if (g < 0) return -1;
     int rc = mio_state_attrs_read(io, g, m);
     H5IO_CLOSE(io, H5Gclose, g, rc);
@@ -700,46 +664,15 @@ static net *mio_read_all(mio *io, model_meta *m) {
     return nt;
 }
 
-// Checks that path is a readable HDF5 file, then opens it read-only.
-static hid_t mio_open(mio *io) {
-    struct stat st;
-    if (stat(io->path, &st) != 0) {
-        sc_fail(io->err, "cannot read model file (%s, %s)", io->path, strerror(errno));
-        return -1;
-    }
-    if (S_ISDIR(st.st_mode)) {
-        sc_fail(io->err, "model file is a directory (%s)", io->path);
-        return -1;
-    }
-    if (H5Fis_hdf5(io->path) <= 0) {
-        sc_fail(io->err, "not an HDF5 file (%s, %lld bytes)", io->path, (long long)st.st_size);
-        return -1;
-    }
-    hid_t fapl = -1, f = -1;
-    int rc = 0;
-    H5IO_CHECK(io, fapl = H5Pcreate(H5P_FILE_ACCESS));
-    H5IO_CHECK(io, H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG));
-    f = H5Fopen(io->path, H5F_ACC_RDONLY, fapl);
-    if (f < 0) {
-        char h5msg[160];
-        h5io_last_message(h5msg, sizeof h5msg);
-        sc_fail(io->err, "HDF5 file damaged or truncated (%s, HDF5: %s)", io->path,
-                h5msg[0] ? h5msg : "cannot open");
-    }
-fail:
-    H5IO_CLOSE(io, H5Pclose, fapl, rc);
-    return rc == 0 ? f : -1;
-}
-
 // Reads a model file; fills meta when not NULL (meta is re-initialised
 // first and left empty on failure).
 net *model_load(const char *path, model_meta *meta, sc_err *err) {
     if (meta) model_meta_init(meta);
-    mio io = {path, err, -1};
+    mio io = {path, err, -1, "model file"};
     h5io_quiet q;
     h5io_quiet_begin(&q);
     net *nt = NULL;
-    io.file = mio_open(&io);
+    io.file = h5io_file_open(&io);
     if (io.file >= 0) {
         nt = mio_read_all(&io, meta);
         int rc = 0;

@@ -241,7 +241,7 @@ int quant_model_save(const char *path, const net *nt, const model_meta *meta,
     SC_TRY(model_save(tmp, nt, meta, err));
     int rc = 0;
     if (q) {
-        qio io = {tmp, err, -1};
+        qio io = {tmp, err, -1, NULL};
         h5io_quiet s;
         h5io_quiet_begin(&s);
         rc = qio_append(&io, nt, q);
@@ -319,46 +319,6 @@ fail:
     return rc;
 }
 
-// Reads dataset loc/name, which must hold exactly n elements, as mtype.
-static int qio_dset_read(qio *io, hid_t loc, const char *where, const char *name, hid_t mtype,
-                         size_t n, void *buf) {
-    if (H5Lexists(loc, name, H5P_DEFAULT) <= 0)
-        return sc_fail(io->err, "model file lacks %s/%s (%s)", where, name, io->path);
-    hid_t d = -1, sp = -1;
-    int rc = -1;
-    hssize_t got;
-    H5IO_CHECK(io, d = H5Dopen2(loc, name, H5P_DEFAULT));
-    H5IO_CHECK(io, sp = H5Dget_space(d));
-    H5IO_CHECK(io, got = H5Sget_simple_extent_npoints(sp));
-    if ((size_t)got != n) {
-        sc_fail(io->err, "%s/%s holds %lld values, expected %zu (%s)", where, name,
-                (long long)got, n, io->path);
-        goto fail;
-    }
-    if (n > 0) H5IO_CHECK(io, H5Dread(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf));
-    rc = 0;
-fail:
-    H5IO_CLOSE(io, H5Sclose, sp, rc);
-    H5IO_CLOSE(io, H5Dclose, d, rc);
-    return rc;
-}
-
-// Number of elements of dataset loc/name (-1 with the error filled).
-static long qio_dset_len(qio *io, hid_t loc, const char *where, const char *name) {
-    if (H5Lexists(loc, name, H5P_DEFAULT) <= 0)
-        return sc_fail(io->err, "model file lacks %s/%s (%s)", where, name, io->path);
-    hid_t d = -1, sp = -1;
-    hssize_t n = -1;
-    int rc = 0;
-    H5IO_CHECK(io, d = H5Dopen2(loc, name, H5P_DEFAULT));
-    H5IO_CHECK(io, sp = H5Dget_space(d));
-    H5IO_CHECK(io, n = H5Sget_simple_extent_npoints(sp));
-fail:
-    H5IO_CLOSE(io, H5Sclose, sp, rc);
-    H5IO_CLOSE(io, H5Dclose, d, rc);
-    return rc ? -1 : (long)n;
-}
-
 // Reads the /quant attributes into q.
 static int qio_attrs_read(qio *io, hid_t g, quant_model *q, int *ntensors) {
     char method[32], cb[32];
@@ -396,12 +356,12 @@ static int qio_attrs_read(qio *io, hid_t g, quant_model *q, int *ntensors) {
 // Reads and checks a k-means tensor's codebook and indices.
 static int qio_kmeans_read(qio *io, hid_t g, const char *where, quant_model *q,
                            quant_tensor *t) {
-    long k = qio_dset_len(io, g, where, "codebook");
+    long k = h5io_dset_len(io, g, where, "codebook");
     if (k < 0) return -1;
     if (k != q->k) return sc_fail(io->err, "%s/codebook holds %ld centroids, /quant says %d (%s)",
                                   where, k, q->k, io->path);
-    SC_TRY(qio_dset_read(io, g, where, "codebook", H5T_NATIVE_FLOAT, (size_t)k, t->codebook));
-    SC_TRY(qio_dset_read(io, g, where, "indices", H5T_NATIVE_UINT8, t->count, t->indices));
+    SC_TRY(h5io_dset_read(io, g, where, "codebook", H5T_NATIVE_FLOAT, (size_t)k, t->codebook));
+    SC_TRY(h5io_dset_read(io, g, where, "indices", H5T_NATIVE_UINT8, t->count, t->indices));
     for (size_t i = 0; i < t->count; i++)
         if (t->indices[i] >= k)
             return sc_fail(io->err, "%s/indices[%zu] = %d, beyond the %ld centroids (%s)", where,
@@ -412,8 +372,8 @@ static int qio_kmeans_read(qio *io, hid_t g, const char *where, quant_model *q,
                            where, io->path);
         return 0;
     }
-    SC_TRY(qio_dset_read(io, g, where, "row_scale", H5T_NATIVE_FLOAT, (size_t)t->nrows,
-                         t->row_scale));
+    SC_TRY(h5io_dset_read(io, g, where, "row_scale", H5T_NATIVE_FLOAT, (size_t)t->nrows,
+                          t->row_scale));
     for (int r = 0; r < t->nrows; r++)
         if (!(isfinite(t->row_scale[r]) && t->row_scale[r] > 0))
             return sc_fail(io->err, "%s/row_scale[%d] = %g, must be positive and finite (%s)",
@@ -424,16 +384,16 @@ static int qio_kmeans_read(qio *io, hid_t g, const char *where, quant_model *q,
 // Reads and checks a linear tensor's scales, zero points and integers.
 static int qio_linear_read(qio *io, hid_t g, const char *where, const quant_model *q,
                            quant_tensor *t, const ptensor *p) {
-    long ns = qio_dset_len(io, g, where, "scale");
+    long ns = h5io_dset_len(io, g, where, "scale");
     if (ns < 0) return -1;
     if (ns != 1 && ns != p->dims[0])
         return sc_fail(io->err, "%s/scale holds %ld values, expected 1 or %d (%s)", where, ns,
                        p->dims[0], io->path);
     t->nscale = (int)ns;
-    SC_TRY(qio_dset_read(io, g, where, "scale", H5T_NATIVE_FLOAT, (size_t)ns, t->scale));
-    SC_TRY(qio_dset_read(io, g, where, "zero_point", H5T_NATIVE_INT32, (size_t)ns,
-                         t->zero_point));
-    SC_TRY(qio_dset_read(io, g, where, "q", H5T_NATIVE_INT16, t->count, t->q));
+    SC_TRY(h5io_dset_read(io, g, where, "scale", H5T_NATIVE_FLOAT, (size_t)ns, t->scale));
+    SC_TRY(h5io_dset_read(io, g, where, "zero_point", H5T_NATIVE_INT32, (size_t)ns,
+                          t->zero_point));
+    SC_TRY(h5io_dset_read(io, g, where, "q", H5T_NATIVE_INT16, t->count, t->q));
     const int qmin = q->bits == 8 ? -128 : -32768, qmax = q->bits == 8 ? 127 : 32767;
     for (long c = 0; c < ns; c++)
         if (!(isfinite(t->scale[c]) && t->scale[c] > 0) || t->zero_point[c] < qmin ||
@@ -541,7 +501,7 @@ fail:
 // Opens the file, and reads /quant when it has one.
 int quant_load(const char *path, const net *nt, quant_model **out, sc_err *err) {
     *out = NULL;
-    qio io = {path, err, -1};
+    qio io = {path, err, -1, "model file"};
     h5io_quiet s;
     h5io_quiet_begin(&s);
     hid_t fapl = -1;

@@ -7,13 +7,11 @@
 #include "h5io.h"
 #include "half.h"
 
-#include <errno.h>
 #include <hdf5.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #define SPARSE_FORMAT "sparsecnn-export"
 #define SPARSE_FORMAT_VERSION 1
@@ -161,13 +159,13 @@ typedef h5io sio;
         (id) = -1;                    \
     } while (0)
 
-// Fails unless loc has a link called name (shown as where/name).
+// Fails unless loc has an attribute (is_attr) or a link called name.
 static int sio_need(sio *io, hid_t loc, const char *where, const char *name, int is_attr) {
-    htri_t ex = is_attr ? H5Aexists(loc, name) : H5Lexists(loc, name, H5P_DEFAULT);
-    if (ex < 0) return h5io_fail(io, "H5Lexists/H5Aexists", __FILE__, __LINE__);
-    if (ex == 0 && is_attr)
+    if (!is_attr) return h5io_need_link(io, loc, where, name);
+    htri_t ex = H5Aexists(loc, name);
+    if (ex < 0) return h5io_fail(io, "H5Aexists(loc, name)", __FILE__, __LINE__);
+    if (ex == 0)
         return sc_fail(io->err, "export file lacks attribute %s of %s (%s)", name, where, io->path);
-    if (ex == 0) return sc_fail(io->err, "export file lacks %s/%s (%s)", where, name, io->path);
     return 0;
 }
 
@@ -226,34 +224,32 @@ static char *sio_str(sio *io, hid_t loc, const char *where, const char *name, in
     return s;
 }
 
-// Reads n numbers of attribute (is_attr) or dataset `name` under loc as
-// mtype; fails unless it is numeric and holds exactly n values.
-static int sio_nums(sio *io, hid_t loc, const char *where, const char *name, int is_attr,
-                    hid_t mtype, hsize_t n, void *buf) {
-    SC_TRY(sio_need(io, loc, where, name, is_attr));
-    hid_t o = -1, t = -1, sp = -1;
+// Reads n numbers of attribute name of loc as mtype; fails unless it is
+// numeric and holds exactly n values.
+static int sio_attr_nums(sio *io, hid_t loc, const char *where, const char *name, hid_t mtype,
+                         hsize_t n, void *buf) {
+    SC_TRY(sio_need(io, loc, where, name, 1));
+    char what[256];
+    snprintf(what, sizeof what, "%s %s", where, name);
+    hid_t a = -1, t = -1, sp = -1;
     int rc = -1;
-    H5IO_CHECK(io, o = is_attr ? H5Aopen(loc, name, H5P_DEFAULT) : H5Dopen2(loc, name, H5P_DEFAULT));
-    H5IO_CHECK(io, t = is_attr ? H5Aget_type(o) : H5Dget_type(o));
-    H5IO_CHECK(io, sp = is_attr ? H5Aget_space(o) : H5Dget_space(o));
-    H5T_class_t cls = H5Tget_class(t);
-    hssize_t got = H5Sget_simple_extent_npoints(sp);
-    if (cls != H5T_INTEGER && cls != H5T_FLOAT) {
-        sc_fail(io->err, "%s%s%s is not numeric (%s)", where, is_attr ? " " : "/", name, io->path);
-    } else if (got != (hssize_t)n) {
-        sc_fail(io->err, "%s%s%s holds %lld values, expected %llu (%s)", where, is_attr ? " " : "/",
-                name, (long long)got, (unsigned long long)n, io->path);
-    } else if (n > 0) {
-        H5IO_CHECK(io, is_attr ? H5Aread(o, mtype, buf)
-                              : H5Dread(o, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf));
-        rc = 0;
-    } else {
-        rc = 0;
+    hssize_t got;
+    H5IO_CHECK(io, a = H5Aopen(loc, name, H5P_DEFAULT));
+    H5IO_CHECK(io, t = H5Aget_type(a));
+    H5IO_CHECK(io, sp = H5Aget_space(a));
+    if (h5io_need_numeric(io, t, what) != 0) goto fail;
+    H5IO_CHECK(io, got = H5Sget_simple_extent_npoints(sp));
+    if (got != (hssize_t)n) {
+        sc_fail(io->err, "%s holds %lld values, expected %llu (%s)", what, (long long)got,
+                (unsigned long long)n, io->path);
+        goto fail;
     }
+    if (n > 0) H5IO_CHECK(io, H5Aread(a, mtype, buf));
+    rc = 0;
 fail:
     SIO_CLOSE(H5Sclose, sp);
     SIO_CLOSE(H5Tclose, t);
-    if (o >= 0) is_attr ? H5Aclose(o) : H5Dclose(o);
+    SIO_CLOSE(H5Aclose, a);
     return rc;
 }
 
@@ -261,7 +257,7 @@ fail:
 static int sio_int(sio *io, hid_t loc, const char *where, const char *name, long lo, long hi,
                    long *out) {
     long long v = 0;
-    SC_TRY(sio_nums(io, loc, where, name, 1, H5T_NATIVE_LLONG, 1, &v));
+    SC_TRY(sio_attr_nums(io, loc, where, name, H5T_NATIVE_LLONG, 1, &v));
     if (v < lo || v > hi)
         return sc_fail(io->err, "%s attribute %s = %lld is out of range (%s)", where, name, v, io->path);
     *out = (long)v;
@@ -272,18 +268,17 @@ static int sio_int(sio *io, hid_t loc, const char *where, const char *name, long
 // half and widened here (exact), anything else converted by HDF5.
 static int sio_floats(sio *io, hid_t loc, const char *where, const char *name, hsize_t n,
                       float *out) {
-    SC_TRY(sio_need(io, loc, where, name, 0));
-    hid_t d = H5Dopen2(loc, name, H5P_DEFAULT);
-    if (d < 0) return h5io_fail(io, "H5Dopen2", __FILE__, __LINE__);
+    hid_t d = h5io_dset_open(io, loc, where, name);
+    if (d < 0) return -1;
     hid_t t = H5Dget_type(d);
     int half = t >= 0 && H5Tget_class(t) == H5T_FLOAT && H5Tget_size(t) == 2;
     if (t >= 0) H5Tclose(t);
     H5Dclose(d);
-    if (!half) return sio_nums(io, loc, where, name, 0, H5T_NATIVE_FLOAT, n, out);
+    if (!half) return h5io_dset_read_num(io, loc, where, name, H5T_NATIVE_FLOAT, n, out);
     uint16_t *h = malloc((n ? n : 1) * sizeof *h);  // (n)
     hid_t ht = h5io_half_type(io);
     int rc = !h ? sc_fail(io->err, "out of memory (%s)", io->path)
-                : ht < 0 ? -1 : sio_nums(io, loc, where, name, 0, ht, n, h);
+                : ht < 0 ? -1 : h5io_dset_read_num(io, loc, where, name, ht, n, h);
     for (hsize_t i = 0; rc == 0 && i < n; i++) out[i] = half_to_float(h[i]);
     if (ht >= 0) H5Tclose(ht);
     free(h);
@@ -317,11 +312,11 @@ static int sio_expect_str(sio *io, hid_t g, const char *where, const char *name,
 // Checks the geometry and fusion attributes against the graph.
 static int sio_layer_attrs(sio *io, hid_t g, const char *where, const sparse_layer *l) {
     long long shape[2], k[2];
-    SC_TRY(sio_nums(io, g, where, "shape", 1, H5T_NATIVE_LLONG, 2, shape));
+    SC_TRY(sio_attr_nums(io, g, where, "shape", H5T_NATIVE_LLONG, 2, shape));
     if (shape[0] != l->K || shape[1] != (long long)l->C * l->R * l->S)
         return sc_fail(io->err, "%s has shape (%lld, %lld), the net needs (%d, %lld) (%s)", where,
                        shape[0], shape[1], l->K, (long long)l->C * l->R * l->S, io->path);
-    SC_TRY(sio_nums(io, g, where, "k", 1, H5T_NATIVE_LLONG, 2, k));
+    SC_TRY(sio_attr_nums(io, g, where, "k", H5T_NATIVE_LLONG, 2, k));
     if (k[0] != l->R || k[1] != l->S)
         return sc_fail(io->err, "%s attribute k is (%lld, %lld), the net has (%d, %d) (%s)", where,
                        k[0], k[1], l->R, l->S, io->path);
@@ -341,7 +336,7 @@ static int sio_layer_attrs(sio *io, hid_t g, const char *where, const sparse_lay
 static int sio_layer_indptr(sio *io, hid_t g, const char *where, const sparse_layer *l) {
     long long *p = malloc(((size_t)l->K + 1) * sizeof *p);  // (K + 1)
     if (!p) return sc_fail(io->err, "out of memory (%s)", io->path);
-    int rc = sio_nums(io, g, where, "indptr", 0, H5T_NATIVE_LLONG, (hsize_t)l->K + 1, p);
+    int rc = h5io_dset_read_num(io, g, where, "indptr", H5T_NATIVE_LLONG, (size_t)l->K + 1, p);
     for (int k = 0; rc == 0 && k <= l->K; k++)
         if (p[k] != (long long)k * l->nnz_row)
             rc = sc_fail(io->err, "%s/indptr[%d] is %lld, rows of %d entries need %lld (%s)", where,
@@ -353,8 +348,8 @@ static int sio_layer_indptr(sio *io, hid_t g, const char *where, const sparse_la
 // Reads indices and offsets and checks them: in range, ascending within a
 // row, offsets equal to the layer's geometry applied to the indices.
 static int sio_layer_index(sio *io, hid_t g, const char *where, sparse_layer *l, size_t n) {
-    SC_TRY(sio_nums(io, g, where, "indices", 0, H5T_NATIVE_INT32, n, l->indices));
-    SC_TRY(sio_nums(io, g, where, "offsets", 0, H5T_NATIVE_INT32, n, l->offsets));
+    SC_TRY(h5io_dset_read_num(io, g, where, "indices", H5T_NATIVE_INT32, n, l->indices));
+    SC_TRY(h5io_dset_read_num(io, g, where, "offsets", H5T_NATIVE_INT32, n, l->offsets));
     const int32_t cols = l->C * l->R * l->S;
     for (size_t j = 0; j < n; j++) {
         const int32_t c = l->indices[j];
@@ -368,30 +363,21 @@ static int sio_layer_index(sio *io, hid_t g, const char *where, sparse_layer *l,
     return 0;
 }
 
-// Number of values of dataset name under loc (which must exist); -1 on error.
-static long long sio_len(sio *io, hid_t loc, const char *where, const char *name) {
-    if (sio_need(io, loc, where, name, 0) != 0) return -1;
-    hid_t d = H5Dopen2(loc, name, H5P_DEFAULT), sp = d >= 0 ? H5Dget_space(d) : -1;
-    hssize_t n = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
-    if (sp >= 0) H5Sclose(sp);
-    if (d >= 0) H5Dclose(d);
-    if (n < 0) h5io_fail(io, "H5Dget_space", __FILE__, __LINE__);
-    return n;
-}
-
 // Reads the codebook form: codes, pad_mask, codebook, row_scale; decodes the
 // values and checks that every real entry's code is in the codebook.
 static int sio_layer_codes(sio *io, hid_t g, const char *where, sparse_layer *l, size_t n) {
-    long long nc = sio_len(io, g, where, "codebook");
+    long nc = h5io_dset_len(io, g, where, "codebook");
     if (nc < 0) return -1;
     if (nc < 1 || nc > 16)
-        return sc_fail(io->err, "%s/codebook has %lld entries, expected 1 to 16 (%s)", where, nc,
+        return sc_fail(io->err, "%s/codebook has %ld entries, expected 1 to 16 (%s)", where, nc,
                        io->path);
     l->ncodebook = (int)nc;
     SC_TRY(sio_floats(io, g, where, "codebook", (hsize_t)nc, l->codebook));
-    SC_TRY(sio_nums(io, g, where, "codes", 0, H5T_NATIVE_UINT8, (n + 1) / 2, l->codes));
-    SC_TRY(sio_nums(io, g, where, "pad_mask", 0, H5T_NATIVE_UINT8, (n + 7) / 8, l->pad_mask));
-    SC_TRY(sio_nums(io, g, where, "row_scale", 0, H5T_NATIVE_FLOAT, (hsize_t)l->K, l->row_scale));
+    SC_TRY(h5io_dset_read_num(io, g, where, "codes", H5T_NATIVE_UINT8, (n + 1) / 2, l->codes));
+    SC_TRY(h5io_dset_read_num(io, g, where, "pad_mask", H5T_NATIVE_UINT8, (n + 7) / 8,
+                              l->pad_mask));
+    SC_TRY(h5io_dset_read_num(io, g, where, "row_scale", H5T_NATIVE_FLOAT, (size_t)l->K,
+                              l->row_scale));
     long real = 0;
     for (size_t j = 0; j < n; j++) {
         const int code = (l->codes[j / 2] >> (4 * (j % 2))) & 15;
@@ -451,7 +437,7 @@ static int sio_layer_body(sio *io, hid_t g, const char *where, sparse_layer *l, 
     SC_TRY(sio_layer_alloc(io, l, n));
     SC_TRY(sio_layer_indptr(io, g, where, l));
     SC_TRY(sio_layer_index(io, g, where, l, n));
-    SC_TRY(sio_nums(io, g, where, "bias", 0, H5T_NATIVE_FLOAT, (hsize_t)l->K, l->bias));
+    SC_TRY(h5io_dset_read_num(io, g, where, "bias", H5T_NATIVE_FLOAT, (size_t)l->K, l->bias));
     if (l->vtype == SV_CODEBOOK4) return sio_layer_codes(io, g, where, l, n);
     return sio_floats(io, g, where, "data", n, l->values);
 }
@@ -461,9 +447,8 @@ static int sio_layer_read(sio *io, hid_t layers, sparse_model *m, sparse_layer *
     const char *name = m->nt->layers[l->layer].name;
     char where[96];
     snprintf(where, sizeof where, "/layers/%s", name);
-    SC_TRY(sio_need(io, layers, "/layers", name, 0));
-    hid_t g = H5Gopen2(layers, name, H5P_DEFAULT);
-    if (g < 0) return h5io_fail(io, "H5Gopen2(layer)", __FILE__, __LINE__);
+    hid_t g = h5io_group_open(io, layers, "/layers", name);
+    if (g < 0) return -1;
     int rc = sio_layer_attrs(io, g, where, l);
     if (rc == 0) rc = sio_layer_body(io, g, where, l, m->vtype);
     H5Gclose(g);
@@ -480,9 +465,8 @@ static int sio_layers_read(sio *io, sparse_model *m) {
     for (int i = 0, n = 0; i < nt->nlayers; i++)
         if (nt->layers[i].kind == LK_CONV || nt->layers[i].kind == LK_LINEAR)
             sparse_layer_fusion(nt, i, &m->layers[n++]);
-    SC_TRY(sio_need(io, io->file, "", "layers", 0));
-    hid_t g = H5Gopen2(io->file, "layers", H5P_DEFAULT);
-    if (g < 0) return h5io_fail(io, "H5Gopen2(/layers)", __FILE__, __LINE__);
+    hid_t g = h5io_group_open(io, io->file, "", "layers");
+    if (g < 0) return -1;
     int rc = 0;
     for (int i = 0; rc == 0 && i < m->nlayers; i++) rc = sio_layer_read(io, g, m, &m->layers[i]);
     H5G_info_t info;
@@ -496,14 +480,13 @@ static int sio_layers_read(sio *io, sparse_model *m) {
 
 // Reads the tensors of the layers that were not folded from /params.
 static int sio_params_read(sio *io, sparse_model *m) {
-    SC_TRY(sio_need(io, io->file, "", "params", 0));
-    hid_t g = H5Gopen2(io->file, "params", H5P_DEFAULT);
-    if (g < 0) return h5io_fail(io, "H5Gopen2(/params)", __FILE__, __LINE__);
+    hid_t g = h5io_group_open(io, io->file, "", "params");
+    if (g < 0) return -1;
     int rc = 0;
     for (int t = 0; rc == 0 && t < m->nt->ntensors; t++)
         if (sparse_model_tensor_in_params(m, t))
-            rc = sio_nums(io, g, "/params", m->nt->tensors[t].name, 0, H5T_NATIVE_FLOAT,
-                          m->nt->tensors[t].count, net_tensor_data(m->nt, t));
+            rc = h5io_dset_read_num(io, g, "/params", m->nt->tensors[t].name, H5T_NATIVE_FLOAT,
+                                    m->nt->tensors[t].count, net_tensor_data(m->nt, t));
     H5Gclose(g);
     return rc;
 }
@@ -543,7 +526,7 @@ static int sio_net(sio *io, sparse_model *m) {
     for (int i = 0; i < 4; i++) SC_TRY(sio_int(io, io->file, "/", names[i], 1, 1L << 20, &dims[i]));
     char *arch = sio_str(io, io->file, "/", "arch", 1);
     char *ds = arch ? sio_str(io, io->file, "/", "dataset", 1) : NULL;
-    hid_t g = ds && sio_need(io, io->file, "", "net", 0) == 0 ? H5Gopen2(io->file, "net", H5P_DEFAULT) : -1;
+    hid_t g = ds ? h5io_group_open(io, io->file, "", "net") : -1;
     char *desc = g >= 0 ? sio_str(io, g, "/net", "description", 0) : NULL;
     int rc = -1;
     if (desc) {
@@ -551,38 +534,15 @@ static int sio_net(sio *io, sparse_model *m) {
         m->nt = net_from_desc(arch, desc, (int)dims[1], (int)dims[2], (int)dims[3], (int)dims[0],
                               io->err);
         if (!m->nt) sc_wrap(io->err, "bad network description in %s", io->path);
-        else if (sio_nums(io, g, "/net", "input_mean", 0, H5T_NATIVE_FLOAT, 3, m->nt->in_mean) == 0 &&
-                 sio_nums(io, g, "/net", "input_std", 0, H5T_NATIVE_FLOAT, 3, m->nt->in_std) == 0)
+        else if (h5io_dset_read_num(io, g, "/net", "input_mean", H5T_NATIVE_FLOAT, 3,
+                                    m->nt->in_mean) == 0 &&
+                 h5io_dset_read_num(io, g, "/net", "input_std", H5T_NATIVE_FLOAT, 3,
+                                    m->nt->in_std) == 0)
             rc = 0;
     }
     if (g >= 0) H5Gclose(g);
     free(arch), free(ds), free(desc);
     return rc;
-}
-
-// Checks that path is a readable HDF5 file and opens it read-only.
-static hid_t sio_open(sio *io) {
-    struct stat st;
-    if (stat(io->path, &st) != 0) {
-        sc_fail(io->err, "cannot read export file (%s, %s)", io->path, strerror(errno));
-        return -1;
-    }
-    if (S_ISDIR(st.st_mode)) {
-        sc_fail(io->err, "export file is a directory (%s)", io->path);
-        return -1;
-    }
-    if (H5Fis_hdf5(io->path) <= 0) {
-        sc_fail(io->err, "not an HDF5 file (%s, %lld bytes)", io->path, (long long)st.st_size);
-        return -1;
-    }
-    hid_t f = H5Fopen(io->path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (f < 0) {
-        char h5msg[160];
-        h5io_last_message(h5msg, sizeof h5msg);
-        sc_fail(io->err, "HDF5 file damaged or truncated (%s, HDF5: %s)", io->path,
-                h5msg[0] ? h5msg : "cannot open");
-    }
-    return f;
 }
 
 // Reads everything from the open file into m.
@@ -596,12 +556,12 @@ static int sio_read_all(sio *io, sparse_model *m) {
 
 // Loads an export file.
 sparse_model *sparse_model_load(const char *path, sc_err *err) {
-    sio io = {path, err, -1};
+    sio io = {path, err, -1, "export file"};
     h5io_quiet q;
     h5io_quiet_begin(&q);
     sparse_model *m = calloc(1, sizeof *m);
     int rc = m ? 0 : sc_fail(err, "out of memory (%s)", path);
-    if (rc == 0 && (io.file = sio_open(&io)) < 0) rc = -1;
+    if (rc == 0 && (io.file = h5io_file_open(&io)) < 0) rc = -1;
     if (rc == 0) rc = sio_read_all(&io, m);
     if (io.file >= 0 && H5Fclose(io.file) < 0 && rc == 0)
         rc = h5io_fail(&io, "H5Fclose", __FILE__, __LINE__);
