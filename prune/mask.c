@@ -7,6 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+// Element loops shorter than this run on one thread (the OpenMP start-up
+// costs more than the work); every parallel loop writes per-element results
+// or sums integers, so results do not depend on the thread count.
+#define PAR_MIN 65536
+
 // --- the prunable layers ----------------------------------------------------
 
 // Collects the net's prunable tensors in tensor order.
@@ -45,6 +50,7 @@ void prune_layers_free(prune_layers *pl) {
 // Counts zero entries of a mask.
 size_t prune_mask_zeros(const float *mask, size_t n) {
     size_t z = 0;
+#pragma omp parallel for schedule(static) reduction(+ : z) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) z += mask[i] == 0.0f;
     return z;
 }
@@ -77,35 +83,38 @@ size_t prune_target_zeros(size_t count, double s) {
 
 // --- criterion (eq. 2) ------------------------------------------------------
 
-// Mean of |x| over the kept entries (0 when none are kept or x is NULL).
-static double kept_abs_mean(const float *x, const float *mask, size_t n) {
-    if (!x) return 0.0;
-    double s = 0.0;
+// Means of |w| and |g| over the kept entries (0 when none are kept; *mg is
+// 0 when g is NULL), each summed in element order.
+static void kept_abs_means(const float *w, const float *g, const float *mask, size_t n,
+                           double *mw, double *mg) {
+    double sw = 0.0, sg = 0.0;
     size_t k = 0;
+    // Pruned entries add +0.0 (no change: the sums start at +0.0) and no
+    // branch on the mask.
     for (size_t i = 0; i < n; i++) {
-        if (mask[i] == 0.0f) continue;
-        s += fabs((double)x[i]);
-        k++;
+        int on = mask[i] != 0.0f;
+        sw += on ? fabs((double)w[i]) : 0.0;
+        if (g) sg += on ? fabs((double)g[i]) : 0.0;
+        k += (size_t)on;
     }
-    return k ? s / (double)k : 0.0;
+    *mw = k ? sw / (double)k : 0.0;
+    *mg = k && g ? sg / (double)k : 0.0;
 }
 
 // Coefficient of each kept entry; +inf for pruned ones.
 int prune_coef(const float *w, const float *gabs, const float *mask, size_t n, prune_crit c,
                float *coef, sc_err *err) {
-    double mw = kept_abs_mean(w, mask, n), mg = kept_abs_mean(gabs, mask, n);
+    double mw, mg;
+    kept_abs_means(w, gabs, mask, n, &mw, &mg);
     if (!isfinite(mw) || (gabs && !isfinite(mg)))
         return sc_fail(err, "non-finite %s in a pruned layer", isfinite(mw) ? "gradient" : "weight");
     float aw = (mw > 0.0 && c.alpha != 0.0f) ? (float)(c.alpha / mw) : 0.0f;
     float ag = (gabs && mg > 0.0 && c.beta != 0.0f) ? (float)(c.beta / mg) : 0.0f;
-    for (size_t i = 0; i < n; i++) {
-        if (mask[i] == 0.0f) {
-            coef[i] = INFINITY;
-            continue;
-        }
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+    for (size_t i = 0; i < n; i++) {  // computed for every entry: no branch on the mask
         float v = aw * fabsf(w[i]);
         if (ag != 0.0f) v += ag * fabsf(gabs[i]);
-        coef[i] = v;
+        coef[i] = mask[i] == 0.0f ? INFINITY : v;
     }
     return 0;
 }
@@ -162,18 +171,21 @@ int prune_layer_raise(float *w, float *mask, float *mom, const float *gabs, size
     float *coef = scratch, *vals = scratch + n;  // (n) each
     SC_TRY(prune_coef(w, gabs, mask, n, c, coef, err));
     size_t m = 0;
-    for (size_t i = 0; i < n; i++)
-        if (mask[i] != 0.0f) vals[m++] = coef[i];
+    for (size_t i = 0; i < n; i++) {  // the kept coefficients, without a branch
+        vals[m] = coef[i];
+        m += mask[i] != 0.0f;
+    }
     float v = select_kth(vals, m, need - 1);
-    // Entries strictly below v go first, then entries equal to v by position.
+    // Entries strictly below v go first, then entries equal to v by position
+    // (coef tested first: rarely true, so the branch is predictable).
     size_t done = 0;
     for (size_t i = 0; i < n && done < need; i++)
-        if (mask[i] != 0.0f && coef[i] < v) {
+        if (coef[i] < v && mask[i] != 0.0f) {
             prune_entry(i, w, mask, mom);
             done++;
         }
     for (size_t i = 0; i < n && done < need; i++)
-        if (mask[i] != 0.0f && coef[i] == v) {
+        if (coef[i] == v && mask[i] != 0.0f) {
             prune_entry(i, w, mask, mom);
             done++;
         }
@@ -181,28 +193,65 @@ int prune_layer_raise(float *w, float *mask, float *mom, const float *gabs, size
     return 0;
 }
 
-// Raises every prunable layer to its target sparsity.
+// Layer indices of pl by decreasing size (ties by index), so that the
+// threads of prune_mask_raise start on the big layers.
+static void layers_by_size(const prune_layers *pl, int *order) {
+    for (int i = 0; i < pl->n; i++) {
+        int j = i;
+        for (; j > 0 && pl->count[order[j - 1]] < pl->count[i]; j--) order[j] = order[j - 1];
+        order[j] = i;
+    }
+}
+
+// Raises layer i of pl (scratch: 2 * count floats, NULL when out of memory).
+static int mask_raise_one(net *nt, const prune_layers *pl, int i, const double *target,
+                          const float *gabs, prune_crit c, float *mom, float *scratch,
+                          sc_err *err) {
+    size_t off = pl->offset[i];
+    if (!scratch) return sc_fail(err, "out of memory (%zu floats)", 2 * pl->count[i]);
+    if (prune_layer_raise(nt->param + off, nt->mask + off, mom ? mom + off : NULL,
+                          gabs ? gabs + off : NULL, pl->count[i],
+                          prune_target_zeros(pl->count[i], target[i]), c, scratch, err))
+        return sc_wrap(err, "layer %s", nt->tensors[pl->tensor[i]].name);
+    return 0;
+}
+
+// Raises every prunable layer to its target sparsity; the layers (each
+// independent of the others) are shared over the OpenMP threads, and the
+// error reported is that of the first failing layer.
 int prune_mask_raise(net *nt, const prune_layers *pl, const double *target, const float *gabs,
                      prune_crit c, float *mom, sc_err *err) {
-    size_t maxn = 0;
-    for (int i = 0; i < pl->n; i++)
-        if (pl->count[i] > maxn) maxn = pl->count[i];
-    float *scratch = malloc(2 * maxn * sizeof *scratch);
-    if (!scratch) return sc_fail(err, "out of memory (%zu floats)", 2 * maxn);
-    int rc = 0;
-    for (int i = 0; i < pl->n && !rc; i++) {
-        size_t off = pl->offset[i];
-        rc = prune_layer_raise(nt->param + off, nt->mask + off, mom ? mom + off : NULL,
-                               gabs ? gabs + off : NULL, pl->count[i],
-                               prune_target_zeros(pl->count[i], target[i]), c, scratch, err);
-        if (rc) sc_wrap(err, "layer %s", nt->tensors[pl->tensor[i]].name);
+    int L = pl->n, *order = malloc((size_t)(L > 0 ? L : 1) * sizeof *order);
+    int *rc = calloc((size_t)(L > 0 ? L : 1), sizeof *rc);
+    sc_err *lerr = calloc((size_t)(L > 0 ? L : 1), sizeof *lerr);
+    if (!order || !rc || !lerr) {
+        free(order), free(rc), free(lerr);
+        return sc_fail(err, "out of memory (%d layers)", L);
     }
-    free(scratch);
-    return rc;
+    layers_by_size(pl, order);
+    size_t maxn = L > 0 ? pl->count[order[0]] : 0;
+#pragma omp parallel if (L > 1 && pl->total >= PAR_MIN)
+    {
+        float *scratch = malloc((2 * maxn + 1) * sizeof *scratch);  // (2 * maxn)
+#pragma omp for schedule(dynamic, 1)
+        for (int j = 0; j < L; j++) {
+            int i = order[j];
+            rc[i] = scratch ? mask_raise_one(nt, pl, i, target, gabs, c, mom, scratch, &lerr[i])
+                            : sc_fail(&lerr[i], "out of memory (scratch of %zu floats)", 2 * maxn + 1);
+        }
+        free(scratch);
+    }
+    int bad = -1;
+    for (int i = 0; i < L && bad < 0; i++)
+        if (rc[i]) bad = i;
+    if (bad >= 0 && err) *err = lerr[bad];
+    free(order), free(rc), free(lerr);
+    return bad >= 0 ? -1 : 0;
 }
 
 // Multiplies parameters and momentum by the mask.
 void prune_mask_apply(net *nt, float *mom) {
+#pragma omp parallel for schedule(static) if (nt->nparam >= PAR_MIN)
     for (size_t i = 0; i < nt->nparam; i++) {
         if (nt->mask[i] != 0.0f) continue;
         nt->param[i] = 0.0f;

@@ -79,6 +79,27 @@ void prune_pop_free(prune_pop *p) {
 
 // --- moving solutions -------------------------------------------------------
 
+// Copies of at least this many bytes are split over the OpenMP threads in
+// blocks of COPY_BLOCK bytes (a plain copy: any split gives the same bytes).
+#define COPY_MIN (4u << 20)
+#define COPY_BLOCK (1u << 20)
+
+// memcpy of n bytes, spread over the threads when large.
+static void pop_copy(void *dst, const void *src, size_t n) {
+    if (n < COPY_MIN) {
+        memcpy(dst, src, n);
+        return;
+    }
+    char *d = dst;
+    const char *s = src;
+    long nb = (long)((n + COPY_BLOCK - 1) / COPY_BLOCK);
+#pragma omp parallel for schedule(static)
+    for (long b = 0; b < nb; b++) {
+        size_t at = (size_t)b * COPY_BLOCK, m = n - at < COPY_BLOCK ? n - at : COPY_BLOCK;
+        memcpy(d + at, s + at, m);
+    }
+}
+
 // Copies the sparsities and genome of one solution into another.
 static void sol_copy_small(prune_sol *d, const prune_sol *s, int L) {
     memcpy(d->sparsity, s->sparsity, (size_t)L * sizeof *d->sparsity);
@@ -87,28 +108,28 @@ static void sol_copy_small(prune_sol *d, const prune_sol *s, int L) {
 
 // Copies the weights, masks, buffers and momentum of one solution into another.
 static void sol_copy_arrays(prune_sol *d, const prune_sol *s, size_t np, size_t nb) {
-    memcpy(d->param, s->param, np * sizeof *d->param);
-    memcpy(d->mask, s->mask, np * sizeof *d->mask);
-    memcpy(d->mom, s->mom, np * sizeof *d->mom);
-    memcpy(d->buf, s->buf, nb * sizeof *d->buf);
+    pop_copy(d->param, s->param, np * sizeof *d->param);
+    pop_copy(d->mask, s->mask, np * sizeof *d->mask);
+    pop_copy(d->mom, s->mom, np * sizeof *d->mom);
+    pop_copy(d->buf, s->buf, nb * sizeof *d->buf);
 }
 
 // Net (and momentum) -> solution i.
 void prune_sol_store(prune_pop *p, int i, const net *nt, const float *mom) {
     prune_sol *s = &p->sol[i];
-    memcpy(s->param, nt->param, p->nparam * sizeof *s->param);
-    memcpy(s->mask, nt->mask, p->nparam * sizeof *s->mask);
-    memcpy(s->buf, nt->buf, p->nbuf * sizeof *s->buf);
-    if (mom) memcpy(s->mom, mom, p->nparam * sizeof *s->mom);
+    pop_copy(s->param, nt->param, p->nparam * sizeof *s->param);
+    pop_copy(s->mask, nt->mask, p->nparam * sizeof *s->mask);
+    pop_copy(s->buf, nt->buf, p->nbuf * sizeof *s->buf);
+    if (mom) pop_copy(s->mom, mom, p->nparam * sizeof *s->mom);
 }
 
 // Solution i -> net (and momentum).
 void prune_sol_load(const prune_pop *p, int i, net *nt, float *mom) {
     const prune_sol *s = &p->sol[i];
-    memcpy(nt->param, s->param, p->nparam * sizeof *s->param);
-    memcpy(nt->mask, s->mask, p->nparam * sizeof *s->mask);
-    memcpy(nt->buf, s->buf, p->nbuf * sizeof *s->buf);
-    if (mom) memcpy(mom, s->mom, p->nparam * sizeof *s->mom);
+    pop_copy(nt->param, s->param, p->nparam * sizeof *s->param);
+    pop_copy(nt->mask, s->mask, p->nparam * sizeof *s->mask);
+    pop_copy(nt->buf, s->buf, p->nbuf * sizeof *s->buf);
+    if (mom) pop_copy(mom, s->mom, p->nparam * sizeof *s->mom);
 }
 
 // Appends one entry of array work to the population's log.

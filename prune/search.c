@@ -223,6 +223,13 @@ static int val_accuracy(prune_search *s, int limit, double *acc, sc_err *err) {
 
 // --- one round of one solution ------------------------------------------------
 
+// gabs += |grad| / G element by element, over the OpenMP threads when large
+// (each element on its own: the same bits for any thread count).
+static void gabs_add(float *gabs, const float *grad, size_t n, int G) {
+#pragma omp parallel for schedule(static) if (n >= 65536)
+    for (size_t k = 0; k < n; k++) gabs[k] += fabsf(grad[k]) / (float)G;
+}
+
 // Trains solution i for one round: `batches` batches from its data stream at
 // the learning rate of global step pos*batches + b (pos: the round's place on
 // the clock, prune_search_clock); the mean |gradient| of the last grad_steps
@@ -254,7 +261,7 @@ static int round_train(prune_search *s, int i, long pos, int want_grad, progress
         s->img[i] += bt.n;
         if (want_grad && b >= B - G) {
             SC_TRY(exec_read_grad(s->ex, s->grad, err));
-            for (size_t k = 0; k < s->nt->nparam; k++) s->gabs[k] += fabsf(s->grad[k]) / (float)G;
+            gabs_add(s->gabs, s->grad, s->nt->nparam, G);
         }
         if (pg) progress_update(pg, pg->done + 1, NULL);
     }

@@ -1,6 +1,7 @@
 // Tests of prune/mask: prunable layers, the coefficient (eq. 2), exact
 // per-layer targets, monotone masks and zeroed weights and momentum.
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -158,6 +159,50 @@ static void test_net_raise(tctx *t) {
     net_free(nt);
 }
 
+// Raises vgg11's masks twice (0.5 then 0.8 per layer, magnitude and gradient)
+// from the same state with 1, 2 and 3 OpenMP threads: the parallel paths
+// (layers in parallel, element loops of layers over 65,536 weights) must
+// give the same bits as one thread.
+static void test_raise_threads(tctx *t) {
+    sc_err err = {0};
+    net *nt = net_create("vgg11", 3, 32, 32, 10, &err);
+    if (!nt) {
+        CHECK(t, 0, "%s", err.msg);
+        return;
+    }
+    rng r;
+    rng_seed(&r, 17, 0);
+    net_init_weights(nt, &r);
+    prune_layers pl;
+    CHECK(t, prune_layers_init(&pl, nt, &err) == 0, "%s", err.msg);
+    size_t n = nt->nparam;
+    float *p0 = malloc(n * sizeof *p0), *g = malloc(n * sizeof *g), *mom = malloc(n * sizeof *mom);
+    float *ref = malloc(3 * n * sizeof *ref);  // (3, n) params, mask, momentum of one thread
+    memcpy(p0, nt->param, n * sizeof *p0);
+    for (size_t i = 0; i < n; i++) g[i] = fabsf(rng_normal(&r));
+    double lo[64], hi[64];
+    for (int i = 0; i < pl.n && i < 64; i++) lo[i] = 0.5, hi[i] = 0.8;
+    prune_crit c = {.alpha = 1.0f, .beta = 0.5f};
+    int keep = omp_get_max_threads();
+    for (int th = 1; th <= 3 && pl.n <= 64; th++) {
+        omp_set_num_threads(th);
+        memcpy(nt->param, p0, n * sizeof *p0);
+        for (size_t i = 0; i < n; i++) nt->mask[i] = 1.0f, mom[i] = 0.01f * (float)(i % 97);
+        CHECK(t, prune_mask_raise(nt, &pl, lo, g, c, mom, &err) == 0, "%s", err.msg);
+        CHECK(t, prune_mask_raise(nt, &pl, hi, g, c, mom, &err) == 0, "%s", err.msg);
+        const float *got[3] = {nt->param, nt->mask, mom};
+        for (int a = 0; a < 3; a++) {
+            if (th == 1) memcpy(ref + a * n, got[a], n * sizeof *ref);
+            else CHECK(t, !memcmp(ref + a * n, got[a], n * sizeof *ref), "array %d differs at %d threads", a, th);
+        }
+    }
+    omp_set_num_threads(keep);
+    CHECK(t, pl.n <= 64, "%d prunable layers", pl.n);
+    free(p0), free(g), free(mom), free(ref);
+    prune_layers_free(&pl);
+    net_free(nt);
+}
+
 // Target rounding: round(s * n), clamped.
 static void test_target_zeros(tctx *t) {
     CHECK(t, prune_target_zeros(10, 0.25) == 3 || prune_target_zeros(10, 0.25) == 2, "0.25");
@@ -171,6 +216,7 @@ int main(void) {
     tctx t = {.suite = "test_prune_mask"};
     RUN(&t, test_layers);
     RUN(&t, test_raise_matches_sort);
+    RUN(&t, test_raise_threads);
     RUN(&t, test_coef_formula);
     RUN(&t, test_nonfinite);
     RUN(&t, test_net_raise);
