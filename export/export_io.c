@@ -7,15 +7,12 @@
 
 #include "export/codebook.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <hdf5.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #define EXPORT_FORMAT "sparsecnn-export"
 #define EXPORT_FORMAT_VERSION 1
@@ -199,20 +196,6 @@ static int ewr_all(ewr *io, const sparse_model *m, const char *const *history, i
 
 // --- atomic replacement -------------------------------------------------------
 
-// Directory part of path ("." when none) into dir; fails unless it exists.
-static int ewr_dir(const char *path, char *dir, size_t len, sc_err *err) {
-    const char *slash = strrchr(path, '/');
-    size_t n = slash ? (size_t)(slash - path) : 0;
-    if (n >= len) return sc_fail(err, "path too long (%s)", path);
-    snprintf(dir, len, "%.*s", (int)n, path);
-    if (!slash) snprintf(dir, len, ".");
-    else if (n == 0) snprintf(dir, len, "/");
-    struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-        return sc_fail(err, "directory does not exist (%s, %s)", dir, path);
-    return 0;
-}
-
 // Creates tmp and writes the whole file into it.
 static int ewr_tmp(ewr *io, const sparse_model *m, const char *const *history, int nhistory) {
     hid_t fapl = -1;
@@ -233,21 +216,12 @@ fail:
 // Writes m to path atomically.
 int export_write(const char *path, const sparse_model *m, const char *const *history, int nhistory,
                  sc_err *err) {
-    char dir[4096], tmp[4200];
-    SC_TRY(ewr_dir(path, dir, sizeof dir, err));
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
-        return sc_fail(err, "path too long (%s)", path);
+    char dir[PATH_MAX], tmp[PATH_MAX];
+    SC_TRY(h5io_atomic_begin(path, ".tmp", dir, tmp, sizeof tmp, err));
     ewr io = {tmp, err, -1, NULL};
     h5io_quiet q;
     h5io_quiet_begin(&q);
     int rc = ewr_tmp(&io, m, history, nhistory);
     h5io_quiet_end(&q);
-    if (rc == 0) rc = h5io_fsync_path(tmp, 0, err);
-    if (rc == 0 && rename(tmp, path) != 0)
-        rc = sc_fail(err, "cannot rename %s to %s (%s)", tmp, path, strerror(errno));
-    if (rc != 0) {
-        unlink(tmp);
-        return -1;
-    }
-    return h5io_fsync_path(dir, O_DIRECTORY, err);
+    return h5io_atomic_end(tmp, path, dir, rc, err);
 }

@@ -306,3 +306,31 @@ int h5io_fsync_path(const char *path, int flags, sc_err *err) {
     if (rc != 0 && e != EINVAL) return sc_fail(err, "fsync failed (%s, %s)", path, strerror(e));
     return 0;
 }
+
+// The existing directory of path and a temporary name next to it.
+int h5io_atomic_begin(const char *path, const char *suffix, char *dir, char *tmp, size_t len,
+                      sc_err *err) {
+    const char *slash = strrchr(path, '/');
+    size_t n = slash ? (size_t)(slash - path) : 0;
+    if (n >= len || snprintf(tmp, len, "%s%s.%ld", path, suffix, (long)getpid()) >= (int)len)
+        return sc_fail(err, "path too long (%s)", path);
+    if (!slash) snprintf(dir, len, ".");
+    else if (n == 0) snprintf(dir, len, "/");
+    else snprintf(dir, len, "%.*s", (int)n, path);
+    struct stat st;
+    if (stat(dir, &st) != 0) return sc_fail(err, "directory does not exist (%s, %s)", dir, path);
+    if (!S_ISDIR(st.st_mode)) return sc_fail(err, "not a directory (%s, %s)", dir, path);
+    return 0;
+}
+
+// fsync tmp, rename it over path, fsync dir; tmp removed on any failure.
+int h5io_atomic_end(const char *tmp, const char *path, const char *dir, int rc, sc_err *err) {
+    if (rc == 0) rc = h5io_fsync_path(tmp, 0, err);
+    if (rc == 0 && rename(tmp, path) != 0)
+        rc = sc_fail(err, "cannot rename temporary file (%s, %s)", path, strerror(errno));
+    if (rc != 0) {
+        unlink(tmp);
+        return -1;
+    }
+    return h5io_fsync_path(dir, O_DIRECTORY, err);
+}

@@ -105,4 +105,13 @@ int h5io_dset_read_num(h5io *io, hid_t loc, const char *where, const char *name,
 // Flushes a file or directory to disk (flags: e.g. O_DIRECTORY).
 int h5io_fsync_path(const char *path, int flags, sc_err *err);
 
+// Atomic replacement of path, step 1: the directory part of path ("." when
+// none) into dir, which must exist, and the temporary name tmp next to path
+// (path + suffix + "." + pid).
+int h5io_atomic_begin(const char *path, const char *suffix, char *dir, char *tmp, size_t len,
+                      sc_err *err);
+// Step 2, after writing tmp (rc: the writer's result): on success fsync tmp,
+// rename it over path and fsync dir; on any failure remove tmp and return -1.
+int h5io_atomic_end(const char *tmp, const char *path, const char *dir, int rc, sc_err *err);
+
 #endif

@@ -4,15 +4,11 @@
 #include "model_io.h"
 #include "h5io.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <hdf5.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #define MODEL_FORMAT "sparsecnn-model"
 #define MODEL_FORMAT_VERSION 1
@@ -199,24 +195,6 @@ static int mio_write_all(mio *io, const net *nt, const model_meta *m) {
 
 // --- atomic file replacement ------------------------------------------------
 
-// Checks that the directory that will hold path exists.
-static int mio_dir_check(const char *path, char *dir, size_t dirlen, sc_err *err) {
-    const char *slash = strrchr(path, '/');
-    if (!slash) {
-        snprintf(dir, dirlen, ".");
-    } else if (slash == path) {
-        snprintf(dir, dirlen, "/");
-    } else {
-        if ((size_t)(slash - path) >= dirlen) return sc_fail(err, "path too long (%s)", path);
-        memcpy(dir, path, (size_t)(slash - path));
-        dir[slash - path] = '\0';
-    }
-    struct stat st;
-    if (stat(dir, &st) != 0) return sc_fail(err, "directory does not exist (%s, %s)", dir, path);
-    if (!S_ISDIR(st.st_mode)) return sc_fail(err, "not a directory (%s, %s)", dir, path);
-    return 0;
-}
-
 // Creates tmp, writes the model, flushes and closes it.
 static int mio_save_tmp(mio *io, const char *tmp, const net *nt, const model_meta *m) {
     hid_t fapl = -1;
@@ -243,22 +221,13 @@ int model_save(const char *path, const net *nt, const model_meta *meta, sc_err *
         meta = &dflt;
     }
     char dir[PATH_MAX], tmp[PATH_MAX];
-    SC_TRY(mio_dir_check(path, dir, sizeof dir, err));
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
-        return sc_fail(err, "path too long (%s)", path);
+    SC_TRY(h5io_atomic_begin(path, ".tmp", dir, tmp, sizeof tmp, err));
     mio io = {path, err, -1, NULL};
     h5io_quiet q;
     h5io_quiet_begin(&q);
     int rc = mio_save_tmp(&io, tmp, nt, meta);
     h5io_quiet_end(&q);
-    if (rc == 0) rc = h5io_fsync_path(tmp, 0, err);
-    if (rc == 0 && rename(tmp, path) != 0)
-        rc = sc_fail(err, "cannot rename temporary file (%s, %s)", path, strerror(errno));
-    if (rc != 0) {
-        unlink(tmp);
-        return -1;
-    }
-    return h5io_fsync_path(dir, O_DIRECTORY, err);
+    return h5io_atomic_end(tmp, path, dir, rc, err);
 }
 
 // --- reading: generic pieces ------------------------------------------------

@@ -5,16 +5,12 @@
 #include "h5io.h"
 #include "half.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <hdf5.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #define QUANT_VERSION 1          // files without row scales
 #define QUANT_VERSION_ROWS 2     // k-means with row scales (older readers refuse them)
@@ -222,22 +218,12 @@ fail:
     return rc;
 }
 
-// The directory part of path ("." when none).
-static void qio_dirname(const char *path, char *dir, size_t len) {
-    const char *slash = strrchr(path, '/');
-    if (!slash) snprintf(dir, len, ".");
-    else if (slash == path) snprintf(dir, len, "/");
-    else snprintf(dir, len, "%.*s", (int)(slash - path), path);
-}
-
-
 // model_save() into a temporary file next to path, /quant added to it,
 // fsync, then rename over path.
 int quant_model_save(const char *path, const net *nt, const model_meta *meta,
                      const quant_model *q, sc_err *err) {
     char tmp[PATH_MAX], dir[PATH_MAX];
-    if (snprintf(tmp, sizeof tmp, "%s.quant.%ld", path, (long)getpid()) >= (int)sizeof tmp)
-        return sc_fail(err, "path too long (%s)", path);
+    SC_TRY(h5io_atomic_begin(path, ".quant", dir, tmp, sizeof tmp, err));
     SC_TRY(model_save(tmp, nt, meta, err));
     int rc = 0;
     if (q) {
@@ -248,15 +234,7 @@ int quant_model_save(const char *path, const net *nt, const model_meta *meta,
         h5io_quiet_end(&s);
         if (rc) sc_wrap(err, "writing /quant of %s", path);
     }
-    if (rc == 0) rc = h5io_fsync_path(tmp, 0, err);
-    if (rc == 0 && rename(tmp, path) != 0)
-        rc = sc_fail(err, "cannot rename temporary file (%s, %s)", path, strerror(errno));
-    if (rc != 0) {
-        unlink(tmp);
-        return -1;
-    }
-    qio_dirname(path, dir, sizeof dir);
-    return h5io_fsync_path(dir, O_DIRECTORY, err);
+    return h5io_atomic_end(tmp, path, dir, rc, err);
 }
 
 // --- reading ----------------------------------------------------------------
