@@ -217,3 +217,6 @@ int deploy_cand_choosable(int i) { return CANDS[i].choosable; }
 
 // Whether candidate i is its precision's dense baseline.
 int deploy_cand_dense(int i) { return CANDS[i].dense; }
+
+// Candidate i's check tolerance.
+double deploy_cand_tol(int i) { return CANDS[i].tol; }

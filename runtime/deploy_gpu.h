@@ -36,6 +36,8 @@ deploy_prec deploy_cand_prec(int i);
 int deploy_cand_choosable(int i);
 // 1 when candidate i is the all-dense baseline of its precision.
 int deploy_cand_dense(int i);
+// Candidate i's check tolerance (relative to the largest output).
+double deploy_cand_tol(int i);
 
 // --- per-layer results ---------------------------------------------------------
 

@@ -19,6 +19,9 @@ int deploy_cand_choosable(int i) { return 0; }
 // No dense baseline.
 int deploy_cand_dense(int i) { return 0; }
 
+// No tolerance without candidates.
+double deploy_cand_tol(int i) { return 0.0; }
+
 // No GPU in this build.
 int deploy_gpu_available(sc_err *why) { return sc_fail(why, DEPLOY_NO_GPU), 0; }
 
