@@ -6,56 +6,9 @@
 #include <limits.h>
 #include <math.h>
 
-#include "kernels/spconv_impl.h"
+#include "kernels/spconv_dev.h"
 
-// --- device helpers ---------------------------------------------------------
-
-// x / d for x < 2^31.
-__device__ __forceinline__ uint32_t spk_div(uint32_t x, spk_fdiv f) {
-    return (__umulhi(x, f.mul) + x) >> f.shift;
-}
-
-// Element load widened to float (read-only path).
-__device__ __forceinline__ float spk_ld(const float *p, size_t i) { return __ldg(p + i); }
-__device__ __forceinline__ float spk_ld(const __half *p, size_t i) {
-    return __half2float(__ldg(p + i));
-}
-
-// Element store from float (fp16 rounds to nearest).
-__device__ __forceinline__ void spk_st(float *p, size_t i, float v) { p[i] = v; }
-__device__ __forceinline__ void spk_st(__half *p, size_t i, float v) {
-    p[i] = __float2half_rn(v);
-}
-
-// half2 from its 32 raw bits.
-__device__ __forceinline__ __half2 spk_h2(uint32_t b) {
-    __half2 h;
-    memcpy(&h, &b, 4);
-    return h;
-}
-
-// Bias, codebook row scale and ReLU applied to a conv sum of row k.
-__device__ __forceinline__ float spk_act(const spk_args &a, int k, float acc) {
-    const float sc = a.scale ? __ldg(a.scale + k) : 1.0f;
-    const float y = fmaf(acc, sc, a.bias ? __ldg(a.bias + k) : 0.0f);
-    return a.relu ? fmaxf(y, 0.0f) : y;
-}
-
-// Output channel of kernel row k (rows may run in order of their length).
-__device__ __forceinline__ int spk_chan(const spk_args &a, int k) {
-    return a.perm ? __ldg(a.perm + k) : k;
-}
-
-// First and end record of kernel row k (ell, linear: one chunk per row).
-__device__ __forceinline__ int2 spk_row_span(const spk_args &a, int k) {
-    return make_int2(__ldg(a.cptr + 2 * k), __ldg(a.cptr + 2 * k + 1));
-}
-
-// Index of output element (po, qo) of plane (img, k) in the bordered output.
-__device__ __forceinline__ size_t spk_out_at(const spk_args &a, int img, int k, int po, int qo) {
-    const int hob = a.Po + 2 * a.ob, wob = a.Qo + 2 * a.ob;
-    return (((size_t)img * a.K + k) * hob + po + a.ob) * wob + qo + a.ob;
-}
+// --- value types ----------------------------------------------------------------
 
 // Activation element type of a value type (fp32: float, fp16 and cb4: __half).
 template <int VT> struct spk_elem { typedef __half T; };
@@ -592,8 +545,6 @@ __global__ void __launch_bounds__(256, 2) spk_linear_kernel(const __grid_constan
 
 // --- dispatch -------------------------------------------------------------------
 
-typedef void (*spk_fn)(spk_args);
-
 // Tiled kernel instance for (RS, RB) with fused pool or not.
 template <int VT, int POOL> static spk_fn spk_tile_fn_vt(int rs, int rb) {
 #define SPK_T(R, B) if (rs == R && rb == B) return spk_tile_kernel<VT, R, B, POOL>
@@ -624,6 +575,8 @@ static spk_fn spk_kernel(const spk_cfg *c, int vt) {
         if (vt == 1) return pool ? spk_tile_fn_vt<1, 1>(c->rs, c->rb)
                                  : spk_tile_fn_vt<1, 0>(c->rs, c->rb);
         return pool ? spk_tile_fn_vt<2, 1>(c->rs, c->rb) : spk_tile_fn_vt<2, 0>(c->rs, c->rb);
+    case SPK_PAIR:
+        return vt == 0 ? spk_pair_fn(c->rs, c->rb, c->cw, pool) : nullptr;
     case SPK_ELL:
         return vt == 0 ? spk_ell_fn_vt<0>(c->et, c->ni)
                : vt == 1 ? spk_ell_fn_vt<1>(c->et, c->ni)
@@ -642,6 +595,7 @@ static dim3 spk_grid(const spk_cfg *c, int n) {
     const spk_args &a = c->a;
     switch (c->kind) {
     case SPK_TILE:
+    case SPK_PAIR:
         return dim3((unsigned)(a.bands * ((n + a.nb - 1) / a.nb)),
                     (unsigned)((a.K + a.kb * a.ki - 1) / (a.kb * a.ki)));
     case SPK_ELL:

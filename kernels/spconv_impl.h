@@ -10,6 +10,13 @@
 // holds two copies of its columns, A (pairs 0-1, 2-3, ...) and B (pairs 1-2,
 // 3-4, ...), np pairs each (pw = 2 np), so the two adjacent output columns of
 // a thread always read one aligned half2.
+//
+// fp32 with CW columns per thread (SPK_PAIR, kernels/spconv_pairs.cu): slots
+// of CW floats; unit column l computes conv columns l, l + H, ..., l + (CW-1) H
+// (H = lc, units per row), so slot j of a phase holds the phase's columns j,
+// j + H, ..., and every kernel column's CW inputs are one aligned slot; pw = lc
+// + (S-1)/stride slots per phase, rp/cp/ip and record offsets count slots (the
+// records hold byte offsets).
 #ifndef SC_KERNELS_SPCONV_IMPL_H
 #define SC_KERNELS_SPCONV_IMPL_H
 
@@ -17,7 +24,7 @@
 
 #include "kernels/spconv_gpu.h"
 
-enum spk_kind { SPK_PLAIN = 0, SPK_TILE = 1, SPK_ELL = 2, SPK_LINEAR = 3 };
+enum spk_kind { SPK_PLAIN = 0, SPK_TILE = 1, SPK_ELL = 2, SPK_LINEAR = 3, SPK_PAIR = 4 };
 
 // Division by a run-time constant as multiply-high, add and shift (x < 2^31).
 struct spk_fdiv {
@@ -55,6 +62,7 @@ struct spk_cfg {
     int kind;
     int rs, rb, nb;      // tile: conv rows per unit, channels per thread, images per block
     int g1;              // tile: one row group per block (more blocks for small batches)
+    int cw;              // pair: output columns per thread (2 or 4)
     int et, cs, kbt;     // ell: tile side, splits per row, channels per block
     int ni;              // ell: images per block
     int lkb;             // linear: channels per block
@@ -93,6 +101,13 @@ struct spconv_gpu {
     int cfg_n, cfg_v;         // batch and index it was listed under
     float ms;                 // tuned median time (ms), 0 when not tuned
 };
+
+// A kernel's host entry (all kernels take the arguments by value).
+typedef void (*spk_fn)(spk_args);
+
+// The SPK_PAIR kernel for (rs, rb, cw) with fused 2x2 pool or not (NULL: no
+// such instance); kernels/spconv_pairs.cu.
+spk_fn spk_pair_fn(int rs, int rb, int cw, int pool);
 
 // Divisor for spk_fdiv (d >= 1).
 spk_fdiv spk_fdiv_make(uint32_t d);

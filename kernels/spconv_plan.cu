@@ -14,7 +14,7 @@
 
 #define SPG_TILE_SMEM (100 * 1024)  // two tiled blocks per SM
 #define SPG_MAX_SMEM (200 * 1024)
-#define SPG_MAX_VARIANTS 128
+#define SPG_MAX_VARIANTS 256
 
 // --- small helpers ------------------------------------------------------------
 
@@ -137,15 +137,17 @@ static void spg_base_args(const spconv_gpu *g, spk_cfg *c) {
     memcpy(a->cbh, g->cbh, sizeof a->cbh);
 }
 
-// Shared-memory bank conflicts of the tiled kernel's unit bases: the sum over
-// warps of the most distinct words one bank serves.
-static int spg_conflicts(const spk_args *a, int rs, int rp, int ip) {
+// Shared-memory bank conflicts of the tiled kernel's unit bases (slots of cw
+// words; a warp's access of cw-word slots is served 32/cw lanes at a time):
+// the sum over lane groups of the most distinct slots one bank group serves.
+static int spg_conflicts(const spk_args *a, int rs, int rp, int ip, int cw) {
+    const int lanes = 32 / cw;
     int cost = 0;
-    for (int w0 = 0; w0 < a->ub; w0 += 32) {
+    for (int w0 = 0; w0 < a->ub; w0 += lanes) {
         int cnt[32] = {0}, deg = 0;
-        for (int u = w0; u < a->ub && u < w0 + 32; u++) {
+        for (int u = w0; u < a->ub && u < w0 + lanes; u++) {
             const int l = u % a->lc, i = (u / a->lc) % a->nb, gq = u / (a->lc * a->nb);
-            const int b = (i * ip + gq * rs * a->stride * rp + l) & 31;
+            const int b = (i * ip + gq * rs * a->stride * rp + l) % lanes;
             deg = std::max(deg, ++cnt[b]);
         }
         cost += deg;
@@ -154,25 +156,38 @@ static int spg_conflicts(const spk_args *a, int rs, int rp, int ip) {
 }
 
 // Picks row and image pitch paddings with the fewest bank conflicts.
-static void spg_tile_pads(spk_args *a, int rs, int rp0) {
+static void spg_tile_pads(spk_args *a, int rs, int rp0, int cw) {
     int best = -1;
     for (int rpad = 0; rpad < 8; rpad++)
         for (int ipad = 0; ipad < 32; ipad++) {
             const int rp = rp0 + rpad, ip = a->cc * a->br * rp + ipad;
-            const int cost = spg_conflicts(a, rs, rp, ip);
+            const int cost = spg_conflicts(a, rs, rp, ip, cw);
             if (best >= 0 && cost >= best) continue;
             best = cost, a->rp = rp, a->cp = a->br * rp, a->ip = ip;
         }
 }
 
-// Layout of the tiled kernel for (rs, rb, nb) at batch n; -1 when it does not apply.
+// Units per tile row of a tiled variant: fp32 one column each, fp16 and cb4
+// a column pair, SPK_PAIR cw columns (with a pool an even count).
+static int spg_tile_units(const spconv_gpu *g, const spk_cfg *c) {
+    const int pool = g->pool2;
+    if (c->kind == SPK_PAIR)
+        return pool ? spg_roundup(spg_cdiv(2 * g->qo, c->cw), 2) : spg_cdiv(g->d.Q, c->cw);
+    if (g->vt == SPG_FP32) return pool ? 2 * g->qo : g->d.Q;
+    return pool ? g->qo : (g->d.Q + 1) / 2;
+}
+
+// Layout of the tiled kernel for (rs, rb, nb) at batch n (SPK_TILE, and
+// SPK_PAIR with cw columns per unit); -1 when it does not apply.
 static int spg_layout_tile(const spconv_gpu *g, int n, spk_cfg *c) {
     const spconv_desc *d = &g->d;
     spk_args *a = &c->a;
-    const int fp32 = g->vt == SPG_FP32, pool = g->pool2, rs = c->rs;
+    const int pair = c->kind == SPK_PAIR, cw = pair ? c->cw : 1;
+    const int fp32 = g->vt == SPG_FP32 && !pair, pool = g->pool2, rs = c->rs;
     if (pool && (rs & 1)) return -1;
+    if (pair && g->vt != SPG_FP32) return -1;
     const int rows = pool ? 2 * g->po : d->P;
-    a->lc = fp32 ? (pool ? 2 * g->qo : d->Q) : (pool ? g->qo : (d->Q + 1) / 2);
+    a->lc = spg_tile_units(g, c);
     a->nb = c->nb;
     if (a->lc * a->nb > 256) return -1;
     a->g = c->g1 ? 1 : std::min(std::max(1, 128 / (a->lc * a->nb)), spg_cdiv(rows, rs));
@@ -183,22 +198,23 @@ static int spg_layout_tile(const spconv_gpu *g, int n, spk_cfg *c) {
     a->pb = a->g * rs, a->bands = spg_cdiv(rows, a->pb);
     a->br = (a->pb - 1) * d->stride + d->R;
     const int emax = (d->S - 1) / d->stride;
-    a->pw = fp32 ? a->lc + emax : 2 * (a->lc + emax / 2), a->np = a->pw / 2;
+    a->pw = fp32 || pair ? a->lc + emax : 2 * (a->lc + emax / 2), a->np = a->pw / 2;
     const int rp0 = d->stride * a->pw;
     long cc = d->C;  // channels per chunk: as many as fit, then re-checked with the pads
-    for (int pass = 0; pass < 4; pass++) {
-        const long words = SPG_TILE_SMEM / 4 - 2 * (rp0 + 8);
+    for (int pass = 0; pass < 4; pass++) {  // sizes in slots of cw words
+        const long words = SPG_TILE_SMEM / (4 * cw) - 2 * (rp0 + 8);
         const long per_ch = (long)a->br * (pass ? a->rp : rp0);
         cc = std::min<long>(cc, (words / a->nb - 32) / per_ch);
         if (cc < 1) return -1;
         a->nch = spg_cdiv(d->C, (int)cc), a->cc = spg_cdiv(d->C, a->nch);
-        spg_tile_pads(a, rs, rp0);
-        c->smem = (size_t)(2 * a->rp + a->nb * a->ip) * 4;
+        spg_tile_pads(a, rs, rp0, cw);
+        c->smem = (size_t)(2 * a->rp + a->nb * a->ip) * 4 * cw;
         if (c->smem <= SPG_TILE_SMEM) break;
         cc = a->cc - 1;
     }
     if (c->smem > SPG_TILE_SMEM || a->rp > c->threads) return -1;  // staging: a line per pass
     a->f_rp = spk_fdiv_make(a->rp), a->f_br = spk_fdiv_make(a->br), a->f_cc = spk_fdiv_make(a->cc);
+    if (pair) a->nnzp = spg_roundup(d->nnz_row + a->nch, 4);  // segments padded to even lengths
     const int kblocks = spg_cdiv(d->K, a->kb), others = a->bands * spg_cdiv(n, a->nb);
     a->ki = 1;
     while (a->nch == 1 && 2 * a->ki <= kblocks && spg_cdiv(kblocks, 2 * a->ki) * others >= 264)
@@ -237,7 +253,8 @@ static int spg_layout_linear(const spconv_gpu *g, spk_cfg *c) {
 static int spg_layout(const spconv_gpu *g, int n, spk_cfg *c) {
     spg_base_args(g, c);
     switch (c->kind) {
-    case SPK_TILE: return spg_layout_tile(g, n, c);
+    case SPK_TILE:
+    case SPK_PAIR: return spg_layout_tile(g, n, c);
     case SPK_ELL: return spg_layout_ell(g, c);
     case SPK_LINEAR: return spg_layout_linear(g, c);
     default: c->threads = 256, c->smem = 0; return 0;
@@ -264,6 +281,27 @@ static void spg_add_ell(const spconv_gpu *g, int n, int et_min, int ni, spk_cfg 
             spg_add(g, n, c, out, m);
         }
     }
+}
+
+// The fp32 tiled variants with cw = 2 or 4 columns per thread (SPK_PAIR; the
+// (rs, rb, cw) with an instance in spconv_pairs.cu), nb images per block as
+// the one-column ones.
+static void spg_add_pairs(const spconv_gpu *g, int n, spk_cfg *out, int *m) {
+    static const int rrw[][3] = {{1, 8, 2}, {2, 4, 2}, {4, 2, 2}, {4, 4, 2}, {2, 8, 2},
+                                 {1, 4, 4}, {2, 2, 4}, {2, 4, 4}, {4, 2, 4}};
+    for (int i = 0; i < 9; i++)
+        for (int nb = 1; nb <= 16; nb *= 2) {
+            spk_cfg c = {};
+            c.kind = SPK_PAIR, c.rs = rrw[i][0], c.rb = rrw[i][1], c.cw = rrw[i][2], c.nb = nb;
+            if (nb > 1 && (nb > n || spg_tile_units(g, &c) * nb > 64)) continue;
+            if (!spk_pair_fn(c.rs, c.rb, c.cw, g->pool2)) continue;
+            spg_add(g, n, c, out, m);
+            const spk_cfg *last = *m > 0 ? &out[*m - 1] : NULL;
+            if (nb == 1 && n <= 16 && last && last->kind == SPK_PAIR && last->a.g > 1) {
+                c.g1 = 1;  // small batch: one row group per block for more blocks
+                spg_add(g, n, c, out, m);
+            }
+        }
 }
 
 // Lists the variants for batch n (index 0: the plain kernel); returns the count.
@@ -297,6 +335,7 @@ static int spg_candidates(const spconv_gpu *g, int n, spk_cfg *out) {
                 spg_add(g, n, c, out, &m);
             }
         }
+    if (g->vt == SPG_FP32) spg_add_pairs(g, n, out, &m);
     const int et_min = g->pool2 || g->d.P * g->d.Q > 4 ? 2 : 1;
     if (n <= 16) spg_add_ell(g, n, et_min, 1, out, &m);
     if (n > 16 && g->d.P * g->d.Q <= 64) {  // small planes: several images per block
@@ -309,12 +348,19 @@ static int spg_candidates(const spconv_gpu *g, int n, spk_cfg *out) {
 
 // --- weight tables ----------------------------------------------------------------
 
-// Word offset of entry (channel in chunk cl, kernel row r, kernel column s) in the tile.
-static int spg_tile_offset(const spconv_gpu *g, const spk_args *a, int cl, int r, int s) {
+// Word offset of entry (channel in chunk cl, kernel row r, kernel column s) in
+// the tile of variant c (SPK_PAIR: byte offset of the slot).
+static int spg_tile_offset(const spconv_gpu *g, const spk_cfg *c, int cl, int r, int s) {
+    const spk_args *a = &c->a;
     const int st = a->stride, ph = s % st, e = s / st;
-    const int col = g->vt == SPG_FP32 ? ph * a->pw + e : ph * a->pw + (e & 1) * a->np + (e >> 1);
-    return cl * a->cp + r * a->rp + col;
+    const int one = g->vt == SPG_FP32;  // one column per word, or the slot of cw columns
+    const int col = one ? ph * a->pw + e : ph * a->pw + (e & 1) * a->np + (e >> 1);
+    const int off = cl * a->cp + r * a->rp + col;
+    return c->kind == SPK_PAIR ? off * 4 * c->cw : off;
 }
+
+// Whether variant c is one of the tiled kernels (chunk table, rows in groups of rb).
+static int spg_tiled(const spk_cfg *c) { return c->kind == SPK_TILE || c->kind == SPK_PAIR; }
 
 // One record: fp32 (value, offset); fp16 (half2 value, offset); cb4 offset << 5 | code.
 static void spg_record(const spconv_gpu *g, size_t e, int off, int half2, uint8_t *dst) {
@@ -335,9 +381,8 @@ static void spg_record(const spconv_gpu *g, size_t e, int off, int half2, uint8_
 // the tile of all channels; linear: the channel); *ch receives its chunk.
 static int spg_entry_offset(const spconv_gpu *g, const spk_cfg *c, size_t e, int *ch) {
     const spk_args *a = &c->a;
-    *ch = c->kind == SPK_TILE ? g->e_c[e] / a->cc : 0;
-    if (c->kind == SPK_TILE)
-        return spg_tile_offset(g, a, g->e_c[e] - *ch * a->cc, g->e_r[e], g->e_s[e]);
+    *ch = spg_tiled(c) ? g->e_c[e] / a->cc : 0;
+    if (spg_tiled(c)) return spg_tile_offset(g, c, g->e_c[e] - *ch * a->cc, g->e_r[e], g->e_s[e]);
     if (c->kind == SPK_ELL) return (g->e_c[e] * a->ebr + g->e_r[e]) * a->ebc + g->e_s[e];
     return g->e_c[e];
 }
@@ -349,7 +394,7 @@ static int spg_entry_offset(const spconv_gpu *g, const spk_cfg *c, size_t e, int
 // the other kernels run rows by descending length (similar rows side by side
 // in a warp). Not compact: the layer's order.
 static void spg_variant_order(const spconv_gpu *g, const spk_cfg *c, std::vector<int> &perm) {
-    const int K = g->d.K, rb = c->kind == SPK_TILE ? c->rb : 1, groups = K / rb;
+    const int K = g->d.K, rb = spg_tiled(c) ? c->rb : 1, groups = K / rb;
     perm.resize(K);
     for (int t = 0; t < K; t++) {
         int kr = t;  // the shortest K % rb rows end the order as one partial group
@@ -364,10 +409,12 @@ static void spg_variant_order(const spconv_gpu *g, const spk_cfg *c, std::vector
 // Builds and uploads variant c's records, chunk table and row order into
 // *dw, *dcp, *dperm: kernel row kr holds layer row perm[kr] (compact: without
 // its explicit zeros), chunk table (K, nch + 1) with nch = 1 for ell and linear.
+// SPK_PAIR: each row's segment of a chunk padded to an even length with zero
+// records (value 0, offset 0).
 static int spg_tables(const spconv_gpu *g, const spk_cfg *c, void **dw, int **dcp, int **dperm,
                       sc_err *err) {
     const spk_args *a = &c->a;
-    const int K = a->K, nnz = a->nnz, nch = c->kind == SPK_TILE ? a->nch : 1;
+    const int K = a->K, nnz = a->nnz, nch = spg_tiled(c) ? a->nch : 1;
     const size_t rs = g->vt == SPG_CB4 ? 4 : 8;
     const size_t rows = c->kind == SPK_ELL ? (size_t)nnz : (size_t)K;
     const size_t pitch = c->kind == SPK_ELL ? (size_t)K : (size_t)a->nnzp;
@@ -384,6 +431,8 @@ static int spg_tables(const spconv_gpu *g, const spk_cfg *c, void **dw, int **dc
             spg_entry_offset(g, c, e, &ch);
             if (!(g->compact && g->e_code[e] == 16)) cp[ch + 1]++;
         }
+        if (c->kind == SPK_PAIR)
+            for (int ch = 0; ch < nch; ch++) cp[ch + 1] = spg_roundup(cp[ch + 1], 2);
         for (int ch = 0; ch < nch; ch++) cp[ch + 1] += cp[ch], fill[ch] = cp[ch];
         for (int j = 0; j < nnz; j++) {
             const size_t e = (size_t)k * nnz + j;
@@ -577,6 +626,10 @@ extern "C" void spconv_gpu_describe(const spconv_gpu *g, char *buf, size_t len) 
         snprintf(buf, len, "tile %s rs%d rb%d nb%d g%d units %d/%d thr %d kb %dx%d chunks %dx%d "
                  "smem %zuK bands %d%s", vts[g->vt], c->rs, c->rb, c->nb, a->g, a->ub, a->ubp,
                  c->threads, a->kb, a->ki, a->nch, a->cc, c->smem >> 10, a->bands, t);
+    else if (c->kind == SPK_PAIR)
+        snprintf(buf, len, "pair %s cw%d rs%d rb%d nb%d g%d units %d/%d thr %d kb %dx%d chunks "
+                 "%dx%d smem %zuK bands %d%s", vts[g->vt], c->cw, c->rs, c->rb, c->nb, a->g, a->ub,
+                 a->ubp, c->threads, a->kb, a->ki, a->nch, a->cc, c->smem >> 10, a->bands, t);
     else if (c->kind == SPK_ELL)
         snprintf(buf, len, "ell %s et%d ni%d kbt%d cs%d smem %zuK%s", vts[g->vt], c->et, c->ni,
                  c->kbt, c->cs, c->smem >> 10, t);

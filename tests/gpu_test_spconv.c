@@ -22,6 +22,7 @@
 //   gpu_test_spconv --sanitize the small sparse cases only (for compute-sanitizer)
 //   gpu_test_spconv --bench    times the CIFAR VGG-16 / ResNet-18 layers (options below)
 //   gpu_test_spconv --profile  one layer's forward for ncu (below)
+//   gpu_test_spconv --variants every fp32 variant of one layer, timed (below)
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,7 +78,7 @@ static const tcase cases[] = {
 #define NCASES ((int)(sizeof cases / sizeof *cases))
 
 // Cases run under compute-sanitizer (--small), each with its first batch size.
-static const int small_cases[] = {0, 1, 2, 12, 13, 20, 21, 22};
+static const int small_cases[] = {0, 1, 2, 4, 12, 13, 20, 21, 22};
 
 static const char *vt_name[] = {"fp32", "fp16", "cb4"};
 
@@ -205,9 +206,10 @@ static void sparse_graph_check(tctx *t, tdata *d, spconv_gpu *g, cudaStream_t st
     if (graph) cudaGraphDestroy(graph);
 }
 
-// Every variant, the tuned one and a graph replay of one case.
-static void sparse_case(tctx *t, const spc_shape *s, int n, int vt, uint64_t seed,
-                        cudaStream_t st) {
+// Every variant, the tuned one and a graph replay of one case; returns how
+// many of the variant runs were fp32 several-columns-per-thread ("pair") ones.
+static int sparse_case(tctx *t, const spc_shape *s, int n, int vt, uint64_t seed,
+                       cudaStream_t st) {
     tdata d;
     tdata_make(&d, s, n, vt, seed, 1);
     sc_err err = {{0}};
@@ -216,10 +218,10 @@ static void sparse_case(tctx *t, const spc_shape *s, int n, int vt, uint64_t see
     CHECK(t, g != NULL, "%s %s: create: %s", s->name, vt_name[vt], err.msg);
     if (!g) {
         tdata_free(&d);
-        return;
+        return 0;
     }
     const int nv = spconv_gpu_nvariants(g, n);
-    int good = 0, shown = 0;
+    int good = 0, shown = 0, pairs = 0;
     char what[256], desc[200];
     for (int pass = s->skew > 0 ? 0 : 1; pass < 2; pass++) {  // skewed: padded rows too
         CHECK(t, spconv_gpu_compact(g, pass, &err) == 0, "compact %d: %s", pass, err.msg);
@@ -229,6 +231,7 @@ static void sparse_case(tctx *t, const spc_shape *s, int n, int vt, uint64_t see
                 continue;
             }
             spconv_gpu_describe(g, desc, sizeof desc);
+            pairs += !strncmp(desc, "pair ", 5);
             snprintf(what, sizeof what, "%s n=%d %s variant %d (%s)", s->name, n, vt_name[vt], v,
                      desc);
             if (sparse_run_check(t, &d, g, st, what)) good += pass;
@@ -245,6 +248,7 @@ static void sparse_case(tctx *t, const spc_shape *s, int n, int vt, uint64_t see
            nv, desc);
     spconv_gpu_free(g);
     tdata_free(&d);
+    return pairs;
 }
 
 // --- baselines ----------------------------------------------------------------------
@@ -298,12 +302,15 @@ static void sparse_cases(tctx *t, const int *idx, int count) {
         CHECK(t, 0, "gpu_ctx_init: %s", err.msg);
         return;
     }
+    int pairs = 0;
     for (int c = 0; c < count; c++) {
         const tcase *tc = &cases[idx ? idx[c] : c];
         for (int j = 0; j < (idx ? 1 : 3) && tc->ns[j]; j++)
             for (int vt = 0; vt < 3; vt++)
-                sparse_case(t, &tc->s, tc->ns[j], vt, 1000 + 10 * c + j, g.stream);
+                pairs += sparse_case(t, &tc->s, tc->ns[j], vt, 1000 + 10 * c + j, g.stream);
     }
+    printf("  fp32 pair-variant runs checked: %d\n", pairs);
+    CHECK(t, pairs > 0, "no fp32 pair variant was listed for any case");
     gpu_ctx_free(&g);
 }
 
@@ -364,6 +371,8 @@ static void test_baselines_small(tctx *t) {
 //                             BATCHES: 128, 1 or 128,1 (default both)
 //   --profile L N MASK        layer L of the list, batch N, fp32 tuned, one
 //                             forward between cudaProfilerStart/Stop (for ncu)
+//   --variants L N MASK       layer L, batch N: every fp32 variant checked and
+//                             timed, then the best "tile" and "pair" times
 
 typedef struct {
     const char *net, *name;
@@ -685,6 +694,56 @@ static int spconv_profile(int li, int n, const char *mask) {
     return rc;
 }
 
+// Every fp32 variant of layer li at batch n for a mask, each checked on the
+// first images and timed; then the fastest one-column tiled ("tile") and
+// several-columns ("pair") variant. 0 when it ran.
+static int spconv_variants(int li, int n, const char *mask) {
+    gpu_ctx g;
+    sc_err err = {{0}};
+    int use[NBM], mi = 0;
+    bench_masks(mask, use);
+    while (mi < NBM - 1 && !use[mi]) mi++;
+    if (li < 0 || li >= NBL || n < 1 || !exec_gpu_available(&err) || gpu_ctx_init(&g, &err)) {
+        printf("variants: bad layer/batch or no GPU: %s\n", err.msg);
+        return 1;
+    }
+    const blayer *l = &blayers[li];
+    const spc_shape s = bench_shape(l, 1.0 - bmasks[mi].sparsity, bmasks[mi].skew);
+    tdata d;
+    tdata_make(&d, &s, n > 2 ? 2 : n, SPC_FP32, 99, 1);  // reference on two images
+    float *x = spc_input(&d.L.d, n, 0, 98);
+    memcpy(x, d.x, spc_in_elems(&d.L.d, d.n) * sizeof *x);
+    void *din = dev_put(x, spc_in_elems(&d.L.d, n), 0), *dout = NULL;
+    cudaMalloc(&dout, spc_out_elems(&d.L, n) * 4 + 16);
+    spconv_gpu *sg = spconv_gpu_create(&d.L.d, SPG_FP32, NULL, NULL, NULL, &err);
+    float best[2] = {NAN, NAN};  // tile, pair
+    int rc = !sg || !din || !dout, bad = 0;
+    const int nv = sg ? spconv_gpu_nvariants(sg, n) : 0;
+    printf("variants %s %s n=%d %s: %d\n", l->net, l->name, n, bmasks[mi].name, nv);
+    for (int v = 1; v < nv && !rc; v++) {
+        char desc[200];
+        if (spconv_gpu_use(sg, n, v, &err)) {
+            rc = 1;
+            break;
+        }
+        spconv_gpu_describe(sg, desc, sizeof desc);
+        const float ms = bench_one(&g, &d, sg, n, din, dout, l->name, 0);
+        printf("      v%-3d %.4f ms\n", v, ms);
+        bad += ms != ms;  // failed or wrong
+        const int kind = !strncmp(desc, "tile ", 5) ? 0 : !strncmp(desc, "pair ", 5) ? 1 : -1;
+        if (kind >= 0 && ms == ms && !(ms >= best[kind])) best[kind] = ms;
+    }
+    if (rc || err.msg[0]) printf("variants: %s\n", err.msg);
+    printf("variants %s %s n=%d %s: best tile %.4f ms, best pair %.4f ms, tile/pair %.2f, "
+           "%d failed\n", l->net, l->name, n, bmasks[mi].name, best[0], best[1],
+           best[0] / best[1], bad);
+    spconv_gpu_free(sg);
+    cudaFree(din), cudaFree(dout), free(x);
+    tdata_free(&d);
+    gpu_ctx_free(&g);
+    return rc || bad;
+}
+
 // Runs the tests (or the benchmark); exit status 1 when one failed.
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "";
@@ -693,6 +752,8 @@ int main(int argc, char **argv) {
                             argc > 4 ? argv[4] : NULL);
     if (!strcmp(mode, "--profile") && argc > 4)
         return spconv_profile(atoi(argv[2]), atoi(argv[3]), argv[4]);
+    if (!strcmp(mode, "--variants") && argc > 4)
+        return spconv_variants(atoi(argv[2]), atoi(argv[3]), argv[4]);
     tctx t = {.suite = "gpu_test_spconv"};
     if (!strcmp(mode, "--small") || !strcmp(mode, "--sanitize")) {
         RUN(&t, test_sparse_small);
