@@ -5,6 +5,10 @@
 # deployed (fp32 and fp16 plans); one line per floor with val / test accuracy
 # and the batch-128 / batch-1 speedups over the all-dense cuDNN network:
 #   bench/floor_deploy.sh [ITER] [FLOOR...]     (default: 48 iterations, floors 0.8 0.9)
+# MODEL=resnet18|vgg16 (default resnet18; the start model /root/MODEL.h5 is the
+# tool's default training, made when missing) and TARGET (default 0.9) choose
+# the network and the overall sparsity; the exported CSR files are copied to
+# $OUT so that a later call can deploy them with another build.
 # Floor 0 is the search without a floor (bench/RESULTS.md has it for ITER 48:
 # test 75.10, fp32 batch 128 1.11x). Each floor: prune ~2 min, deploy ~1 min on
 # an H200; give one call at most three floors. The accuracy figures are the
@@ -15,15 +19,19 @@ it=${1:-48}; shift || true
 floors=${*:-0.8 0.9}
 B=build/bin; out=${OUT:-bench/out}; mkdir -p "$out" data /root/pipe
 [ -e data/cifar-100-binary ] || ln -s /root/data data/cifar-100-binary
-[ -f /root/r18.h5 ] || $B/train --quiet --model resnet18 -o /root/r18.h5 cifar100
+model=${MODEL:-resnet18}; target=${TARGET:-0.9}
+start=/root/$model.h5; [ "$model" = resnet18 ] && start=/root/r18.h5
+[ -f $start ] || $B/train --quiet --model "$model" -o $start cifar100
+short=${model/resnet/r}
 for f in $floors; do
-    tag="r18-90-floor$f-i$it"
-    $B/prune --from /root/r18.h5 --target-sparsity 0.9 --min-layer-sparsity "$f" --seed 1 \
+    tag="$short-${target#0.}-floor$f-i$it"
+    $B/prune --from $start --target-sparsity "$target" --min-layer-sparsity "$f" --seed 1 \
         --lr 0.2 --sched onecycle --warmup 0.1 --batches 10 --iterations "$it" --population 8 \
         --quiet --runs /tmp/runs -o "/root/pipe/$tag.h5" --json "$out/prune-$tag.json" cifar100 >/dev/null
     $B/export --quiet "/root/pipe/$tag.h5" -o "/root/pipe/$tag.csr.h5" --json "$out/export-$tag.json" >/dev/null
     $B/deploy --quiet "/root/pipe/$tag.csr.h5" --json "$out/deploy-$tag.json" --chart "$out/deploy-$tag.svg" \
         >"$out/deploy-$tag.txt" 2>&1
+    cp "/root/pipe/$tag.csr.h5" "$out/"
     python3 - "$out" "$tag" <<'PY'
 import json, sys
 o, t = sys.argv[1], sys.argv[2]
