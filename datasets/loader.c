@@ -102,6 +102,7 @@ int loader_next(loader *l, exec_batch *b) {
     b->dx = l->train ? l->dx + l->pos : NULL;
     b->dy = l->train ? l->dy + l->pos : NULL;
     b->flip = l->train ? l->flip + l->pos : NULL;
+    b->soft = NULL;  // hard labels
     l->pos += n;
     return 1;
 }

@@ -1,5 +1,6 @@
-// GPU softmax cross-entropy: one warp per image, statistics reduced per
-// block and added to the device counters with one atomic each.
+// GPU softmax cross-entropy (label smoothing, or against soft targets): one
+// warp per image, statistics reduced per block and added to the device
+// counters with one atomic each.
 #include "kernels/device_gpu.h"
 #include "kernels/loss_gpu.h"
 
@@ -104,6 +105,93 @@ extern "C" int softmax_xent_gpu(const gpu_ctx *g, gpu_dtype ldt, gpu_dtype gdt, 
     } else {
         if (gdt == GDT_F16) xent_launch<float, __half>(g, n, k, logits, labels, hp, grad_scale, sc, dlogits, stats);
         else xent_launch<float, float>(g, n, k, logits, labels, hp, grad_scale, sc, dlogits, stats);
+    }
+    cudaCheckLaunch(err);
+    return 0;
+}
+
+// --- soft targets -------------------------------------------------------------
+
+// Cross-entropy of rows against target distributions (N, K) fp32: loss
+// sum q * log(sum exp(l - max)) - sum q (l - max), gradient (p * sum q - q);
+// hits against the labels. blockDim = 32 * LOSS_WARPS, one warp per row.
+template <typename L, typename G>
+__global__ void soft_xent_kernel(int n, int k, const L *logits, const float *soft,
+                                 const int *labels, float grad_scale, const gpu_scaler *sc,
+                                 G *dlogits, gpu_stats *stats) {
+    __shared__ float s_loss[LOSS_WARPS];
+    __shared__ int s_hit[LOSS_WARPS];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int row = blockIdx.x * LOSS_WARPS + warp;
+    float loss = 0.0f;
+    int hit = 0;
+    if (row < n) {
+        const L *x = logits + (size_t)row * k;
+        const float *q = soft + (size_t)row * k;
+        float mx = -INFINITY;
+        int bi = k;
+        for (int j = lane; j < k; j += 32) {
+            const float v = sc_tof(x[j]);
+            if (v > mx) mx = v, bi = j;
+        }
+        bi = warp_argmax(mx, bi);
+        mx = warp_max(mx);
+        float se = 0.0f, sq = 0.0f, td = 0.0f;
+        for (int j = lane; j < k; j += 32) {
+            const float v = sc_tof(x[j]) - mx;
+            se += __expf(v);
+            sq += q[j];
+            td += q[j] * v;
+        }
+        se = warp_sum(se);
+        sq = warp_sum(sq);
+        td = warp_sum(td);
+        loss = sq * __logf(se) - td;
+        hit = bi == labels[row];
+        if (dlogits) {
+            const float gs = grad_scale * (sc ? sc->scale : 1.0f), inv = sq / se;
+            G *d = dlogits + (size_t)row * k;
+            for (int j = lane; j < k; j += 32) {
+                const float p = __expf(sc_tof(x[j]) - mx) * inv;
+                d[j] = sc_fromf<G>((p - q[j]) * gs);
+            }
+        }
+    }
+    if (lane == 0) s_loss[warp] = loss, s_hit[warp] = hit;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double tl = 0.0;
+        unsigned long long th = 0;
+        for (int w = 0; w < LOSS_WARPS; w++) tl += s_loss[w], th += (unsigned)s_hit[w];
+        atomicAdd(&stats->loss_sum, tl);
+        atomicAdd(&stats->correct, th);
+        if (blockIdx.x == 0) atomicAdd(&stats->count, (unsigned long long)n);
+    }
+}
+
+// Typed launch of soft_xent_kernel.
+template <typename L, typename G>
+static void soft_xent_launch(const gpu_ctx *g, int n, int k, const void *logits, const float *soft,
+                             const int *labels, float gs, const gpu_scaler *sc, void *dl,
+                             gpu_stats *stats) {
+    const unsigned blocks = (unsigned)((n + LOSS_WARPS - 1) / LOSS_WARPS);
+    soft_xent_kernel<L, G><<<blocks, 32 * LOSS_WARPS, 0, g->stream>>>(
+        n, k, (const L *)logits, soft, labels, gs, sc, (G *)dl, stats);
+}
+
+// Loss against soft targets, hits and (optionally) the gradient of a batch.
+extern "C" int soft_xent_gpu(const gpu_ctx *g, gpu_dtype ldt, gpu_dtype gdt, int n, int k,
+                             const void *logits, const float *soft, const int *labels,
+                             float grad_scale, const gpu_scaler *sc, void *dlogits,
+                             gpu_stats *stats, sc_err *err) {
+    if (n <= 0) return 0;
+    if (k < 1) return sc_fail(err, "soft_xent_gpu: %d classes", k);
+    if (ldt == GDT_F16) {
+        if (gdt == GDT_F16) soft_xent_launch<__half, __half>(g, n, k, logits, soft, labels, grad_scale, sc, dlogits, stats);
+        else soft_xent_launch<__half, float>(g, n, k, logits, soft, labels, grad_scale, sc, dlogits, stats);
+    } else {
+        if (gdt == GDT_F16) soft_xent_launch<float, __half>(g, n, k, logits, soft, labels, grad_scale, sc, dlogits, stats);
+        else soft_xent_launch<float, float>(g, n, k, logits, soft, labels, grad_scale, sc, dlogits, stats);
     }
     cudaCheckLaunch(err);
     return 0;

@@ -1,6 +1,7 @@
-// GPU softmax cross-entropy with label smoothing (GPU builds only): the
-// semantics of softmax_xent_cpu (kernels/loss.h), with the batch's loss sum,
-// top-1 hits and image count added to device-resident statistics.
+// GPU softmax cross-entropy with label smoothing, and against soft targets
+// (GPU builds only): the semantics of softmax_xent_cpu and soft_xent_cpu
+// (kernels/loss.h), with the batch's loss sum, top-1 hits and image count
+// added to device-resident statistics.
 #ifndef SC_KERNELS_LOSS_GPU_H
 #define SC_KERNELS_LOSS_GPU_H
 
@@ -20,6 +21,15 @@ int softmax_xent_gpu(const gpu_ctx *g, gpu_dtype ldt, gpu_dtype gdt, int n, int 
                      const void *logits, const int *labels, const gpu_hparams *hp,
                      float grad_scale, const gpu_scaler *sc, void *dlogits, gpu_stats *stats,
                      sc_err *err);
+
+// logits (N, K) [ldt], soft (N, K) fp32 target distributions and labels (N)
+// device ints (top-1 hits only). stats gets loss_sum (-sum q log softmax),
+// correct and count added. When dlogits is not NULL it receives
+// (softmax * sum q - q) * grad_scale, times sc->scale when sc is not NULL,
+// as (N, K) [gdt].
+int soft_xent_gpu(const gpu_ctx *g, gpu_dtype ldt, gpu_dtype gdt, int n, int k,
+                  const void *logits, const float *soft, const int *labels, float grad_scale,
+                  const gpu_scaler *sc, void *dlogits, gpu_stats *stats, sc_err *err);
 
 #ifdef __cplusplus
 }

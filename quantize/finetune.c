@@ -1,7 +1,8 @@
 // Fine-tuning of k-means codebooks: shared-weight gradients summed per
 // centroid, SGD with momentum on the host; optionally the executor's masked
 // SGD on the host copy of every unquantized trainable tensor; the decoded
-// weights and the other parameters uploaded after each step.
+// weights and the other parameters uploaded after each step. With a teacher,
+// the loss is distillation from the unquantized model's outputs.
 #include "finetune.h"
 
 #include <math.h>
@@ -38,6 +39,9 @@ typedef struct {
     train_hparams sched, psched;  // cosine schedules of the centroids and of the others
     long steps, total;  // steps done and planned
     long skipped;       // tensor updates skipped for a non-finite gradient
+    float *tlogits;     // (batch, classes) the teacher's logits of the batch (distillation)
+    float *soft;        // (batch, classes) the student's targets (distillation)
+    double ent_sum;     // sum of the targets' entropies over the epoch's images
 } ft_state;
 
 // Lists the trainable tensors that q does not quantize (when lr_params > 0)
@@ -110,6 +114,12 @@ static int ft_init(ft_state *s, exec *e, net *nt, quant_model *q, const finetune
     if (!s->master || !s->vel || !s->best || !s->grad || !s->rate || !s->best_buf)
         return sc_fail(err, "out of memory (fine-tuning)");
     SC_TRY(ft_others_init(s, err));
+    if (c->teacher) {
+        const size_t nz = (size_t)c->batch * (size_t)nt->classes;
+        s->tlogits = malloc(nz * sizeof *s->tlogits);
+        s->soft = malloc(nz * sizeof *s->soft);
+        if (!s->tlogits || !s->soft) return sc_fail(err, "out of memory (distillation)");
+    }
     for (int t = 0; t < q->ntensors; t++) s->rate[t] = ft_rate(nt, &q->t[t]);
     for (int t = 0; t < q->ntensors; t++)
         memcpy(s->master + (size_t)t * s->k, q->t[t].codebook, (size_t)s->k * sizeof(float));
@@ -123,6 +133,7 @@ static int ft_init(ft_state *s, exec *e, net *nt, quant_model *q, const finetune
 static void ft_free(ft_state *s) {
     free(s->master), free(s->vel), free(s->best), free(s->grad), free(s->rate);
     free(s->best_buf), free(s->other), free(s->pmom), free(s->best_other);
+    free(s->tlogits), free(s->soft);
 }
 
 // Writes the decoded codebooks into the net's quantized tensors, as
@@ -223,12 +234,49 @@ static void ft_params_update(ft_state *s, float lr) {
     }
 }
 
+// Distillation targets of a batch from the teacher's logits (s->tlogits):
+// q = alpha * onehot(label) + (1 - alpha) * softmax(z) into s->soft; returns
+// the sum of their entropies (nats).
+static double ft_targets(ft_state *s, const exec_batch *b) {
+    const int k = s->nt->classes;
+    const double a = s->c->alpha;
+    double ent = 0.0;
+    for (int i = 0; i < b->n; i++) {
+        const float *z = s->tlogits + (size_t)i * k;
+        float *q = s->soft + (size_t)i * k;
+        double mx = z[0], se = 0.0;
+        for (int j = 1; j < k; j++) mx = z[j] > mx ? z[j] : mx;
+        for (int j = 0; j < k; j++) se += exp(z[j] - mx);
+        for (int j = 0; j < k; j++) {
+            const double v = a * (j == b->labels[i]) + (1.0 - a) * exp(z[j] - mx) / se;
+            q[j] = (float)v;
+            if (q[j] > 0.0f) ent -= (double)q[j] * log((double)q[j]);
+        }
+    }
+    return ent;
+}
+
+// Runs the batch (its crop and flip included) through the frozen teacher
+// and sets the student's targets.
+static int ft_teach(ft_state *s, const exec_batch *b, sc_err *err) {
+    SC_TRY(exec_eval_batch(s->c->teacher, b, 0.0f, s->tlogits, err));
+    s->ent_sum += ft_targets(s, b);
+    return 0;
+}
+
 // One step: forward/backward with the decoded weights (nothing updated on
-// the device), centroid and parameter updates on the host, the net uploaded.
+// the device; against the teacher's targets when distilling), centroid and
+// parameter updates on the host, the net uploaded.
 static int ft_step(ft_state *s, const exec_batch *b, sc_err *err) {
     const exec_hparams frozen = {.lr = 0.0f, .momentum = 0.0f, .weight_decay = 0.0f,
                                  .nesterov = 0, .label_smoothing = s->c->smoothing};
-    SC_TRY(exec_train_step(s->e, b, &frozen, err));
+    exec_batch sb = *b;
+    sb.soft = NULL;
+    if (s->c->teacher) {
+        SC_TRY(ft_teach(s, b, err));
+        sb.soft = s->soft;
+    }
+    SC_TRY(exec_train_step(s->e, &sb, &frozen, err));
     SC_TRY(exec_read_grad(s->e, s->grad, err));
     ft_update(s, train_lr_at(&s->sched, s->steps, s->total));
     if (s->nother) ft_params_update(s, train_lr_at(&s->psched, s->steps, s->total));
@@ -238,16 +286,19 @@ static int ft_step(ft_state *s, const exec_batch *b, sc_err *err) {
 
 // --- epochs -----------------------------------------------------------------------
 
-// Runs one epoch over the loader; returns its loss and training accuracy.
+// Runs one epoch over the loader; returns its loss and training accuracy
+// (and, distilling, the KL divergence and the teacher's accuracy).
 static int ft_epoch(ft_state *s, loader *ld, int ep, finetune_epoch *out, sc_err *err) {
     progress pg;
     char label[64], text[96];
-    exec_stats st, sum = {0};
+    exec_stats st, sum = {0}, tst = {0};
     exec_batch b;
     snprintf(label, sizeof label, "finetune %d/%d", ep + 1, s->c->epochs);
     progress_start(&pg, stderr, label, loader_batches_per_epoch(ld), s->c->quiet);
     loader_start_epoch(ld, ep);
     SC_TRY(exec_stats_take(s->e, &st, err));
+    if (s->c->teacher) SC_TRY(exec_stats_take(s->c->teacher, &tst, err));
+    s->ent_sum = 0.0;
     for (long done = 1; loader_next(ld, &b); done++) {
         SC_TRY(ft_step(s, &b, err));
         SC_TRY(exec_stats_take(s->e, &st, err));
@@ -260,6 +311,11 @@ static int ft_epoch(ft_state *s, loader *ld, int ep, finetune_epoch *out, sc_err
     out->epoch = ep + 1;
     out->loss = sum.count ? sum.loss_sum / (double)sum.count : NAN;
     out->train_accuracy = sum.count ? 100.0 * (double)sum.correct / (double)sum.count : NAN;
+    out->kl = out->teacher_accuracy = NAN;
+    if (!s->c->teacher || !sum.count) return 0;
+    SC_TRY(exec_stats_take(s->c->teacher, &tst, err));
+    out->kl = (sum.loss_sum - s->ent_sum) / (double)sum.count;
+    out->teacher_accuracy = tst.count ? 100.0 * (double)tst.correct / (double)tst.count : NAN;
     return 0;
 }
 
@@ -271,8 +327,13 @@ static int ft_judge(ft_state *s, const dataset *ds, finetune_epoch *ep, finetune
     SC_TRY(finetune_bn_recalibrate(s->e, s->nt, ds, s->c, ep->epoch, err));
     SC_TRY(train_evaluate(s->e, &ds->val, s->c->batch, s->c->smoothing, &ep->val_accuracy, &loss,
                           err));
-    log_line(stderr, s->c->quiet, "quantize: finetune epoch %d/%d: loss %.4f train %.2f%% val %.2f%%",
-             ep->epoch, s->c->epochs, ep->loss, ep->train_accuracy, ep->val_accuracy);
+    if (s->c->teacher)
+        log_line(stderr, s->c->quiet, "quantize: finetune epoch %d/%d: loss %.4f (KL %.4f) train "
+                 "%.2f%% (teacher %.2f%%) val %.2f%%", ep->epoch, s->c->epochs, ep->loss, ep->kl,
+                 ep->train_accuracy, ep->teacher_accuracy, ep->val_accuracy);
+    else
+        log_line(stderr, s->c->quiet, "quantize: finetune epoch %d/%d: loss %.4f train %.2f%% val %.2f%%",
+                 ep->epoch, s->c->epochs, ep->loss, ep->train_accuracy, ep->val_accuracy);
     if (ep->val_accuracy > res->best_val) {
         res->best_val = ep->val_accuracy;
         res->best_epoch = ep->epoch;
@@ -290,6 +351,8 @@ int finetune_run(exec *e, net *nt, quant_model *q, const dataset *ds, const fine
     res->best_val = start_val;
     if (q->method != QM_KMEANS) return sc_fail(err, "fine-tuning needs k-means codebooks");
     if (q->k < 1 || q->k > 256) return sc_fail(err, "fine-tuning: %d centroids (1..256)", q->k);
+    if (c->teacher && !(c->alpha >= 0.0f && c->alpha <= 1.0f))
+        return sc_fail(err, "distillation: alpha %g outside 0..1", (double)c->alpha);
     if (c->epochs <= 0 || q->ntensors == 0) return 0;
     res->hist = calloc((size_t)c->epochs, sizeof *res->hist);
     if (!res->hist) return sc_fail(err, "out of memory");
@@ -304,6 +367,10 @@ int finetune_run(exec *e, net *nt, quant_model *q, const dataset *ds, const fine
     if (!rc && s.nother)
         log_line(stderr, c->quiet, "quantize: fine-tuning also trains %d unquantized tensors "
                  "(%zu parameters, lr %g)", s.nother, s.nother_f, (double)c->lr_params);
+    if (!rc && c->teacher)
+        log_line(stderr, c->quiet, "quantize: fine-tuning distills from the unquantized model "
+                 "(targets %g * label + %g * teacher softmax, T 1)", (double)c->alpha,
+                 1.0 - (double)c->alpha);
     for (int ep = 0; !rc && ep < c->epochs; ep++) {
         rc = ft_epoch(&s, &ld, ep, &res->hist[ep], err);
         if (!rc) rc = ft_judge(&s, ds, &res->hist[ep], res, err);
@@ -366,6 +433,23 @@ int finetune_bn_recalibrate(exec *e, net *nt, const dataset *ds, const finetune_
     memcpy(nt->param, keep, nt->nparam * sizeof *keep);  // exactly the decoded weights again
     free(keep);
     return rc ? rc : exec_write_net(e, err);
+}
+
+// A copy of nt: the same graph from its description, then its values.
+net *finetune_net_copy(const net *nt, sc_err *err) {
+    net *cp = net_from_desc(nt->arch, nt->desc, nt->in_c, nt->in_h, nt->in_w, nt->classes, err);
+    if (!cp) return NULL;
+    if (cp->nparam != nt->nparam || cp->nbuf != nt->nbuf || cp->nlayers != nt->nlayers) {
+        net_free(cp);
+        sc_fail(err, "copy of %s: the description gives another net", nt->arch);
+        return NULL;
+    }
+    memcpy(cp->in_mean, nt->in_mean, sizeof cp->in_mean);
+    memcpy(cp->in_std, nt->in_std, sizeof cp->in_std);
+    memcpy(cp->param, nt->param, nt->nparam * sizeof *cp->param);
+    memcpy(cp->mask, nt->mask, nt->nparam * sizeof *cp->mask);
+    memcpy(cp->buf, nt->buf, nt->nbuf * sizeof *cp->buf);
+    return cp;
 }
 
 // Frees the result's history.

@@ -17,6 +17,18 @@
 // parameters and the BN statistics of the best epoch (0: before
 // fine-tuning) are kept. The test split is never looked at.
 //
+// Knowledge distillation (c->teacher set): the teacher is a second executor
+// holding the model before quantization (frozen, inference-mode BN). Every
+// fine-tuning batch, with the very crop and flip the student gets (the
+// executor applies them in evaluation too), first runs through the teacher;
+// the student then learns from the targets
+//     q = alpha * onehot(label) + (1 - alpha) * softmax(z_teacher)
+// (temperature 1) by the cross-entropy -sum q log p_student (label smoothing
+// is not applied to them). The pruned, unquantized model fits the training
+// set almost perfectly, so hard labels say little about what quantization
+// changed; the teacher's outputs say exactly that. Without a teacher the
+// loss is the label-smoothed cross-entropy against the labels.
+//
 // Batch-norm recalibration (optional, bn_batches > 0): the running means
 // and variances are re-estimated with the quantized weights from that many
 // training batches (forward passes in training mode; weights, gamma and
@@ -46,12 +58,16 @@ typedef struct {
     uint64_t seed;       // the loader's shuffling and augmentation stream
     int bn_batches;      // batches re-estimating BN statistics (0: keep the model's)
     int quiet;           // no progress display
+    exec *teacher;       // distillation: the unquantized model's executor (NULL: hard labels)
+    float alpha;         // distillation: weight of the one-hot label in the targets (0..1)
 } finetune_cfg;
 
 typedef struct {
     int epoch;           // 1-based
     double loss;         // mean training loss
     double train_accuracy, val_accuracy;  // percent
+    double kl;           // distillation: mean KL(targets || student) over the epoch, else NaN
+    double teacher_accuracy;  // distillation: the teacher's top-1 on the same batches, else NaN
 } finetune_epoch;
 
 typedef struct {
@@ -66,8 +82,10 @@ typedef struct {
 
 // Fine-tunes the codebooks of q (k-means), and with c->lr_params > 0 the
 // unquantized parameters, of the net nt run by executor e on ds's training
-// split; start_val is the validation accuracy of the net as it is. On return
-// q, nt and the executor hold the best epoch by validation accuracy.
+// split; start_val is the validation accuracy of the net as it is. With
+// c->teacher the loss is distillation from it (see above); the teacher must
+// take batches of c->batch images and have nt's classes. On return q, nt and
+// the executor hold the best epoch by validation accuracy.
 int finetune_run(exec *e, net *nt, quant_model *q, const dataset *ds, const finetune_cfg *c,
                  double start_val, finetune_result *res, sc_err *err);
 
@@ -76,6 +94,11 @@ int finetune_run(exec *e, net *nt, quant_model *q, const dataset *ds, const fine
 // parameters stay bit for bit as they are. A net without BN is left alone.
 int finetune_bn_recalibrate(exec *e, net *nt, const dataset *ds, const finetune_cfg *c,
                             int round, sc_err *err);
+
+// A copy of nt (graph, parameters, masks, BN statistics, input
+// normalisation), e.g. to keep the unquantized model as the teacher; NULL
+// with err filled on failure.
+net *finetune_net_copy(const net *nt, sc_err *err);
 
 // Frees the result's history.
 void finetune_result_free(finetune_result *r);

@@ -1,7 +1,8 @@
 // The `quantize` tool: k-means codebooks (--centroids K), linear fixed point
 // (--bits 8|16) or fp16 (--half) for a trained or pruned model, evaluated
 // before and after on the validation and test splits with the decoded
-// weights, optionally with centroid fine-tuning, written as a model file
+// weights, optionally with centroid fine-tuning (by default distilled from
+// the unquantized model's outputs), written as a model file
 // whose /params hold the decoded values and /quant the compact form.
 #include <math.h>
 #include <stdio.h>
@@ -32,9 +33,9 @@ typedef struct {
     cli_common c;
     int centroids, half, iters, asymmetric, bins, skip_first, skip_last, row_scale;
     int ft_epochs, batch, augment, val_size, bn_batches;
-    const char *bits, *init, *codebook, *clip, *granularity, *precision;
+    const char *bits, *init, *codebook, *clip, *granularity, *precision, *ft_distill;
     const char *dataset, *data_dir, *runs, *output;
-    double percentile, ft_lr, ft_momentum, ft_lr_params, ft_wd, smoothing;
+    double percentile, ft_lr, ft_momentum, ft_lr_params, ft_wd, ft_alpha, smoothing;
     const char *input;  // positional model file, or NULL
 } quant_opts;
 
@@ -89,6 +90,13 @@ typedef struct {
     {.name = "finetune-momentum", .type = OPT_FLOAT, .dst = &(o)->ft_momentum, .def = "0.9",     \
      .min = 0, .max = 0.999,                                                                     \
      .help = "fine-tuning: SGD momentum of the centroids (plain) and the other parameters (Nesterov)"}, \
+    {.name = "finetune-distill", .type = OPT_CHOICE, .dst = &(o)->ft_distill, .def = "on",       \
+     .choices = "on|off", .help = "fine-tuning: learn from the unquantized model's outputs on the same\n" \
+             "augmented batches (knowledge distillation, temperature 1; on), or from the labels\n" \
+             "with --smoothing (off)"},                                                          \
+    {.name = "finetune-alpha", .type = OPT_FLOAT, .dst = &(o)->ft_alpha, .def = "0", .min = 0,   \
+     .max = 1, .metavar = "A", .help = "distillation: targets A * one-hot label + (1 - A) * the unquantized\n" \
+             "model's softmax (0..1; label smoothing does not apply)"},                          \
     {.name = "bn-recalibrate", .type = OPT_INT, .dst = &(o)->bn_batches, .def = "-1", .min = -1, \
      .max = 1000000, .metavar = "N",                                                             \
      .help = "re-estimate batch-norm running statistics with the quantized weights from N\n"   \
@@ -160,6 +168,8 @@ typedef struct {
     model_meta meta;
     dataset ds;
     exec *ex;
+    net *tnet;                   // distillation: the unquantized model (teacher), or NULL
+    exec *teacher;               // its executor
     sc_device dev;
     sc_precision prec;
     quant_cfg cfg;
@@ -262,6 +272,20 @@ static int evaluate(quant_run *r, double *val, double *test, sc_err *err) {
     return train_evaluate(r->ex, &r->ds.test, r->o.batch, (float)r->o.smoothing, test, &loss, err);
 }
 
+// True when fine-tuning runs with distillation.
+static int distilling(const quant_run *r) {
+    return r->o.ft_epochs > 0 && !strcmp(r->o.ft_distill, "on");
+}
+
+// Keeps a copy of the unquantized model on a second executor (same device
+// and precision) as the distillation teacher, when fine-tuning distills.
+static int teacher_create(quant_run *r, sc_err *err) {
+    if (!distilling(r)) return 0;
+    if (!(r->tnet = finetune_net_copy(r->nt, err))) return -1;
+    r->teacher = exec_create(r->tnet, r->dev, r->prec, r->o.batch, err);
+    return r->teacher ? 0 : sc_wrap(err, "distillation teacher");
+}
+
 // Quantizes the net, uploads the decoded weights and evaluates them.
 static int quantize_net(quant_run *r, sc_err *err) {
     r->orig = malloc((r->nt->nparam ? r->nt->nparam : 1) * sizeof *r->orig);
@@ -284,7 +308,8 @@ static finetune_cfg finetune_settings(const quant_run *r) {
                           .weight_decay = (float)r->o.ft_wd, .nesterov = 1,
                           .smoothing = (float)r->o.smoothing,
                           .augment = r->o.augment, .seed = (uint64_t)r->o.c.seed,
-                          .bn_batches = r->o.bn_batches, .quiet = r->o.c.quiet};
+                          .bn_batches = r->o.bn_batches, .quiet = r->o.c.quiet,
+                          .teacher = r->teacher, .alpha = (float)r->o.ft_alpha};
 }
 
 // Re-estimates the BN statistics when asked, then evaluates again.
@@ -306,8 +331,10 @@ static int finetune(quant_run *r, sc_err *err) {
     finetune_cfg fc = finetune_settings(r);
     SC_TRY(finetune_run(r->ex, r->nt, r->q, &r->ds, &fc, r->val, &r->ft, err));
     SC_TRY(evaluate(r, &r->val, &r->test, err));
-    log_line(stderr, r->o.c.quiet, "quantize: fine-tuned (kept epoch %d of %d): val %.2f%% test %.2f%%",
-             r->ft.best_epoch, r->ft.nepochs, r->val, r->test);
+    char how[64] = "hard labels";
+    if (distilling(r)) snprintf(how, sizeof how, "distillation, alpha %g", r->o.ft_alpha);
+    log_line(stderr, r->o.c.quiet, "quantize: fine-tuned (%s; kept epoch %d of %d): val %.2f%% test %.2f%%",
+             how, r->ft.best_epoch, r->ft.nepochs, r->val, r->test);
     return 0;
 }
 
@@ -316,10 +343,11 @@ static int model_write(quant_run *r, sc_err *err) {
     char line[2048];
     snprintf(line, sizeof line,
              "quantize: %s, %d tensors, init %s, BN recalibration %d batches, finetune %d epochs "
-             "(kept %d, lr %g, lr-params %g), skip-first %d skip-last %d, from %s, %s: "
-             "val %.2f%% -> %.2f%%, test %.2f%% -> %.2f%%",
+             "(kept %d, lr %g, lr-params %g, distill %s alpha %g), skip-first %d skip-last %d, "
+             "from %s, %s: val %.2f%% -> %.2f%%, test %.2f%% -> %.2f%%",
              r->method, r->q->ntensors, r->q->method == QM_KMEANS ? r->o.init : "-", r->o.bn_batches,
              r->o.ft_epochs, r->ft.best_epoch, r->o.ft_lr, r->o.ft_lr_params,
+             distilling(r) ? "on" : "off", r->o.ft_alpha,
              r->o.skip_first, r->o.skip_last, r->in, exec_device_name(r->ex), r->val0, r->val,
              r->test0, r->test);
     SC_TRY(model_meta_add_history(&r->meta, line, err));
@@ -341,6 +369,8 @@ static void json_finetune(json_writer *j, const quant_run *r) {
     json_add_number(j, "finetune_wd", r->o.ft_wd);
     json_add_number(j, "finetune_momentum", r->o.ft_momentum);
     json_add_int(j, "finetune_trained_tensors", r->ft.trained_tensors);
+    json_add_bool(j, "finetune_distill", distilling(r));
+    json_add_number(j, "finetune_alpha", r->o.ft_alpha);
     json_array_begin(j, "finetune_history");
     for (int i = 0; i < r->ft.nepochs; i++) {
         const finetune_epoch *e = &r->ft.hist[i];
@@ -349,6 +379,8 @@ static void json_finetune(json_writer *j, const quant_run *r) {
         json_add_number(j, "loss", e->loss);
         json_add_number(j, "train_accuracy", e->train_accuracy);
         json_add_number(j, "val_accuracy", e->val_accuracy);
+        json_add_number(j, "kl", e->kl);
+        json_add_number(j, "teacher_accuracy", e->teacher_accuracy);
         json_object_end(j);
     }
     json_array_end(j);
@@ -418,9 +450,14 @@ static int report(quant_run *r, sc_err *err) {
     SC_TRY(quant_report_build(r->nt, r->orig, r->q, &r->rep, err));
     if (!r->o.c.quiet || !r->o.c.json || strcmp(r->o.c.json, "-")) {
         quant_report_table(stdout, r->nt, r->q, &r->rep);
-        printf("quantized %s (%s, sparsity %.2f%%): val %.2f%% -> %.2f%%, test %.2f%% -> %.2f%%; "
+        char ft[128] = "";
+        if (r->o.ft_epochs > 0)
+            snprintf(ft, sizeof ft, ", fine-tuned %d epochs (kept %d; %s%.3g)", r->o.ft_epochs,
+                     r->ft.best_epoch, distilling(r) ? "distillation, alpha " : "hard labels, smoothing ",
+                     distilling(r) ? r->o.ft_alpha : r->o.smoothing);
+        printf("quantized %s (%s, sparsity %.2f%%%s): val %.2f%% -> %.2f%%, test %.2f%% -> %.2f%%; "
                "size %.3f MB dense fp32, %.3f MB sparse, %.3f MB sparse+codebook; model: %s\n",
-               r->nt->arch, r->method, 100.0 * net_sparsity(r->nt), r->val0, r->val, r->test0,
+               r->nt->arch, r->method, 100.0 * net_sparsity(r->nt), ft, r->val0, r->val, r->test0,
                r->test, r->rep.dense_bytes / 1e6, r->rep.sparse_bytes / 1e6,
                r->rep.packed_bytes / 1e6, r->out);
     }
@@ -441,11 +478,13 @@ static int quant_tool(quant_run *r) {
         log_line(stderr, r->o.c.quiet, "quantize: %s (%s) on %s (%d val, %d test), %s %s -> %s",
                  r->in, r->nt->arch, r->ds.name, r->ds.val.n, r->ds.test.n,
                  exec_device_name(r->ex), r->prec == PREC_FP16 ? "fp16" : "fp32", r->out);
-        rc = evaluate(r, &r->val0, &r->test0, &err) || quantize_net(r, &err) ||
+        rc = evaluate(r, &r->val0, &r->test0, &err) || teacher_create(r, &err) || quantize_net(r, &err) ||
              recalibrate(r, &err) || finetune(r, &err) || model_write(r, &err) || report(r, &err);
     }
     if (rc) cli_error(TOOL, "%s", err.msg);
     exec_free(r->ex);
+    exec_free(r->teacher);
+    net_free(r->tnet);
     quant_model_free(r->q);
     quant_report_free(&r->rep);
     finetune_result_free(&r->ft);

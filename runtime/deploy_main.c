@@ -241,7 +241,7 @@ static int cpu_dense(deploy_run *d, int n, int reps, sc_err *err) {
     double ms[2] = {INFINITY, INFINITY};
     for (int s = 0; s < 2 && !rc; s++)  // the batch, then one image
         for (int k = 0; k < (s ? reps : (reps < 3 ? reps : 3)) && !rc; k++) {
-            exec_batch b = {s ? 1 : n, img, lab, NULL, NULL, NULL};
+            exec_batch b = {s ? 1 : n, img, lab, NULL, NULL, NULL, NULL};
             double t = progress_clock();
             rc = exec_eval_batch(e, &b, 0.0f, lg, err);
             double x = (progress_clock() - t) * 1000.0;

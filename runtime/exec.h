@@ -25,6 +25,7 @@ typedef struct {
     const int *labels;      // (n) class ids
     const int8_t *dx, *dy;  // (n) crop offsets in [-4, 4], or NULL for no crop
     const uint8_t *flip;    // (n) 1 = mirror horizontally, or NULL
+    const float *soft;      // (n, classes) target distribution, or NULL (hard labels)
 } exec_batch;
 
 typedef struct {
@@ -50,11 +51,16 @@ void exec_free(exec *e);
 
 // One SGD step: forward (training-mode BN), loss, backward, masked update
 // (weights, gradients and momentum multiplied by the mask). Statistics are
-// accumulated for exec_stats_take().
+// accumulated for exec_stats_take(). With b->soft the loss is the
+// cross-entropy against those targets, -sum_j q_j log p_j (gradient
+// (p - q) / n; h->label_smoothing is ignored), and top-1 hits still count
+// against b->labels; without it, the label-smoothed cross-entropy.
 int exec_train_step(exec *e, const exec_batch *b, const exec_hparams *h, sc_err *err);
 
 // Forward in inference mode (running BN stats); accumulates statistics with
-// the given label smoothing. When logits is not NULL it receives (n, classes).
+// the given label smoothing (b->soft is ignored). Crop and flip (b->dx, dy,
+// flip) are applied as in training. When logits is not NULL it receives
+// (n, classes).
 int exec_eval_batch(exec *e, const exec_batch *b, float label_smoothing, float *logits,
                     sc_err *err);
 

@@ -406,16 +406,19 @@ static void cpu_stats_add(cpu_exec *e, double loss, long hits, int n) {
     e->stats.count += n;
 }
 
-// One SGD step: forward (training BN), loss, backward, masked update.
+// One SGD step: forward (training BN), loss (soft targets when the batch
+// has them), backward, masked update.
 static int cpu_train_step(void *st, const exec_batch *b, const exec_hparams *h, sc_err *err) {
     cpu_exec *e = st;
     const net *nt = e->nt;
     SC_TRY(cpu_forward(e, b, 1, err));
     const int last = nt->nlayers - 1;
     long hits = 0;
-    double loss = softmax_xent_cpu(b->n, nt->classes, e->act[last], b->labels,
-                                   h->label_smoothing, 1.0f / (float)b->n,
-                                   e->slots[e->gslot[last]], &hits);
+    double loss = b->soft ? soft_xent_cpu(b->n, nt->classes, e->act[last], b->soft, b->labels,
+                                          1.0f / (float)b->n, e->slots[e->gslot[last]], &hits)
+                          : softmax_xent_cpu(b->n, nt->classes, e->act[last], b->labels,
+                                             h->label_smoothing, 1.0f / (float)b->n,
+                                             e->slots[e->gslot[last]], &hits);
     for (int j = last; j >= 0; j--)
         if (e->gslot[j] >= 0) cpu_layer_backward(e, j, b->n);
     sgd_step_cpu(nt->nparam, e->param, e->grad, e->mom, e->mask, h->lr, h->momentum,

@@ -139,7 +139,7 @@ static int gx_segments(gx_exec *e, sc_err *err) {
     return e->segs ? 0 : -1;
 }
 
-// Staging layout: hparams, labels, dx, dy, flip, images (each aligned).
+// Staging layout: hparams, labels, dx, dy, flip, images, soft targets (each aligned).
 static void gx_stage_layout(gx_exec *e) {
     const size_t a = GX_STAGE_ALIGN, mb = (size_t)e->max_batch;
     size_t o = a;  // gpu_hparams first
@@ -147,7 +147,8 @@ static void gx_stage_layout(gx_exec *e) {
     e->off_dx = o, o += (mb + a - 1) / a * a;
     e->off_dy = o, o += (mb + a - 1) / a * a;
     e->off_flip = o, o += (mb + a - 1) / a * a;
-    e->off_images = o, o += mb * gx_img_bytes(e->nt);
+    e->off_images = o, o += (mb * gx_img_bytes(e->nt) + a - 1) / a * a;
+    e->off_soft = o, o += mb * (size_t)e->nt->classes * sizeof(float);
     e->stage_bytes = o;
 }
 
@@ -202,8 +203,10 @@ static int gx_check_batch(gx_exec *e, const exec_batch *b, sc_err *err) {
     return 0;
 }
 
-// Copies the batch and hyper-parameters into a pinned buffer and queues its upload.
-static int gx_stage(gx_exec *e, const exec_batch *b, const gpu_hparams *hp, sc_err *err) {
+// Copies the batch, hyper-parameters and soft targets ((n, classes), or NULL)
+// into a pinned buffer and queues its upload.
+static int gx_stage(gx_exec *e, const exec_batch *b, const gpu_hparams *hp, const float *soft,
+                    sc_err *err) {
     const int k = e->stage_cur, n = b->n;
     unsigned char *h = e->hstage[k];
     cudaCheck(err, cudaEventSynchronize(e->stage_ev[k]));  // its last upload is done
@@ -216,7 +219,10 @@ static int gx_stage(gx_exec *e, const exec_batch *b, const gpu_hparams *hp, sc_e
     if (b->flip) memcpy(h + e->off_flip, b->flip, (size_t)n);
     else memset(h + e->off_flip, 0, (size_t)n);
     memcpy(h + e->off_images, b->images, (size_t)n * gx_img_bytes(e->nt));
-    const size_t bytes = e->off_images + (size_t)n * gx_img_bytes(e->nt);
+    size_t bytes = e->off_images + (size_t)n * gx_img_bytes(e->nt);
+    const size_t soft_bytes = (size_t)n * e->nt->classes * sizeof(float);
+    if (soft) memcpy(h + e->off_soft, soft, soft_bytes), bytes = e->off_soft + soft_bytes;
+    e->soft_mode = soft != NULL;
     cudaCheck(err, cudaMemcpyAsync(e->dstage, h, bytes, cudaMemcpyHostToDevice, e->g.stream));
     cudaCheck(err, cudaEventRecord(e->stage_ev[k], e->g.stream));
     e->stage_cur = 1 - k;
@@ -291,7 +297,7 @@ static void *gx_create(net *nt, sc_precision prec, int max_batch, sc_err *err) {
 
 // --- backend: steps ---------------------------------------------------------
 
-// One SGD step on the GPU.
+// One SGD step on the GPU (soft targets when the batch has them).
 static int gx_train_step(void *st, const exec_batch *b, const exec_hparams *h, sc_err *err) {
     gx_exec *e = st;
     SC_TRY(gx_check_batch(e, b, err));
@@ -299,7 +305,7 @@ static int gx_train_step(void *st, const exec_batch *b, const exec_hparams *h, s
     if (!p) return -1;
     const gpu_hparams hp = {h->lr, h->momentum, h->weight_decay, h->label_smoothing,
                             h->nesterov, {0, 0, 0}};
-    SC_TRY(gx_stage(e, b, &hp, err));
+    SC_TRY(gx_stage(e, b, &hp, b->soft, err));
     SC_TRY(gx_step_run(e, p, err));
     e->work_stale = 1;
     return 0;
@@ -314,7 +320,7 @@ static int gx_eval_batch(void *st, const exec_batch *b, float smoothing, float *
     gx_plan *p = gx_plan_get(e, b->n, 0, err);
     if (!p) return -1;
     const gpu_hparams hp = {0.0f, 0.0f, 0.0f, smoothing, 0, {0, 0, 0}};
-    SC_TRY(gx_stage(e, b, &hp, err));
+    SC_TRY(gx_stage(e, b, &hp, NULL, err));
     if (e->work_stale) SC_TRY(param_cast_gpu(&e->g, e->segs, e->param, err));
     e->work_stale = 0;
     SC_TRY(gx_forward(e, p, b->n, 0, err));
@@ -435,7 +441,7 @@ int exec_gpu_profile_step(void *st, const exec_batch *b, const exec_hparams *h, 
                   gx_events(pr.other, 5, err);
     const gpu_hparams hp = {h->lr, h->momentum, h->weight_decay, h->label_smoothing,
                             h->nesterov, {0, 0, 0}};
-    if (!rc) rc = gx_stage(e, b, &hp, err);
+    if (!rc) rc = gx_stage(e, b, &hp, b->soft, err);
     e->prof = &pr;
     if (!rc) rc = gx_step_ops(e, p, err);
     e->prof = NULL;

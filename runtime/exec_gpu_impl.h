@@ -14,7 +14,9 @@
 //     work gradients that one launch gathers back (unscaled, checked);
 //   - one output and one gradient buffer per layer, sized for max_batch;
 //   - per batch size a plan: cuDNN conv plans (algorithms timed once) and BN
-//     plans, plus the CUDA graph of a whole training step once it has run.
+//     plans, plus the CUDA graph of a whole training step once it has run
+//     (captured again when the loss switches between hard labels and soft
+//     targets).
 // In fp16, "bn, relu" and "bn, add, relu" patterns run as cuDNN's fused
 // persistent BN kernels during training. Batches are staged through pinned
 // memory (two buffers, so the host can fill one while the GPU reads the
@@ -75,6 +77,7 @@ typedef struct {
     bn_gpu **bn;           // per layer
     cudaGraphExec_t graph;
     int graph_state;       // 0 not tried, 1 ready, -1 failed (runs eagerly)
+    int graph_soft;        // the graph's loss: 1 soft targets, 0 hard labels
     char graph_err[200];   // why the capture failed
     long steps;
     unsigned long last_use;
@@ -106,7 +109,8 @@ typedef struct {
     param_segs *segs;
     gpu_stats *stats;
     gpu_scaler *scaler;
-    size_t stage_bytes, off_labels, off_dx, off_dy, off_flip, off_images;
+    size_t stage_bytes, off_labels, off_dx, off_dy, off_flip, off_images, off_soft;
+    int soft_mode;         // the staged batch has soft targets (exec_batch.soft)
     unsigned char *dstage, *hstage[2];
     cudaEvent_t stage_ev[2];
     int stage_cur, work_stale;
@@ -133,6 +137,8 @@ static inline float *gx_buf(gx_exec *e, int t) { return e->buf + e->nt->tensors[
 // Staged device copies of the batch.
 static inline gpu_hparams *gx_hp(gx_exec *e) { return (gpu_hparams *)e->dstage; }
 static inline int *gx_labels(gx_exec *e) { return (int *)(e->dstage + e->off_labels); }
+// Staged soft targets, (n, classes) fp32 (valid when soft_mode).
+static inline float *gx_soft(gx_exec *e) { return (float *)(e->dstage + e->off_soft); }
 
 // Image bytes of one input image.
 static inline size_t gx_img_bytes(const net *nt) { return (size_t)3 * nt->in_h * nt->in_w; }

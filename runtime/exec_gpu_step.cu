@@ -346,9 +346,14 @@ extern "C" int gx_step_ops(gx_exec *e, gx_plan *p, sc_err *err) {
     if (e->prof) gx_mark(e, e->prof->other[0]);
     SC_TRY(param_cast_gpu(&e->g, e->segs, e->param, err));
     SC_TRY(gx_forward(e, p, n, 1, err));
-    SC_TRY(softmax_xent_gpu(&e->g, e->gl[last].odt, e->dt, n, e->nt->classes, e->gl[last].out,
-                            gx_labels(e), gx_hp(e), 1.0f / (float)n, sc, e->gl[last].grad,
-                            e->stats, err));
+    if (e->soft_mode)
+        SC_TRY(soft_xent_gpu(&e->g, e->gl[last].odt, e->dt, n, e->nt->classes, e->gl[last].out,
+                             gx_soft(e), gx_labels(e), 1.0f / (float)n, sc, e->gl[last].grad,
+                             e->stats, err));
+    else
+        SC_TRY(softmax_xent_gpu(&e->g, e->gl[last].odt, e->dt, n, e->nt->classes,
+                                e->gl[last].out, gx_labels(e), gx_hp(e), 1.0f / (float)n, sc,
+                                e->gl[last].grad, e->stats, err));
     if (e->prof) gx_mark(e, e->prof->other[1]);
     SC_TRY(gx_backward(e, p, n, err));
     if (e->prof) gx_mark(e, e->prof->other[2]);
@@ -377,12 +382,19 @@ static int gx_capture(gx_exec *e, gx_plan *p, sc_err *err) {
         return -1;
     }
     p->graph_state = 1;
+    p->graph_soft = e->soft_mode;
     return 0;
 }
 
 // Runs the staged step: by graph when captured, else eagerly (capturing the
-// graph at the second step of a plan).
+// graph at the second step of a plan, and again when the loss switches
+// between hard labels and soft targets).
 extern "C" int gx_step_run(gx_exec *e, gx_plan *p, sc_err *err) {
+    if (p->graph_state == 1 && p->graph_soft != e->soft_mode) {
+        cudaGraphExecDestroy(p->graph);
+        p->graph = NULL;
+        p->graph_state = 0;
+    }
     if (p->graph_state == 0 && p->steps >= 1 && e->use_graphs) (void)gx_capture(e, p, err);
     p->steps++;
     if (p->graph_state == 1) {

@@ -7,7 +7,10 @@
 # and fine-tuning runs write what their JSON summaries say; --row-scale
 # writes per-row scales (/quant version 2) that decode to /params with at
 # most 16 values per row, also after fine-tuning, and exports to codebook4
-# values equal to the quantized weights.
+# values equal to the quantized weights. Fine-tuning distills from the
+# unquantized model by default (JSON, history line and text say so, with
+# the KL per epoch); --finetune-distill off uses the labels; a bad
+# --finetune-alpha or --finetune-distill is a usage error.
 cd "$(dirname "$0")/.." || exit 1
 . tests/lib.sh
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
@@ -33,6 +36,9 @@ expect_fail "lr-params 11" 2 '^quantize: .*finetune-lr-params' $Q --finetune-lr-
 expect_fail "finetune-wd 2" 2 '^quantize: .*finetune-wd' $Q --finetune-wd 2
 expect_fail "row-scale with bits" 2 '^quantize: .*--row-scale needs k-means' $Q --bits 8 --row-scale
 expect_fail "row-scale with half" 2 '^quantize: .*--row-scale needs k-means' $Q --half --row-scale
+expect_fail "finetune-alpha 2" 2 '^quantize: .*finetune-alpha' $Q --finetune-alpha 2
+expect_fail "finetune-alpha -0.5" 2 '^quantize: .*finetune-alpha' $Q --finetune-alpha -0.5
+expect_fail "finetune-distill maybe" 2 '^quantize: .*finetune-distill' $Q --finetune-distill maybe
 
 # --- bad input (exit 1) ---------------------------------------------------------
 expect_fail "no previous run" 1 '^quantize: no previous run' $Q
@@ -114,6 +120,24 @@ done
 if $Q "$P" --centroids 16 --finetune-epochs 1 --bn-recalibrate 2 -o "$T/ft.h5" --json "$T/ft.json" >/dev/null 2>&1 \
    && grep -A 2 '"finetune_history"' "$T/ft.json" | grep -q '"epoch": *1'; then ok "fine-tuning run"
 else bad "fine-tuning run" "failed or no history"; fi
+# Distillation is the default: the JSON says so (alpha 0) and the history has the KL.
+grep -q '"finetune_distill": *true' "$T/ft.json" 2>/dev/null && [ "$(num finetune_alpha "$T/ft.json")" = 0 ] \
+    && [ -n "$(num kl "$T/ft.json")" ] && [ -n "$(num teacher_accuracy "$T/ft.json")" ] \
+    && ok "fine-tuning distills by default (KL $(num kl "$T/ft.json"))" \
+    || bad "fine-tuning distills by default" "json: $(grep -oE '"(finetune_distill|kl)": *[a-z0-9.]+' "$T/ft.json" | tr '\n' ' ')"
+h5dump -d /history "$T/ft.h5" 2>/dev/null | grep -q 'distill on alpha 0' \
+    && ok "history line names distillation" || bad "history line names distillation" "missing"
+# Hard labels with --finetune-distill off: no KL in the history.
+if $Q "$P" --centroids 16 --finetune-epochs 1 --finetune-distill off --bn-recalibrate 2 -o "$T/fth.h5" \
+      --json "$T/fth.json" >/dev/null 2>&1 && grep -q '"finetune_distill": *false' "$T/fth.json" \
+   && grep -q '"kl": *null' "$T/fth.json"; then ok "fine-tuning with --finetune-distill off"
+else bad "fine-tuning with --finetune-distill off" "failed or json wrong"; fi
+# The distillation settings are reported in the text too.
+out=$($BIN/quantize --device cpu --data-dir "$T/data" --runs "$T/runs" "$P" --centroids 16 \
+      --finetune-epochs 1 --finetune-alpha 0.25 --bn-recalibrate 2 -o "$T/fta.h5" 2>&1)
+echo "$out" | grep -q 'distills from the unquantized model (targets 0.25 \* label' \
+   && echo "$out" | grep -q 'fine-tuned (distillation, alpha 0.25' \
+   && ok "text names distillation and alpha" || bad "text names distillation and alpha" "$(echo "$out" | grep -i distill | head -n 2)"
 # Fine-tuning the other parameters too (BN, biases, the fp32 last layer): the JSON
 # says so, the file still decodes to /params with <= 16 values and the zeros.
 if $Q "$P" --centroids 16 --skip-last --finetune-epochs 2 --finetune-lr-params 0.02 --bn-recalibrate 2 \
@@ -210,4 +234,6 @@ else
 fi
 $Q --help | grep -qE -- '--centroids.*' && $Q --help | grep -qE -- '--init.*linear' \
     && ok "help lists the options" || bad "help" "options missing"
+$Q --help | grep -qE -- '--finetune-distill.*on\|off' && $Q --help | grep -qE -- '--finetune-alpha' \
+    && ok "help lists the distillation options" || bad "help" "distillation options missing"
 summary

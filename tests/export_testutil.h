@@ -106,7 +106,7 @@ static inline float *tex_logits(net *nt, int n, const uint8_t *img) {
     }
     int *labels = calloc((size_t)n, sizeof *labels);
     float *lg = malloc((size_t)n * nt->classes * sizeof *lg);
-    exec_batch b = {n, img, labels, NULL, NULL, NULL};
+    exec_batch b = {n, img, labels, NULL, NULL, NULL, NULL};
     if (exec_eval_batch(e, &b, 0.0f, lg, &err)) {
         fprintf(stderr, "exec_eval_batch: %s\n", err.msg);
         free(lg), lg = NULL;

@@ -1,5 +1,6 @@
-// Every GPU op (kernels/*_gpu.h) against its CPU reference (kernels/*.h) on
-// random inputs of awkward shapes, in fp32 and fp16 storage. Outputs are
+// Every GPU op (kernels/*_gpu.h, the soft-target loss included) against its
+// CPU reference (kernels/*.h) on random inputs of awkward shapes, in fp32
+// and fp16 storage. Outputs are
 // poisoned with NaN (all bits set) before each run, so an element the GPU
 // does not write fails the comparison. Inputs are rounded to the storage
 // precision first and the CPU reference runs on the rounded values, so the
@@ -608,6 +609,58 @@ static void test_loss(tctx *t) {
     loss_case(t, GDT_F32, GDT_F32, 512, 100, 0.1f);
 }
 
+// Loss against soft targets (random distributions), hits against the
+// labels and the gradient (with a loss scale) against soft_xent_cpu.
+static void soft_loss_case(tctx *t, gpu_dtype ldt, gpu_dtype gdt, int n, int k) {
+    genv E, *e = &E;
+    if (!genv_open(t, e, (uint64_t)(n * 5 + k + ldt * 2 + gdt + 1000))) return;
+    const size_t cnt = (size_t)n * k;
+    const float scale = 256.0f;
+    float *x = hrand(e, cnt, -6, 6), *q = hrand(e, cnt, 0.01f, 1), *ref = hzero(cnt), *got = hzero(cnt);
+    int *lab = malloc(n * sizeof *lab), *dlab = NULL;
+    long hits = 0;
+    for (int i = 0; i < n; i++) {
+        double s = 0.0;
+        for (int j = 0; j < k; j++) s += q[(size_t)i * k + j];
+        for (int j = 0; j < k; j++) q[(size_t)i * k + j] = (float)(q[(size_t)i * k + j] / s);
+        lab[i] = (int)rng_below(&e->r, (uint32_t)k);
+    }
+    void *dx = dput(e, ldt, cnt, x), *dg = dalloc(e, cnt * 4);
+    float *dq = dalloc(e, cnt * sizeof(float));
+    gpu_scaler sc = {scale, 1.0f / scale, 0, 0};
+    gpu_stats st;
+    gpu_scaler *dsc = dalloc(e, sizeof sc);
+    gpu_stats *dst = dalloc(e, sizeof st);
+    dlab = dalloc(e, n * sizeof *lab);
+    h2d(dq, q, cnt * sizeof(float));
+    h2d(dsc, &sc, sizeof sc);
+    h2d(dlab, lab, n * sizeof *lab);
+    cudaMemset(dst, 0, sizeof st);
+    cudaDeviceSynchronize();
+    double loss = soft_xent_cpu(n, k, x, q, lab, scale / n, ref, &hits);
+    GTRY(t, e, soft_xent_gpu(&e->g, ldt, gdt, n, k, dx, dq, dlab, 1.0f / n, dsc, dg, dst, &e->err));
+    GTRY(t, e, soft_xent_gpu(&e->g, ldt, gdt, n, k, dx, dq, dlab, 1.0f, NULL, NULL, dst, &e->err));
+    dget(e, gdt, cnt, dg, got);
+    CHECK_REL(t, "soft loss gradient", cnt, got, ref, gdt == GDT_F16 ? TOL16 : TOL32_EW);
+    cudaMemcpy(&st, dst, sizeof st, cudaMemcpyDeviceToHost);
+    CHECK_CLOSE(t, st.loss_sum, 2 * loss, 1e-5);
+    CHECK(t, st.correct == (unsigned long long)(2 * hits), "hits %llu vs %ld", st.correct, 2 * hits);
+    CHECK(t, st.count == (unsigned long long)(2 * n), "count %llu vs %d", st.count, 2 * n);
+out:
+    free(x), free(q), free(ref), free(got), free(lab);
+    genv_close(e);
+}
+
+// Soft-target loss: 1, 5 and 128 images of 7 and 100 classes, fp32 and fp16.
+static void test_soft_loss(tctx *t) {
+    if (!gpu_here(t)) return;
+    const int ns[3] = {1, 5, 128}, ks[2] = {7, 100};
+    for (int a = 0; a < 3; a++)
+        for (int c = 0; c < 2; c++) soft_loss_case(t, GDT_F32, GDT_F32, ns[a], ks[c]);
+    soft_loss_case(t, GDT_F32, GDT_F16, 37, 100);
+    soft_loss_case(t, GDT_F16, GDT_F16, 29, 7);
+}
+
 // --- optimizer --------------------------------------------------------------
 
 // Masked SGD against the CPU (exact), masked entries exactly zero, and a
@@ -817,6 +870,7 @@ int main(void) {
     RUN(&t, test_pool);
     RUN(&t, test_linear);
     RUN(&t, test_loss);
+    RUN(&t, test_soft_loss);
     RUN(&t, test_optimizer);
     RUN(&t, test_augment);
     return check_finish(&t);

@@ -33,7 +33,7 @@ static float *dense_logits(net *nt, int n, const uint8_t *img) {
     if (!e) return NULL;
     int *labels = calloc((size_t)n, sizeof *labels);
     float *lg = malloc((size_t)n * nt->classes * sizeof *lg);
-    exec_batch b = {n, img, labels, NULL, NULL, NULL};
+    exec_batch b = {n, img, labels, NULL, NULL, NULL, NULL};
     if (exec_eval_batch(e, &b, 0.0f, lg, &err)) free(lg), lg = NULL;
     exec_free(e);
     free(labels);

@@ -3,7 +3,10 @@
 // (a residual net without BN through eval, one with BN through zero-lr train
 // steps), LeNet overfitting one batch, masks keeping weights and momentum at
 // exactly zero, bitwise determinism across executors, eval statistics and
-// the host copies.
+// the host copies. Soft targets (exec_batch.soft): the loss kernel against
+// the formula and against the hard-label loss for one-hot targets, the
+// whole-net gradient against finite differences, label smoothing ignored,
+// and evaluation applying the batch's crop/flip like training.
 //
 // Finite differences are taken in float through the executor, and every
 // parameter is checked with |num - ana| <= 1e-2 * |ana| + 1e-4 * (1e-3 / h)
@@ -18,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/loss.h"
 #include "runtime/exec.h"
 #include "runtime/net.h"
 #include "runtime/rng.h"
@@ -75,9 +79,23 @@ static double fd_excess(double num, double ana, float h) {
     return isnan(x) ? INFINITY : x;  // NaN: a failed loss evaluation
 }
 
+// Random target distributions (n, k), every entry > 0, rows summing to 1.
+static float *soft_random(int n, int k, uint64_t seed) {
+    rng g;
+    rng_seed(&g, seed, 11);
+    float *q = malloc((size_t)n * k * sizeof *q);
+    for (int i = 0; i < n; i++) {
+        double sum = 0.0;
+        for (int j = 0; j < k; j++) sum += q[i * k + j] = 0.01f + rng_uniform(&g);
+        for (int j = 0; j < k; j++) q[i * k + j] = (float)(q[i * k + j] / sum);
+    }
+    return q;
+}
+
 // Compares exec_read_grad with central differences of the loss for every
-// trainable parameter of the net; returns the number of elements checked.
-static int grad_check(tctx *t, const char *desc, int bn_train, uint64_t seed) {
+// trainable parameter of the net (soft: against random soft targets);
+// returns the number of elements checked.
+static int grad_check(tctx *t, const char *desc, int bn_train, uint64_t seed, int soft) {
     sc_err err = {0};
     const float smoothing = 0.1f;
     net *nt = tnet_make(desc, 8, 5, seed, &err);
@@ -88,6 +106,8 @@ static int grad_check(tctx *t, const char *desc, int bn_train, uint64_t seed) {
     if (!e) return net_free(nt), 0;
     tbatch tb;
     tbatch_make(&tb, 3, 8, 8, 5, seed, TB_STREAM, TB_SHIFT, 1);
+    float *q = soft ? soft_random(3, 5, seed) : NULL;
+    tb.b.soft = q;
     float *grad = malloc(nt->nparam * sizeof *grad);
     exec_hparams h = {.label_smoothing = smoothing};
     exec_stats st;
@@ -111,7 +131,7 @@ static int grad_check(tctx *t, const char *desc, int bn_train, uint64_t seed) {
     CHECK(t, retried * 10 <= nt->nparam, "%zu of %zu gradients needed a smaller step", retried,
           nt->nparam);
     int n = (int)nt->nparam;
-    free(grad);
+    free(grad), free(q);
     tbatch_free(&tb);
     exec_free(e);
     net_free(nt);
@@ -158,14 +178,144 @@ static const char *DESC_BN =
 
 // Gradients of the plain residual net against finite differences of eval losses.
 static void test_grad_plain(tctx *t) {
-    int n = grad_check(t, DESC_PLAIN, 0, 1);
+    int n = grad_check(t, DESC_PLAIN, 0, 1, 0);
     CHECK(t, n > 400, "only %d parameters checked", n);
 }
 
 // Gradients of the BN net against finite differences of zero-lr train-step losses.
 static void test_grad_bn(tctx *t) {
-    int n = grad_check(t, DESC_BN, 1, 2);
+    int n = grad_check(t, DESC_BN, 1, 2, 0);
     CHECK(t, n > 400, "only %d parameters checked", n);
+}
+
+// Gradients of the BN net against soft targets (label smoothing 0.1 set and
+// ignored) against finite differences of zero-lr train-step losses.
+static void test_grad_soft(tctx *t) {
+    int n = grad_check(t, DESC_BN, 1, 3, 1);
+    CHECK(t, n > 400, "only %d parameters checked", n);
+}
+
+// --- soft targets -----------------------------------------------------------
+
+// soft_xent_cpu against -sum q log softmax and (p - q) * scale computed
+// directly, for awkward sizes; one-hot targets give the hard-label loss
+// with smoothing 0 bit for bit.
+static void test_soft_xent_kernel(tctx *t) {
+    const int ns[3] = {1, 5, 13}, ks[2] = {7, 100};
+    for (int a = 0; a < 3; a++)
+        for (int c = 0; c < 2; c++) {
+            const int n = ns[a], k = ks[c];
+            rng g;
+            rng_seed(&g, 40 + (uint64_t)a, (uint64_t)c);
+            float *z = malloc((size_t)n * k * sizeof *z), *q = soft_random(n, k, 50 + a + c);
+            float *d = malloc((size_t)n * k * sizeof *d), *dh = malloc((size_t)n * k * sizeof *dh);
+            int *lab = malloc((size_t)n * sizeof *lab);
+            for (int i = 0; i < n * k; i++) z[i] = 40.0f * (rng_uniform(&g) - 0.5f);
+            for (int i = 0; i < n; i++) lab[i] = (int)rng_below(&g, (uint32_t)k);
+            long hits = -1, hh = -1;
+            const double loss = soft_xent_cpu(n, k, z, q, lab, 0.25f, d, &hits);
+            double want = 0.0, worst = 0.0;
+            long want_hits = 0;
+            for (int i = 0; i < n; i++) {
+                const float *r = z + (size_t)i * k;
+                double mx = r[0], se = 0.0;
+                int best = 0;
+                for (int j = 1; j < k; j++) best = r[j] > r[best] ? j : best;
+                mx = r[best];
+                for (int j = 0; j < k; j++) se += exp(r[j] - mx);
+                for (int j = 0; j < k; j++) {
+                    const double lp = r[j] - mx - log(se), qj = q[(size_t)i * k + j];
+                    want -= qj * lp;
+                    const double dg = (exp(lp) - qj) * 0.25, got = d[(size_t)i * k + j];
+                    if (fabs(got - dg) > worst) worst = fabs(got - dg);
+                }
+                want_hits += best == lab[i];
+            }
+            CHECK(t, fabs(loss - want) <= 1e-9 * fabs(want) + 1e-9, "n %d k %d: loss %.12g want %.12g",
+                  n, k, loss, want);
+            CHECK(t, worst <= 1e-7, "n %d k %d: gradient off by %.3g", n, k, worst);
+            CHECK(t, hits == want_hits, "n %d k %d: hits %ld want %ld", n, k, hits, want_hits);
+            soft_xent_cpu(n, k, z, q, NULL, 1.0f, NULL, &hits);
+            CHECK(t, hits == 0, "no labels, %ld hits", hits);
+            for (int i = 0; i < n * k; i++) q[i] = (i % k) == lab[i / k] ? 1.0f : 0.0f;
+            const double ls = soft_xent_cpu(n, k, z, q, lab, 1.0f / n, d, &hits);
+            const double lh = softmax_xent_cpu(n, k, z, lab, 0.0f, 1.0f / n, dh, &hh);
+            CHECK(t, ls == lh && hits == hh && !memcmp(d, dh, (size_t)n * k * sizeof *d),
+                  "n %d k %d: one-hot targets: loss %.17g vs %.17g, hits %ld vs %ld", n, k, ls, lh,
+                  hits, hh);
+            free(z), free(q), free(d), free(dh), free(lab);
+        }
+}
+
+// Through the executor: one-hot soft targets (smoothing 0.3, ignored) give
+// the gradient and loss of hard labels without smoothing, bit for bit; other
+// targets another gradient; top-1 still counts the labels.
+static void test_soft_train_step(tctx *t) {
+    sc_err err = {0};
+    net *nt = tnet_make(DESC_BN, 8, 5, 12, &err);
+    if (!nt) { CHECK(t, 0, "%s", err.msg); return; }
+    exec *e = exec_create(nt, DEV_CPU, PREC_FP32, 6, &err);
+    if (!e) { CHECK(t, 0, "%s", err.msg); net_free(nt); return; }
+    tbatch tb;
+    tbatch_make(&tb, 6, 8, 8, 5, 12, TB_STREAM, TB_SHIFT, 1);
+    float *g[3], onehot[30];
+    exec_stats st[3];
+    for (int i = 0; i < 30; i++) onehot[i] = (i % 5) == tb.labels[i / 5] ? 1.0f : 0.0f;
+    float *rq = soft_random(6, 5, 12);
+    const float *soft[3] = {NULL, onehot, rq};
+    const float smooth[3] = {0.0f, 0.3f, 0.0f};
+    for (int v = 0; v < 3; v++) {
+        g[v] = malloc(nt->nparam * sizeof *g[v]);
+        exec_batch b = tb.b;
+        b.soft = soft[v];
+        exec_hparams h = {.label_smoothing = smooth[v]};
+        CHECK(t, exec_write_net(e, &err) == 0 && exec_train_step(e, &b, &h, &err) == 0 &&
+                 exec_read_grad(e, g[v], &err) == 0 && exec_stats_take(e, &st[v], &err) == 0,
+              "%s", err.msg);
+    }
+    CHECK(t, !memcmp(g[0], g[1], nt->nparam * sizeof(float)) && st[0].loss_sum == st[1].loss_sum,
+          "one-hot targets differ from hard labels (loss %.17g vs %.17g)", st[0].loss_sum,
+          st[1].loss_sum);
+    CHECK(t, memcmp(g[0], g[2], nt->nparam * sizeof(float)) != 0, "soft targets ignored");
+    CHECK(t, st[2].count == 6 && st[2].correct == st[0].correct, "hits %ld vs %ld",
+          st[2].correct, st[0].correct);
+    for (int v = 0; v < 3; v++) free(g[v]);
+    free(rq);
+    tbatch_free(&tb);
+    exec_free(e);
+    net_free(nt);
+}
+
+// Evaluation applies the batch's flip: flipped images give the logits of
+// the same images mirrored on the host; with crop offsets the logits of a
+// training-mode batch change too (the teacher of distillation sees the
+// student's pixels).
+static void test_eval_augment(tctx *t) {
+    sc_err err = {0};
+    net *nt = tnet_make(DESC_BN, 8, 5, 13, &err);
+    if (!nt) { CHECK(t, 0, "%s", err.msg); return; }
+    exec *e = exec_create(nt, DEV_CPU, PREC_FP32, 5, &err);
+    if (!e) { CHECK(t, 0, "%s", err.msg); net_free(nt); return; }
+    tbatch tb;
+    tbatch_make(&tb, 5, 8, 8, 5, 13, TB_STREAM, TB_SHIFT, 1);
+    uint8_t *mir = malloc(5 * 3 * 64), ones[5] = {1, 1, 1, 1, 1};
+    for (int p = 0; p < 5 * 3 * 8; p++)
+        for (int x = 0; x < 8; x++) mir[p * 8 + x] = tb.img[p * 8 + 7 - x];
+    exec_batch fl = {5, tb.img, tb.labels, NULL, NULL, ones, NULL};
+    exec_batch mb = {5, mir, tb.labels, NULL, NULL, NULL, NULL};
+    exec_batch plain = {5, tb.img, tb.labels, NULL, NULL, NULL, NULL};
+    float z[4][25];
+    CHECK(t, exec_eval_batch(e, &fl, 0.0f, z[0], &err) == 0 &&
+             exec_eval_batch(e, &mb, 0.0f, z[1], &err) == 0 &&
+             exec_eval_batch(e, &plain, 0.0f, z[2], &err) == 0 &&
+             exec_eval_batch(e, &tb.b, 0.0f, z[3], &err) == 0, "%s", err.msg);
+    CHECK(t, !memcmp(z[0], z[1], sizeof z[0]), "eval ignores flip");
+    CHECK(t, memcmp(z[0], z[2], sizeof z[0]) != 0, "flip changes nothing");
+    CHECK(t, memcmp(z[3], z[2], sizeof z[0]) != 0, "eval ignores crop and flip");
+    free(mir);
+    tbatch_free(&tb);
+    exec_free(e);
+    net_free(nt);
 }
 
 // --- training behaviour -----------------------------------------------------
@@ -383,6 +533,10 @@ int main(void) {
     tctx t = {.suite = "test_exec_cpu"};
     RUN(&t, test_grad_plain);
     RUN(&t, test_grad_bn);
+    RUN(&t, test_grad_soft);
+    RUN(&t, test_soft_xent_kernel);
+    RUN(&t, test_soft_train_step);
+    RUN(&t, test_eval_augment);
     RUN(&t, test_lenet_overfit);
     RUN(&t, test_masks);
     RUN(&t, test_deterministic);

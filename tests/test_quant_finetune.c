@@ -8,6 +8,10 @@
 // changes only the BN running statistics. With row scales a centroid moves
 // by the gradient summed times each weight's row scale, the scales and
 // indices stay, and every weight is exactly centroid * row scale.
+// Distillation: the student's logits move toward the unquantized teacher's
+// (KL on a fixed batch falls, more than with hard labels), the teacher sees
+// the student's augmented pixels (a teacher equal to the student gives KL 0
+// with crop and flip on), and a bad alpha is refused.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +25,10 @@
 
 static const char *DESC = "conv 4 3 pad=1 bias=0 name=c1\nbn name=b1\nrelu\nmaxpool 4\n"
                           "conv 6 3 name=c2\nrelu\ngap\nlinear classes name=fc\n";
+
+// The same without BN: training and inference forward passes agree.
+static const char *DESC_NOBN = "conv 4 3 pad=1 name=c1\nrelu\nmaxpool 4\n"
+                               "conv 6 3 name=c2\nrelu\ngap\nlinear classes name=fc\n";
 
 // --- fixtures -------------------------------------------------------------------
 
@@ -70,11 +78,14 @@ static void dataset_learnable(dataset *ds, int ntrain) {
     }
 }
 
-// The test net with random weights, ~60% of c2 and fc pruned, quantized with
-// k-means (k centroids, fp16 codebooks); skip_last leaves fc.weight in fp32.
-static net *net_quantized_opts(int k, int skip_last, int rows, quant_model **q) {
+// A net of description desc with random weights, ~60% of c2 and fc pruned,
+// quantized with k-means (k centroids, fp16 codebooks); skip_last leaves
+// fc.weight in fp32; fc.weight is multiplied by gain (confident outputs).
+// *before (when not NULL) gets a copy of the net before quantization.
+static net *net_quantized_desc(const char *desc, int k, int skip_last, int rows, float gain,
+                               quant_model **q, net **before) {
     sc_err err = {{0}};
-    net *nt = net_from_desc("tiny", DESC, 3, 32, 32, 5, &err);
+    net *nt = net_from_desc("tiny", desc, 3, 32, 32, 5, &err);
     tnet_randomize(nt, 8, 1);
     rng r;
     rng_seed(&r, 8, 5);
@@ -84,13 +95,21 @@ static net *net_quantized_opts(int k, int skip_last, int rows, quant_model **q) 
         for (size_t i = 0; i < nt->tensors[t].count; i++)
             if (rng_uniform(&r) < 0.6f) m[i] = 0.0f, w[i] = 0.0f;
     }
+    const int fc = net_tensor_find(nt, "fc.weight");
+    for (size_t i = 0; fc >= 0 && i < nt->tensors[fc].count; i++) net_tensor_data(nt, fc)[i] *= gain;
     quant_cfg c = {.method = QM_KMEANS, .codebook_fp16 = 1,
                    .km = {.k = k, .init = KM_INIT_LINEAR, .max_iter = 50, .fp16 = 1,
                           .row_scale = rows},
                    .skip_last = skip_last};
     *q = NULL;
+    if (before && !(*before = finetune_net_copy(nt, &err))) fprintf(stderr, "copy: %s\n", err.msg);
     if (quant_net_apply(nt, &c, q, &err)) fprintf(stderr, "quant_net_apply: %s\n", err.msg);
     return nt;
+}
+
+// The test net (DESC) quantized as net_quantized_desc says.
+static net *net_quantized_opts(int k, int skip_last, int rows, quant_model **q) {
+    return net_quantized_desc(DESC, k, skip_last, rows, 1.0f, q, NULL);
 }
 
 // The test net, k-means without row scales.
@@ -148,7 +167,7 @@ static void test_finetune_step(tctx *t) {
     exec *e = exec_create(nt, DEV_CPU, PREC_FP32, 32, &err);
     // the reference gradient on the same (whole) training split
     float *g = malloc(nt->nparam * sizeof *g);
-    exec_batch b = {ds.train.n, ds.train.images, ds.train.labels, NULL, NULL, NULL};
+    exec_batch b = {ds.train.n, ds.train.images, ds.train.labels, NULL, NULL, NULL, NULL};
     exec_hparams frozen = {.label_smoothing = 0.1f};
     CHECK(t, exec_train_step(e, &b, &frozen, &err) == 0 && exec_read_grad(e, g, &err) == 0, "%s", err.msg);
     float *before = malloc((size_t)q->ntensors * 6 * sizeof *before);
@@ -273,7 +292,7 @@ static void test_finetune_rows_step(tctx *t) {
     sc_err err = {{0}};
     exec *e = exec_create(nt, DEV_CPU, PREC_FP32, 32, &err);
     float *g = malloc(nt->nparam * sizeof *g);
-    exec_batch b = {ds.train.n, ds.train.images, ds.train.labels, NULL, NULL, NULL};
+    exec_batch b = {ds.train.n, ds.train.images, ds.train.labels, NULL, NULL, NULL, NULL};
     exec_hparams frozen = {.label_smoothing = 0.1f};
     CHECK(t, exec_train_step(e, &b, &frozen, &err) == 0 && exec_read_grad(e, g, &err) == 0, "%s", err.msg);
     float before[16][5], scale0[16][64];
@@ -368,7 +387,7 @@ static void test_finetune_params_step(tctx *t) {
     exec *e = exec_create(nt, DEV_CPU, PREC_FP32, 32, &err);
     float *g = malloc(nt->nparam * sizeof *g), *p0 = malloc(nt->nparam * sizeof *p0);
     memcpy(p0, nt->param, nt->nparam * sizeof *p0);
-    exec_batch b = {ds.train.n, ds.train.images, ds.train.labels, NULL, NULL, NULL};
+    exec_batch b = {ds.train.n, ds.train.images, ds.train.labels, NULL, NULL, NULL, NULL};
     exec_hparams frozen = {.label_smoothing = 0.1f};
     CHECK(t, exec_train_step(e, &b, &frozen, &err) == 0 && exec_read_grad(e, g, &err) == 0, "%s", err.msg);
     const float lrp = 0.2f, wd = 0.01f;
@@ -566,6 +585,117 @@ static void test_bn_recalibrate(tctx *t) {
     dataset_free(&ds);
 }
 
+// --- distillation -----------------------------------------------------------------
+
+// Mean KL(softmax(teacher) || softmax(student)) over a batch of logits (n, k).
+static double kl_mean(int n, int k, const float *zt, const float *zs) {
+    double kl = 0.0;
+    for (int i = 0; i < n; i++) {
+        const float *a = zt + (size_t)i * k, *b = zs + (size_t)i * k;
+        double sa = 0.0, sb = 0.0;
+        for (int j = 0; j < k; j++) sa += exp(a[j]), sb += exp(b[j]);
+        for (int j = 0; j < k; j++) {
+            const double pa = exp(a[j]) / sa;
+            kl += pa * (log(pa) - (b[j] - log(sb)));
+        }
+    }
+    return kl / n;
+}
+
+// Eval logits (n, classes) of the training split's first n images (no crop or flip).
+static int logits_of(exec *e, const dataset *ds, int n, float *z, sc_err *err) {
+    exec_batch b = {n, ds->train.images, ds->train.labels, NULL, NULL, NULL, NULL};
+    exec_stats st;
+    SC_TRY(exec_eval_batch(e, &b, 0.0f, z, err));
+    return exec_stats_take(e, &st, err);
+}
+
+// Distillation fine-tuning moves the quantized student's logits toward the
+// unquantized teacher's (a net without BN, so training and inference
+// forward passes agree; confident outputs, 3 centroids): the training KL
+// falls epoch by epoch, KL(teacher || student) on fixed images falls, and
+// ends below hard-label fine-tuning's (the same run with no teacher, which
+// drifts away); the history has KL and teacher accuracy only when distilling.
+static void test_distill_toward_teacher(tctx *t) {
+    dataset ds;
+    dataset_learnable(&ds, 96);
+    double kl[2][2];
+    for (int v = 0; v < 2; v++) {
+        quant_model *q;
+        net *tn = NULL, *nt = net_quantized_desc(DESC_NOBN, 3, 0, 0, 6.0f, &q, &tn);
+        sc_err err = {{0}};
+        exec *e = exec_create(nt, DEV_CPU, PREC_FP32, 16, &err);
+        exec *te = tn ? exec_create(tn, DEV_CPU, PREC_FP32, 16, &err) : NULL;
+        CHECK(t, e && te, "%s", err.msg);
+        if (!e || !te) return;
+        float zt[16 * 5], zs[16 * 5];
+        CHECK(t, logits_of(te, &ds, 16, zt, &err) == 0 && logits_of(e, &ds, 16, zs, &err) == 0, "%s", err.msg);
+        kl[v][0] = kl_mean(16, 5, zt, zs);
+        finetune_cfg fc = {.epochs = 3, .batch = 16, .lr = 0.3f, .momentum = 0.9f,
+                           .lr_params = 0.01f, .weight_decay = 5e-4f, .nesterov = 1,
+                           .smoothing = 0.1f, .augment = 1, .seed = 7, .bn_batches = 0,
+                           .quiet = 1, .teacher = v ? NULL : te, .alpha = 0.0f};
+        finetune_result res;
+        CHECK(t, finetune_run(e, nt, q, &ds, &fc, -1.0, &res, &err) == 0, "%s", err.msg);
+        CHECK(t, logits_of(e, &ds, 16, zs, &err) == 0, "%s", err.msg);
+        kl[v][1] = kl_mean(16, 5, zt, zs);
+        printf("  %s: KL(teacher || student) %.5f -> %.5f (kept epoch %d); training KL by epoch "
+               "%.4f %.4f %.4f, teacher %.1f%%\n", v ? "hard labels" : "distillation", kl[v][0],
+               kl[v][1], res.best_epoch, res.hist[0].kl, res.hist[1].kl, res.hist[2].kl,
+               res.hist[0].teacher_accuracy);
+        if (!v)
+            CHECK(t, res.hist[2].kl < 0.85 * res.hist[0].kl, "training KL %.5f -> %.5f",
+                  res.hist[0].kl, res.hist[2].kl);
+        for (int i = 0; i < res.nepochs; i++)
+            CHECK(t, v ? isnan(res.hist[i].kl) && isnan(res.hist[i].teacher_accuracy)
+                       : isfinite(res.hist[i].kl) && res.hist[i].kl >= -1e-6 &&
+                             res.hist[i].teacher_accuracy >= 0.0,
+                  "epoch %d: KL %g teacher %g", i + 1, res.hist[i].kl, res.hist[i].teacher_accuracy);
+        check_quantized(t, nt, q);
+        finetune_result_free(&res);
+        exec_free(e), exec_free(te);
+        quant_model_free(q);
+        net_free(nt), net_free(tn);
+    }
+    CHECK(t, kl[0][1] < 0.9 * kl[0][0], "distillation: KL %.5f -> %.5f", kl[0][0], kl[0][1]);
+    CHECK(t, kl[0][1] < kl[1][1], "KL after distillation %.5f, after hard labels %.5f", kl[0][1],
+          kl[1][1]);
+    dataset_free(&ds);
+}
+
+// The teacher sees the student's pixels: a net without BN (training and
+// inference forward agree) taught by a copy of itself, nothing moving
+// (learning rates 0), has KL 0 with random crop and flip on; alpha outside
+// 0..1 is refused.
+static void test_distill_same_pixels(tctx *t) {
+    dataset ds;
+    dataset_random(&ds, 48);
+    quant_model *q;
+    net *nt = net_quantized_desc(DESC_NOBN, 4, 0, 0, 1.0f, &q, NULL);
+    sc_err err = {{0}};
+    net *tn = finetune_net_copy(nt, &err);
+    exec *e = exec_create(nt, DEV_CPU, PREC_FP32, 16, &err);
+    exec *te = tn ? exec_create(tn, DEV_CPU, PREC_FP32, 16, &err) : NULL;
+    CHECK(t, e && te, "%s", err.msg);
+    if (!e || !te) return;
+    finetune_cfg fc = {.epochs = 2, .batch = 16, .lr = 0.0f, .momentum = 0.9f, .smoothing = 0.1f,
+                       .augment = 1, .seed = 8, .quiet = 1, .teacher = te, .alpha = 0.0f};
+    finetune_result res;
+    CHECK(t, finetune_run(e, nt, q, &ds, &fc, -1.0, &res, &err) == 0, "%s", err.msg);
+    for (int i = 0; i < res.nepochs; i++)
+        CHECK(t, fabs(res.hist[i].kl) < 1e-5, "epoch %d: KL %.3g with the student as teacher",
+              i + 1, res.hist[i].kl);
+    finetune_result_free(&res);
+    fc.alpha = 2.0f;
+    CHECK(t, finetune_run(e, nt, q, &ds, &fc, -1.0, &res, &err) != 0 && strstr(err.msg, "alpha"),
+          "alpha 2 accepted (%s)", err.msg);
+    finetune_result_free(&res);
+    exec_free(e), exec_free(te);
+    quant_model_free(q);
+    net_free(nt), net_free(tn);
+    dataset_free(&ds);
+}
+
 int main(void) {
     gsl_set_error_handler_off();
     tctx t = {.suite = "test_quant_finetune"};
@@ -579,5 +709,7 @@ int main(void) {
     RUN(&t, test_finetune_deterministic);
     RUN(&t, test_finetune_learns);
     RUN(&t, test_bn_recalibrate);
+    RUN(&t, test_distill_toward_teacher);
+    RUN(&t, test_distill_same_pixels);
     return check_finish(&t);
 }

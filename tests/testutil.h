@@ -140,7 +140,7 @@ static inline void tbatch_make(tbatch *tb, int n, int h, int w, int classes, uin
         tb->flip[i] = (uint8_t)rng_below(&g, 2);
     }
     tb->b = (exec_batch){n, tb->img, tb->labels, augment ? tb->dx : NULL,
-                         augment ? tb->dy : NULL, augment ? tb->flip : NULL};
+                         augment ? tb->dy : NULL, augment ? tb->flip : NULL, NULL};
 }
 
 // Frees a batch.
