@@ -63,25 +63,28 @@ __global__ void __launch_bounds__(256, 2) spk_plain_kernel(const __grid_constant
 
 // --- tiled kernel: staging ----------------------------------------------------
 
-// Input columns (bordered, -1: none) of tile-row word cw: x for fp32, x and y for a half2.
+// Input columns (bordered, -1: none) of tile-row word cw: x for fp32, x and y
+// for a half2 (view column v at bordered v vs + cmin).
 template <int VT> __device__ int2 spk_colsrc(const spk_args &a, int cw) {
     int2 r = make_int2(-1, -1);
     if (cw >= a.stride * a.pw) return r;
     const int ph = cw / a.pw, rem = cw - ph * a.pw;
     if (VT == 0) {
-        const int col = rem * a.stride + ph + a.cmin;
+        const int col = (rem * a.stride + ph) * a.vs + a.cmin;
         r.x = col < a.Wb ? col : -1;
     } else {
         const int cpy = rem >= a.np ? 1 : 0, pi = rem - cpy * a.np;
-        const int col0 = (2 * pi + cpy) * a.stride + ph + a.cmin, col1 = col0 + a.stride;
+        const int col0 = ((2 * pi + cpy) * a.stride + ph) * a.vs + a.cmin;
+        const int col1 = col0 + a.stride * a.vs;
         r.x = col0 < a.Wb ? col0 : -1;
         r.y = col1 < a.Wb ? col1 : -1;
     }
     return r;
 }
 
-// Copies the chunk's input tile (nb images, cc channels from c0, br rows from
-// bordered row prow0) into shared memory; out-of-range elements become 0.
+// Copies the chunk's input tile (nb images, cc channels from c0, br view rows
+// from bordered row prow0, vs apart) into shared memory; out-of-range
+// elements become 0.
 // The thread copies word cw of lines l0, l0 + lstep, ... (a line: one row of
 // one channel of one image; src: cw's input columns), eight loads in flight.
 template <int VT>
@@ -99,7 +102,7 @@ __device__ __forceinline__ void spk_tile_stage(const spk_args &a, uint32_t *tile
             const int pl = (int)spk_div(line, a.f_br), row = line - pl * a.br;
             const int i = (int)spk_div(pl, a.f_cc), cl = pl - i * a.cc;
             dst[u] = line * a.rp + cw + i * ipad;
-            const int c = c0 + cl, img = n0 + i, grow = prow0 + row;
+            const int c = c0 + cl, img = n0 + i, grow = prow0 + row * a.vs;
             if (c >= a.C || img >= a.n || grow >= a.Hb) continue;
             const size_t at = (((size_t)img * a.C + c) * a.Hb + grow) * a.Wb;
             if (VT == 0) {
@@ -291,7 +294,7 @@ __global__ void __launch_bounds__(256, 2) spk_tile_kernel(const __grid_constant_
     const int slstep = (int)spk_div(blockDim.x, a.f_rp);  // >= 1: rp <= threads
     const int2 ssrc = spk_colsrc<VT>(a, scw);
     const int band = blockIdx.x % a.bands, n0 = (blockIdx.x / a.bands) * a.nb;
-    const int p0 = band * a.pb, prow0 = p0 * a.stride + a.rmin;
+    const int p0 = band * a.pb, prow0 = p0 * a.stride * a.vs + a.rmin;
     const int u = threadIdx.x % a.ubp, kg = threadIdx.x / a.ubp;
     const bool live = u < a.ub;
     const int l = u % a.lc, i = (u / a.lc) % a.nb, gq = u / (a.lc * a.nb);
@@ -414,13 +417,13 @@ __global__ void __launch_bounds__(256, 2) spk_ell_kernel(const __grid_constant__
         for (int c = threadIdx.x; c < 32; c += blockDim.x) cbs[c] = a.cbf[c];
     const int img0 = (blockIdx.x / a.ntiles) * NI, t = blockIdx.x % a.ntiles;
     const int tp = (t / a.tiles_q) * ET, tq = (t % a.tiles_q) * ET;
-    const int r0 = tp * a.stride + a.rmin, c0 = tq * a.stride + a.cmin;
+    const int r0 = tp * a.stride * a.vs + a.rmin, c0 = tq * a.stride * a.vs + a.cmin;
     const int per = a.ebr * a.ebc, total = a.C * per;
     const T *src = (const T *)a.in + (size_t)img0 * a.C * a.Hb * a.Wb;
     for (int idx = threadIdx.x; idx < total; idx += blockDim.x) {
         const int c = (int)spk_div(idx, a.f_plane), rem = idx - c * per;
         const int row = (int)spk_div(rem, a.f_ebc), col = rem - row * a.ebc;
-        const int gr = r0 + row, gc = c0 + col;
+        const int gr = r0 + row * a.vs, gc = c0 + col * a.vs;  // view element (row, col)
         const bool in = gr < a.Hb && gc < a.Wb;
         const size_t at = ((size_t)c * a.Hb + gr) * a.Wb + gc, istep = (size_t)a.C * a.Hb * a.Wb;
 #pragma unroll

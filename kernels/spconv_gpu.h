@@ -13,7 +13,11 @@
 // geometry. Every variant but the plain one skips the rows' explicit zeros
 // and runs each row to its own length; the rows are reordered by length
 // (dealt evenly over the tiled kernel's warps, side by side in the others) and
-// the epilogue writes each to its own output channel.
+// the epilogue writes each to its own output channel. A 1x1 layer with stride
+// s > 1 reaches the tiled and ell kernels as stride 1 over every s-th input
+// row and column, so they stage only the inputs the windows read; where the
+// default band of a tiled variant needs C in several chunks, the list also
+// holds the same variant with a shorter band that fits one chunk.
 // spconv_gpu_tune times the variants and keeps the fastest; forward only
 // launches, so it can be captured in a CUDA graph.
 #ifndef SC_KERNELS_SPCONV_GPU_H

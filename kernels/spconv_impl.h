@@ -17,6 +17,10 @@
 // j + H, ..., and every kernel column's CW inputs are one aligned slot; pw = lc
 // + (S-1)/stride slots per phase, rp/cp/ip and record offsets count slots (the
 // records hold byte offsets).
+//
+// A 1x1 layer with stride s > 1 reaches the tiled and ell kernels as a
+// stride-1 layer over every s-th input row and column (spk_args.vs = s): the
+// tile then holds only the inputs its windows read (one phase, pb rows).
 #ifndef SC_KERNELS_SPCONV_IMPL_H
 #define SC_KERNELS_SPCONV_IMPL_H
 
@@ -46,6 +50,9 @@ struct spk_args {
     int R, S, stride, Hb, Wb, P, Q, Po, Qo, ob, relu;
     int pool, pk, ps, pp;    // pool: 1 when the fused pool is 2x2 stride 2 pad 0
     int rmin, cmin;          // first bordered row/column a window reads (in_border - pad)
+    int vs;                  // view step: 1, or s for a 1x1 stride-s layer run by the tiled
+                             // and ell kernels as stride 1 (stride = 1) over the view whose
+                             // element (y, x) is bordered (rmin + y vs, cmin + x vs)
     // tile
     int nb, lc, g, ub, ubp, kb, ki, cc, nch, pb, br, rp, cp, ip, pw, np, bands;
     spk_fdiv f_rp, f_br, f_cc;
@@ -62,6 +69,8 @@ struct spk_cfg {
     int kind;
     int rs, rb, nb;      // tile: conv rows per unit, channels per thread, images per block
     int g1;              // tile: one row group per block (more blocks for small batches)
+    int gd;              // tile: the default row groups per block divided by gd (0, 1: as
+                         // is; listed only where the smaller band fits C in one chunk)
     int cw;              // pair: output columns per thread (2 or 4)
     int et, cs, kbt;     // ell: tile side, splits per row, channels per block
     int ni;              // ell: images per block

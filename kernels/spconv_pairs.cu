@@ -32,11 +32,12 @@ template <int CW> __device__ __forceinline__ void spk_slot_st(float *p, const fl
 
 // --- staging ---------------------------------------------------------------------
 
-// Copies the chunk's input tile (nb images, cc channels from c0, br rows from
-// bordered row prow0) into shared memory as slots; out-of-range elements
-// become 0. The thread fills slot sw of lines l0, l0 + lstep, ... (a line: one
-// row of one channel of one image); slot sw of phase ph holds the phase's
-// columns x = j, j + H, ... (j = sw - ph pw), 16 loads in flight.
+// Copies the chunk's input tile (nb images, cc channels from c0, br view rows
+// from bordered row prow0, vs apart) into shared memory as slots;
+// out-of-range elements become 0. The thread fills slot sw of lines l0, l0 +
+// lstep, ... (a line: one row of one channel of one image); slot sw of phase
+// ph holds the phase's columns x = j, j + H, ... (j = sw - ph pw; view column
+// v at bordered v vs + cmin), 16 loads in flight.
 template <int CW>
 __device__ __forceinline__ void spk_pair_stage(const spk_args &a, float *tile, int sw, int l0,
                                                int lstep, int n0, int c0, int prow0) {
@@ -45,9 +46,9 @@ __device__ __forceinline__ void spk_pair_stage(const spk_args &a, float *tile, i
     int col0 = INT_MAX / 2;  // bordered column of element 0 (none: past the row)
     if (sw < a.stride * a.pw) {
         const int ph = sw / a.pw, j = sw - ph * a.pw;
-        col0 = j * a.stride + ph + a.cmin;
+        col0 = (j * a.stride + ph) * a.vs + a.cmin;
     }
-    const int cstep = a.lc * a.stride;
+    const int cstep = a.lc * a.stride * a.vs;
     for (int base = l0; base < lines; base += U * lstep) {
         float v[U][CW];
         int dst[U];
@@ -61,7 +62,7 @@ __device__ __forceinline__ void spk_pair_stage(const spk_args &a, float *tile, i
             const int pl = (int)spk_div(line, a.f_br), row = line - pl * a.br;
             const int i = (int)spk_div(pl, a.f_cc), cl = pl - i * a.cc;
             dst[t] = line * a.rp + sw + i * ipad;
-            const int c = c0 + cl, img = n0 + i, grow = prow0 + row;
+            const int c = c0 + cl, img = n0 + i, grow = prow0 + row * a.vs;
             if (c >= a.C || img >= a.n || grow >= a.Hb) continue;
             const float *src = (const float *)a.in + (((size_t)img * a.C + c) * a.Hb + grow) * a.Wb;
 #pragma unroll
@@ -193,7 +194,7 @@ __global__ void __launch_bounds__(256, 2) spk_pair_kernel(const __grid_constant_
     const int sl = (int)spk_div(threadIdx.x, a.f_rp), sw = threadIdx.x - sl * a.rp;
     const int slstep = (int)spk_div(blockDim.x, a.f_rp);  // >= 1: rp <= threads
     const int band = blockIdx.x % a.bands, n0 = (blockIdx.x / a.bands) * a.nb;
-    const int p0 = band * a.pb, prow0 = p0 * a.stride + a.rmin;
+    const int p0 = band * a.pb, prow0 = p0 * a.stride * a.vs + a.rmin;
     const int u = threadIdx.x % a.ubp, kg = threadIdx.x / a.ubp;
     const bool live = u < a.ub;
     const int l = u % a.lc, i = (u / a.lc) % a.nb, gq = u / (a.lc * a.nb);

@@ -127,7 +127,7 @@ static void spg_base_args(const spconv_gpu *g, spk_cfg *c) {
     a->R = d->R, a->S = d->S, a->stride = d->stride, a->Hb = g->hb, a->Wb = g->wb;
     a->P = d->P, a->Q = d->Q, a->Po = g->po, a->Qo = g->qo, a->ob = d->out_border;
     a->relu = d->relu, a->pool = g->pool2, a->pk = d->pool_k, a->ps = d->pool_stride;
-    a->pp = d->pool_pad, a->rmin = g->rmin, a->cmin = g->cmin;
+    a->pp = d->pool_pad, a->rmin = g->rmin, a->cmin = g->cmin, a->vs = 1;
     a->bias = g->d_bias;
     a->scale = g->vt == SPG_CB4 && c->kind != SPK_PLAIN ? g->d_scale : NULL;
     a->goff = g->d_goff;
@@ -191,15 +191,16 @@ static int spg_layout_tile(const spconv_gpu *g, int n, spk_cfg *c) {
     a->nb = c->nb;
     if (a->lc * a->nb > 256) return -1;
     a->g = c->g1 ? 1 : std::min(std::max(1, 128 / (a->lc * a->nb)), spg_cdiv(rows, rs));
+    if (c->gd > 1) a->g = std::max(1, a->g / c->gd);
     a->ub = a->lc * a->nb * a->g, a->ubp = spg_roundup(a->ub, 32);
     if (a->ubp > 256) return -1;
     const int kg = std::max(1, 256 / a->ubp);
     c->threads = a->ubp * kg, a->kb = kg * c->rb;
     a->pb = a->g * rs, a->bands = spg_cdiv(rows, a->pb);
-    a->br = (a->pb - 1) * d->stride + d->R;
-    const int emax = (d->S - 1) / d->stride;
+    a->br = (a->pb - 1) * a->stride + d->R;  // a->stride: the view's (spg_view)
+    const int emax = (d->S - 1) / a->stride;
     a->pw = fp32 || pair ? a->lc + emax : 2 * (a->lc + emax / 2), a->np = a->pw / 2;
-    const int rp0 = d->stride * a->pw;
+    const int rp0 = a->stride * a->pw;
     long cc = d->C;  // channels per chunk: as many as fit, then re-checked with the pads
     for (int pass = 0; pass < 4; pass++) {  // sizes in slots of cw words
         const long words = SPG_TILE_SMEM / (4 * cw) - 2 * (rp0 + 8);
@@ -229,7 +230,7 @@ static int spg_layout_ell(const spconv_gpu *g, spk_cfg *c) {
     if (g->pool2 && (c->et & 1)) return -1;
     const int rows = g->pool2 ? 2 * g->po : d->P, cols = g->pool2 ? 2 * g->qo : d->Q;
     a->et = c->et, a->cs = c->cs, a->kbt = c->kbt, a->ni = c->ni;
-    a->ebr = (c->et - 1) * d->stride + d->R, a->ebc = (c->et - 1) * d->stride + d->S;
+    a->ebr = (c->et - 1) * a->stride + d->R, a->ebc = (c->et - 1) * a->stride + d->S;
     const size_t es = g->vt == SPG_FP32 ? 4 : 2;
     const size_t tile = (size_t)c->ni * d->C * a->ebr * a->ebc * es;
     a->red_off = (int)((tile + 15) / 16 * 4);
@@ -249,13 +250,21 @@ static int spg_layout_linear(const spconv_gpu *g, spk_cfg *c) {
     return c->smem > SPG_MAX_SMEM ? -1 : 0;
 }
 
+// Describes a 1x1 layer with stride s > 1 to a tiled or ell variant as a
+// stride-1 layer over the view of every s-th input row and column (element
+// (y, x) at bordered (rmin + y s, cmin + x s)), so that the kernel stages only
+// the inputs its windows read; other layers keep vs = 1.
+static void spg_view(const spconv_gpu *g, spk_args *a) {
+    if (g->d.R == 1 && g->d.S == 1 && g->d.stride > 1) a->vs = g->d.stride, a->stride = 1;
+}
+
 // Fills variant c's layout for batch n; -1 when it does not apply.
 static int spg_layout(const spconv_gpu *g, int n, spk_cfg *c) {
     spg_base_args(g, c);
     switch (c->kind) {
     case SPK_TILE:
-    case SPK_PAIR: return spg_layout_tile(g, n, c);
-    case SPK_ELL: return spg_layout_ell(g, c);
+    case SPK_PAIR: spg_view(g, &c->a); return spg_layout_tile(g, n, c);
+    case SPK_ELL: spg_view(g, &c->a); return spg_layout_ell(g, c);
     case SPK_LINEAR: return spg_layout_linear(g, c);
     default: c->threads = 256, c->smem = 0; return 0;
     }
@@ -283,6 +292,26 @@ static void spg_add_ell(const spconv_gpu *g, int n, int et_min, int ni, spk_cfg 
     }
 }
 
+// After tiled variant c (listed or not): the same with the fewest times
+// fewer row groups per block (gd 2, 4, 8) that make C fit one chunk, when c
+// itself needs several and >= 3/4 of the smaller block's lanes have a unit. With
+// several chunks each block stages only kb output channels' worth of input
+// (ki = 1), so a tall band costs K / kb stagings of the whole input; a
+// shorter band stages it once per band and lets the richer (rs, cw) variants
+// compete on small-C layers (resnet18 layer1: 64 channels of 32x32).
+static void spg_add_gfit(const spconv_gpu *g, int n, spk_cfg c, spk_cfg *out, int *m) {
+    spk_cfg t = c;
+    if (spg_layout(g, n, &t) == 0 && t.a.nch == 1) return;
+    const int g0 = t.a.g;  // 0 when the layout stopped before setting it
+    for (int gd = 2; gd <= 8; gd *= 2) {
+        t = c;
+        t.gd = gd;
+        if (spg_layout(g, n, &t) != 0 || t.a.g >= g0 || t.a.nch > 1) continue;
+        if (4 * t.a.ub >= 3 * t.a.ubp) spg_add(g, n, t, out, m);
+        return;
+    }
+}
+
 // The fp32 tiled variants with cw = 2 or 4 columns per thread (SPK_PAIR; the
 // (rs, rb, cw) with an instance in spconv_pairs.cu), nb images per block as
 // the one-column ones.
@@ -297,7 +326,9 @@ static void spg_add_pairs(const spconv_gpu *g, int n, spk_cfg *out, int *m) {
             if (!spk_pair_fn(c.rs, c.rb, c.cw, g->pool2)) continue;
             spg_add(g, n, c, out, m);
             const spk_cfg *last = *m > 0 ? &out[*m - 1] : NULL;
-            if (nb == 1 && n <= 16 && last && last->kind == SPK_PAIR && last->a.g > 1) {
+            const int more = nb == 1 && n <= 16 && last && last->kind == SPK_PAIR && last->a.g > 1;
+            spg_add_gfit(g, n, c, out, m);
+            if (more) {
                 c.g1 = 1;  // small batch: one row group per block for more blocks
                 spg_add(g, n, c, out, m);
             }
@@ -330,7 +361,10 @@ static int spg_candidates(const spconv_gpu *g, int n, spk_cfg *out) {
             c = spk_cfg{};
             c.kind = SPK_TILE, c.rs = rsrb[i][0], c.rb = rsrb[i][1], c.nb = nb;
             spg_add(g, n, c, out, &m);
-            if (nb == 1 && n <= 16 && m > 0 && out[m - 1].kind == SPK_TILE && out[m - 1].a.g > 1) {
+            const int more = nb == 1 && n <= 16 && m > 0 && out[m - 1].kind == SPK_TILE &&
+                             out[m - 1].a.g > 1;
+            spg_add_gfit(g, n, c, out, &m);
+            if (more) {
                 c.g1 = 1;  // small batch: one row group per block for more blocks
                 spg_add(g, n, c, out, &m);
             }
@@ -469,13 +503,13 @@ static int spg_select(spconv_gpu *g, const spk_cfg *cfg, sc_err *err) {
     return 0;
 }
 
-// Index of a reasonable variant without timing: a tiled one with 8
-// accumulators per thread and the fewest idle lanes, else the last listed.
+// Index of a reasonable variant without timing: a tiled one (default band)
+// with 8 accumulators per thread and the fewest idle lanes, else the last listed.
 static int spg_default(const spk_cfg *c, int m) {
     int best = m - 1;
     double score = -1.0;
     for (int i = 0; i < m; i++) {
-        if (c[i].kind != SPK_TILE) continue;
+        if (c[i].kind != SPK_TILE || c[i].gd > 1) continue;
         const double s = (double)c[i].a.ub / c[i].a.ubp + (c[i].rs * c[i].rb == 8 ? 1.0 : 0.0);
         if (s > score) score = s, best = i;
     }
@@ -618,8 +652,10 @@ extern "C" void spconv_gpu_describe(const spconv_gpu *g, char *buf, size_t len) 
     static const char *vts[] = {"fp32", "fp16", "cb4"};
     const spk_cfg *c = &g->cfg;
     const spk_args *a = &c->a;
-    char t[48] = "";
-    if (g->ms > 0) snprintf(t, sizeof t, " %.4f ms @%d", g->ms, g->cfg_n);
+    char t[64] = "";
+    if (a->vs > 1) snprintf(t, sizeof t, " view s%d", a->vs);  // 1x1 stride s as a view
+    if (c->gd > 1) snprintf(t + strlen(t), sizeof t - strlen(t), " gd%d", c->gd);  // short bands
+    if (g->ms > 0) snprintf(t + strlen(t), sizeof t - strlen(t), " %.4f ms @%d", g->ms, g->cfg_n);
     if (!g->compact && c->kind != SPK_PLAIN)
         snprintf(t + strlen(t), sizeof t - strlen(t), " padded");
     if (c->kind == SPK_TILE)

@@ -2,11 +2,15 @@
 // reference (kernels/spconv_cpu.c): every listed variant of every layer, in
 // fp32, fp16 and with 4-bit codebook weights, on random layers of awkward
 // shapes (odd sizes, strides 1 and 2, paddings 0-2, 1x1/1x3/3x3/5x5 kernels,
-// borders wider than the padding, pools, a linear layer, channel chunks) and
-// sparsities 0/50/90/99% with a row that has no non-zero, skewed row lengths
-// (log-normal, like real pruned masks; every variant also with zero skipping
-// and row ordering off), for 1, 3, 8, 37, 40 and 128 images (37 and 40: the
-// several-images-per-block variants with a partial last block); then the
+// borders wider than the padding, pools, a linear layer, channel chunks; 1x1
+// layers with stride 2 and 3, which the tiled and ell variants run as stride 1
+// over a strided view of the input, at 0/50/90/99% with pads, pools and
+// chunks; 64 channels of 16x16, where shortened bands (gd) are listed) and
+// sparsities 0/50/90/99% with a row that has no non-zero, skewed
+// row lengths (log-normal, like real pruned masks; every variant also with
+// zero skipping and row ordering off), for 1, 3, 5, 8, 37, 40 and 128 images
+// (37 and 40: the several-images-per-block variants with a partial last
+// block); then the
 // tuned variant, the variant replayed from a captured
 // CUDA graph, and the cuDNN (dconv) and cuSPARSE (spmm) baselines. Outputs
 // are poisoned (all bits set) before each run; border elements must keep the
@@ -74,11 +78,23 @@ static const tcase cases[] = {
     {{"skewed 4x4 pool", 64, 40, 4, 4, 3, 3, 1, 1, 1, 1, 2, 2, 0, 1, 1, 0.05, 0, 0.8}, {37}},
     {{"skewed 99% odd", 33, 17, 7, 9, 3, 3, 2, 1, 1, 1, 0, 0, 0, 1, 1, 0.01, 1, 1.0}, {3}},
     {{"skewed linear", 40, 100, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 1, 0.1, 0, 0.8}, {37}},
+    // 1x1 stride 2 and 3 (run by the tiled and ell kernels as stride 1 over a strided view)
+    {{"1x1 s2 odd 50%", 19, 13, 11, 9, 1, 1, 2, 0, 2, 1, 0, 0, 0, 0, 1, 0.5, 1, 0}, {5, 1}},
+    {{"1x1 s3 odd 90%", 21, 9, 13, 10, 1, 1, 3, 0, 1, 0, 0, 0, 0, 1, 1, 0.1, 1, 0}, {1, 5}},
+    {{"1x1 s2 dense 0%", 8, 6, 7, 7, 1, 1, 2, 0, 1, 1, 0, 0, 0, 0, 0, 1.0, 0, 0}, {1, 5}},
+    {{"1x1 s3 99%", 40, 24, 17, 17, 1, 1, 3, 0, 0, 2, 0, 0, 0, 0, 1, 0.01, 1, 0}, {5, 1}},
+    {{"1x1 s2 pad 1", 12, 7, 9, 8, 1, 1, 2, 1, 1, 0, 0, 0, 0, 1, 1, 0.5, 0, 0}, {3, 1}},
+    {{"1x1 s2 pool", 10, 6, 17, 15, 1, 1, 2, 0, 1, 1, 2, 2, 0, 1, 1, 0.5, 0, 0}, {3}},
+    {{"1x1 s2 16x16 90%", 64, 48, 16, 16, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 1, 0.1, 1, 0}, {5, 40}},
+    {{"1x1 s2 chunked C", 40, 600, 8, 8, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 1, 0.05, 0, 0}, {5}},
+    {{"1x1 s3 n128 skewed", 24, 16, 20, 20, 1, 1, 3, 0, 1, 1, 0, 0, 0, 0, 1, 0.1, 0, 0.8}, {128}},
+    // 64 channels of 16x16: the default bands need two chunks, shorter ones (gd) one
+    {{"short bands 16x16", 16, 64, 16, 16, 3, 3, 1, 1, 1, 0, 0, 0, 0, 1, 1, 0.1, 1, 0}, {1, 5}},
 };
 #define NCASES ((int)(sizeof cases / sizeof *cases))
 
 // Cases run under compute-sanitizer (--small), each with its first batch size.
-static const int small_cases[] = {0, 1, 2, 4, 12, 13, 20, 21, 22};
+static const int small_cases[] = {0, 1, 2, 4, 12, 13, 20, 21, 22, 25, 26, 27, 28, 29, 30, 34};
 
 static const char *vt_name[] = {"fp32", "fp16", "cb4"};
 
@@ -207,9 +223,11 @@ static void sparse_graph_check(tctx *t, tdata *d, spconv_gpu *g, cudaStream_t st
 }
 
 // Every variant, the tuned one and a graph replay of one case; returns how
-// many of the variant runs were fp32 several-columns-per-thread ("pair") ones.
+// many of the variant runs were fp32 several-columns-per-thread ("pair") ones
+// and adds to cnt[0] those that ran a 1x1 strided layer as a strided view,
+// to cnt[1] those with shortened bands (gd).
 static int sparse_case(tctx *t, const spc_shape *s, int n, int vt, uint64_t seed,
-                       cudaStream_t st) {
+                       cudaStream_t st, int *cnt) {
     tdata d;
     tdata_make(&d, s, n, vt, seed, 1);
     sc_err err = {{0}};
@@ -232,6 +250,8 @@ static int sparse_case(tctx *t, const spc_shape *s, int n, int vt, uint64_t seed
             }
             spconv_gpu_describe(g, desc, sizeof desc);
             pairs += !strncmp(desc, "pair ", 5);
+            cnt[0] += strstr(desc, " view s") != NULL;
+            cnt[1] += strstr(desc, " gd") != NULL;
             snprintf(what, sizeof what, "%s n=%d %s variant %d (%s)", s->name, n, vt_name[vt], v,
                      desc);
             if (sparse_run_check(t, &d, g, st, what)) good += pass;
@@ -302,15 +322,20 @@ static void sparse_cases(tctx *t, const int *idx, int count) {
         CHECK(t, 0, "gpu_ctx_init: %s", err.msg);
         return;
     }
-    int pairs = 0;
+    int pairs = 0, cnt[2] = {0, 0}, strided1x1 = 0;
     for (int c = 0; c < count; c++) {
         const tcase *tc = &cases[idx ? idx[c] : c];
+        strided1x1 |= tc->s.R == 1 && tc->s.S == 1 && tc->s.stride > 1;
         for (int j = 0; j < (idx ? 1 : 3) && tc->ns[j]; j++)
             for (int vt = 0; vt < 3; vt++)
-                pairs += sparse_case(t, &tc->s, tc->ns[j], vt, 1000 + 10 * c + j, g.stream);
+                pairs += sparse_case(t, &tc->s, tc->ns[j], vt, 1000 + 10 * c + j, g.stream,
+                                     cnt);
     }
-    printf("  fp32 pair-variant runs checked: %d\n", pairs);
+    printf("  fp32 pair-variant runs checked: %d; strided-view runs: %d; short-band runs: %d\n",
+           pairs, cnt[0], cnt[1]);
     CHECK(t, pairs > 0, "no fp32 pair variant was listed for any case");
+    CHECK(t, cnt[0] > 0 || !strided1x1, "no 1x1 strided layer ran as a strided view");
+    CHECK(t, cnt[1] > 0, "no short-band (gd) variant was listed for any case");
     gpu_ctx_free(&g);
 }
 
@@ -696,7 +721,8 @@ static int spconv_profile(int li, int n, const char *mask) {
 
 // Every fp32 variant of layer li at batch n for a mask, each checked on the
 // first images and timed; then the fastest one-column tiled ("tile") and
-// several-columns ("pair") variant. 0 when it ran.
+// several-columns ("pair") variant, and the fastest ell, short-band (gd) and
+// other variant. 0 when it ran.
 static int spconv_variants(int li, int n, const char *mask) {
     gpu_ctx g;
     sc_err err = {{0}};
@@ -716,7 +742,7 @@ static int spconv_variants(int li, int n, const char *mask) {
     void *din = dev_put(x, spc_in_elems(&d.L.d, n), 0), *dout = NULL;
     cudaMalloc(&dout, spc_out_elems(&d.L, n) * 4 + 16);
     spconv_gpu *sg = spconv_gpu_create(&d.L.d, SPG_FP32, NULL, NULL, NULL, &err);
-    float best[2] = {NAN, NAN};  // tile, pair
+    float best[5] = {NAN, NAN, NAN, NAN, NAN};  // tile, pair, ell, gd, not gd
     int rc = !sg || !din || !dout, bad = 0;
     const int nv = sg ? spconv_gpu_nvariants(sg, n) : 0;
     printf("variants %s %s n=%d %s: %d\n", l->net, l->name, n, bmasks[mi].name, nv);
@@ -730,13 +756,18 @@ static int spconv_variants(int li, int n, const char *mask) {
         const float ms = bench_one(&g, &d, sg, n, din, dout, l->name, 0);
         printf("      v%-3d %.4f ms\n", v, ms);
         bad += ms != ms;  // failed or wrong
-        const int kind = !strncmp(desc, "tile ", 5) ? 0 : !strncmp(desc, "pair ", 5) ? 1 : -1;
-        if (kind >= 0 && ms == ms && !(ms >= best[kind])) best[kind] = ms;
+        const int kind = !strncmp(desc, "tile ", 5) ? 0 : !strncmp(desc, "pair ", 5) ? 1 : 2;
+        const int band = strstr(desc, " gd") ? 3 : 4;
+        if (ms == ms && !(ms >= best[kind])) best[kind] = ms;
+        if (ms == ms && !(ms >= best[band])) best[band] = ms;
     }
     if (rc || err.msg[0]) printf("variants: %s\n", err.msg);
     printf("variants %s %s n=%d %s: best tile %.4f ms, best pair %.4f ms, tile/pair %.2f, "
            "%d failed\n", l->net, l->name, n, bmasks[mi].name, best[0], best[1],
            best[0] / best[1], bad);
+    printf("variants %s %s n=%d %s: best ell/linear %.4f ms, best gd %.4f ms, best other %.4f ms, "
+           "other/gd %.2f\n", l->net, l->name, n, bmasks[mi].name, best[2], best[3], best[4],
+           best[4] / best[3]);
     spconv_gpu_free(sg);
     cudaFree(din), cudaFree(dout), free(x);
     tdata_free(&d);

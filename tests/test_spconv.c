@@ -20,13 +20,14 @@
 
 #define TOL 1e-5
 
-// Awkward shapes: odd sizes, strides 1 and 2, paddings 0-2, borders wider
-// than the padding, pools with and without padding.
+// Awkward shapes: odd sizes, strides 1, 2 and 3 (1x1), paddings 0-2, borders
+// wider than the padding, pools with and without padding.
 static const spc_shape shapes[] = {
     {"3x3 odd", 7, 5, 9, 9, 3, 3, 1, 1, 1, 0, 0, 0, 0, 1, 1, 0.5, 0, 0},
     {"3x3 s2 wide border", 6, 4, 11, 13, 3, 3, 2, 1, 2, 1, 0, 0, 0, 1, 1, 0.9, 0, 0},
     {"5x5 p2 pool", 5, 3, 12, 12, 5, 5, 1, 2, 2, 1, 2, 2, 0, 1, 1, 0.5, 0, 0},
     {"1x1 s2", 9, 6, 8, 7, 1, 1, 2, 0, 1, 0, 0, 0, 0, 0, 1, 0.5, 0, 0},
+    {"1x1 s3 pad 1 empty row", 7, 5, 11, 10, 1, 1, 3, 1, 2, 1, 0, 0, 0, 1, 1, 0.1, 1, 0},
     {"pool 3/2/1", 4, 3, 9, 9, 3, 3, 1, 1, 1, 2, 3, 2, 1, 1, 0, 0.9, 0, 0},
     {"dense", 3, 4, 6, 5, 3, 3, 1, 1, 1, 1, 0, 0, 0, 1, 1, 1.0, 0, 0},
     {"99% + empty row", 8, 9, 7, 7, 3, 3, 1, 1, 1, 0, 2, 2, 0, 1, 1, 0.01, 1, 0},
