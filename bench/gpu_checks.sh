@@ -8,6 +8,10 @@
 #                                 cifar100` (from scratch), timed
 #   bench/gpu_checks.sh deploy M  export /root/pipe/M.h5 and deploy it (fp32 and fp16
 #                                 plans, CPU reference on every test image)
+#   bench/gpu_checks.sh deploy-csr TAR
+#                                 deploy every exported *.csr.h5 in the tarball TAR (for
+#                                 example the 95% models of session 4, kept off git:
+#                                 carry a build-*/ directory holding it) the same way
 # Expects build/{bin,tests} unpacked and CIFAR-100 under /root/data; logs and JSON
 # go to $OUT (or bench/out).
 set -euo pipefail
@@ -57,5 +61,14 @@ deploy)
     $B/deploy --quiet "/root/pipe/$m.csr.h5" --reference all --json "$out/deploy-$m.json" \
         --chart "$out/deploy-$m.svg" 2>&1 | tee "$out/deploy-$m.txt" | tail -n 40
     ;;
-*) echo "gpu_checks: unknown step $step (tests|default|deploy M)" >&2; exit 2 ;;
+deploy-csr)
+    d=$(mktemp -d); tar xJf "$2" -C "$d"
+    for f in "$d"/*.csr.h5; do
+        m=$(basename "$f" .csr.h5)
+        $B/deploy --quiet "$f" --reference all --json "$out/deploy-$m.json" --chart "$out/deploy-$m.svg" \
+            >"$out/deploy-$m.txt" 2>&1 || echo "$m: deploy failed"
+        echo "== $m"; grep -E "test accuracy|batch" "$out/deploy-$m.txt"
+    done
+    ;;
+*) echo "gpu_checks: unknown step $step (tests|default|deploy M|deploy-csr TAR)" >&2; exit 2 ;;
 esac
