@@ -28,13 +28,44 @@ __device__ __forceinline__ int warp_argmax(float v, int idx) {
     return idx;
 }
 
+// The row's maximum into *mx and the first index holding it (ties: lowest),
+// warp-wide over the row's k logits.
+template <typename L>
+__device__ __forceinline__ int row_max(const L *x, int k, int lane, float *mx) {
+    float m = -INFINITY;
+    int bi = k;
+    for (int j = lane; j < k; j += 32) {
+        const float v = sc_tof(x[j]);
+        if (v > m) m = v, bi = j;
+    }
+    bi = warp_argmax(m, bi);
+    *mx = warp_max(m);
+    return bi;
+}
+
+// Adds the block's per-warp losses and hits (lane 0 of each warp holds its
+// row's) to the device counters, one atomic each; block 0 also counts n.
+__device__ __forceinline__ void block_stats(float loss, int hit, int n, gpu_stats *stats) {
+    __shared__ float s_loss[LOSS_WARPS];
+    __shared__ int s_hit[LOSS_WARPS];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) s_loss[warp] = loss, s_hit[warp] = hit;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double tl = 0.0;
+        unsigned long long th = 0;
+        for (int w = 0; w < LOSS_WARPS; w++) tl += s_loss[w], th += (unsigned)s_hit[w];
+        atomicAdd(&stats->loss_sum, tl);
+        atomicAdd(&stats->correct, th);
+        if (blockIdx.x == 0) atomicAdd(&stats->count, (unsigned long long)n);
+    }
+}
+
 // Loss and gradient of rows; blockDim = 32 * LOSS_WARPS, one warp per row.
 template <typename L, typename G>
 __global__ void xent_kernel(int n, int k, const L *logits, const int *labels,
                             const gpu_hparams *hp, float grad_scale, const gpu_scaler *sc,
                             G *dlogits, gpu_stats *stats) {
-    __shared__ float s_loss[LOSS_WARPS];
-    __shared__ int s_hit[LOSS_WARPS];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int row = blockIdx.x * LOSS_WARPS + warp;
     float loss = 0.0f;
@@ -43,14 +74,8 @@ __global__ void xent_kernel(int n, int k, const L *logits, const int *labels,
         const L *x = logits + (size_t)row * k;
         const float eps = hp->smoothing, off = eps / k, on = 1.0f - eps + off;
         const int lab = labels[row];
-        float mx = -INFINITY;
-        int bi = k;
-        for (int j = lane; j < k; j += 32) {
-            const float v = sc_tof(x[j]);
-            if (v > mx) mx = v, bi = j;
-        }
-        bi = warp_argmax(mx, bi);
-        mx = warp_max(mx);
+        float mx;
+        const int bi = row_max(x, k, lane, &mx);
         float se = 0.0f, td = 0.0f;
         for (int j = lane; j < k; j += 32) {
             const float v = sc_tof(x[j]) - mx;
@@ -70,16 +95,7 @@ __global__ void xent_kernel(int n, int k, const L *logits, const int *labels,
             }
         }
     }
-    if (lane == 0) s_loss[warp] = loss, s_hit[warp] = hit;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        double tl = 0.0;
-        unsigned long long th = 0;
-        for (int w = 0; w < LOSS_WARPS; w++) tl += s_loss[w], th += (unsigned)s_hit[w];
-        atomicAdd(&stats->loss_sum, tl);
-        atomicAdd(&stats->correct, th);
-        if (blockIdx.x == 0) atomicAdd(&stats->count, (unsigned long long)n);
-    }
+    block_stats(loss, hit, n, stats);
 }
 
 // Typed launch of xent_kernel.
@@ -119,8 +135,6 @@ template <typename L, typename G>
 __global__ void soft_xent_kernel(int n, int k, const L *logits, const float *soft,
                                  const int *labels, float grad_scale, const gpu_scaler *sc,
                                  G *dlogits, gpu_stats *stats) {
-    __shared__ float s_loss[LOSS_WARPS];
-    __shared__ int s_hit[LOSS_WARPS];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int row = blockIdx.x * LOSS_WARPS + warp;
     float loss = 0.0f;
@@ -128,14 +142,8 @@ __global__ void soft_xent_kernel(int n, int k, const L *logits, const float *sof
     if (row < n) {
         const L *x = logits + (size_t)row * k;
         const float *q = soft + (size_t)row * k;
-        float mx = -INFINITY;
-        int bi = k;
-        for (int j = lane; j < k; j += 32) {
-            const float v = sc_tof(x[j]);
-            if (v > mx) mx = v, bi = j;
-        }
-        bi = warp_argmax(mx, bi);
-        mx = warp_max(mx);
+        float mx;
+        const int bi = row_max(x, k, lane, &mx);
         float se = 0.0f, sq = 0.0f, td = 0.0f;
         for (int j = lane; j < k; j += 32) {
             const float v = sc_tof(x[j]) - mx;
@@ -157,16 +165,7 @@ __global__ void soft_xent_kernel(int n, int k, const L *logits, const float *sof
             }
         }
     }
-    if (lane == 0) s_loss[warp] = loss, s_hit[warp] = hit;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        double tl = 0.0;
-        unsigned long long th = 0;
-        for (int w = 0; w < LOSS_WARPS; w++) tl += s_loss[w], th += (unsigned)s_hit[w];
-        atomicAdd(&stats->loss_sum, tl);
-        atomicAdd(&stats->correct, th);
-        if (blockIdx.x == 0) atomicAdd(&stats->count, (unsigned long long)n);
-    }
+    block_stats(loss, hit, n, stats);
 }
 
 // Typed launch of soft_xent_kernel.
