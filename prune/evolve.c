@@ -131,6 +131,12 @@ static void sens_effective(const double *sens, int L, const int *chosen, double 
     for (int l = 0; l < L; l++) out[l] = fmax(lo, sens[l]) * (chosen[l] ? 0.5 : 1.0);
 }
 
+// Floor of layer l at overall floor `floor`: its own (layer_floor) or lf0.
+static double plan_floor(const evolve_cfg *c, int l, double floor, double lf0) {
+    if (!c->layer_floor) return lf0;
+    return gmp_layer_floor_at(c->layer_floor[l], c->target, floor, c->s_max);
+}
+
 // Targets for the next raise of solution s (see the header).
 void evolve_plan(const prune_sol *s, const prune_layers *pl, const double *sens,
                  const evolve_cfg *c, double floor, rng *r, double *target) {
@@ -140,7 +146,7 @@ void evolve_plan(const prune_sol *s, const prune_layers *pl, const double *sens,
     double have = 0.0, extra = 0.0, want = floor * (double)pl->total;
     double lf = gmp_layer_floor(c->layer_min, c->target, floor);
     for (int l = 0; l < L; l++) {  // base: the mask, lifted to the layer floor
-        double base = fmax(s->sparsity[l], lf);
+        double base = fmax(s->sparsity[l], plan_floor(c, l, floor, lf));
         target[l] = fmax(base, fmin(s->genome[l], c->s_max));
         have += base * (double)pl->count[l];
         extra += (target[l] - base) * (double)pl->count[l];
@@ -148,7 +154,7 @@ void evolve_plan(const prune_sol *s, const prune_layers *pl, const double *sens,
     if (have + extra > want) {  // the genome alone passes the floor: scale it down to it
         double lam = extra > 0.0 ? fmax(0.0, (want - have) / extra) : 0.0;
         for (int l = 0; l < L; l++) {
-            double base = fmax(s->sparsity[l], lf);
+            double base = fmax(s->sparsity[l], plan_floor(c, l, floor, lf));
             target[l] = base + lam * (target[l] - base);
         }
         extra *= lam;

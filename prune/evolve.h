@@ -32,6 +32,9 @@ typedef struct {
     double chance;        // accuracy of guessing (percent): below 1.5x no sensitivity update
     double layer_min;     // per-layer sparsity floor at the end, in [0, target] (0: none);
                           // scaled by floor / target along the way (gmp_layer_floor)
+    const double *layer_floor;  // (L) per-layer floors at the end (--layer-floor), each in
+                                // [0, s_max], used instead of layer_min when not NULL;
+                                // scaled the same way (gmp_layer_floor_at); not owned
 } evolve_cfg;
 
 // Fills the defaults for `iterations` iterations towards `target`.
@@ -60,7 +63,9 @@ void evolve_allocate(const double *sens, const prune_layers *pl, const double *l
 // the sensitivities halved in a random subset of layers (layer_frac of them,
 // picked by robustness and room) so that those are pruned further. With
 // c->layer_min > 0 no target is below gmp_layer_floor(layer_min, target,
-// floor); the genome and the allocation stay free above it.
+// floor), with c->layer_floor none of layer l below gmp_layer_floor_at(
+// layer_floor[l], target, floor, s_max); the genome and the allocation stay
+// free above it.
 void evolve_plan(const prune_sol *s, const prune_layers *pl, const double *sens,
                  const evolve_cfg *c, double floor, rng *r, double *target);
 

@@ -12,6 +12,7 @@
 
 #include "datasets/cifar.h"
 #include "prune/dist.h"
+#include "prune/floor.h"
 #include "prune/report.h"
 #include "prune/search.h"
 #include "runtime/cli.h"
@@ -34,6 +35,7 @@ typedef struct {
     cli_common c;
     const char *method, *from, *model, *lr, *sched, *warmup, *epochs, *finetune, *ramp_end;
     const char *halve_every;
+    const char *layer_floor;  // --layer-floor SPEC (NULL: none)
     const char *precision;
     const char *data_dir, *runs, *output;
     int population, iterations, batches, batch, nesterov, augment, val_size, holdout;
@@ -55,6 +57,10 @@ typedef struct {
     {.name = "min-layer-sparsity", .type = OPT_FLOAT, .dst = &(o)->min_layer, .def = "0",      \
      .metavar = "X", .help = "every pruned layer at least this sparse at the end, in [0, target]\n" \
      "(keeps FLOP-heavy early layers fast on the sparse kernel; 0: no floor)"},                \
+    {.name = "layer-floor", .type = OPT_STRING, .dst = &(o)->layer_floor, .metavar = "SPEC",  \
+     .help = "per-layer floors at the end: PREFIX=X[,PREFIX=X...]; a pruned layer takes the X of\n" \
+     "the longest PREFIX its tensor name starts with (else --min-layer-sparsity); X in\n"      \
+     "[0, 0.995], may pass the target when the floors fit it (e.g. layer1=0.98,layer2=0.97)"}, \
     {.name = "population", .type = OPT_INT, .dst = &(o)->population, .def = "8", .min = 1,     \
      .max = 1024, .help = "evolve: solutions in the population"},                             \
     {.name = "iterations", .type = OPT_INT, .dst = &(o)->iterations, .def = "30", .min = 1,    \
@@ -134,6 +140,13 @@ static int opts_parse(prune_opts *o, int argc, char **argv) {
                   o->min_layer);
         return CLI_USAGE;
     }
+    prune_floor_spec fs;
+    sc_err err = {0};
+    if (rc == CLI_OK && o->layer_floor && prune_floor_parse(o->layer_floor, &fs, &err)) {
+        cli_error(TOOL, "--layer-floor: %s (%s)", err.msg, o->layer_floor);
+        return CLI_USAGE;
+    }
+    if (rc == CLI_OK && o->layer_floor) prune_floor_spec_free(&fs);
     return rc;
 }
 
@@ -153,6 +166,8 @@ typedef struct {
     char *config;        // the stored settings text
     dist *dist;          // the ranks of an mpirun run (prune/dist.h)
     double holdout_acc;  // accuracy on the --holdout images at the end (NAN: none)
+    double *floors;      // (prunable layers) --layer-floor's floors at the end (NULL: none)
+    int usage;           // 1: the error is bad usage (exit 2)
     char from[1100], rundir[1024], out[1100], prefix[1100], state[1200];
 } prune_run;
 
@@ -324,6 +339,35 @@ static int cfg_set(prune_run *r, sc_err *err) {
     return 0;
 }
 
+// Resolves --layer-floor against the net's prunable layers into r->floors
+// and checks that they fit the target; its errors are bad usage.
+static int floors_set(prune_run *r, sc_err *err) {
+    prune_floor_spec fs;
+    prune_layers pl;
+    if (!r->o.layer_floor) return 0;
+    r->usage = 1;
+    SC_TRY(prune_floor_parse(r->o.layer_floor, &fs, err));
+    int rc = prune_layers_init(&pl, r->nt, err);
+    if (!rc && !(r->floors = malloc((size_t)pl.n * sizeof *r->floors))) rc = sc_fail(err, "out of memory");
+    if (!rc) rc = prune_floor_resolve(&fs, r->nt, &pl, r->cfg.min_layer, r->floors, err);
+    if (!rc) rc = prune_floor_budget(&pl, r->floors, r->cfg.target, err);
+    prune_layers_free(&pl);
+    prune_floor_spec_free(&fs);
+    if (rc) {
+        char msg[sizeof err->msg];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        return sc_fail(err, "--layer-floor: %s", msg);
+    }
+    r->cfg.layer_floor = r->floors;
+    r->usage = 0;
+    return 0;
+}
+
+// Every pruned layer's floor at the end into lf (r->s.pl.n).
+static void floors_end(const prune_run *r, double *lf) {
+    for (int l = 0; l < r->s.pl.n; l++) lf[l] = r->floors ? r->floors[l] : r->cfg.min_layer;
+}
+
 // Side-file prefix: -o FILE without ".h5", else <run dir>/prune; on
 // --resume without -o the run directory is runs/latest.
 static int prefix_of(const prune_opts *o, const char *rundir, char *out, size_t len, sc_err *err) {
@@ -398,6 +442,7 @@ static int summary_json(prune_run *r, double val, double test, const char *plot,
     json_add_string(&j, "precision", r->prec == PREC_FP16 ? "fp16" : "fp32");
     json_add_number(&j, "target_sparsity", r->cfg.target);
     json_add_number(&j, "min_layer_sparsity", r->cfg.min_layer);
+    json_add_string(&j, "layer_floor", r->o.layer_floor);
     json_add_number(&j, "sparsity", net_sparsity(r->nt));
     json_add_number(&j, "start_val_accuracy", p->nhist ? p->hist[0].best_acc : NAN);
     json_add_number(&j, "val_accuracy", val);
@@ -410,7 +455,9 @@ static int summary_json(prune_run *r, double val, double test, const char *plot,
     json_add_number(&j, "images_per_second", p->seconds > 0 ? (double)p->images / p->seconds : 0.0);
     json_add_number(&j, "seconds", p->seconds);
     json_add_string(&j, "plot", plot);
-    prune_report_json_layers(&j, r->nt);
+    double lf[r->s.pl.n > 0 ? r->s.pl.n : 1];
+    floors_end(r, lf);
+    prune_report_json_layers(&j, r->nt, lf);
     prune_report_json_history(&j, p);
     json_object_end(&j);
     int rc = 0;
@@ -422,9 +469,12 @@ static int summary_json(prune_run *r, double val, double test, const char *plot,
 
 // Writes the pruned model with its history line and the accuracies.
 static int model_write(prune_run *r, int best, double val, double test, sc_err *err) {
-    char line[2048], floor_text[64] = "";
+    char line[2048], floor_text[600] = "";
     if (r->cfg.min_layer > 0.0)
         snprintf(floor_text, sizeof floor_text, ", every layer >= %.4f", r->cfg.min_layer);
+    if (r->floors)
+        snprintf(floor_text + strlen(floor_text), sizeof floor_text - strlen(floor_text),
+                 ", layer floors %.500s", r->o.layer_floor);
     snprintf(line, sizeof line,
              "prune: method %s, %s, population %d, %d iterations x %d batches of %d, alpha %g beta %g, "
              "sparsity %.4f (target %.4f%s), %s %s: val %.2f%% test %.2f%%",
@@ -444,6 +494,20 @@ static int model_write(prune_run *r, int best, double val, double test, sc_err *
     return model_save(r->out, r->nt, &r->meta, err);
 }
 
+// Prints how the pruned layers stand against their --layer-floor floors.
+static void floors_report(const prune_run *r) {
+    int L = r->s.pl.n, below = 0, over = 0;
+    if (!r->floors) return;
+    double sp[L > 0 ? L : 1];
+    prune_sparsity_read(r->nt, &r->s.pl, sp);
+    for (int l = 0; l < L; l++) {
+        below += (sp[l] - r->floors[l]) * (double)r->s.pl.count[l] < -0.5;
+        over += r->floors[l] > r->cfg.target;
+    }
+    printf("layer floors (--layer-floor %s): %d of %d pruned layers floored above the target, %s\n",
+           r->o.layer_floor, over, L, below ? "SOME BELOW THEIR FLOOR" : "every layer at or above its floor");
+}
+
 // Evaluates the winner on the test split, writes the model and every report.
 static int finish(prune_run *r, sc_err *err) {
     int best;
@@ -459,6 +523,7 @@ static int finish(prune_run *r, sc_err *err) {
     SC_TRY(model_write(r, best, val, test, err));
     SC_TRY(reports_write(r, plot, sizeof plot, err));
     prune_report_table(stdout, r->nt);
+    floors_report(r);
     printf("pruned %s to %.2f%% sparsity (pruned layers): val %.2f%% test %.2f%% (start val %.2f%%), "
            "%ld training images, %.1f s; model: %s, plot: %s\n",
            r->nt->arch, 100.0 * net_sparsity(r->nt), val, test, r->s.pop->hist[0].best_acc,
@@ -491,6 +556,9 @@ static void intro(prune_run *r) {
     if (r->cfg.min_layer > 0.0)
         log_line(stderr, r->o.c.quiet, "prune: every pruned layer at least %.3f sparse at the end "
                  "(--min-layer-sparsity)", r->cfg.min_layer);
+    if (r->floors)
+        log_line(stderr, r->o.c.quiet, "prune: per-layer floors %s (--layer-floor; the floors alone "
+                 "need %.4f overall)", r->o.layer_floor, prune_floor_need(&r->s.pl, r->floors));
     if (dist_size(r->dist) > 1)
         log_line(stderr, r->o.c.quiet, "prune: spread over %d ranks (%d on this machine, one device "
                  "each), each training its share of the %d solutions", dist_size(r->dist),
@@ -524,7 +592,7 @@ static int search_go(prune_run *r, sc_err *err) {
 static int prune_tool(prune_run *r, int argc, char **argv) {
     sc_err err = {0};
     int rc = gpu_select(r, &err) || device_pick(r, &err) || data_and_net(r, &err) || cfg_set(r, &err) ||
-             paths_set(r, &err);
+             floors_set(r, &err) || paths_set(r, &err);
     if (!rc && !r->config && !(r->config = cli_args_join(argc, argv, prune_transient))) rc = sc_fail(&err, "out of memory");
     if (!rc) {
         r->ex = exec_create(r->nt, r->dev, r->prec, r->cfg.hp.batch, &err);
@@ -540,7 +608,8 @@ static int prune_tool(prune_run *r, int argc, char **argv) {
     model_meta_free(&r->meta);
     dataset_free(&r->ds);
     free(r->config);
-    return rc ? SC_EXIT_INPUT : SC_EXIT_OK;
+    free(r->floors);
+    return rc ? (r->usage ? SC_EXIT_USAGE : SC_EXIT_INPUT) : SC_EXIT_OK;
 }
 
 // The settings text stored in the state to resume: rank 0 reads it (-o

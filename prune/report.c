@@ -53,9 +53,11 @@ void prune_report_table(FILE *f, const net *nt) {
 }
 
 // Adds the per-layer array to a JSON object.
-void prune_report_json_layers(json_writer *j, const net *nt) {
+void prune_report_json_layers(json_writer *j, const net *nt, const double *floor) {
+    int k = 0;  // index among the prunable tensors
     json_array_begin(j, "layers");
     for (int t = 0; t < nt->ntensors; t++) {
+        int l = nt->tensors[t].prunable ? k++ : -1;
         if (!is_weight(nt, t)) continue;
         const ptensor *p = &nt->tensors[t];
         char shape[64];
@@ -68,6 +70,7 @@ void prune_report_json_layers(json_writer *j, const net *nt) {
         json_add_int(j, "nonzeros", (long long)nz);
         json_add_number(j, "sparsity", (double)(p->count - nz) / (double)p->count);
         json_add_bool(j, "pruned", p->prunable);
+        if (floor && l >= 0) json_add_number(j, "floor", floor[l]);
         json_object_end(j);
     }
     json_array_end(j);

@@ -16,8 +16,10 @@
 // Prints one row per conv/linear weight and a total over the pruned layers.
 void prune_report_table(FILE *f, const net *nt);
 
-// Adds "layers": [{name, shape, weights, nonzeros, sparsity, pruned}, ...].
-void prune_report_json_layers(json_writer *j, const net *nt);
+// Adds "layers": [{name, shape, weights, nonzeros, sparsity, pruned, floor}, ...];
+// floor (one per prunable tensor, in tensor order: prune_layers) or NULL
+// gives the pruned layers' "floor" (their sparsity floor at the end).
+void prune_report_json_layers(json_writer *j, const net *nt, const double *floor);
 
 // Adds "history": [{iteration, phase, target, best_val_accuracy, ...}, ...].
 void prune_report_json_history(json_writer *j, const prune_pop *p);

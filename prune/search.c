@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "prune/floor.h"
 #include "prune/gmp.h"
 #include "prune/pop_dist.h"
 
@@ -70,6 +71,23 @@ static int in_search(const prune_search *s, int it) {
 
 // --- set-up -----------------------------------------------------------------
 
+// Copies and checks the per-layer floors (NULL: none) into s->floor; evolve
+// reads them from there.
+static int floor_copy(prune_search *s, const double *lf, sc_err *err) {
+    int L = s->pl.n;
+    s->cfg.layer_floor = s->cfg.ev.layer_floor = NULL;
+    if (!lf) return 0;
+    for (int l = 0; l < L; l++)
+        if (!(lf[l] >= 0.0 && lf[l] <= s->cfg.ev.s_max))
+            return sc_fail(err, "per-layer sparsity floor of layer %d outside [0, %g] (%g)", l,
+                           s->cfg.ev.s_max, lf[l]);
+    SC_TRY(prune_floor_budget(&s->pl, lf, s->cfg.target, err));
+    if (!(s->floor = malloc((size_t)L * sizeof *s->floor))) return sc_fail(err, "out of memory");
+    memcpy(s->floor, lf, (size_t)L * sizeof *s->floor);
+    s->cfg.layer_floor = s->cfg.ev.layer_floor = s->floor;
+    return 0;
+}
+
 // Allocates the search's buffers and one data stream per solution.
 int prune_search_init(prune_search *s, const prune_cfg *cfg, const dataset *ds, net *nt,
                       exec *ex, sc_err *err) {
@@ -92,6 +110,7 @@ int prune_search_init(prune_search *s, const prune_cfg *cfg, const dataset *ds, 
     s->loaded = -1;
     s->t_run = progress_clock();
     SC_TRY(prune_layers_init(&s->pl, nt, err));
+    SC_TRY(floor_copy(s, cfg->layer_floor, err));
     int n = s->cfg.population;
     s->mom = calloc(nt->nparam, sizeof *s->mom);
     s->gabs = calloc(nt->nparam, sizeof *s->gabs);
@@ -123,6 +142,7 @@ void prune_search_free(prune_search *s) {
     free(s->gabs);
     free(s->grad);
     free(s->cut);
+    free(s->floor);
     free(s->owner);
     free(s->img);
     free(s->log.op);
@@ -290,6 +310,20 @@ static int round_raise(prune_search *s, int i, const double *target, int use_gra
     return exec_write_momentum(s->ex, s->mom, err);
 }
 
+// gmp's and oneshot's per-layer targets at overall sparsity v: uniform, or
+// water-filled above the layers' floors at v (gmp_targets_floored).
+static void magnitude_targets(const prune_search *s, double v, double *target) {
+    int L = s->pl.n;
+    if (!s->cfg.layer_floor) {
+        gmp_targets_uniform(L, v, target);
+        return;
+    }
+    double lf[L > 0 ? L : 1];
+    for (int l = 0; l < L; l++)
+        lf[l] = gmp_layer_floor_at(s->cfg.layer_floor[l], s->cfg.target, v, s->cfg.ev.s_max);
+    gmp_targets_floored(s->pl.count, L, v, lf, target);
+}
+
 // The per-layer targets of solution i for its round at clock position pos of
 // iteration it; returns 0 when its masks do not change this round.
 static int round_targets(prune_search *s, int i, int it, long pos, rng *r, double *target) {
@@ -297,7 +331,7 @@ static int round_targets(prune_search *s, int i, int it, long pos, rng *r, doubl
     if (c->method == PM_GMP) {
         double v = gmp_sparsity_at(0.0, c->target, (double)(it + 1) / c->rounds, c->ramp_begin,
                                    c->ramp_end);
-        gmp_targets_uniform(s->pl.n, v, target);
+        magnitude_targets(s, v, target);
         return 1;
     }
     if (!in_search(s, it)) return 0;
@@ -559,7 +593,7 @@ static int begin_solutions(prune_search *s, sc_err *err) {
 static int oneshot_cut(prune_search *s, sc_err *err) {
     int L = s->pl.n;
     double target[L];
-    gmp_targets_uniform(L, s->cfg.target, target);
+    magnitude_targets(s, s->cfg.target, target);
     prune_sol_load(s->pop, 0, s->nt, s->mom);
     SC_TRY(prune_mask_raise(s->nt, &s->pl, target, NULL, (prune_crit){1.0f, 0.0f}, s->mom, err));
     SC_TRY(exec_write_net(s->ex, err));

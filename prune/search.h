@@ -42,6 +42,10 @@ typedef struct {
     double min_layer;     // every pruned layer at least this sparse at the end, in
                           // [0, target] (0: no floor); along the way the floor is
                           // scaled by the schedule (gmp_layer_floor, docs/prune.md)
+    const double *layer_floor;  // (L, one per prunable layer) per-layer floors at the end
+                          // (--layer-floor), each in [0, s_max], fitting the target
+                          // (prune_floor_budget); NULL: min_layer for every layer.
+                          // Copied by prune_search_init.
     prune_crit crit;      // coefficient (gmp and oneshot use magnitude: alpha 1, beta 0)
     int grad_steps;       // last steps of a round whose |gradient| is averaged
     double ramp_begin;    // fraction of the rounds before the sparsity starts rising
@@ -75,6 +79,7 @@ typedef struct {
     float *gabs;         // (nparam) mean |gradient| of the round's last steps
     float *grad;         // (nparam) one step's gradient
     double *cut;         // (population * L) cost increase per layer this round (evolve_cost)
+    double *floor;       // (L) the copy of cfg.layer_floor (NULL without one)
     double start_acc;    // validation accuracy of the start model (before any pruning)
     int finished;        // 1 once every iteration is done
     int loaded;          // solution whose exact state the executor holds (-1: none)
@@ -90,7 +95,8 @@ typedef struct {
 
 // Sets up a search for the start model in nt on executor ex; the population
 // is created by prune_search_begin or prune_search_resume. Fails when
-// cfg->min_layer is outside [0, cfg->target].
+// cfg->min_layer is outside [0, cfg->target], or a cfg->layer_floor entry
+// outside [0, s_max] or the floors together above the target.
 int prune_search_init(prune_search *s, const prune_cfg *cfg, const dataset *ds, net *nt,
                       exec *ex, sc_err *err);
 // Frees what the search owns (not nt, ex or ds).

@@ -4,7 +4,11 @@
 # continued with --resume ends bitwise equal to an uninterrupted one; the
 # run directory holds the model, the history and the plot; with
 # --min-layer-sparsity every pruned layer ends at the floor, the target is
-# still met, a floor of 0 changes nothing and a resumed run keeps the floor.
+# still met, a floor of 0 changes nothing and a resumed run keeps the floor;
+# --layer-floor refuses bad SPECs and floors over the budget (exit 2), holds
+# every layer at its own floor (one above the target) for evolve and gmp,
+# reports "layer_floor" and each layer's "floor" in the JSON, and a resumed
+# run keeps it.
 cd "$(dirname "$0")/.." || exit 1
 . tests/lib.sh
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
@@ -99,6 +103,47 @@ h5diff -q "$T/f.h5" "$T/fs.h5" /params /params && h5diff -q "$T/f.h5" "$T/fs.h5"
     && grep -qE '"min_layer_sparsity": *0.75' "$T/fs.json" && ok "resume keeps the floor" || bad "resume keeps the floor" "differs"
 expect_fail "resume: floor above the stored target" 2 '^prune: .*min-layer-sparsity' \
     $BIN/prune --device cpu --quiet --resume -o "$T/fs.h5" --min-layer-sparsity 0.85
+
+# --- --layer-floor: per-layer floors (conv2 and fc3 above the target) ---------------
+LFB="$PR --model lenet --target-sparsity 0.8"
+expect_fail "layer floor without =" 2 "^prune: --layer-floor: no '='" $LFB --layer-floor conv2 synthetic
+expect_fail "layer floor empty prefix" 2 '^prune: --layer-floor: empty prefix' $LFB --layer-floor =0.5 synthetic
+expect_fail "layer floor not a number" 2 '^prune: --layer-floor: not a number' $LFB --layer-floor fc1=x synthetic
+expect_fail "layer floor above 0.995" 2 '^prune: --layer-floor: floor outside' $LFB --layer-floor fc1=0.999 synthetic
+expect_fail "layer floor negative" 2 '^prune: --layer-floor: floor outside' $LFB --layer-floor fc1=-0.1 synthetic
+expect_fail "layer floor duplicate" 2 "^prune: --layer-floor: duplicate prefix 'fc1'" $LFB --layer-floor fc1=0.5,fc1=0.6 synthetic
+expect_fail "layer floor no such layer" 2 "^prune: --layer-floor: prefix 'conv1' matches no prunable layer" \
+    $LFB --layer-floor conv2=0.9,conv1=0.5 synthetic
+expect_fail "layer floor over budget" 2 '^prune: --layer-floor: .*need an overall sparsity of at least 0.7750' \
+    $PR --model lenet --target-sparsity 0.5 --layer-floor fc1=0.99 synthetic
+# own_margin JSON: the smallest zeros - floor * weights over the layers with a "floor".
+own_margin() {
+    awk '/"layers"/ { on = 1 } /"history"/ { on = 0 }
+        on && /"weights"/ { gsub(/[^0-9]/, ""); w = $0 }
+        on && /"nonzeros"/ { gsub(/[^0-9]/, ""); z = $0 }
+        on && /"floor"/ { sub(/.*: */, ""); m = (w - z) - $0 * w; if (min == "" || m < min) min = m }
+        END { print min }' "$1"
+}
+LF="$ARGS --layer-floor conv2=0.95,fc3=0.9,fc=0.5"
+for meth in evolve gmp; do
+    $PR $LF --method $meth -o "$T/l$meth.h5" --json "$T/l$meth.json" >"$T/l$meth.out" 2>&1 || bad "layer floor $meth run" "failed"
+    m=$(own_margin "$T/l$meth.json")
+    awk -v m="${m:--9}" 'BEGIN { exit !(m >= -0.5) }' && ok "$meth: every layer at its own floor ($m)" || bad "$meth: layer floors" "margin ${m:-?} weights"
+    ls=$(grep -oE '"sparsity": *[0-9.]+' "$T/l$meth.json" | head -n 1 | grep -oE '[0-9.]+$')
+    awk -v s="${ls:-0}" 'BEGIN { exit !(s > 0.799 && s < 0.801) }' && ok "$meth: target with layer floors ($ls)" || bad "$meth: target with layer floors" "sparsity ${ls:-?}"
+    c2=$(grep -A4 '"conv2.weight"' "$T/l$meth.json" | grep -oE '"sparsity": *[0-9.]+' | grep -oE '[0-9.]+$')
+    awk -v s="${c2:-0}" 'BEGIN { exit !(s >= 0.9499) }' && ok "$meth: conv2 above the target ($c2)" || bad "$meth: conv2 floor" "${c2:-?}"
+done
+grep -qE '"layer_floor": *"conv2=0.95,fc3=0.9,fc=0.5"' "$T/levolve.json" && grep -qE '"layer_floor": *null' "$T/a.json" \
+    && ok "json layer_floor" || bad "json layer_floor" "$(grep -o '"layer_floor[^,]*' "$T/levolve.json")"
+[ "$(grep -c '"floor": 0.95' "$T/levolve.json")" = 1 ] && [ "$(grep -c '"floor": 0.5' "$T/levolve.json")" = 2 ] \
+    && ok "json per-layer floor" || bad "json per-layer floor" "$(grep '"floor"' "$T/levolve.json" | tr -d ' \n')"
+grep -q 'layer floors (--layer-floor conv2=0.95,fc3=0.9,fc=0.5).*every layer at or above' "$T/levolve.out" \
+    && ok "summary line" || bad "summary line" "$(grep 'layer floors' "$T/levolve.out")"
+$PR $LF -o "$T/ls.h5" --stop-after 2 >/dev/null 2>&1 || bad "layer floor, stopped run" "failed"
+$BIN/prune --device cpu --quiet --resume -o "$T/ls.h5" --json "$T/ls.json" >/dev/null 2>&1 || bad "layer floor, resume" "failed"
+h5diff -q "$T/levolve.h5" "$T/ls.h5" /params /params && h5diff -q "$T/levolve.h5" "$T/ls.h5" /masks /masks \
+    && grep -qE '"layer_floor": *"conv2=0.95' "$T/ls.json" && ok "resume keeps the layer floors" || bad "resume keeps the layer floors" "differs"
 
 # --- run directory: model, history, plot; gmp reaches its target ---------------------
 $PR $TINY --method gmp --from "$T/m.h5" --target-sparsity 0.7 --json "$T/g.json" >/dev/null 2>&1 || bad "gmp run" "failed"

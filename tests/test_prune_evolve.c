@@ -1,5 +1,6 @@
 // Tests of the search's host parts: the cubic schedule, planning a raise
-// (eq. 4) with and without a per-layer floor, sensitivities, k-means, selection with rewinding, and the state
+// (eq. 4) with and without a per-layer floor (one for all, or per layer with
+// --layer-floor: parsing, budget, water-filling), sensitivities, k-means, selection with rewinding, and the state
 // file (round trip, corruption, another net).
 #include <math.h>
 #include <stdio.h>
@@ -9,6 +10,7 @@
 
 #include "check.h"
 #include "prune/evolve.h"
+#include "prune/floor.h"
 #include "prune/gmp.h"
 #include "prune/mask.h"
 #include "prune/pop.h"
@@ -246,6 +248,144 @@ static void test_plan_floor(tctx *t) {
     }
 }
 
+// --- per-layer floors (--layer-floor) -------------------------------------------
+
+// gmp_layer_floor_at: the same bits as gmp_layer_floor for m <= target,
+// m * now / target (<= s_max) above it.
+static void test_layer_floor_at(tctx *t) {
+    rng r;
+    rng_seed(&r, 31, 0);
+    for (int k = 0; k < 500; k++) {
+        double T = 0.999 * rng_uniform(&r), m = T * rng_uniform(&r), now = T * rng_uniform(&r);
+        double a = gmp_layer_floor(m, T, now), b = gmp_layer_floor_at(m, T, now, 0.995);
+        CHECK(t, memcmp(&a, &b, sizeof a) == 0, "m %g T %g now %g: %.17g vs %.17g", m, T, now, a, b);
+        double hi = T + (0.995 - T) * rng_uniform(&r), f = gmp_layer_floor_at(hi, T, now, 0.995);
+        if (hi > T && T > 0.0 && now > 0.0)
+            CHECK(t, fabs(f - hi * now / T) < 1e-12 && f <= 0.995, "m %g T %g now %g: %g", hi, T, now, f);
+    }
+    CHECK(t, gmp_layer_floor_at(0.99, 0.9, 0.9, 0.995) == 0.99, "at the end the floor itself");
+}
+
+// Water-filling: the overall lands on v, every floor holds, the layers under
+// the level share one value, and with no floor above v the targets are the
+// uniform ones bit for bit.
+static void test_water_fill(tctx *t) {
+    rng r;
+    rng_seed(&r, 41, 0);
+    for (int trial = 0; trial < 200; trial++) {
+        int L = 2 + (int)rng_below(&r, 14);
+        size_t cnt[16];
+        double lf[16], tg[16], un[16], v = 0.05 + 0.9 * rng_uniform(&r), total = 0, need = 0;
+        for (int l = 0; l < L; l++) {
+            cnt[l] = 3 + rng_below(&r, l % 2 ? 50000 : 700);
+            lf[l] = v * rng_uniform(&r);
+            total += (double)cnt[l];
+        }
+        if (trial % 4) {  // some small layers above v, within the budget
+            for (int l = 0; l < L; l += 2) lf[l] = v + (0.995 - v) * rng_uniform(&r);
+            for (int l = 0; l < L; l++) need += lf[l] * (double)cnt[l];
+            if (need > v * total) continue;
+        }
+        gmp_targets_floored(cnt, L, v, lf, tg);
+        gmp_targets_uniform(L, v, un);
+        if (trial % 4 == 0) {
+            CHECK(t, memcmp(tg, un, (size_t)L * sizeof *tg) == 0, "trial %d: not uniform", trial);
+            continue;
+        }
+        double sum = 0.0, u = -1.0;
+        for (int l = 0; l < L; l++) {
+            sum += tg[l] * (double)cnt[l];
+            CHECK(t, tg[l] >= lf[l] && tg[l] <= fmax(lf[l], v), "trial %d layer %d: %g floor %g", trial, l, tg[l], lf[l]);
+            if (tg[l] > lf[l]) {
+                CHECK(t, u < 0.0 || fabs(tg[l] - u) < 1e-15, "trial %d: two levels %g %g", trial, u, tg[l]);
+                u = tg[l];
+            }
+        }
+        CHECK(t, fabs(sum - v * total) <= 1e-9 * total, "trial %d: %.12g weights, want %.12g", trial, sum, v * total);
+    }
+    size_t c2[2] = {100, 900};  // layer 0 at 0.99: layer 1 takes (0.9 * 1000 - 99) / 900
+    double f2[2] = {0.99, 0.0}, t2[2];
+    gmp_targets_floored(c2, 2, 0.9, f2, t2);
+    CHECK(t, t2[0] == 0.99 && fabs(t2[1] - 801.0 / 900.0) < 1e-12, "%g %g", t2[0], t2[1]);
+}
+
+// SPEC parsing: items, errors, and the budget check.
+static void test_floor_spec(tctx *t) {
+    prune_floor_spec fs;
+    sc_err err = {0};
+    CHECK(t, prune_floor_parse("layer1=0.98,layer1.0=0.5,fc=0", &fs, &err) == 0, "%s", err.msg);
+    CHECK(t, fs.n == 3 && !strcmp(fs.prefix[1], "layer1.0") && fs.value[0] == 0.98 && fs.value[2] == 0.0,
+          "parsed %d", fs.n);
+    prune_floor_spec_free(&fs);
+    const char *bad[] = {"layer1", "=0.5", "a=", "a=x", "a=0.5x", "a=1", "a=-0.1", "a=0.996",
+                         "a=0.1,a=0.2", "a=0.1,", "", "a=0.1,,b=0.2", "a=nan"};
+    const char *why[] = {"'='", "empty prefix", "number", "number", "number", "outside", "outside",
+                         "outside", "duplicate", "empty item", "empty", "empty item", "outside"};
+    for (int k = 0; k < (int)(sizeof bad / sizeof *bad); k++) {
+        err.msg[0] = 0;
+        CHECK(t, prune_floor_parse(bad[k], &fs, &err) != 0 && strstr(err.msg, why[k]),
+              "'%s' accepted or wrong message (%s)", bad[k], err.msg);
+    }
+    CHECK(t, prune_floor_parse("a=0.995", &fs, &err) == 0, "s_max refused: %s", err.msg);
+    prune_floor_spec_free(&fs);
+    size_t cnt[3] = {100, 300, 600};
+    prune_layers pl = fake_layers(3, cnt);
+    double ok[3] = {0.99, 0.95, 0.8}, no[3] = {0.99, 0.95, 0.9};  // need 0.864, 0.924
+    CHECK_CLOSE(t, prune_floor_need(&pl, ok), 0.864, 1e-12);
+    CHECK(t, prune_floor_budget(&pl, ok, 0.9, &err) == 0, "%s", err.msg);
+    CHECK(t, prune_floor_budget(&pl, ok, 0.864, &err) == 0, "exact fit refused: %s", err.msg);
+    CHECK(t, prune_floor_budget(&pl, no, 0.9, &err) != 0 && strstr(err.msg, "0.9240"),
+          "over budget accepted (%s)", err.msg);
+    prune_layers_free(&pl);
+}
+
+// evolve_plan with per-layer floors: one small layer floored above the
+// target is lifted to its scaled floor at every step and ends at it, the
+// overall floor is met at every step; floors all equal to layer_min give the
+// same plans bit for bit as layer_min alone.
+static void test_plan_layer_floor(tctx *t) {
+    rng r;
+    rng_seed(&r, 55, 0);
+    for (int trial = 0; trial < 10; trial++) {
+        int L = 3 + (int)rng_below(&r, 8), K = 10;
+        size_t cnt[16];
+        for (int l = 0; l < L; l++) cnt[l] = 50 + rng_below(&r, l ? 30000 : 900);
+        prune_layers pl = fake_layers(L, cnt);
+        double T = 0.6 + 0.3 * rng_uniform(&r), m = T * rng_uniform(&r), lf[16], same[16];
+        for (int l = 0; l < L; l++) lf[l] = m, same[l] = m;
+        lf[0] = T + (0.99 - T) * rng_uniform(&r);  // above the target (layer 0 is small)
+        evolve_cfg c, c0, c1;
+        evolve_cfg_default(&c, K, T);
+        c.layer_floor = lf;
+        c0 = c1 = c;
+        c0.layer_floor = NULL, c0.layer_min = m;
+        c1.layer_floor = same;
+        double sp[16] = {0}, gen[16], sens[16], tg[16], t0[16], t1[16];
+        for (int l = 0; l < L; l++) sens[l] = 0.1 + rng_uniform(&r), gen[l] = 0.5 * rng_uniform(&r);
+        prune_sol s = {.sparsity = sp, .genome = gen};
+        for (int k = 1; k <= K; k++) {
+            double F = evolve_floor(&c, k);
+            rng r0 = r, r1 = r;
+            evolve_plan(&s, &pl, sens, &c0, F, &r0, t0);
+            evolve_plan(&s, &pl, sens, &c1, F, &r1, t1);
+            CHECK(t, memcmp(t0, t1, (size_t)L * sizeof *t0) == 0, "trial %d step %d: not the same bits", trial, k);
+            evolve_plan(&s, &pl, sens, &c, F, &r, tg);
+            for (int l = 0; l < L; l++)
+                CHECK(t, tg[l] >= gmp_layer_floor_at(lf[l], T, F, c.s_max) - 1e-12,
+                      "trial %d step %d layer %d: %g below its floor", trial, k, l, tg[l]);
+            CHECK(t, fabs(prune_sparsity_overall(&pl, tg) - F) <= (double)(L + 1) / (double)pl.total,
+                  "trial %d step %d: overall %g, floor %g", trial, k, prune_sparsity_overall(&pl, tg), F);
+            for (int l = 0; l < L; l++) {
+                size_t z = prune_target_zeros(cnt[l], tg[l]), have = prune_target_zeros(cnt[l], sp[l]);
+                sp[l] = (double)(z > have ? z : have) / (double)cnt[l];
+                gen[l] = sp[l];
+            }
+        }
+        CHECK(t, sp[0] >= lf[0] - 0.5 / (double)cnt[0], "trial %d: layer 0 at %g, floor %g", trial, sp[0], lf[0]);
+        prune_layers_free(&pl);
+    }
+}
+
 // Sensitivities follow the slope of drop on cut.
 static void test_sens(tctx *t) {
     rng r;
@@ -401,6 +541,10 @@ int main(void) {
     RUN(&t, test_plan);
     RUN(&t, test_layer_floor);
     RUN(&t, test_plan_floor);
+    RUN(&t, test_layer_floor_at);
+    RUN(&t, test_water_fill);
+    RUN(&t, test_floor_spec);
+    RUN(&t, test_plan_layer_floor);
     RUN(&t, test_sens);
     RUN(&t, test_kmeans);
     RUN(&t, test_select);

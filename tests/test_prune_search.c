@@ -4,7 +4,9 @@
 // an uninterrupted one, the same seed gives the same result, evolve's racing
 // (the population halved, survivors training more rounds) keeps the image
 // budget and trains only the survivors, a per-layer floor holds for every
-// solution of evolve (and changes nothing for gmp/oneshot), and evolve does
+// solution of evolve (and changes nothing for gmp/oneshot), per-layer floors
+// (--layer-floor: longest prefix, one layer above the target) hold for evolve
+// and gmp at the target, and evolve does
 // at least as well as oneshot at the same sparsity and image budget.
 #include <math.h>
 #include <stdio.h>
@@ -15,6 +17,7 @@
 
 #include "check.h"
 #include "datasets/cifar.h"
+#include "prune/floor.h"
 #include "prune/gmp.h"
 #include "prune/search.h"
 #include "runtime/exec.h"
@@ -425,6 +428,92 @@ static void test_floor_uniform(tctx *t, fixture *f) {
     }
 }
 
+// --- per-layer floors (--layer-floor) ---------------------------------------------
+
+// Prefix matching on lenet's prunable layers (conv2, fc1, fc2, fc3; conv1 is
+// not prunable): the longest prefix wins, the rest take the default, a
+// prefix matching no prunable layer is refused by name.
+static void test_floor_resolve(tctx *t, fixture *f) {
+    sc_err err = {0};
+    prune_layers pl;
+    prune_floor_spec fs;
+    double lf[8];
+    if (prune_layers_init(&pl, f->trained, &err) || pl.n != 4) {
+        CHECK(t, 0, "lenet layers: %s", err.msg);
+        return;
+    }
+    CHECK(t, !prune_floor_parse("fc=0.5,fc1=0.9,conv=0.7", &fs, &err) &&
+             !prune_floor_resolve(&fs, f->trained, &pl, 0.25, lf, &err), "%s", err.msg);
+    CHECK(t, lf[0] == 0.7 && lf[1] == 0.9 && lf[2] == 0.5 && lf[3] == 0.5, "%g %g %g %g", lf[0], lf[1], lf[2], lf[3]);
+    prune_floor_spec_free(&fs);
+    CHECK(t, !prune_floor_parse("fc1.weight=0.9,fc1=0.3", &fs, &err) &&
+             !prune_floor_resolve(&fs, f->trained, &pl, 0.25, lf, &err), "%s", err.msg);
+    CHECK(t, lf[0] == 0.25 && lf[1] == 0.9 && lf[2] == 0.25, "%g %g %g", lf[0], lf[1], lf[2]);
+    prune_floor_spec_free(&fs);
+    const char *none[] = {"conv1=0.5", "fc=0.5,layer1=0.9", "fc1.weightx=0.5"};
+    const char *name[] = {"'conv1'", "'layer1'", "'fc1.weightx'"};
+    for (int k = 0; k < 3; k++) {
+        err.msg[0] = 0;
+        CHECK(t, !prune_floor_parse(none[k], &fs, &err) &&
+                 prune_floor_resolve(&fs, f->trained, &pl, 0.0, lf, &err) != 0 && strstr(err.msg, name[k]),
+              "'%s' accepted (%s)", none[k], err.msg);
+        prune_floor_spec_free(&fs);
+    }
+    prune_layers_free(&pl);
+}
+
+// Runs cfg to the end; 0 on success.
+static int run_all(run *r, const fixture *f, const prune_cfg *cfg, sc_err *err) {
+    return run_init(r, f, f->trained, cfg, err) || prune_search_begin(&r->s, err) ||
+           prune_search_run(&r->s, NULL, NULL, err);
+}
+
+// evolve and gmp with conv2 (2400 weights) floored at 0.95 above the target
+// 0.8 and fc3 at 0.85: every layer of the result at its floor (within half a
+// weight), the overall at the target; per-layer floors all equal to a
+// --min-layer-sparsity give the same run bit for bit as that option alone;
+// floors over the budget or above s_max are refused.
+static void test_floor_layers_run(tctx *t, fixture *f) {
+    sc_err err = {0};
+    prune_method ms[3] = {PM_EVOLVE, PM_GMP, PM_ONESHOT};
+    double T = 0.8, lf[4] = {0.95, 0.3, 0.3, 0.85}, same[4] = {0.3, 0.3, 0.3, 0.3};
+    for (int k = 0; k < 3; k++) {
+        run r, a, b;
+        prune_cfg c = small_cfg(ms[k], 4, T), ca, cb;
+        c.min_layer = 0.3;
+        c.halve_every = 1;
+        ca = cb = c;
+        c.layer_floor = lf;
+        cb.layer_floor = same;
+        int best = 0;
+        if (run_all(&r, f, &c, &err) || prune_search_result(&r.s, &best, &err)) {
+            CHECK(t, 0, "method %d: %s", k, err.msg);
+        } else {
+            const double *sp = r.s.pop->sol[best].sparsity;
+            for (int l = 0; l < r.s.pl.n; l++)
+                CHECK(t, (sp[l] - lf[l]) * (double)r.s.pl.count[l] >= -0.5, "method %d layer %d: %g < %g", k, l, sp[l], lf[l]);
+            double tol = (double)(r.s.pl.n + 1) / (double)r.s.pl.total;
+            CHECK(t, fabs(net_sparsity(r.nt) - T) <= tol, "method %d: sparsity %.6f", k, net_sparsity(r.nt));
+            CHECK(t, sp[0] > T + 0.1, "method %d: conv2 only at %g", k, sp[0]);
+        }
+        run_free(&r);
+        int ok = !run_all(&a, f, &ca, &err) && !run_all(&b, f, &cb, &err);
+        CHECK(t, ok && pops_equal(a.s.pop, b.s.pop), "method %d: floors = min-layer changed the run (%s)", k, err.msg);
+        run_free(&a);
+        run_free(&b);
+    }
+    double over[4] = {0.99, 0.99, 0.99, 0.99}, smax[4] = {0.996, 0.1, 0.1, 0.1};
+    const double *bad[2] = {over, smax};
+    for (int k = 0; k < 2; k++) {
+        run r;
+        prune_cfg c = small_cfg(PM_GMP, 2, T);
+        c.layer_floor = bad[k];
+        CHECK(t, run_init(&r, f, f->trained, &c, &err) != 0 && strstr(err.msg, k ? "floor" : "0.9900"),
+              "bad floors %d accepted (%s)", k, err.msg);
+        run_free(&r);
+    }
+}
+
 // Validation accuracy of the result of a finished run of cfg.
 static double result_acc(fixture *f, const prune_cfg *cfg, double *sparsity, sc_err *err) {
     run r;
@@ -492,6 +581,8 @@ int main(void) {
     run_with(&t, &f, test_race_run, "test_race_run");
     run_with(&t, &f, test_floor_evolve, "test_floor_evolve");
     run_with(&t, &f, test_floor_uniform, "test_floor_uniform");
+    run_with(&t, &f, test_floor_resolve, "test_floor_resolve");
+    run_with(&t, &f, test_floor_layers_run, "test_floor_layers_run");
     run_with(&t, &f, test_evolve_vs_oneshot, "test_evolve_vs_oneshot");
     fixture_free(&f);
     return check_finish(&t);

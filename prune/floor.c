@@ -1,0 +1,108 @@
+// Per-layer sparsity floors from --layer-floor SPEC. See prune/floor.h.
+#include "floor.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+// --- parsing ------------------------------------------------------------------
+
+// Adds one PREFIX=X item (len characters at item) to fs.
+static int item_add(prune_floor_spec *fs, const char *item, size_t len, sc_err *err) {
+    if (len == 0) return sc_fail(err, "empty item (a stray comma?)");
+    const char *eq = memchr(item, '=', len);
+    if (!eq) return sc_fail(err, "no '=' in item '%.*s' (want PREFIX=X)", (int)len, item);
+    size_t plen = (size_t)(eq - item), vlen = len - plen - 1;
+    if (plen == 0) return sc_fail(err, "empty prefix in item '%.*s'", (int)len, item);
+    char num[64];
+    if (vlen == 0 || vlen >= sizeof num)
+        return sc_fail(err, "not a number in item '%.*s'", (int)len, item);
+    memcpy(num, eq + 1, vlen);
+    num[vlen] = 0;
+    char *end;
+    double v = strtod(num, &end);
+    if (end == num || *end)
+        return sc_fail(err, "not a number in item '%.*s'", (int)len, item);
+    if (!(v >= 0.0 && v <= PRUNE_FLOOR_MAX))
+        return sc_fail(err, "floor outside [0, %g] in item '%.*s'", PRUNE_FLOOR_MAX, (int)len, item);
+    for (int k = 0; k < fs->n; k++)
+        if (strlen(fs->prefix[k]) == plen && !strncmp(fs->prefix[k], item, plen))
+            return sc_fail(err, "duplicate prefix '%.*s'", (int)plen, item);
+    char **p = realloc(fs->prefix, (size_t)(fs->n + 1) * sizeof *p);
+    if (p) fs->prefix = p;
+    double *x = realloc(fs->value, (size_t)(fs->n + 1) * sizeof *x);
+    if (x) fs->value = x;
+    char *name = p && x ? strndup(item, plen) : NULL;
+    if (!name) return sc_fail(err, "out of memory");
+    fs->prefix[fs->n] = name;
+    fs->value[fs->n++] = v;
+    return 0;
+}
+
+// Splits SPEC at commas into items.
+int prune_floor_parse(const char *spec, prune_floor_spec *fs, sc_err *err) {
+    memset(fs, 0, sizeof *fs);
+    if (!spec || !*spec) return sc_fail(err, "empty SPEC (want PREFIX=X[,PREFIX=X...])");
+    for (const char *p = spec;;) {
+        const char *c = strchr(p, ',');
+        size_t len = c ? (size_t)(c - p) : strlen(p);
+        if (item_add(fs, p, len, err)) {
+            prune_floor_spec_free(fs);
+            return -1;
+        }
+        if (!c) break;
+        p = c + 1;
+    }
+    return 0;
+}
+
+// Frees the prefixes and values.
+void prune_floor_spec_free(prune_floor_spec *fs) {
+    for (int k = 0; k < fs->n; k++) free(fs->prefix[k]);
+    free(fs->prefix);
+    free(fs->value);
+    memset(fs, 0, sizeof *fs);
+}
+
+// --- resolution and budget ------------------------------------------------------
+
+// Longest-prefix match of every prunable layer's name.
+int prune_floor_resolve(const prune_floor_spec *fs, const net *nt, const prune_layers *pl,
+                        double dflt, double *floor, sc_err *err) {
+    int used[fs->n > 0 ? fs->n : 1];
+    memset(used, 0, sizeof used);
+    for (int l = 0; l < pl->n; l++) {
+        const char *name = nt->tensors[pl->tensor[l]].name;
+        int best = -1;
+        size_t blen = 0;
+        for (int k = 0; k < fs->n; k++) {
+            size_t len = strlen(fs->prefix[k]);
+            if (strncmp(name, fs->prefix[k], len)) continue;
+            used[k] = 1;  // it matches, even where a longer prefix wins
+            if (best >= 0 && len <= blen) continue;
+            best = k;
+            blen = len;
+        }
+        floor[l] = best >= 0 ? fs->value[best] : dflt;
+    }
+    for (int k = 0; k < fs->n; k++)
+        if (!used[k])
+            return sc_fail(err, "prefix '%s' matches no prunable layer of %s", fs->prefix[k],
+                           nt->arch);
+    return 0;
+}
+
+// Share of the prunable weights the floors prune.
+double prune_floor_need(const prune_layers *pl, const double *floor) {
+    double sum = 0.0;
+    for (int l = 0; l < pl->n; l++) sum += floor[l] * (double)pl->count[l];
+    return pl->total ? sum / (double)pl->total : 0.0;
+}
+
+// The floors must fit the target (with a tolerance for rounding).
+int prune_floor_budget(const prune_layers *pl, const double *floor, double target, sc_err *err) {
+    double need = prune_floor_need(pl, floor);
+    if (need <= target + 1e-12) return 0;
+    return sc_fail(err, "the floors need an overall sparsity of at least %.4f, above the target %g "
+                   "(raise --target-sparsity or lower the floors)", ceil(need * 1e4) / 1e4, target);
+}
