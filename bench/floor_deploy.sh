@@ -8,7 +8,9 @@
 # MODEL=resnet18|vgg16 (default resnet18; the start model /root/MODEL.h5 is the
 # tool's default training, made when missing) and TARGET (default 0.9) choose
 # the network and the overall sparsity; the exported CSR files are copied to
-# $OUT so that a later call can deploy them with another build.
+# $OUT so that a later call can deploy them with another build. EXTRA adds
+# prune options (e.g. EXTRA="--layer-floor layer1=0.98,layer2=0.98,layer3=0.98"),
+# SUFFIX a tag suffix for the files.
 # Floor 0 is the search without a floor (bench/RESULTS.md has it for ITER 48:
 # test 75.10, fp32 batch 128 1.11x). Each floor: prune ~2 min, deploy ~1 min on
 # an H200; give one call at most three floors. The accuracy figures are the
@@ -24,8 +26,9 @@ start=/root/$model.h5; [ "$model" = resnet18 ] && start=/root/r18.h5
 [ -f $start ] || $B/train --quiet --model "$model" -o $start cifar100
 short=${model/resnet/r}
 for f in $floors; do
-    tag="$short-${target#0.}-floor$f-i$it"
-    $B/prune --from $start --target-sparsity "$target" --min-layer-sparsity "$f" --seed 1 \
+    tag="$short-${target#0.}-floor$f-i$it${SUFFIX:-}"
+    # shellcheck disable=SC2086
+    $B/prune --from $start --target-sparsity "$target" --min-layer-sparsity "$f" --seed 1 ${EXTRA:-} \
         --lr 0.2 --sched onecycle --warmup 0.1 --batches 10 --iterations "$it" --population 8 \
         --quiet --runs /tmp/runs -o "/root/pipe/$tag.h5" --json "$out/prune-$tag.json" cifar100 >/dev/null
     $B/export --quiet "/root/pipe/$tag.h5" -o "/root/pipe/$tag.csr.h5" --json "$out/export-$tag.json" >/dev/null
