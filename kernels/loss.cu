@@ -98,14 +98,21 @@ __global__ void xent_kernel(int n, int k, const L *logits, const int *labels,
     block_stats(loss, hit, n, stats);
 }
 
-// Typed launch of xent_kernel.
-template <typename L, typename G>
-static void xent_launch(const gpu_ctx *g, int n, int k, const void *logits, const int *labels,
-                        const gpu_hparams *hp, float gs, const gpu_scaler *sc, void *dl,
-                        gpu_stats *stats) {
-    const unsigned blocks = (unsigned)((n + LOSS_WARPS - 1) / LOSS_WARPS);
-    xent_kernel<L, G><<<blocks, 32 * LOSS_WARPS, 0, g->stream>>>(
-        n, k, (const L *)logits, labels, hp, gs, sc, (G *)dl, stats);
+// Blocks for n rows, one warp per row.
+static unsigned loss_blocks(int n) {
+    return (unsigned)((n + LOSS_WARPS - 1) / LOSS_WARPS);
+}
+
+// Calls f(L(), G()) with L and G the element types of the logits (ldt) and
+// the gradient (gdt): __half or float.
+template <typename F> static void loss_types(gpu_dtype ldt, gpu_dtype gdt, F f) {
+    if (ldt == GDT_F16) {
+        if (gdt == GDT_F16) f(__half(), __half());
+        else f(__half(), 0.0f);
+    } else {
+        if (gdt == GDT_F16) f(0.0f, __half());
+        else f(0.0f, 0.0f);
+    }
 }
 
 // Loss, hits and (optionally) the gradient of a batch of logits.
@@ -115,13 +122,12 @@ extern "C" int softmax_xent_gpu(const gpu_ctx *g, gpu_dtype ldt, gpu_dtype gdt, 
                                 gpu_stats *stats, sc_err *err) {
     if (n <= 0) return 0;
     if (k < 1) return sc_fail(err, "softmax_xent_gpu: %d classes", k);
-    if (ldt == GDT_F16) {
-        if (gdt == GDT_F16) xent_launch<__half, __half>(g, n, k, logits, labels, hp, grad_scale, sc, dlogits, stats);
-        else xent_launch<__half, float>(g, n, k, logits, labels, hp, grad_scale, sc, dlogits, stats);
-    } else {
-        if (gdt == GDT_F16) xent_launch<float, __half>(g, n, k, logits, labels, hp, grad_scale, sc, dlogits, stats);
-        else xent_launch<float, float>(g, n, k, logits, labels, hp, grad_scale, sc, dlogits, stats);
-    }
+    loss_types(ldt, gdt, [&](auto l0, auto g0) {
+        using L = decltype(l0);
+        using G = decltype(g0);
+        xent_kernel<L, G><<<loss_blocks(n), 32 * LOSS_WARPS, 0, g->stream>>>(
+            n, k, (const L *)logits, labels, hp, grad_scale, sc, (G *)dlogits, stats);
+    });
     cudaCheckLaunch(err);
     return 0;
 }
@@ -168,16 +174,6 @@ __global__ void soft_xent_kernel(int n, int k, const L *logits, const float *sof
     block_stats(loss, hit, n, stats);
 }
 
-// Typed launch of soft_xent_kernel.
-template <typename L, typename G>
-static void soft_xent_launch(const gpu_ctx *g, int n, int k, const void *logits, const float *soft,
-                             const int *labels, float gs, const gpu_scaler *sc, void *dl,
-                             gpu_stats *stats) {
-    const unsigned blocks = (unsigned)((n + LOSS_WARPS - 1) / LOSS_WARPS);
-    soft_xent_kernel<L, G><<<blocks, 32 * LOSS_WARPS, 0, g->stream>>>(
-        n, k, (const L *)logits, soft, labels, gs, sc, (G *)dl, stats);
-}
-
 // Loss against soft targets, hits and (optionally) the gradient of a batch.
 extern "C" int soft_xent_gpu(const gpu_ctx *g, gpu_dtype ldt, gpu_dtype gdt, int n, int k,
                              const void *logits, const float *soft, const int *labels,
@@ -185,13 +181,12 @@ extern "C" int soft_xent_gpu(const gpu_ctx *g, gpu_dtype ldt, gpu_dtype gdt, int
                              gpu_stats *stats, sc_err *err) {
     if (n <= 0) return 0;
     if (k < 1) return sc_fail(err, "soft_xent_gpu: %d classes", k);
-    if (ldt == GDT_F16) {
-        if (gdt == GDT_F16) soft_xent_launch<__half, __half>(g, n, k, logits, soft, labels, grad_scale, sc, dlogits, stats);
-        else soft_xent_launch<__half, float>(g, n, k, logits, soft, labels, grad_scale, sc, dlogits, stats);
-    } else {
-        if (gdt == GDT_F16) soft_xent_launch<float, __half>(g, n, k, logits, soft, labels, grad_scale, sc, dlogits, stats);
-        else soft_xent_launch<float, float>(g, n, k, logits, soft, labels, grad_scale, sc, dlogits, stats);
-    }
+    loss_types(ldt, gdt, [&](auto l0, auto g0) {
+        using L = decltype(l0);
+        using G = decltype(g0);
+        soft_xent_kernel<L, G><<<loss_blocks(n), 32 * LOSS_WARPS, 0, g->stream>>>(
+            n, k, (const L *)logits, soft, labels, grad_scale, sc, (G *)dlogits, stats);
+    });
     cudaCheckLaunch(err);
     return 0;
 }

@@ -684,18 +684,28 @@ static int spconv_bench(const char *masks, int vts, const char *batches) {
     return 0;
 }
 
+// Checks a one-layer run's arguments (--profile, --variants), picks the
+// first mask named in `mask` into *mi and starts a GPU context; 0 when it
+// can run, else prints why under `tag`.
+static int one_layer_setup(const char *tag, int li, int n, const char *mask, gpu_ctx *g, int *mi,
+                           sc_err *err) {
+    int use[NBM];
+    bench_masks(mask, use);
+    for (*mi = 0; *mi < NBM - 1 && !use[*mi];) (*mi)++;
+    if (li < 0 || li >= NBL || n < 1 || !exec_gpu_available(err) || gpu_ctx_init(g, err)) {
+        printf("%s: bad layer/batch or no GPU: %s\n", tag, err->msg);
+        return 1;
+    }
+    return 0;
+}
+
 // One layer tuned in fp32, then one forward between cudaProfilerStart and
 // Stop (run under ncu --profile-from-start off); 0 when it ran.
 static int spconv_profile(int li, int n, const char *mask) {
     gpu_ctx g;
     sc_err err = {{0}};
-    int use[NBM], mi = 0;
-    bench_masks(mask, use);
-    while (mi < NBM - 1 && !use[mi]) mi++;
-    if (li < 0 || li >= NBL || n < 1 || !exec_gpu_available(&err) || gpu_ctx_init(&g, &err)) {
-        printf("profile: bad layer/batch or no GPU: %s\n", err.msg);
-        return 1;
-    }
+    int mi;
+    if (one_layer_setup("profile", li, n, mask, &g, &mi, &err)) return 1;
     const blayer *l = &blayers[li];
     const spc_shape s = bench_shape(l, 1.0 - bmasks[mi].sparsity, bmasks[mi].skew);
     tdata d;
@@ -726,13 +736,8 @@ static int spconv_profile(int li, int n, const char *mask) {
 static int spconv_variants(int li, int n, const char *mask) {
     gpu_ctx g;
     sc_err err = {{0}};
-    int use[NBM], mi = 0;
-    bench_masks(mask, use);
-    while (mi < NBM - 1 && !use[mi]) mi++;
-    if (li < 0 || li >= NBL || n < 1 || !exec_gpu_available(&err) || gpu_ctx_init(&g, &err)) {
-        printf("variants: bad layer/batch or no GPU: %s\n", err.msg);
-        return 1;
-    }
+    int mi;
+    if (one_layer_setup("variants", li, n, mask, &g, &mi, &err)) return 1;
     const blayer *l = &blayers[li];
     const spc_shape s = bench_shape(l, 1.0 - bmasks[mi].sparsity, bmasks[mi].skew);
     tdata d;
