@@ -579,7 +579,7 @@ static spk_fn spk_kernel(const spk_cfg *c, int vt) {
                                  : spk_tile_fn_vt<1, 0>(c->rs, c->rb);
         return pool ? spk_tile_fn_vt<2, 1>(c->rs, c->rb) : spk_tile_fn_vt<2, 0>(c->rs, c->rb);
     case SPK_PAIR:
-        return vt == 0 ? spk_pair_fn(c->rs, c->rb, c->cw, pool) : nullptr;
+        return vt == 0 ? spk_pair_fn(c->rs, c->rb, c->cw, pool, c->big) : nullptr;
     case SPK_ELL:
         return vt == 0 ? spk_ell_fn_vt<0>(c->et, c->ni)
                : vt == 1 ? spk_ell_fn_vt<1>(c->et, c->ni)

@@ -6,7 +6,12 @@
 // side by side (layout: kernels/spconv_impl.h), so one record costs per conv
 // row one add, one 8- or 16-byte shared load and CW FMAs. Records hold byte
 // offsets; each row's segment of a chunk has an even length (zero records
-// pad it), so it is read in 16-byte loads throughout.
+// pad it), so it is read in 16-byte loads throughout. Each (rs, rb, cw, pool)
+// comes as a 256-thread kernel (two blocks per SM) and, for the small-plane
+// list, as a "big" 512-thread one (one block per SM, up to 220 KB of tile):
+// the same body, twice the output channels per block sharing each staged
+// chunk, and fewer chunks (bench/kernels_small.md); some of those also as a
+// "big pf" kernel that loads each row's first records during the row before.
 #include <limits.h>
 
 #include "kernels/spconv_dev.h"
@@ -145,6 +150,74 @@ __device__ __forceinline__ void spk_pair_row(const uint4 *wr, int jb, int je,
         }
 }
 
+// The first record group (NL pairs) of row k's segment [jb, je) into q, when
+// the segment has one (warp-uniform); returns whether it did.
+template <int NL>
+__device__ __forceinline__ bool spk_pair_first(const spk_args &a, int k, int jb, int je,
+                                               uint4 (&q)[NL]) {
+    if (jb + NL > je) return false;
+    spk_pair_load<NL>((const uint4 *)a.w + (size_t)k * (a.nnzp / 2) + jb, q);
+    return true;
+}
+
+// The RB rows kt + r of one chunk (record pairs [jb[r], je[r])) for the big
+// instances: spk_pair_row for each row in turn, but the next row's first group
+// is loaded while the current row's last group and tail are used (into the
+// buffer that is free then; x holds it when the row starts), so a row start
+// does not wait for its first records (big blocks leave little L1 beside the
+// tile, so they come from L2). The same records in the same order per row.
+template <int RS, int RB, int CW>
+__device__ __forceinline__ void spk_pair_rows(const spk_args &a, int kt, const int (&jb)[RB],
+                                              const int (&je)[RB],
+                                              const char *const (&rowp)[RS],
+                                              float (&acc)[RB][RS][CW]) {
+    constexpr int NL = CW == 2 ? 4 : 2;
+    uint4 x[NL], y[NL];
+    bool full = kt < a.K && spk_pair_first<NL>(a, kt, jb[0], je[0], x);
+#pragma unroll
+    for (int r = 0; r < RB; r++) {
+        const int k = kt + r, kn = k + 1, rn = r + 1 < RB ? r + 1 : r;
+        const bool has_next = r + 1 < RB && kn < a.K;
+        const uint4 *p = (const uint4 *)a.w + (size_t)(k < a.K ? k : 0) * (a.nnzp / 2) + jb[r];
+        const uint4 *const pe = p + (je[r] - jb[r]);
+        bool nfull = false;  // the next row's first group is in x
+        if (full) {  // x: this row's first group
+            for (;;) {
+                bool more = p + 2 * NL <= pe;
+                if (more) spk_pair_load<NL>(p + NL, y);
+                else if (has_next) nfull = spk_pair_first<NL>(a, kn, jb[rn], je[rn], y);
+                spk_pair_group<RS, CW, NL>(x, rowp, acc[r]);
+                p += NL;
+                if (!more) {
+#pragma unroll
+                    for (int l = 0; l < NL; l++) x[l] = y[l];  // once per row
+                    break;
+                }
+                more = p + 2 * NL <= pe;
+                if (more) spk_pair_load<NL>(p + NL, x);
+                else if (has_next) nfull = spk_pair_first<NL>(a, kn, jb[rn], je[rn], x);
+                spk_pair_group<RS, CW, NL>(y, rowp, acc[r]);
+                p += NL;
+                if (!more) break;
+            }
+        } else if (has_next) {
+            nfull = spk_pair_first<NL>(a, kn, jb[rn], je[rn], x);
+        }
+        const int rem = (int)(pe - p);  // tail: independent loads, then use
+        uint4 t[NL - 1];
+#pragma unroll
+        for (int q = 0; q < NL - 1; q++)
+            if (q < rem) t[q] = __ldg(p + q);
+#pragma unroll
+        for (int q = 0; q < NL - 1; q++)
+            if (q < rem) {
+                spk_pair_use<RS, CW>(t[q].x, t[q].y, rowp, acc[r]);
+                spk_pair_use<RS, CW>(t[q].z, t[q].w, rowp, acc[r]);
+            }
+        full = nfull;
+    }
+}
+
 // --- epilogue --------------------------------------------------------------------------
 
 // Writes the RB channels x RS conv rows x CW columns (l + c lc) of one unit:
@@ -186,9 +259,14 @@ __device__ __forceinline__ void spk_pair_epilogue(const spk_args &a, float (&acc
 // Block: nb images x a band of pb conv rows x kb*ki output channels. Thread:
 // one unit (image, RS conv rows, CW columns l + c lc) x RB channels. The input
 // of a chunk of cc channels sits in shared memory as CW-float slots; each
-// row's records of the chunk are read with warp-uniform 16-byte loads.
-template <int RS, int RB, int CW, int POOL>
-__global__ void __launch_bounds__(256, 2) spk_pair_kernel(const __grid_constant__ spk_args a) {
+// row's records of the chunk are read with warp-uniform 16-byte loads. BIG 0:
+// up to 256 threads, two blocks per SM (<= 100 KB tile each); BIG 1: 512
+// threads, one block per SM (kb twice as wide, up to 220 KB tile, so each
+// staged chunk serves 2-4x the output channels: small planes); BIG 2: as 1,
+// with each row's first record group loaded during the previous row.
+template <int RS, int RB, int CW, int POOL, int BIG>
+__global__ void __launch_bounds__(BIG ? 512 : 256, BIG ? 1 : 2)
+    spk_pair_kernel(const __grid_constant__ spk_args a) {
     extern __shared__ __align__(16) uint32_t sm[];
     float *tile = reinterpret_cast<float *>(sm) + (size_t)2 * a.rp * CW;  // (nb, ip) slots
     const int sl = (int)spk_div(threadIdx.x, a.f_rp), sw = threadIdx.x - sl * a.rp;
@@ -229,11 +307,15 @@ __global__ void __launch_bounds__(256, 2) spk_pair_kernel(const __grid_constant_
                     jb[r] = __ldg(cp) >> 1, je[r] = __ldg(cp + 1) >> 1;
                 }
             }
+            if constexpr (BIG == 2) {
+                spk_pair_rows<RS, RB, CW>(a, kt, jb, je, rowp, acc);
+            } else {
 #pragma unroll
             for (int r = 0; r < RB; r++) {
                 const int k = kt + r;
                 const uint4 *wr = (const uint4 *)a.w + (size_t)(k < a.K ? k : 0) * (a.nnzp / 2);
                 spk_pair_row<RS, CW>(wr, jb[r], je[r], rowp, acc[r]);
+            }
             }
         }
         spk_pair_epilogue<RS, RB, CW, POOL>(a, acc, kt, live && n0 + i < a.n, n0 + i,
@@ -243,14 +325,29 @@ __global__ void __launch_bounds__(256, 2) spk_pair_kernel(const __grid_constant_
 
 // --- dispatch ------------------------------------------------------------------------------
 
-// The SPK_PAIR kernel for (rs, rb, cw) with fused pool or not (NULL: none).
-spk_fn spk_pair_fn(int rs, int rb, int cw, int pool) {
+// The SPK_PAIR kernel for (rs, rb, cw) with fused pool or not, 256-thread
+// blocks (big 0), big 512-thread ones (1) or big ones with the next row's
+// first records loaded early (2; only where the accumulators stay in
+// registers: rb 8 spills, (4, 2, 4) puts them in local memory); NULL: none.
+spk_fn spk_pair_fn(int rs, int rb, int cw, int pool, int big) {
 #define SPK_P(R, B, W, P) \
-    if (rs == R && rb == B && cw == W && pool == P) return spk_pair_kernel<R, B, W, P>
+    if (!big && rs == R && rb == B && cw == W && pool == P) return spk_pair_kernel<R, B, W, P, 0>
     SPK_P(1, 8, 2, 0); SPK_P(2, 4, 2, 0); SPK_P(4, 2, 2, 0); SPK_P(4, 4, 2, 0); SPK_P(2, 8, 2, 0);
     SPK_P(2, 4, 2, 1); SPK_P(4, 2, 2, 1); SPK_P(4, 4, 2, 1); SPK_P(2, 8, 2, 1);
     SPK_P(1, 4, 4, 0); SPK_P(2, 2, 4, 0); SPK_P(2, 4, 4, 0); SPK_P(4, 2, 4, 0);
     SPK_P(2, 2, 4, 1); SPK_P(2, 4, 4, 1); SPK_P(4, 2, 4, 1);
 #undef SPK_P
+#define SPK_B(R, B, W, P) \
+    if (big == 1 && rs == R && rb == B && cw == W && pool == P)  \
+        return spk_pair_kernel<R, B, W, P, 1>
+    SPK_B(1, 8, 2, 0); SPK_B(2, 4, 2, 0); SPK_B(2, 8, 2, 0); SPK_B(4, 4, 2, 0);
+    SPK_B(1, 4, 4, 0); SPK_B(2, 4, 4, 0); SPK_B(4, 2, 4, 0);
+    SPK_B(2, 4, 2, 1); SPK_B(2, 8, 2, 1); SPK_B(4, 4, 2, 1); SPK_B(2, 4, 4, 1); SPK_B(4, 2, 4, 1);
+#undef SPK_B
+#define SPK_F(R, B, W, P) \
+    if (big == 2 && rs == R && rb == B && cw == W && pool == P)  \
+        return spk_pair_kernel<R, B, W, P, 2>
+    SPK_F(2, 4, 2, 0); SPK_F(1, 4, 4, 0); SPK_F(2, 4, 4, 0); SPK_F(2, 4, 2, 1); SPK_F(2, 4, 4, 1);
+#undef SPK_F
     return nullptr;
 }

@@ -13,6 +13,7 @@
 #include "kernels/spconv_impl.h"
 
 #define SPG_TILE_SMEM (100 * 1024)  // two tiled blocks per SM
+#define SPG_BIG_SMEM (220 * 1024)   // one big pair block per SM (H200 opt-in: 227 KB)
 #define SPG_MAX_SMEM (200 * 1024)
 #define SPG_MAX_VARIANTS 256
 
@@ -178,23 +179,26 @@ static int spg_tile_units(const spconv_gpu *g, const spk_cfg *c) {
 }
 
 // Layout of the tiled kernel for (rs, rb, nb) at batch n (SPK_TILE, and
-// SPK_PAIR with cw columns per unit); -1 when it does not apply.
+// SPK_PAIR with cw columns per unit; big pair blocks: 512 threads, one block
+// per SM, SPG_BIG_SMEM of tile); -1 when it does not apply.
 static int spg_layout_tile(const spconv_gpu *g, int n, spk_cfg *c) {
     const spconv_desc *d = &g->d;
     spk_args *a = &c->a;
     const int pair = c->kind == SPK_PAIR, cw = pair ? c->cw : 1;
+    const int big = pair && c->big, thr = big ? 512 : 256, slots = big ? 132 : 264;
+    const long cap = big ? SPG_BIG_SMEM : SPG_TILE_SMEM;
     const int fp32 = g->vt == SPG_FP32 && !pair, pool = g->pool2, rs = c->rs;
     if (pool && (rs & 1)) return -1;
     if (pair && g->vt != SPG_FP32) return -1;
     const int rows = pool ? 2 * g->po : d->P;
     a->lc = spg_tile_units(g, c);
     a->nb = c->nb;
-    if (a->lc * a->nb > 256) return -1;
+    if (a->lc * a->nb > 256) return -1;  // units per block <= 256 (big blocks too)
     a->g = c->g1 ? 1 : std::min(std::max(1, 128 / (a->lc * a->nb)), spg_cdiv(rows, rs));
     if (c->gd > 1) a->g = std::max(1, a->g / c->gd);
     a->ub = a->lc * a->nb * a->g, a->ubp = spg_roundup(a->ub, 32);
     if (a->ubp > 256) return -1;
-    const int kg = std::max(1, 256 / a->ubp);
+    const int kg = std::max(1, thr / a->ubp);
     c->threads = a->ubp * kg, a->kb = kg * c->rb;
     a->pb = a->g * rs, a->bands = spg_cdiv(rows, a->pb);
     a->br = (a->pb - 1) * a->stride + d->R;  // a->stride: the view's (spg_view)
@@ -203,22 +207,22 @@ static int spg_layout_tile(const spconv_gpu *g, int n, spk_cfg *c) {
     const int rp0 = a->stride * a->pw;
     long cc = d->C;  // channels per chunk: as many as fit, then re-checked with the pads
     for (int pass = 0; pass < 4; pass++) {  // sizes in slots of cw words
-        const long words = SPG_TILE_SMEM / (4 * cw) - 2 * (rp0 + 8);
+        const long words = cap / (4 * cw) - 2 * (rp0 + 8);
         const long per_ch = (long)a->br * (pass ? a->rp : rp0);
         cc = std::min<long>(cc, (words / a->nb - 32) / per_ch);
         if (cc < 1) return -1;
         a->nch = spg_cdiv(d->C, (int)cc), a->cc = spg_cdiv(d->C, a->nch);
         spg_tile_pads(a, rs, rp0, cw);
         c->smem = (size_t)(2 * a->rp + a->nb * a->ip) * 4 * cw;
-        if (c->smem <= SPG_TILE_SMEM) break;
+        if ((long)c->smem <= cap) break;
         cc = a->cc - 1;
     }
-    if (c->smem > SPG_TILE_SMEM || a->rp > c->threads) return -1;  // staging: a line per pass
+    if ((long)c->smem > cap || a->rp > c->threads) return -1;  // staging: a line per pass
     a->f_rp = spk_fdiv_make(a->rp), a->f_br = spk_fdiv_make(a->br), a->f_cc = spk_fdiv_make(a->cc);
     if (pair) a->nnzp = spg_roundup(d->nnz_row + a->nch, 4);  // segments padded to even lengths
     const int kblocks = spg_cdiv(d->K, a->kb), others = a->bands * spg_cdiv(n, a->nb);
     a->ki = 1;
-    while (a->nch == 1 && 2 * a->ki <= kblocks && spg_cdiv(kblocks, 2 * a->ki) * others >= 264)
+    while (a->nch == 1 && 2 * a->ki <= kblocks && spg_cdiv(kblocks, 2 * a->ki) * others >= slots)
         a->ki *= 2;
     return 0;
 }
@@ -323,7 +327,7 @@ static void spg_add_pairs(const spconv_gpu *g, int n, spk_cfg *out, int *m) {
             spk_cfg c = {};
             c.kind = SPK_PAIR, c.rs = rrw[i][0], c.rb = rrw[i][1], c.cw = rrw[i][2], c.nb = nb;
             if (nb > 1 && (nb > n || spg_tile_units(g, &c) * nb > 64)) continue;
-            if (!spk_pair_fn(c.rs, c.rb, c.cw, g->pool2)) continue;
+            if (!spk_pair_fn(c.rs, c.rb, c.cw, g->pool2, 0)) continue;
             spg_add(g, n, c, out, m);
             const spk_cfg *last = *m > 0 ? &out[*m - 1] : NULL;
             const int more = nb == 1 && n <= 16 && last && last->kind == SPK_PAIR && last->a.g > 1;
@@ -333,6 +337,29 @@ static void spg_add_pairs(const spconv_gpu *g, int n, spk_cfg *out, int *m) {
                 spg_add(g, n, c, out, m);
             }
         }
+}
+
+// The big (512-thread, one block per SM) pair variants, for conv planes of at
+// most 64 pixels (8x8, 4x4 and odd small planes): each staged chunk serves
+// twice the output channels of the 256-thread blocks and the tile holds about
+// twice the channels (bench/kernels_small.md); nb images per block as the pair
+// list where at least half the lanes have a unit, no short-band or one-group
+// copies.
+static void spg_add_big(const spconv_gpu *g, int n, spk_cfg *out, int *m) {
+    static const int rrw[][3] = {{1, 8, 2}, {2, 4, 2}, {2, 8, 2}, {4, 4, 2},
+                                 {1, 4, 4}, {2, 4, 4}, {4, 2, 4}};
+    if (g->d.P * g->d.Q > 64) return;
+    for (int big = 1; big <= 2; big++)  // 2: the next row's first records loaded early
+        for (int i = 0; i < 7; i++)
+            for (int nb = 1; nb <= 16; nb *= 2) {
+                spk_cfg c = {};
+                c.kind = SPK_PAIR, c.rs = rrw[i][0], c.rb = rrw[i][1], c.cw = rrw[i][2], c.nb = nb;
+                c.big = big;
+                if (nb > 1 && (nb > n || spg_tile_units(g, &c) * nb > 64)) continue;
+                if (!spk_pair_fn(c.rs, c.rb, c.cw, g->pool2, big)) continue;
+                spk_cfg t = c;  // listed where at least half the lanes have a unit
+                if (spg_layout(g, n, &t) == 0 && 2 * t.a.ub >= t.a.ubp) spg_add(g, n, c, out, m);
+            }
 }
 
 // Lists the variants for batch n (index 0: the plain kernel); returns the count.
@@ -370,6 +397,7 @@ static int spg_candidates(const spconv_gpu *g, int n, spk_cfg *out) {
             }
         }
     if (g->vt == SPG_FP32) spg_add_pairs(g, n, out, &m);
+    if (g->vt == SPG_FP32) spg_add_big(g, n, out, &m);
     const int et_min = g->pool2 || g->d.P * g->d.Q > 4 ? 2 : 1;
     if (n <= 16) spg_add_ell(g, n, et_min, 1, out, &m);
     if (n > 16 && g->d.P * g->d.Q <= 64) {  // small planes: several images per block
@@ -655,6 +683,8 @@ extern "C" void spconv_gpu_describe(const spconv_gpu *g, char *buf, size_t len) 
     char t[64] = "";
     if (a->vs > 1) snprintf(t, sizeof t, " view s%d", a->vs);  // 1x1 stride s as a view
     if (c->gd > 1) snprintf(t + strlen(t), sizeof t - strlen(t), " gd%d", c->gd);  // short bands
+    if (c->big)  // 512-thread pair blocks (pf: next row's first records loaded early)
+        snprintf(t + strlen(t), sizeof t - strlen(t), c->big == 2 ? " big pf" : " big");
     if (g->ms > 0) snprintf(t + strlen(t), sizeof t - strlen(t), " %.4f ms @%d", g->ms, g->cfg_n);
     if (!g->compact && c->kind != SPK_PLAIN)
         snprintf(t + strlen(t), sizeof t - strlen(t), " padded");
