@@ -14,6 +14,8 @@
 
 #define SPG_TILE_SMEM (100 * 1024)  // two tiled blocks per SM
 #define SPG_BIG_SMEM (220 * 1024)   // one big pair block per SM (H200 opt-in: 227 KB)
+#define SPG_OCC3_SMEM (75 * 1024)   // three occ3 pair blocks per SM (228 KB, 1 KB each reserved)
+#define SPG_OCC4_SMEM (56 * 1024)   // four occ4 pair blocks per SM
 #define SPG_MAX_SMEM (200 * 1024)
 #define SPG_MAX_VARIANTS 256
 
@@ -178,15 +180,31 @@ static int spg_tile_units(const spconv_gpu *g, const spk_cfg *c) {
     return pool ? g->qo : (g->d.Q + 1) / 2;
 }
 
+// Threads per block, block slots of the machine (132 SMs x blocks per SM, for
+// the ki loop) and tile cap of a tiled variant: 256 threads, two blocks per SM;
+// big pair blocks 512 threads, one per SM; occ3 / occ4 pair blocks 256
+// threads, three / four per SM.
+static void spg_tile_family(const spk_cfg *c, int *thr, int *slots, long *cap) {
+    const int big = c->kind == SPK_PAIR ? c->big : 0;
+    *thr = big == 1 || big == 2 ? 512 : 256;
+    *slots = big == 1 || big == 2 ? 132 : big >= 3 ? 132 * big : 264;
+    *cap = big == 1 || big == 2 ? SPG_BIG_SMEM
+           : big == 3           ? SPG_OCC3_SMEM
+           : big == 4           ? SPG_OCC4_SMEM
+                                : SPG_TILE_SMEM;
+}
+
 // Layout of the tiled kernel for (rs, rb, nb) at batch n (SPK_TILE, and
 // SPK_PAIR with cw columns per unit; big pair blocks: 512 threads, one block
-// per SM, SPG_BIG_SMEM of tile); -1 when it does not apply.
+// per SM, SPG_BIG_SMEM of tile; occ3 / occ4: the smaller tile caps);
+// -1 when it does not apply.
 static int spg_layout_tile(const spconv_gpu *g, int n, spk_cfg *c) {
     const spconv_desc *d = &g->d;
     spk_args *a = &c->a;
     const int pair = c->kind == SPK_PAIR, cw = pair ? c->cw : 1;
-    const int big = pair && c->big, thr = big ? 512 : 256, slots = big ? 132 : 264;
-    const long cap = big ? SPG_BIG_SMEM : SPG_TILE_SMEM;
+    int thr, slots;
+    long cap;
+    spg_tile_family(c, &thr, &slots, &cap);
     const int fp32 = g->vt == SPG_FP32 && !pair, pool = g->pool2, rs = c->rs;
     if (pool && (rs & 1)) return -1;
     if (pair && g->vt != SPG_FP32) return -1;
@@ -362,6 +380,49 @@ static void spg_add_big(const spconv_gpu *g, int n, spk_cfg *out, int *m) {
             }
 }
 
+// The occ3 / occ4 pair variant of (rs, rb, cw, nb) with the band height (gd
+// 1-8) that gives the widest channel block kb with >= 3/4 of the lanes busy
+// (ties: fewest chunks, then the tallest band); -1 when none applies.
+static int spg_occ_pick(const spconv_gpu *g, int n, spk_cfg c, spk_cfg *best) {
+    int found = -1;
+    for (int gd = 1; gd <= 8; gd *= 2) {  // a gd that changes nothing ties and is skipped
+        spk_cfg t = c;
+        t.gd = gd;
+        if (spg_layout(g, n, &t) != 0 || 4 * t.a.ub < 3 * t.a.ubp) continue;
+        if (found == 0 && (t.a.kb < best->a.kb || (t.a.kb == best->a.kb &&
+                                                   t.a.nch >= best->a.nch)))
+            continue;
+        *best = t, found = 0;
+    }
+    return found;
+}
+
+// The pair variants with 3 or 4 blocks of 256 threads per SM (occ3: 16
+// accumulators, <= 80 registers, <= 75 KB tile; occ4: 8, <= 64, <= 56 KB):
+// more warps to hide the latencies the 2-block variants wait on, for more
+// staging per FMA (bench/kernels_small.md). Listed at batch >= 32 where the
+// grid has more blocks than two per SM (else they add no warps), every
+// (instance, nb) once with the band of spg_occ_pick; after every other
+// variant, so no older index moves.
+static void spg_add_occ(const spconv_gpu *g, int n, spk_cfg *out, int *m) {
+    static const int rrw[2][4][3] = {{{2, 4, 2}, {4, 2, 2}, {2, 2, 4}, {1, 4, 4}},
+                                     {{2, 2, 2}, {4, 1, 2}, {2, 1, 4}, {1, 2, 4}}};
+    if (n < 32) return;
+    for (int occ = 3; occ <= 4; occ++)
+        for (int i = 0; i < 4; i++)
+            for (int nb = 1; nb <= 16; nb *= 2) {
+                const int *r = rrw[occ - 3][i];
+                spk_cfg c = {}, t;
+                c.kind = SPK_PAIR, c.rs = r[0], c.rb = r[1], c.cw = r[2], c.nb = nb, c.big = occ;
+                if (nb > 1 && (nb > n || spg_tile_units(g, &c) * nb > 64)) continue;
+                if (!spk_pair_fn(c.rs, c.rb, c.cw, g->pool2, occ)) continue;
+                if (spg_occ_pick(g, n, c, &t) != 0 || *m >= SPG_MAX_VARIANTS) continue;
+                const long blocks = (long)t.a.bands * spg_cdiv(n, t.a.nb) *
+                                    spg_cdiv(g->d.K, t.a.kb * t.a.ki);
+                if (blocks > 264) out[(*m)++] = t;  // else no more than 2 per SM would run
+            }
+}
+
 // Lists the variants for batch n (index 0: the plain kernel); returns the count.
 static int spg_candidates(const spconv_gpu *g, int n, spk_cfg *out) {
     int m = 0;
@@ -405,6 +466,7 @@ static int spg_candidates(const spconv_gpu *g, int n, spk_cfg *out) {
         spg_add_ell(g, n, et_min, 4, out, &m);
         spg_add_ell(g, n, 4, 1, out, &m);
     }
+    if (g->vt == SPG_FP32) spg_add_occ(g, n, out, &m);
     return m;
 }
 
@@ -683,8 +745,10 @@ extern "C" void spconv_gpu_describe(const spconv_gpu *g, char *buf, size_t len) 
     char t[64] = "";
     if (a->vs > 1) snprintf(t, sizeof t, " view s%d", a->vs);  // 1x1 stride s as a view
     if (c->gd > 1) snprintf(t + strlen(t), sizeof t - strlen(t), " gd%d", c->gd);  // short bands
-    if (c->big)  // 512-thread pair blocks (pf: next row's first records loaded early)
-        snprintf(t + strlen(t), sizeof t - strlen(t), c->big == 2 ? " big pf" : " big");
+    if (c->big)  // 512-thread pair blocks (pf: next row's first records loaded early),
+                 // or 3 / 4 pair blocks per SM
+        snprintf(t + strlen(t), sizeof t - strlen(t), "%s",
+                 c->big == 1 ? " big" : c->big == 2 ? " big pf" : c->big == 3 ? " occ3" : " occ4");
     if (g->ms > 0) snprintf(t + strlen(t), sizeof t - strlen(t), " %.4f ms @%d", g->ms, g->cfg_n);
     if (!g->compact && c->kind != SPK_PLAIN)
         snprintf(t + strlen(t), sizeof t - strlen(t), " padded");
