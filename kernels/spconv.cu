@@ -579,7 +579,7 @@ static spk_fn spk_kernel(const spk_cfg *c, int vt) {
                                  : spk_tile_fn_vt<1, 0>(c->rs, c->rb);
         return pool ? spk_tile_fn_vt<2, 1>(c->rs, c->rb) : spk_tile_fn_vt<2, 0>(c->rs, c->rb);
     case SPK_PAIR:
-        return vt == 0 ? spk_pair_fn(c->rs, c->rb, c->cw, pool) : nullptr;
+        return vt == 0 ? spk_pair_fn(c->rs, c->rb, c->cw, pool, c->big) : nullptr;
     case SPK_ELL:
         return vt == 0 ? spk_ell_fn_vt<0>(c->et, c->ni)
                : vt == 1 ? spk_ell_fn_vt<1>(c->et, c->ni)
@@ -624,10 +624,18 @@ spk_fdiv spk_fdiv_make(uint32_t d) {
     return spk_fdiv{(uint32_t)m, s};
 }
 
-// Raises the kernel's dynamic shared memory limit to what the device allows.
+// Raises the kernel's dynamic shared memory limit to what the device allows
+// (occ3 / occ4 pair variants: and asks for a shared-memory carveout that holds
+// 3 / 4 of their blocks per SM).
 int spk_prepare(const spk_cfg *cfg, int vt, sc_err *err) {
     spk_fn fn = spk_kernel(cfg, vt);
     if (!fn) return sc_fail(err, "spconv: no kernel for variant kind %d", cfg->kind);
+    if (cfg->kind == SPK_PAIR && cfg->big >= 3) {  // occ3 / occ4: room for big blocks per SM
+        const size_t need = (size_t)cfg->big * (cfg->smem + 1024), sm = 228 * 1024;
+        const int pct = need >= sm ? 100 : (int)((100 * need + sm - 1) / sm);
+        cudaCheck(err, cudaFuncSetAttribute((const void *)fn,
+                                            cudaFuncAttributePreferredSharedMemoryCarveout, pct));
+    }
     if (cfg->smem <= 48 * 1024) return 0;
     int dev = 0, optin = 0;
     cudaCheck(err, cudaGetDevice(&dev));

@@ -18,6 +18,12 @@
 // + (S-1)/stride slots per phase, rp/cp/ip and record offsets count slots (the
 // records hold byte offsets).
 //
+// Big pair blocks (spk_cfg.big 1, 2): the same kernel body and layout with 512
+// threads (kg = 512 / ubp groups of rb channels) and one block per SM, so a
+// staged chunk serves twice the channels and holds about twice the channels.
+// occ3 / occ4 pair blocks (big 3, 4): the same layout with 256 threads and
+// the tile capped so that 3 / 4 blocks fit an SM (75 / 56 KB).
+//
 // A 1x1 layer with stride s > 1 reaches the tiled and ell kernels as a
 // stride-1 layer over every s-th input row and column (spk_args.vs = s): the
 // tile then holds only the inputs its windows read (one phase, pb rows).
@@ -72,6 +78,11 @@ struct spk_cfg {
     int gd;              // tile: the default row groups per block divided by gd (0, 1: as
                          // is; listed only where the smaller band fits C in one chunk)
     int cw;              // pair: output columns per thread (2 or 4)
+    int big;             // pair: 1, 2: 512-thread blocks, one per SM, tile up to SPG_BIG_SMEM
+                         // (small planes: more output channels per staged chunk); 2 also
+                         // loads each row's first records during the row before; 3, 4
+                         // ("occ3", "occ4"): 256-thread blocks, 3 or 4 per SM (fewer
+                         // registers and accumulators, tile up to 75 / 56 KB)
     int et, cs, kbt;     // ell: tile side, splits per row, channels per block
     int ni;              // ell: images per block
     int lkb;             // linear: channels per block
@@ -114,9 +125,11 @@ struct spconv_gpu {
 // A kernel's host entry (all kernels take the arguments by value).
 typedef void (*spk_fn)(spk_args);
 
-// The SPK_PAIR kernel for (rs, rb, cw) with fused 2x2 pool or not (NULL: no
-// such instance); kernels/spconv_pairs.cu.
-spk_fn spk_pair_fn(int rs, int rb, int cw, int pool);
+// The SPK_PAIR kernel for (rs, rb, cw) with fused 2x2 pool or not, for
+// 256-thread blocks (big 0) or 512-thread ones (big 1; 2: with the next row's
+// first records loaded early), or 256-thread ones with 3 or 4 blocks per SM
+// (big 3, 4); NULL: no such instance; kernels/spconv_pairs.cu.
+spk_fn spk_pair_fn(int rs, int rb, int cw, int pool, int big);
 
 // Divisor for spk_fdiv (d >= 1).
 spk_fdiv spk_fdiv_make(uint32_t d);

@@ -13,6 +13,9 @@
 #include "kernels/spconv_impl.h"
 
 #define SPG_TILE_SMEM (100 * 1024)  // two tiled blocks per SM
+#define SPG_BIG_SMEM (220 * 1024)   // one big pair block per SM (H200 opt-in: 227 KB)
+#define SPG_OCC3_SMEM (75 * 1024)   // three occ3 pair blocks per SM (228 KB, 1 KB each reserved)
+#define SPG_OCC4_SMEM (56 * 1024)   // four occ4 pair blocks per SM
 #define SPG_MAX_SMEM (200 * 1024)
 #define SPG_MAX_VARIANTS 256
 
@@ -177,24 +180,43 @@ static int spg_tile_units(const spconv_gpu *g, const spk_cfg *c) {
     return pool ? g->qo : (g->d.Q + 1) / 2;
 }
 
+// Threads per block, block slots of the machine (132 SMs x blocks per SM, for
+// the ki loop) and tile cap of a tiled variant: 256 threads, two blocks per SM;
+// big pair blocks 512 threads, one per SM; occ3 / occ4 pair blocks 256
+// threads, three / four per SM.
+static void spg_tile_family(const spk_cfg *c, int *thr, int *slots, long *cap) {
+    const int big = c->kind == SPK_PAIR ? c->big : 0;
+    *thr = big == 1 || big == 2 ? 512 : 256;
+    *slots = big == 1 || big == 2 ? 132 : big >= 3 ? 132 * big : 264;
+    *cap = big == 1 || big == 2 ? SPG_BIG_SMEM
+           : big == 3           ? SPG_OCC3_SMEM
+           : big == 4           ? SPG_OCC4_SMEM
+                                : SPG_TILE_SMEM;
+}
+
 // Layout of the tiled kernel for (rs, rb, nb) at batch n (SPK_TILE, and
-// SPK_PAIR with cw columns per unit); -1 when it does not apply.
+// SPK_PAIR with cw columns per unit; big pair blocks: 512 threads, one block
+// per SM, SPG_BIG_SMEM of tile; occ3 / occ4: the smaller tile caps);
+// -1 when it does not apply.
 static int spg_layout_tile(const spconv_gpu *g, int n, spk_cfg *c) {
     const spconv_desc *d = &g->d;
     spk_args *a = &c->a;
     const int pair = c->kind == SPK_PAIR, cw = pair ? c->cw : 1;
+    int thr, slots;
+    long cap;
+    spg_tile_family(c, &thr, &slots, &cap);
     const int fp32 = g->vt == SPG_FP32 && !pair, pool = g->pool2, rs = c->rs;
     if (pool && (rs & 1)) return -1;
     if (pair && g->vt != SPG_FP32) return -1;
     const int rows = pool ? 2 * g->po : d->P;
     a->lc = spg_tile_units(g, c);
     a->nb = c->nb;
-    if (a->lc * a->nb > 256) return -1;
+    if (a->lc * a->nb > 256) return -1;  // units per block <= 256 (big blocks too)
     a->g = c->g1 ? 1 : std::min(std::max(1, 128 / (a->lc * a->nb)), spg_cdiv(rows, rs));
     if (c->gd > 1) a->g = std::max(1, a->g / c->gd);
     a->ub = a->lc * a->nb * a->g, a->ubp = spg_roundup(a->ub, 32);
     if (a->ubp > 256) return -1;
-    const int kg = std::max(1, 256 / a->ubp);
+    const int kg = std::max(1, thr / a->ubp);
     c->threads = a->ubp * kg, a->kb = kg * c->rb;
     a->pb = a->g * rs, a->bands = spg_cdiv(rows, a->pb);
     a->br = (a->pb - 1) * a->stride + d->R;  // a->stride: the view's (spg_view)
@@ -203,22 +225,22 @@ static int spg_layout_tile(const spconv_gpu *g, int n, spk_cfg *c) {
     const int rp0 = a->stride * a->pw;
     long cc = d->C;  // channels per chunk: as many as fit, then re-checked with the pads
     for (int pass = 0; pass < 4; pass++) {  // sizes in slots of cw words
-        const long words = SPG_TILE_SMEM / (4 * cw) - 2 * (rp0 + 8);
+        const long words = cap / (4 * cw) - 2 * (rp0 + 8);
         const long per_ch = (long)a->br * (pass ? a->rp : rp0);
         cc = std::min<long>(cc, (words / a->nb - 32) / per_ch);
         if (cc < 1) return -1;
         a->nch = spg_cdiv(d->C, (int)cc), a->cc = spg_cdiv(d->C, a->nch);
         spg_tile_pads(a, rs, rp0, cw);
         c->smem = (size_t)(2 * a->rp + a->nb * a->ip) * 4 * cw;
-        if (c->smem <= SPG_TILE_SMEM) break;
+        if ((long)c->smem <= cap) break;
         cc = a->cc - 1;
     }
-    if (c->smem > SPG_TILE_SMEM || a->rp > c->threads) return -1;  // staging: a line per pass
+    if ((long)c->smem > cap || a->rp > c->threads) return -1;  // staging: a line per pass
     a->f_rp = spk_fdiv_make(a->rp), a->f_br = spk_fdiv_make(a->br), a->f_cc = spk_fdiv_make(a->cc);
     if (pair) a->nnzp = spg_roundup(d->nnz_row + a->nch, 4);  // segments padded to even lengths
     const int kblocks = spg_cdiv(d->K, a->kb), others = a->bands * spg_cdiv(n, a->nb);
     a->ki = 1;
-    while (a->nch == 1 && 2 * a->ki <= kblocks && spg_cdiv(kblocks, 2 * a->ki) * others >= 264)
+    while (a->nch == 1 && 2 * a->ki <= kblocks && spg_cdiv(kblocks, 2 * a->ki) * others >= slots)
         a->ki *= 2;
     return 0;
 }
@@ -323,7 +345,7 @@ static void spg_add_pairs(const spconv_gpu *g, int n, spk_cfg *out, int *m) {
             spk_cfg c = {};
             c.kind = SPK_PAIR, c.rs = rrw[i][0], c.rb = rrw[i][1], c.cw = rrw[i][2], c.nb = nb;
             if (nb > 1 && (nb > n || spg_tile_units(g, &c) * nb > 64)) continue;
-            if (!spk_pair_fn(c.rs, c.rb, c.cw, g->pool2)) continue;
+            if (!spk_pair_fn(c.rs, c.rb, c.cw, g->pool2, 0)) continue;
             spg_add(g, n, c, out, m);
             const spk_cfg *last = *m > 0 ? &out[*m - 1] : NULL;
             const int more = nb == 1 && n <= 16 && last && last->kind == SPK_PAIR && last->a.g > 1;
@@ -333,6 +355,72 @@ static void spg_add_pairs(const spconv_gpu *g, int n, spk_cfg *out, int *m) {
                 spg_add(g, n, c, out, m);
             }
         }
+}
+
+// The big (512-thread, one block per SM) pair variants, for conv planes of at
+// most 64 pixels (8x8, 4x4 and odd small planes): each staged chunk serves
+// twice the output channels of the 256-thread blocks and the tile holds about
+// twice the channels (bench/kernels_small.md); nb images per block as the pair
+// list where at least half the lanes have a unit, no short-band or one-group
+// copies.
+static void spg_add_big(const spconv_gpu *g, int n, spk_cfg *out, int *m) {
+    static const int rrw[][3] = {{1, 8, 2}, {2, 4, 2}, {2, 8, 2}, {4, 4, 2},
+                                 {1, 4, 4}, {2, 4, 4}, {4, 2, 4}};
+    if (g->d.P * g->d.Q > 64) return;
+    for (int big = 1; big <= 2; big++)  // 2: the next row's first records loaded early
+        for (int i = 0; i < 7; i++)
+            for (int nb = 1; nb <= 16; nb *= 2) {
+                spk_cfg c = {};
+                c.kind = SPK_PAIR, c.rs = rrw[i][0], c.rb = rrw[i][1], c.cw = rrw[i][2], c.nb = nb;
+                c.big = big;
+                if (nb > 1 && (nb > n || spg_tile_units(g, &c) * nb > 64)) continue;
+                if (!spk_pair_fn(c.rs, c.rb, c.cw, g->pool2, big)) continue;
+                spk_cfg t = c;  // listed where at least half the lanes have a unit
+                if (spg_layout(g, n, &t) == 0 && 2 * t.a.ub >= t.a.ubp) spg_add(g, n, c, out, m);
+            }
+}
+
+// The occ3 / occ4 pair variant of (rs, rb, cw, nb) with the band height (gd
+// 1-8) that gives the widest channel block kb with >= 3/4 of the lanes busy
+// (ties: fewest chunks, then the tallest band); -1 when none applies.
+static int spg_occ_pick(const spconv_gpu *g, int n, spk_cfg c, spk_cfg *best) {
+    int found = -1;
+    for (int gd = 1; gd <= 8; gd *= 2) {  // a gd that changes nothing ties and is skipped
+        spk_cfg t = c;
+        t.gd = gd;
+        if (spg_layout(g, n, &t) != 0 || 4 * t.a.ub < 3 * t.a.ubp) continue;
+        if (found == 0 && (t.a.kb < best->a.kb || (t.a.kb == best->a.kb &&
+                                                   t.a.nch >= best->a.nch)))
+            continue;
+        *best = t, found = 0;
+    }
+    return found;
+}
+
+// The pair variants with 3 or 4 blocks of 256 threads per SM (occ3: 16
+// accumulators, <= 80 registers, <= 75 KB tile; occ4: 8, <= 64, <= 56 KB):
+// more warps to hide the latencies the 2-block variants wait on, for more
+// staging per FMA (bench/kernels_small.md). Listed at batch >= 32 where the
+// grid has more blocks than two per SM (else they add no warps), every
+// (instance, nb) once with the band of spg_occ_pick; after every other
+// variant, so no older index moves.
+static void spg_add_occ(const spconv_gpu *g, int n, spk_cfg *out, int *m) {
+    static const int rrw[2][4][3] = {{{2, 4, 2}, {4, 2, 2}, {2, 2, 4}, {1, 4, 4}},
+                                     {{2, 2, 2}, {4, 1, 2}, {2, 1, 4}, {1, 2, 4}}};
+    if (n < 32) return;
+    for (int occ = 3; occ <= 4; occ++)
+        for (int i = 0; i < 4; i++)
+            for (int nb = 1; nb <= 16; nb *= 2) {
+                const int *r = rrw[occ - 3][i];
+                spk_cfg c = {}, t;
+                c.kind = SPK_PAIR, c.rs = r[0], c.rb = r[1], c.cw = r[2], c.nb = nb, c.big = occ;
+                if (nb > 1 && (nb > n || spg_tile_units(g, &c) * nb > 64)) continue;
+                if (!spk_pair_fn(c.rs, c.rb, c.cw, g->pool2, occ)) continue;
+                if (spg_occ_pick(g, n, c, &t) != 0 || *m >= SPG_MAX_VARIANTS) continue;
+                const long blocks = (long)t.a.bands * spg_cdiv(n, t.a.nb) *
+                                    spg_cdiv(g->d.K, t.a.kb * t.a.ki);
+                if (blocks > 264) out[(*m)++] = t;  // else no more than 2 per SM would run
+            }
 }
 
 // Lists the variants for batch n (index 0: the plain kernel); returns the count.
@@ -370,6 +458,7 @@ static int spg_candidates(const spconv_gpu *g, int n, spk_cfg *out) {
             }
         }
     if (g->vt == SPG_FP32) spg_add_pairs(g, n, out, &m);
+    if (g->vt == SPG_FP32) spg_add_big(g, n, out, &m);
     const int et_min = g->pool2 || g->d.P * g->d.Q > 4 ? 2 : 1;
     if (n <= 16) spg_add_ell(g, n, et_min, 1, out, &m);
     if (n > 16 && g->d.P * g->d.Q <= 64) {  // small planes: several images per block
@@ -377,6 +466,7 @@ static int spg_candidates(const spconv_gpu *g, int n, spk_cfg *out) {
         spg_add_ell(g, n, et_min, 4, out, &m);
         spg_add_ell(g, n, 4, 1, out, &m);
     }
+    if (g->vt == SPG_FP32) spg_add_occ(g, n, out, &m);
     return m;
 }
 
@@ -655,6 +745,10 @@ extern "C" void spconv_gpu_describe(const spconv_gpu *g, char *buf, size_t len) 
     char t[64] = "";
     if (a->vs > 1) snprintf(t, sizeof t, " view s%d", a->vs);  // 1x1 stride s as a view
     if (c->gd > 1) snprintf(t + strlen(t), sizeof t - strlen(t), " gd%d", c->gd);  // short bands
+    if (c->big)  // 512-thread pair blocks (pf: next row's first records loaded early),
+                 // or 3 / 4 pair blocks per SM
+        snprintf(t + strlen(t), sizeof t - strlen(t), "%s",
+                 c->big == 1 ? " big" : c->big == 2 ? " big pf" : c->big == 3 ? " occ3" : " occ4");
     if (g->ms > 0) snprintf(t + strlen(t), sizeof t - strlen(t), " %.4f ms @%d", g->ms, g->cfg_n);
     if (!g->compact && c->kind != SPK_PLAIN)
         snprintf(t + strlen(t), sizeof t - strlen(t), " padded");

@@ -5,7 +5,10 @@
 // borders wider than the padding, pools, a linear layer, channel chunks; 1x1
 // layers with stride 2 and 3, which the tiled and ell variants run as stride 1
 // over a strided view of the input, at 0/50/90/99% with pads, pools and
-// chunks; 64 channels of 16x16, where shortened bands (gd) are listed) and
+// chunks; 64 channels of 16x16, where shortened bands (gd) are listed; small
+// planes of 3x3 to 8x8 incl. 300-600 channels, odd planes, pools and stride 2,
+// where the big 512-thread pair blocks are listed; batches >= 32, where the
+// pair blocks with 3 or 4 blocks per SM, "occ3" / "occ4", are listed) and
 // sparsities 0/50/90/99% with a row that has no non-zero, skewed
 // row lengths (log-normal, like real pruned masks; every variant also with
 // zero skipping and row ordering off), for 1, 3, 5, 8, 37, 40 and 128 images
@@ -90,11 +93,29 @@ static const tcase cases[] = {
     {{"1x1 s3 n128 skewed", 24, 16, 20, 20, 1, 1, 3, 0, 1, 1, 0, 0, 0, 0, 1, 0.1, 0, 0.8}, {128}},
     // 64 channels of 16x16: the default bands need two chunks, shorter ones (gd) one
     {{"short bands 16x16", 16, 64, 16, 16, 3, 3, 1, 1, 1, 0, 0, 0, 0, 1, 1, 0.1, 1, 0}, {1, 5}},
+    // small planes (<= 64 conv pixels): big 512-thread pair blocks are listed too
+    {{"small 3x3 C300 90%", 40, 300, 3, 3, 3, 3, 1, 1, 1, 1, 0, 0, 0, 1, 1, 0.1, 1, 0}, {5, 1}},
+    {{"small 5x5 50%", 37, 45, 5, 5, 3, 3, 1, 1, 2, 0, 0, 0, 0, 1, 1, 0.5, 0, 0}, {1, 5}},
+    {{"small 7x7 pool 90%", 24, 33, 7, 7, 3, 3, 1, 1, 1, 1, 2, 2, 0, 1, 1, 0.1, 1, 0}, {5, 1}},
+    {{"small 4x4 dense 0%", 20, 16, 4, 4, 3, 3, 1, 1, 1, 0, 0, 0, 0, 1, 0, 1.0, 0, 0}, {8, 1}},
+    {{"small 4x4 99% C300", 64, 300, 4, 4, 3, 3, 1, 1, 1, 1, 0, 0, 0, 1, 1, 0.01, 1, 0}, {5, 40}},
+    {{"small 4x4 pool C600", 72, 600, 4, 4, 3, 3, 1, 1, 1, 1, 2, 2, 0, 1, 1, 0.05, 0, 0}, {5, 37}},
+    {{"small 8x8 s2 -> 4x4", 64, 48, 8, 8, 3, 3, 2, 1, 1, 1, 0, 0, 0, 1, 1, 0.1, 0, 0}, {40, 1}},
+    {{"small 16x15 s2 -> 8x8", 33, 29, 16, 15, 3, 3, 2, 1, 1, 0, 0, 0, 0, 1, 1, 0.1, 1, 0}, {5}},
+    {{"small 8x8 skewed C300", 48, 300, 8, 8, 3, 3, 1, 1, 1, 1, 0, 0, 0, 1, 1, 0.1, 0, 0.8}, {5}},
+    // 133 images: one-image big blocks of 8x8 run both 128-channel blocks (ki 2)
+    {{"small 8x8 n133 ki", 256, 6, 8, 8, 3, 3, 1, 1, 1, 0, 0, 0, 0, 1, 1, 0.3, 0, 0}, {133}},
+    // batch >= 32: the occ3 / occ4 pair blocks (3-4 per SM, 75 / 56 KB tiles) are listed
+    {{"occ 16x16 K128 pool", 128, 24, 16, 16, 3, 3, 1, 1, 1, 1, 2, 2, 0, 1, 1, 0.2, 1, 0}, {40}},
+    {{"occ 8x8 K256 skewed", 256, 40, 8, 8, 3, 3, 1, 1, 1, 0, 0, 0, 0, 1, 1, 0.1, 0, 0.8}, {64}},
+    {{"occ 4x4 K520 C300 99%", 520, 300, 4, 4, 3, 3, 1, 1, 1, 1, 0, 0, 0, 1, 1, 0.01, 1, 0}, {72}},
+    {{"occ 13x17 s2 K200 odd", 200, 20, 13, 17, 3, 3, 2, 1, 1, 0, 0, 0, 0, 1, 1, 0.3, 0, 0}, {37}},
 };
 #define NCASES ((int)(sizeof cases / sizeof *cases))
 
 // Cases run under compute-sanitizer (--small), each with its first batch size.
-static const int small_cases[] = {0, 1, 2, 4, 12, 13, 20, 21, 22, 25, 26, 27, 28, 29, 30, 34};
+static const int small_cases[] = {0,  1,  2,  4,  12, 13, 20, 21, 22, 25, 26, 27,
+                                   28, 29, 30, 34, 35, 37, 39, 40, 41, 45, 47, 48};
 
 static const char *vt_name[] = {"fp32", "fp16", "cb4"};
 
@@ -225,7 +246,10 @@ static void sparse_graph_check(tctx *t, tdata *d, spconv_gpu *g, cudaStream_t st
 // Every variant, the tuned one and a graph replay of one case; returns how
 // many of the variant runs were fp32 several-columns-per-thread ("pair") ones
 // and adds to cnt[0] those that ran a 1x1 strided layer as a strided view,
-// to cnt[1] those with shortened bands (gd).
+// to cnt[1] those with shortened bands (gd), to cnt[2] the big (512-thread)
+// pair blocks, to cnt[3] the big ones that load each row's first records
+// early ("big pf") and to cnt[4] / cnt[5] the pair blocks with 3 / 4 blocks
+// per SM ("occ3" / "occ4").
 static int sparse_case(tctx *t, const spc_shape *s, int n, int vt, uint64_t seed,
                        cudaStream_t st, int *cnt) {
     tdata d;
@@ -252,6 +276,10 @@ static int sparse_case(tctx *t, const spc_shape *s, int n, int vt, uint64_t seed
             pairs += !strncmp(desc, "pair ", 5);
             cnt[0] += strstr(desc, " view s") != NULL;
             cnt[1] += strstr(desc, " gd") != NULL;
+            cnt[2] += strstr(desc, " big") != NULL;
+            cnt[3] += strstr(desc, " big pf") != NULL;
+            cnt[4] += strstr(desc, " occ3") != NULL;
+            cnt[5] += strstr(desc, " occ4") != NULL;
             snprintf(what, sizeof what, "%s n=%d %s variant %d (%s)", s->name, n, vt_name[vt], v,
                      desc);
             if (sparse_run_check(t, &d, g, st, what)) good += pass;
@@ -322,7 +350,7 @@ static void sparse_cases(tctx *t, const int *idx, int count) {
         CHECK(t, 0, "gpu_ctx_init: %s", err.msg);
         return;
     }
-    int pairs = 0, cnt[2] = {0, 0}, strided1x1 = 0;
+    int pairs = 0, cnt[6] = {0, 0, 0, 0, 0, 0}, strided1x1 = 0;
     for (int c = 0; c < count; c++) {
         const tcase *tc = &cases[idx ? idx[c] : c];
         strided1x1 |= tc->s.R == 1 && tc->s.S == 1 && tc->s.stride > 1;
@@ -331,11 +359,16 @@ static void sparse_cases(tctx *t, const int *idx, int count) {
                 pairs += sparse_case(t, &tc->s, tc->ns[j], vt, 1000 + 10 * c + j, g.stream,
                                      cnt);
     }
-    printf("  fp32 pair-variant runs checked: %d; strided-view runs: %d; short-band runs: %d\n",
-           pairs, cnt[0], cnt[1]);
+    printf("  fp32 pair-variant runs checked: %d; strided-view runs: %d; short-band runs: %d; "
+           "big-block runs: %d (pf %d); occ3 runs: %d; occ4 runs: %d\n", pairs, cnt[0], cnt[1],
+           cnt[2], cnt[3], cnt[4], cnt[5]);
     CHECK(t, pairs > 0, "no fp32 pair variant was listed for any case");
     CHECK(t, cnt[0] > 0 || !strided1x1, "no 1x1 strided layer ran as a strided view");
     CHECK(t, cnt[1] > 0, "no short-band (gd) variant was listed for any case");
+    CHECK(t, cnt[2] > 0, "no big (512-thread) pair variant was listed for any case");
+    CHECK(t, cnt[3] > 0, "no big pf pair variant was listed for any case");
+    CHECK(t, cnt[4] > 0, "no occ3 (3 blocks per SM) pair variant was listed for any case");
+    CHECK(t, cnt[5] > 0, "no occ4 (4 blocks per SM) pair variant was listed for any case");
     gpu_ctx_free(&g);
 }
 
@@ -731,8 +764,10 @@ static int spconv_profile(int li, int n, const char *mask) {
 
 // Every fp32 variant of layer li at batch n for a mask, each checked on the
 // first images and timed; then the fastest one-column tiled ("tile") and
-// several-columns ("pair") variant, and the fastest ell, short-band (gd) and
-// other variant. 0 when it ran.
+// several-columns ("pair", 256-thread blocks, two per SM) variant, the
+// fastest big (512-thread) pair block, the fastest occ3 / occ4 (3 / 4 blocks
+// per SM) pair block, and the fastest ell, short-band (gd) and other variant.
+// 0 when it ran.
 static int spconv_variants(int li, int n, const char *mask) {
     gpu_ctx g;
     sc_err err = {{0}};
@@ -747,7 +782,8 @@ static int spconv_variants(int li, int n, const char *mask) {
     void *din = dev_put(x, spc_in_elems(&d.L.d, n), 0), *dout = NULL;
     cudaMalloc(&dout, spc_out_elems(&d.L, n) * 4 + 16);
     spconv_gpu *sg = spconv_gpu_create(&d.L.d, SPG_FP32, NULL, NULL, NULL, &err);
-    float best[5] = {NAN, NAN, NAN, NAN, NAN};  // tile, pair, ell, gd, not gd
+    // tile, pair, ell, gd, not gd, big, occ3, occ4
+    float best[8] = {NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN};
     int rc = !sg || !din || !dout, bad = 0;
     const int nv = sg ? spconv_gpu_nvariants(sg, n) : 0;
     printf("variants %s %s n=%d %s: %d\n", l->net, l->name, n, bmasks[mi].name, nv);
@@ -761,7 +797,9 @@ static int spconv_variants(int li, int n, const char *mask) {
         const float ms = bench_one(&g, &d, sg, n, din, dout, l->name, 0);
         printf("      v%-3d %.4f ms\n", v, ms);
         bad += ms != ms;  // failed or wrong
-        const int kind = !strncmp(desc, "tile ", 5) ? 0 : !strncmp(desc, "pair ", 5) ? 1 : 2;
+        int kind = !strncmp(desc, "tile ", 5) ? 0 : !strncmp(desc, "pair ", 5) ? 1 : 2;
+        if (kind == 1 && strstr(desc, " big")) kind = 5;
+        if (kind == 1 && strstr(desc, " occ")) kind = strstr(desc, " occ3") ? 6 : 7;
         const int band = strstr(desc, " gd") ? 3 : 4;
         if (ms == ms && !(ms >= best[kind])) best[kind] = ms;
         if (ms == ms && !(ms >= best[band])) best[band] = ms;
@@ -773,6 +811,14 @@ static int spconv_variants(int li, int n, const char *mask) {
     printf("variants %s %s n=%d %s: best ell/linear %.4f ms, best gd %.4f ms, best other %.4f ms, "
            "other/gd %.2f\n", l->net, l->name, n, bmasks[mi].name, best[2], best[3], best[4],
            best[4] / best[3]);
+    const float rest = fminf(fminf(best[0], best[1]), best[2]);  // NAN-safe: fminf skips NAN
+    printf("variants %s %s n=%d %s: best big %.4f ms, best pair %.4f ms, pair/big %.2f, "
+           "best non-big %.4f ms, non-big/big %.2f\n", l->net, l->name, n, bmasks[mi].name,
+           best[5], best[1], best[1] / best[5], rest, rest / best[5]);
+    const float occ = fminf(best[6], best[7]), other = fminf(rest, best[5]);
+    printf("variants %s %s n=%d %s: best occ3 %.4f ms, best occ4 %.4f ms, best non-occ %.4f ms, "
+           "non-occ/occ %.2f\n", l->net, l->name, n, bmasks[mi].name, best[6], best[7], other,
+           other / occ);
     spconv_gpu_free(sg);
     cudaFree(din), cudaFree(dout), free(x);
     tdata_free(&d);

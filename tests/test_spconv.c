@@ -21,7 +21,8 @@
 #define TOL 1e-5
 
 // Awkward shapes: odd sizes, strides 1, 2 and 3 (1x1), paddings 0-2, borders
-// wider than the padding, pools with and without padding.
+// wider than the padding, pools with and without padding, small planes with
+// many channels (what the GPU's big pair blocks run).
 static const spc_shape shapes[] = {
     {"3x3 odd", 7, 5, 9, 9, 3, 3, 1, 1, 1, 0, 0, 0, 0, 1, 1, 0.5, 0, 0},
     {"3x3 s2 wide border", 6, 4, 11, 13, 3, 3, 2, 1, 2, 1, 0, 0, 0, 1, 1, 0.9, 0, 0},
@@ -34,6 +35,8 @@ static const spc_shape shapes[] = {
     {"1x3 no relu", 5, 4, 3, 15, 1, 3, 1, 1, 2, 1, 0, 0, 0, 0, 1, 0.5, 0, 0},
     {"linear", 11, 37, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 1, 0.5, 0, 0},
     {"empty layer", 4, 3, 5, 5, 3, 3, 1, 1, 1, 1, 0, 0, 0, 1, 0, 0.0, 0, 0},
+    {"small 4x4 C300 pool", 9, 300, 4, 4, 3, 3, 1, 1, 1, 1, 2, 2, 0, 1, 1, 0.05, 1, 0},
+    {"small 7x7 s2 -> 4x4 skewed", 13, 31, 7, 7, 3, 3, 2, 1, 2, 0, 0, 0, 0, 1, 1, 0.1, 0, 0.8},
 };
 
 // --- offsets and sizes ------------------------------------------------------------
