@@ -3,7 +3,11 @@
 # bench/pipeline_acceptance.sh (retrained and re-pruned here when missing; both
 # are deterministic on the GPU). Compared: 16 centroids + BN re-estimation (no
 # fine-tuning), the same with a scale per output channel (--row-scale: weight =
-# centroid * row scale, the codebook shared by the scaled rows), and
+# centroid * row scale, the codebook shared by the scaled rows), the same with
+# sensitivity-weighted k-means (--kmeans-weight fisher: each squared error
+# weighted by the weight's empirical Fisher diagonal, the mean squared gradient
+# over 32 training batches; Choi et al. 2017) without fine-tuning and with 2
+# epochs of the fine-tuning below, and
 # knowledge-distillation fine-tuning (the default of --finetune-epochs: the
 # unquantized model is the teacher, targets its softmax, alpha 0) of the
 # centroids (--finetune-lr 1) together with every unquantized parameter
@@ -18,9 +22,11 @@
 # About 6-8 minutes on an H200 (k-means + BN ~8 s, ~50 s with --row-scale;
 # each fine-tuning epoch ~15 s with hard labels, a little more with the
 # teacher's forward pass; measured 2026-11-21: k16bn 8 s, k16ft3p01 48 s)
-# plus ~80 s when the models must be rebuilt; a variant that would not
-# finish within 9 minutes of the start is skipped (one device call is 10),
-# so the order below is the order of importance.
+# plus ~80 s when the models must be rebuilt; the Fisher pass adds 32 forward
+# and backward passes (a few seconds, `fisher_seconds` in the JSON). A variant
+# that would not finish within 9 minutes of the start is skipped (one device
+# call is 10), so the order below is the order of importance.
+# ONLY="TAG ..." runs only the named variants (e.g. ONLY="k16bn k16fi-bn").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=build/bin; M=/root/pipe; out=${OUT:-bench/out}/quant; mkdir -p "$M" "$out" data
@@ -34,6 +40,7 @@ TAGS=()
 # q TAG EPOCHS ARGS...: one quantize run unless it would overrun LIMIT; prints its line.
 q() {
     local tag=$1 ep=$2; shift 2
+    if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $tag "* ]]; then return 0; fi
     local need=$((30 + 22 * ep))
     if [ $((SECONDS + need)) -gt $LIMIT ]; then
         echo "$tag: skipped (${SECONDS} s used, needs ~${need} s)"; return 0
@@ -49,7 +56,7 @@ print(f"{sys.argv[2]:<12} val {f(j['val_accuracy_before'])} -> {f(j['val_accurac
       f"{f(j['val_accuracy'])}  test {f(j['test_accuracy_before'])} -> {f(j['test_accuracy_recalibrated'])} -> "
       f"{f(j['test_accuracy'])} (loss {j['test_accuracy_before'] - j['test_accuracy']:.2f})  "
       f"kept epoch {j['finetune_best_epoch']}/{j['finetune_epochs']}  {j['images_per_second']:.0f} img/s  "
-      f"{j['seconds']:.0f} s")
+      f"{j['seconds']:.0f} s" + (f" (Fisher {j['fisher_seconds']:.1f} s)" if j.get("fisher_seconds") else ""))
 h = j.get("finetune_history") or []
 if h and h[0].get("kl") is not None:
     print(f"{'':<12} distill alpha {j['finetune_alpha']:g}: KL {h[0]['kl']:.4f} -> {h[-1]['kl']:.4f}, "
@@ -62,6 +69,8 @@ echo "columns: before -> quantized + BN re-estimation -> final (after fine-tunin
 FT="--finetune-distill on --finetune-alpha 0 --finetune-lr 1 --finetune-lr-params 0.01 --bn-recalibrate 50"
 q k16bn 0 --bn-recalibrate 100
 q k16rs-bn 0 --row-scale --bn-recalibrate 100
+q k16fi-bn 0 --kmeans-weight fisher --bn-recalibrate 100
+q k16fi-kd2 2 --kmeans-weight fisher $FT
 q k16kd2 2 $FT
 q k16rs-kd2 2 --row-scale $FT
 q k16kd4 4 $FT

@@ -14,7 +14,8 @@
 
 typedef struct {
     quant_method method;
-    kmeans_cfg km;        // QM_KMEANS (km.row_scale: a scale per output channel)
+    kmeans_cfg km;        // QM_KMEANS (km.row_scale: a scale per output channel; km.net_h:
+                          // (nparam) sensitivities for weighted k-means, or NULL)
     int codebook_fp16;    // QM_KMEANS: 1 = fp16 codebooks (km.fp16 follows it)
     linear_cfg lin;       // QM_LINEAR
     int skip_first;       // k-means/linear: leave the first conv weight in fp32

@@ -268,16 +268,13 @@ static int ft_teach(ft_state *s, const exec_batch *b, sc_err *err) {
 // the device; against the teacher's targets when distilling), centroid and
 // parameter updates on the host, the net uploaded.
 static int ft_step(ft_state *s, const exec_batch *b, sc_err *err) {
-    const exec_hparams frozen = {.lr = 0.0f, .momentum = 0.0f, .weight_decay = 0.0f,
-                                 .nesterov = 0, .label_smoothing = s->c->smoothing};
     exec_batch sb = *b;
     sb.soft = NULL;
     if (s->c->teacher) {
         SC_TRY(ft_teach(s, b, err));
         sb.soft = s->soft;
     }
-    SC_TRY(exec_train_step(s->e, &sb, &frozen, err));
-    SC_TRY(exec_read_grad(s->e, s->grad, err));
+    SC_TRY(finetune_grad_step(s->e, &sb, s->c->smoothing, s->grad, err));
     ft_update(s, train_lr_at(&s->sched, s->steps, s->total));
     if (s->nother) ft_params_update(s, train_lr_at(&s->psched, s->steps, s->total));
     s->steps++;
@@ -389,6 +386,24 @@ int finetune_run(exec *e, net *nt, quant_model *q, const dataset *ds, const fine
     return rc;
 }
 
+// --- gradients without a step ------------------------------------------------------
+
+// Forward and backward with nothing updated; the gradient read back when asked.
+int finetune_grad_step(exec *e, const exec_batch *b, float smoothing, float *grad, sc_err *err) {
+    const exec_hparams frozen = {.lr = 0.0f, .momentum = 0.0f, .weight_decay = 0.0f,
+                                 .nesterov = 0, .label_smoothing = smoothing};
+    SC_TRY(exec_train_step(e, b, &frozen, err));
+    return grad ? exec_read_grad(e, grad, err) : 0;
+}
+
+// The next batch, wrapping into the next epoch.
+int finetune_next_batch(loader *ld, int *epoch, exec_batch *b) {
+    if (loader_batches_per_epoch(ld) <= 0) return 0;
+    if (loader_next(ld, b)) return 1;
+    loader_start_epoch(ld, ++*epoch);  // more batches than one epoch: the next epoch
+    return loader_next(ld, b);
+}
+
 // --- batch-norm statistics --------------------------------------------------------
 
 // True when the net has a batch-norm layer.
@@ -400,22 +415,14 @@ static int ft_has_bn(const net *nt) {
 
 // Runs the training batches that move only the BN running statistics.
 static int ft_bn_steps(exec *e, const dataset *ds, const finetune_cfg *c, int round, sc_err *err) {
-    const exec_hparams frozen = {.lr = 0.0f, .momentum = 0.0f, .weight_decay = 0.0f,
-                                 .nesterov = 0, .label_smoothing = c->smoothing};
     loader ld;
     exec_batch b;
     exec_stats st;
     SC_TRY(loader_init(&ld, &ds->train, c->batch, c->augment, c->seed ^ 0x5EEDB00Full, err));
     int rc = 0, epoch = round * 1000;
     loader_start_epoch(&ld, epoch);
-    for (int done = 0; !rc && done < c->bn_batches && loader_batches_per_epoch(&ld) > 0;) {
-        if (!loader_next(&ld, &b)) {  // more batches than one epoch: the next epoch
-            loader_start_epoch(&ld, ++epoch);
-            continue;
-        }
-        rc = exec_train_step(e, &b, &frozen, err);
-        done++;
-    }
+    for (int done = 0; !rc && done < c->bn_batches && finetune_next_batch(&ld, &epoch, &b); done++)
+        rc = finetune_grad_step(e, &b, c->smoothing, NULL, err);
     if (!rc) rc = exec_stats_take(e, &st, err);
     loader_free(&ld);
     return rc;

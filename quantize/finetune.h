@@ -40,6 +40,7 @@
 #include <stdint.h>
 
 #include "datasets/cifar.h"
+#include "datasets/loader.h"
 #include "runtime/error.h"
 #include "runtime/exec.h"
 #include "runtime/net.h"
@@ -94,6 +95,20 @@ int finetune_run(exec *e, net *nt, quant_model *q, const dataset *ds, const fine
 // parameters stay bit for bit as they are. A net without BN is left alone.
 int finetune_bn_recalibrate(exec *e, net *nt, const dataset *ds, const finetune_cfg *c,
                             int round, sc_err *err);
+
+// One forward and backward pass of batch b on e that moves no parameter
+// (the executor's SGD with learning rate, momentum and weight decay 0; the
+// step every fine-tuning, BN-recalibration and Fisher batch takes). BN runs
+// in training mode, so the device's BN running statistics do move. The loss
+// is the cross-entropy with label smoothing `smoothing` (against b->soft
+// when set). When grad is not NULL it receives the gradient of the batch's
+// mean loss, (nparam) floats, before masking (exec_read_grad).
+int finetune_grad_step(exec *e, const exec_batch *b, float smoothing, float *grad, sc_err *err);
+
+// The next batch of loader ld into b, going on with epoch *epoch + 1 (and
+// counting it in *epoch) when one ends; 0 when the loader has no batch at
+// all (a training split smaller than one batch).
+int finetune_next_batch(loader *ld, int *epoch, exec_batch *b);
 
 // A copy of nt (graph, parameters, masks, BN statistics, input
 // normalisation), e.g. to keep the unquantized model as the teacher; NULL

@@ -10,6 +10,11 @@
 // so an error counts relative to its channel's size; k-means on w / s_k
 // minimises just this, where per-tensor k-means spends its centroids on
 // the largest rows and leaves small rows a level or two.
+//
+// With sensitivities (cfg->net_h, sensitivity-weighted k-means, kmeans.h)
+// every squared error counts h_i times: the clustering of w / s_k, the
+// least-squares scale (sum h w c / sum h c^2) and the relative error that
+// picks the round.
 #include "runtime/half.h"
 #include "kmeans.h"
 
@@ -31,8 +36,24 @@ typedef struct {
     float *s;            // (rows) scales of the current round
     float *s_new;        // (rows) refit scales
     uint8_t *idx;        // (count) centroid of each weight in this round (0 when pruned)
+    float *hk;           // (n) normalised sensitivity of each kept weight, tensor order,
+                         // or NULL (unweighted)
+    float *h;            // (count) the same by position (0 when pruned), or NULL
     float cb[256];       // (k) this round's codebook, ascending
 } kr_state;
+
+// The normalised sensitivities of the kept weights, in kept order and by position.
+static int kr_weights_init(kr_state *st, const net *nt, int ti, const kmeans_cfg *cfg,
+                           sc_err *err) {
+    st->hk = malloc((st->n ? st->n : 1) * sizeof *st->hk);
+    st->h = calloc(st->count ? st->count : 1, sizeof *st->h);
+    if (!st->hk || !st->h)
+        return sc_fail(err, "out of memory (row-scaled k-means of %s)", nt->tensors[ti].name);
+    SC_TRY(kmeans_tensor_weights(nt, ti, cfg, st->hk, err));
+    for (size_t i = 0, j = 0; i < st->count; i++)
+        if (st->m[i] != 0.0f) st->h[i] = st->hk[j++];
+    return 0;
+}
 
 // Allocates the state of one tensor.
 static int kr_init(kr_state *st, const net *nt, int ti, const kmeans_cfg *cfg, sc_err *err) {
@@ -50,12 +71,13 @@ static int kr_init(kr_state *st, const net *nt, int ti, const kmeans_cfg *cfg, s
     st->idx = calloc(st->count ? st->count : 1, 1);
     if (!st->x || !st->s || !st->rms || !st->s_new || !st->idx)
         return sc_fail(err, "out of memory (row-scaled k-means of %s)", p->name);
-    return 0;
+    return cfg->net_h ? kr_weights_init(st, nt, ti, cfg, err) : 0;
 }
 
 // Frees the state.
 static void kr_free(kr_state *st) {
     free(st->x), free(st->s), free(st->rms), free(st->s_new), free(st->idx);
+    free(st->hk), free(st->h);
 }
 
 // The stored form of scale v: fp16-rounded when asked, at least the
@@ -99,33 +121,36 @@ static void kr_assign(kr_state *st, const float *s) {
                          : 0;
 }
 
-// Least-squares scale of every row for the current codebook and indices.
+// (Weighted) least-squares scale of every row for the current codebook and
+// indices: sum h w c / sum h c^2.
 static void kr_refit(kr_state *st) {
     for (int r = 0; r < st->rows; r++) {
         double num = 0.0, den = 0.0;
         for (size_t i = (size_t)r * st->per; i < (size_t)(r + 1) * st->per; i++) {
             if (st->m[i] == 0.0f) continue;
-            const double c = st->cb[st->idx[i]];
-            num += (double)st->w[i] * c, den += c * c;
+            const double c = st->cb[st->idx[i]], h = st->h ? st->h[i] : 1.0;
+            num += h * ((double)st->w[i] * c), den += h * (c * c);
         }
         st->s_new[r] = den > 0.0 ? kr_scale_store(num / den, st->fp16, st->s[r]) : st->s[r];
     }
 }
 
 // Relative squared error of the decoded kept weights fp32(c * s) under
-// scales s (each row's error over its RMS^2); *abs gets the plain one.
+// scales s (each row's (h-weighted) error over its RMS^2); *abs gets the
+// plain one.
 static double kr_error(const kr_state *st, const float *s, double *abs) {
     double rel = 0.0;
     *abs = 0.0;
     for (int r = 0; r < st->rows; r++) {
-        double e = 0.0;
+        double e = 0.0, eh = 0.0;
         for (size_t i = (size_t)r * st->per; i < (size_t)(r + 1) * st->per; i++) {
             if (st->m[i] == 0.0f) continue;
             const float d = st->cb[st->idx[i]] * s[r];
-            e += ((double)st->w[i] - d) * ((double)st->w[i] - d);
+            const double d2 = ((double)st->w[i] - d) * ((double)st->w[i] - d);
+            e += d2, eh += (st->h ? st->h[i] : 1.0) * d2;
         }
         *abs += e;
-        rel += e / ((double)st->rms[r] * st->rms[r]);
+        rel += eh / ((double)st->rms[r] * st->rms[r]);
     }
     return rel;
 }
@@ -137,7 +162,8 @@ static double kr_round(kr_state *st, const kmeans_cfg *cfg, gsl_rng *r, const ch
                        double *abs, sc_err *err) {
     double c[256];
     kr_normalise(st);
-    if (kmeans_1d(st->x, st->n, cfg, r, c, NULL, NULL, err)) return sc_wrap(err, "%s", name);
+    if (kmeans_1d_weighted(st->x, st->hk, st->n, cfg, r, c, NULL, NULL, err))
+        return sc_wrap(err, "%s", name);
     if (kmeans_codebook_round(c, cfg, name, st->cb, err)) return -1.0;
     kr_assign(st, st->s);
     kr_refit(st);

@@ -1,9 +1,11 @@
 // The `quantize` tool: k-means codebooks (--centroids K), linear fixed point
 // (--bits 8|16) or fp16 (--half) for a trained or pruned model, evaluated
 // before and after on the validation and test splits with the decoded
-// weights, optionally with centroid fine-tuning (by default distilled from
-// the unquantized model's outputs), written as a model file
-// whose /params hold the decoded values and /quant the compact form.
+// weights, optionally with sensitivity-weighted k-means (the empirical
+// Fisher diagonal from training batches) and centroid fine-tuning (by
+// default distilled from the unquantized model's outputs), written as a
+// model file whose /params hold the decoded values and /quant the compact
+// form.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +16,7 @@
 #include "datasets/cifar.h"
 #include "quantize/apply.h"
 #include "quantize/finetune.h"
+#include "quantize/fisher.h"
 #include "quantize/quant_report.h"
 #include "runtime/cli.h"
 #include "runtime/exec.h"
@@ -32,8 +35,8 @@
 typedef struct {
     cli_common c;
     int centroids, half, iters, asymmetric, bins, skip_first, skip_last, row_scale;
-    int ft_epochs, batch, augment, val_size, bn_batches;
-    const char *bits, *init, *codebook, *clip, *granularity, *precision, *ft_distill;
+    int ft_epochs, batch, augment, val_size, bn_batches, fisher_batches;
+    const char *bits, *init, *codebook, *clip, *granularity, *precision, *ft_distill, *km_weight;
     const char *dataset, *data_dir, *runs, *output;
     double percentile, ft_lr, ft_momentum, ft_lr_params, ft_wd, ft_alpha, smoothing;
     const char *input;  // positional model file, or NULL
@@ -55,6 +58,15 @@ typedef struct {
     {.name = "row-scale", .type = OPT_FLAG, .dst = &(o)->row_scale,                              \
      .help = "k-means: a scale per output channel, stored like the codebook; the K centroids\n"  \
              "are shared by the scaled rows (weight = centroid * scale: K values per row)"},     \
+    {.name = "kmeans-weight", .type = OPT_CHOICE, .dst = &(o)->km_weight, .def = "none",          \
+     .choices = "none|fisher",                                                                   \
+     .help = "k-means: weight each kept weight's squared error by its sensitivity (fisher: the\n" \
+             "empirical Fisher diagonal, mean squared gradient of the training loss over\n"      \
+             "--fisher-batches training batches; Hessian-weighted k-means) or not (none)"},     \
+    {.name = "fisher-batches", .type = OPT_INT, .dst = &(o)->fisher_batches, .def = "32",         \
+     .min = 1, .max = 1000000, .metavar = "N",                                                   \
+     .help = "--kmeans-weight fisher: training batches (of --batch images, crop and flip with\n" \
+             "--augment) the squared gradients are averaged over"},                             \
     {.name = "bits", .type = OPT_CHOICE, .dst = &(o)->bits, .choices = "8|16",                   \
      .help = "linear fixed point with 8- or 16-bit integers"},                                   \
     {.name = "asymmetric", .type = OPT_FLAG, .dst = &(o)->asymmetric,                            \
@@ -135,6 +147,10 @@ static int opts_check(quant_opts *o) {
         cli_error(TOOL, "--row-scale needs k-means codebooks (--centroids)");
         return CLI_USAGE;
     }
+    if (!strcmp(o->km_weight, "fisher") && o->centroids == 0) {
+        cli_error(TOOL, "--kmeans-weight fisher needs k-means codebooks (--centroids)");
+        return CLI_USAGE;
+    }
     if (o->ft_epochs > 0 && o->centroids == 0) {
         cli_error(TOOL, "--finetune-epochs needs k-means codebooks (--centroids)");
         return CLI_USAGE;
@@ -175,6 +191,8 @@ typedef struct {
     quant_cfg cfg;
     quant_model *q;
     float *orig;                 // (nparam) parameters before quantization
+    float *fisher;               // (nparam) --kmeans-weight fisher: sensitivities, else NULL
+    fisher_result fres;
     finetune_result ft;
     quant_report rep;
     double val0, test0;          // before
@@ -286,13 +304,39 @@ static int teacher_create(quant_run *r, sc_err *err) {
     return r->teacher ? 0 : sc_wrap(err, "distillation teacher");
 }
 
+// True when k-means is weighted by the Fisher diagonal.
+static int fisher_on(const quant_run *r) {
+    return r->cfg.method == QM_KMEANS && !strcmp(r->o.km_weight, "fisher");
+}
+
+// --kmeans-weight fisher: the sensitivities of the unquantized net (on the
+// executor) from training batches, handed to k-means.
+static int fisher_pass(quant_run *r, sc_err *err) {
+    if (!fisher_on(r)) return 0;
+    r->fisher = malloc((r->nt->nparam ? r->nt->nparam : 1) * sizeof *r->fisher);
+    if (!r->fisher) return sc_fail(err, "out of memory");
+    const fisher_cfg fc = {.batches = r->o.fisher_batches, .batch = r->o.batch,
+                           .augment = r->o.augment, .seed = (uint64_t)r->o.c.seed,
+                           .quiet = r->o.c.quiet};
+    SC_TRY(fisher_diag(r->ex, r->nt, &r->ds.train, &fc, r->fisher, &r->fres, err));
+    log_line(stderr, r->o.c.quiet, "quantize: Fisher sensitivities from %d training batches of %d "
+             "(%s%s) in %.1f s", r->fres.batches, r->o.batch,
+             r->o.augment ? "crop and flip" : "no augmentation",
+             r->fres.skipped ? ", some skipped: gradient not finite" : "", r->fres.seconds);
+    r->cfg.km.net_h = r->fisher;
+    return 0;
+}
+
 // Quantizes the net, uploads the decoded weights and evaluates them.
 static int quantize_net(quant_run *r, sc_err *err) {
     r->orig = malloc((r->nt->nparam ? r->nt->nparam : 1) * sizeof *r->orig);
     if (!r->orig) return sc_fail(err, "out of memory");
     memcpy(r->orig, r->nt->param, r->nt->nparam * sizeof *r->orig);
+    SC_TRY(fisher_pass(r, err));
     SC_TRY(quant_net_apply(r->nt, &r->cfg, &r->q, err));
-    quant_report_method(r->q, r->method, sizeof r->method);
+    char text[sizeof r->method - 32];
+    quant_report_method(r->q, text, sizeof text);
+    snprintf(r->method, sizeof r->method, "%s%s", fisher_on(r) ? "Fisher-weighted " : "", text);
     SC_TRY(exec_write_net(r->ex, err));
     SC_TRY(evaluate(r, &r->val1, &r->test1, err));
     log_line(stderr, r->o.c.quiet, "quantize: %s: val %.2f%% test %.2f%% (before: val %.2f%% test %.2f%%)",
@@ -340,12 +384,15 @@ static int finetune(quant_run *r, sc_err *err) {
 
 // Writes the quantized model with its history line and accuracies.
 static int model_write(quant_run *r, sc_err *err) {
-    char line[2048];
+    char line[2048], weight[64] = "";
+    if (fisher_on(r))
+        snprintf(weight, sizeof weight, ", kmeans-weight fisher %d batches", r->fres.batches);
     snprintf(line, sizeof line,
-             "quantize: %s, %d tensors, init %s, BN recalibration %d batches, finetune %d epochs "
+             "quantize: %s, %d tensors, init %s%s, BN recalibration %d batches, finetune %d epochs "
              "(kept %d, lr %g, lr-params %g, distill %s alpha %g), skip-first %d skip-last %d, "
              "from %s, %s: val %.2f%% -> %.2f%%, test %.2f%% -> %.2f%%",
-             r->method, r->q->ntensors, r->q->method == QM_KMEANS ? r->o.init : "-", r->o.bn_batches,
+             r->method, r->q->ntensors, r->q->method == QM_KMEANS ? r->o.init : "-", weight,
+             r->o.bn_batches,
              r->o.ft_epochs, r->ft.best_epoch, r->o.ft_lr, r->o.ft_lr_params,
              distilling(r) ? "on" : "off", r->o.ft_alpha,
              r->o.skip_first, r->o.skip_last, r->in, exec_device_name(r->ex), r->val0, r->val,
@@ -397,6 +444,9 @@ static void json_method(json_writer *j, const quant_run *r) {
         json_add_string(j, "init", r->o.init);
         json_add_string(j, "codebook", r->q->codebook_fp16 ? "fp16" : "fp32");
         json_add_bool(j, "row_scale", r->q->row_scale);
+        json_add_string(j, "kmeans_weight", r->o.km_weight);
+        json_add_int(j, "fisher_batches", fisher_on(r) ? r->fres.batches : 0);
+        json_add_number(j, "fisher_seconds", fisher_on(r) ? r->fres.seconds : NAN);
     }
     if (r->q->method == QM_LINEAR) {
         json_add_bool(j, "symmetric", r->q->symmetric);
@@ -489,6 +539,7 @@ static int quant_tool(quant_run *r) {
     quant_report_free(&r->rep);
     finetune_result_free(&r->ft);
     free(r->orig);
+    free(r->fisher);
     net_free(r->nt);
     model_meta_free(&r->meta);
     dataset_free(&r->ds);

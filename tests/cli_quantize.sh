@@ -10,7 +10,11 @@
 # values equal to the quantized weights. Fine-tuning distills from the
 # unquantized model by default (JSON, history line and text say so, with
 # the KL per epoch); --finetune-distill off uses the labels; a bad
-# --finetune-alpha or --finetune-distill is a usage error.
+# --finetune-alpha or --finetune-distill is a usage error. Sensitivity-
+# weighted k-means (--kmeans-weight fisher) writes at most 16 values per
+# layer (per row with --row-scale), keeps the zeros, decodes to /params,
+# gives other codebooks than plain k-means, and says so in the JSON, the
+# text and the history; bad values and other methods are usage errors.
 cd "$(dirname "$0")/.." || exit 1
 . tests/lib.sh
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
@@ -39,6 +43,11 @@ expect_fail "row-scale with half" 2 '^quantize: .*--row-scale needs k-means' $Q 
 expect_fail "finetune-alpha 2" 2 '^quantize: .*finetune-alpha' $Q --finetune-alpha 2
 expect_fail "finetune-alpha -0.5" 2 '^quantize: .*finetune-alpha' $Q --finetune-alpha -0.5
 expect_fail "finetune-distill maybe" 2 '^quantize: .*finetune-distill' $Q --finetune-distill maybe
+expect_fail "kmeans-weight foo" 2 '^quantize: .*kmeans-weight.*foo' $Q --kmeans-weight foo
+expect_fail "fisher-batches 0" 2 '^quantize: .*fisher-batches' $Q --fisher-batches 0
+expect_fail "fisher-batches abc" 2 '^quantize: .*fisher-batches' $Q --fisher-batches abc
+expect_fail "fisher with bits" 2 '^quantize: .*--kmeans-weight fisher needs k-means' $Q --bits 8 --kmeans-weight fisher
+expect_fail "fisher with half" 2 '^quantize: .*--kmeans-weight fisher needs k-means' $Q --half --kmeans-weight fisher
 
 # --- bad input (exit 1) ---------------------------------------------------------
 expect_fail "no previous run" 1 '^quantize: no previous run' $Q
@@ -215,6 +224,47 @@ else
     SKIP=$((SKIP + 1)); echo "skip row-scale python checks (no h5py)"
 fi
 
+# --- sensitivity-weighted k-means (the empirical Fisher diagonal) -----------------------
+grep -q '"kmeans_weight": *"none"' "$T/k.json" && [ "$(num fisher_batches "$T/k.json")" = 0 ] \
+    && ok "json: plain k-means by default (kmeans_weight none)" || bad "json kmeans_weight default" "missing or wrong"
+if out=$($Q "$P" --kmeans-weight fisher --fisher-batches 4 --batch 64 --bn-recalibrate 2 -o "$T/fi.h5" \
+         --json "$T/fi.json" 2>&1) && grep -q '"kmeans_weight": *"fisher"' "$T/fi.json" \
+   && [ "$(num fisher_batches "$T/fi.json")" = 4 ]; then
+    dmax=$(num max_distinct_nonzero_values "$T/fi.json")
+    [ -n "$dmax" ] && [ "$dmax" -le 16 ] && ok "--kmeans-weight fisher: at most 16 values per layer ($dmax; Fisher pass $(num fisher_seconds "$T/fi.json") s)" \
+        || bad "--kmeans-weight fisher distinct" "${dmax:-?}"
+    grep -q 'quantized lenet (Fisher-weighted k-means 16' <<<"$out" && ok "text names Fisher-weighted k-means" \
+        || bad "text names Fisher-weighted k-means" "$(tail -n 1 <<<"$out")"
+else bad "--kmeans-weight fisher" "failed or json without kmeans_weight/fisher_batches: $(tail -n 1 <<<"$out")"; fi
+h5dump -d /history "$T/fi.h5" 2>/dev/null | grep -q 'Fisher-weighted k-means 16.*kmeans-weight fisher 4 batches' \
+    && ok "history names the Fisher weighting" || bad "history names the Fisher weighting" "missing"
+if $Q "$P" --kmeans-weight fisher --row-scale --fisher-batches 3 --batch 64 --bn-recalibrate 2 -o "$T/firs.h5" \
+      --json "$T/firs.json" >/dev/null 2>&1 && grep -q '"row_scale": *true' "$T/firs.json"; then
+    dmax=$(num max_distinct_nonzero_values "$T/firs.json")
+    [ -n "$dmax" ] && [ "$dmax" -le 16 ] && ok "--kmeans-weight fisher --row-scale: at most 16 values per row ($dmax)" \
+        || bad "--kmeans-weight fisher --row-scale distinct" "${dmax:-?}"
+else bad "--kmeans-weight fisher --row-scale" "failed"; fi
+if have_h5py && [ -f "$T/fi.h5" ]; then
+    if out=$("$PY" - "$T/fi.h5" "$D/model.quant.h5" <<'EOF' 2>&1
+import sys, h5py, numpy as np
+differ = 0
+with h5py.File(sys.argv[1], "r") as f, h5py.File(sys.argv[2], "r") as plain:
+    q = f["quant"]
+    assert q.attrs["method"] == "kmeans" and q.attrs["k"] == 16 and len(q) == 4, dict(q.attrs)
+    for name, g in q.items():
+        cb = g["codebook"][()].astype(np.float32)
+        w = f["params"][name][()]
+        m = f["masks"][name][()].astype(bool) if name in f["masks"] else np.ones(w.shape, bool)
+        assert np.array_equal(np.where(m, cb[g["indices"][()]], np.float32(0)), w), name
+        assert (w[~m] == 0).all() and len(np.unique(w[w != 0])) <= 16, name
+        differ += not np.array_equal(np.sort(cb), np.sort(plain["quant"][name]["codebook"][()].astype(np.float32)))
+assert differ > 0, "every codebook equals plain k-means'"
+print("ok")
+EOF
+    ) && [ "$out" = ok ]; then ok "python: Fisher-weighted file decodes, zeros, <= 16 values, codebooks differ from plain"
+    else bad "python check (Fisher)" "$out"; fi
+fi
+
 # --- a model without weights --------------------------------------------------------------
 if have_h5py; then
     "$PY" - "$P" "$T/empty.h5" <<'EOF' >/dev/null 2>&1
@@ -236,4 +286,6 @@ $Q --help | grep -qE -- '--centroids.*' && $Q --help | grep -qE -- '--init.*line
     && ok "help lists the options" || bad "help" "options missing"
 $Q --help | grep -qE -- '--finetune-distill.*on\|off' && $Q --help | grep -qE -- '--finetune-alpha' \
     && ok "help lists the distillation options" || bad "help" "distillation options missing"
+$Q --help | grep -qE -- '--kmeans-weight none\|fisher' && $Q --help | grep -qE -- '--fisher-batches N' \
+    && ok "help lists --kmeans-weight and --fisher-batches" || bad "help" "Fisher options missing"
 summary
