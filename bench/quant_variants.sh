@@ -26,7 +26,8 @@
 # and backward passes (a few seconds, `fisher_seconds` in the JSON). A variant
 # that would not finish within 9 minutes of the start is skipped (one device
 # call is 10), so the order below is the order of importance.
-# ONLY="TAG ..." runs only the named variants (e.g. ONLY="k16bn k16fi-bn").
+# Since session 5 quantize weights k-means by the Fisher diagonal by default; the
+# plain variants pass --kmeans-weight none. ONLY="TAG ..." runs only the named variants (e.g. ONLY="k16bn k16fi-bn").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=build/bin; M=/root/pipe; out=${OUT:-bench/out}/quant; mkdir -p "$M" "$out" data
@@ -67,14 +68,14 @@ EOF
 
 echo "columns: before -> quantized + BN re-estimation -> final (after fine-tuning)"
 FT="--finetune-distill on --finetune-alpha 0 --finetune-lr 1 --finetune-lr-params 0.01 --bn-recalibrate 50"
-q k16bn 0 --bn-recalibrate 100
-q k16rs-bn 0 --row-scale --bn-recalibrate 100
+q k16bn 0 --kmeans-weight none --bn-recalibrate 100
+q k16rs-bn 0 --kmeans-weight none --row-scale --bn-recalibrate 100
 q k16fi-bn 0 --kmeans-weight fisher --bn-recalibrate 100
 q k16fi-kd2 2 --kmeans-weight fisher $FT
-q k16kd2 2 $FT
-q k16rs-kd2 2 --row-scale $FT
-q k16kd4 4 $FT
-q k16rs-kd4 4 --row-scale $FT
+q k16kd2 2 --kmeans-weight none $FT
+q k16rs-kd2 2 --kmeans-weight none --row-scale $FT
+q k16kd4 4 --kmeans-weight none $FT
+q k16rs-kd4 4 --kmeans-weight none --row-scale $FT
 
 # The choice: highest val_accuracy (test only reported).
 python3 - "$out" "${TAGS[@]}" <<'EOF'

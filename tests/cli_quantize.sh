@@ -75,7 +75,7 @@ done
 grep -q '"tool": *"quantize"' "$T/k.json" && ok "json summary" || bad "json summary" "no tool"
 dmax=$(grep -oE '"max_distinct_nonzero_values": *[0-9]+' "$T/k.json" | grep -oE '[0-9]+$')
 [ -n "$dmax" ] && [ "$dmax" -le 16 ] && ok "json: at most 16 values per layer ($dmax)" || bad "json distinct" "${dmax:-?}"
-h5dump -d /history "$D/model.quant.h5" 2>/dev/null | grep -q 'quantize: k-means 16' \
+h5dump -d /history "$D/model.quant.h5" 2>/dev/null | grep -q 'quantize: Fisher-weighted k-means 16' \
     && ok "history line in the model" || bad "history line in the model" "missing"
 
 # The quantized file is a model file: quantize reads it again (model_load).
@@ -225,8 +225,17 @@ else
 fi
 
 # --- sensitivity-weighted k-means (the empirical Fisher diagonal) -----------------------
-grep -q '"kmeans_weight": *"none"' "$T/k.json" && [ "$(num fisher_batches "$T/k.json")" = 0 ] \
-    && ok "json: plain k-means by default (kmeans_weight none)" || bad "json kmeans_weight default" "missing or wrong"
+grep -q '"kmeans_weight": *"fisher"' "$T/k.json" && [ "$(num fisher_batches "$T/k.json")" = 32 ] \
+    && ok "json: Fisher-weighted k-means by default (kmeans_weight fisher, 32 batches)" \
+    || bad "json kmeans_weight default" "missing or wrong"
+if $Q "$P" --centroids 16 --kmeans-weight none --bn-recalibrate 2 -o "$T/kn.h5" --json "$T/kn.json" >/dev/null 2>&1 \
+   && grep -q '"kmeans_weight": *"none"' "$T/kn.json" && [ "$(num fisher_batches "$T/kn.json")" = 0 ]; then
+    ok "--kmeans-weight none: plain k-means (fisher_batches 0)"
+else bad "--kmeans-weight none" "failed or json wrong"; fi
+if $Q "$P" --bits 8 -o "$T/b8auto.h5" --json "$T/b8auto.json" >/dev/null 2>&1 \
+   && ! grep -q '"kmeans_weight": *"fisher"' "$T/b8auto.json"; then
+    ok "--bits 8: no Fisher pass by default"
+else bad "--bits 8 default kmeans-weight" "fisher or failed"; fi
 if out=$($Q "$P" --kmeans-weight fisher --fisher-batches 4 --batch 64 --bn-recalibrate 2 -o "$T/fi.h5" \
          --json "$T/fi.json" 2>&1) && grep -q '"kmeans_weight": *"fisher"' "$T/fi.json" \
    && [ "$(num fisher_batches "$T/fi.json")" = 4 ]; then
@@ -286,6 +295,6 @@ $Q --help | grep -qE -- '--centroids.*' && $Q --help | grep -qE -- '--init.*line
     && ok "help lists the options" || bad "help" "options missing"
 $Q --help | grep -qE -- '--finetune-distill.*on\|off' && $Q --help | grep -qE -- '--finetune-alpha' \
     && ok "help lists the distillation options" || bad "help" "distillation options missing"
-$Q --help | grep -qE -- '--kmeans-weight none\|fisher' && $Q --help | grep -qE -- '--fisher-batches N' \
+$Q --help | grep -qE -- '--kmeans-weight auto\|fisher\|none' && $Q --help | grep -qE -- '--fisher-batches N' \
     && ok "help lists --kmeans-weight and --fisher-batches" || bad "help" "Fisher options missing"
 summary
