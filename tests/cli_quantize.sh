@@ -22,6 +22,18 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 Q="$BIN/quantize --device cpu --quiet --data-dir $T/data --runs $T/runs"
 PY=/usr/bin/python3
 have_h5py() { [ -x "$PY" ] && "$PY" -c 'import h5py, numpy' 2>/dev/null; }
+# Python prelude of the file checks (km_py CHECK FILE...: the prelude, then CHECK on
+# stdin): km_check(f, name, g) asserts that k-means group g of tensor name decodes to
+# /params, keeps the pruned zeros and holds at most 16 distinct non-zero values.
+KM_PY='import sys, h5py, numpy as np
+def km_check(f, name, g):
+    w = f["params"][name][()]
+    m = f["masks"][name][()].astype(bool) if name in f["masks"] else np.ones(w.shape, bool)
+    dec = np.where(m, g["codebook"][()].astype(np.float32)[g["indices"][()]], np.float32(0))
+    assert np.array_equal(dec, w), name
+    assert (w[~m] == 0).all() and len(np.unique(w[w != 0])) <= 16, name
+'
+km_py() { { printf '%s\n' "$KM_PY"; cat; } | "$PY" - "$@"; }
 
 # --- bad usage (exit 2) ---------------------------------------------------------
 expect_fail "K = 1" 2 '^quantize: .*centroids' $Q --centroids 1
@@ -84,8 +96,7 @@ $Q --half "$D/model.quant.h5" -o "$T/again.h5" >/dev/null 2>&1 && ok "model.quan
 
 # Independent check in Python: /quant decodes to /params, zeros kept, <= 16 values.
 if have_h5py; then
-    if out=$("$PY" - "$D/model.quant.h5" <<'EOF' 2>&1
-import sys, h5py, numpy as np
+    if out=$(km_py "$D/model.quant.h5" <<'EOF' 2>&1
 with h5py.File(sys.argv[1], "r") as f:
     q = f["quant"]
     assert q.attrs["method"] == "kmeans" and q.attrs["k"] == 16 and q.attrs["bits"] == 4
@@ -93,12 +104,7 @@ with h5py.File(sys.argv[1], "r") as f:
     for name, g in q.items():
         cb = g["codebook"][()]
         assert cb.dtype == np.float16 and cb.shape == (16,), (name, cb.dtype)
-        w = f["params"][name][()]
-        m = f["masks"][name][()].astype(bool) if name in f["masks"] else np.ones(w.shape, bool)
-        dec = np.where(m, cb.astype(np.float32)[g["indices"][()]], np.float32(0))
-        assert np.array_equal(dec, w), name
-        assert (w[~m] == 0).all(), name
-        assert len(np.unique(w[w != 0])) <= 16, name
+        km_check(f, name, g)
 print("ok")
 EOF
     ) && [ "$out" = ok ]; then ok "python: decode == params, zeros, <= 16 values"
@@ -158,17 +164,12 @@ if $Q "$P" --centroids 16 --skip-last --finetune-epochs 2 --finetune-lr-params 0
         && ok "history line names lr-params" || bad "history line names lr-params" "missing"
 else bad "fine-tuning with --finetune-lr-params" "failed"; fi
 if have_h5py && [ -f "$T/ftp.h5" ]; then
-    if out=$("$PY" - "$T/ftp.h5" <<'EOF' 2>&1
-import sys, h5py, numpy as np
+    if out=$(km_py "$T/ftp.h5" <<'EOF' 2>&1
 with h5py.File(sys.argv[1], "r") as f:
     q = f["quant"]
     assert "fc3.weight" not in q and len(q) == 3, list(q)  # first and last layers in fp32
     for name, g in q.items():
-        cb = g["codebook"][()].astype(np.float32)
-        w = f["params"][name][()]
-        m = f["masks"][name][()].astype(bool) if name in f["masks"] else np.ones(w.shape, bool)
-        assert np.array_equal(np.where(m, cb[g["indices"][()]], np.float32(0)), w), name
-        assert (w[~m] == 0).all() and len(np.unique(w[w != 0])) <= 16, name
+        km_check(f, name, g)
     w, m = f["params/fc3.weight"][()], f["masks/fc3.weight"][()].astype(bool)
     assert (w[~m] == 0).all(), "fc zeros"
 print("ok")
@@ -253,19 +254,15 @@ if $Q "$P" --kmeans-weight fisher --row-scale --fisher-batches 3 --batch 64 --bn
     [ -n "$dmax" ] && [ "$dmax" -le 16 ] && ok "--kmeans-weight fisher --row-scale: at most 16 values per row ($dmax)" \
         || bad "--kmeans-weight fisher --row-scale distinct" "${dmax:-?}"
 else bad "--kmeans-weight fisher --row-scale" "failed"; fi
-if have_h5py && [ -f "$T/fi.h5" ]; then
-    if out=$("$PY" - "$T/fi.h5" "$D/model.quant.h5" <<'EOF' 2>&1
-import sys, h5py, numpy as np
+if have_h5py && [ -f "$T/fi.h5" ] && [ -f "$T/kn.h5" ]; then
+    if out=$(km_py "$T/fi.h5" "$T/kn.h5" <<'EOF' 2>&1
 differ = 0
 with h5py.File(sys.argv[1], "r") as f, h5py.File(sys.argv[2], "r") as plain:
     q = f["quant"]
     assert q.attrs["method"] == "kmeans" and q.attrs["k"] == 16 and len(q) == 4, dict(q.attrs)
     for name, g in q.items():
+        km_check(f, name, g)
         cb = g["codebook"][()].astype(np.float32)
-        w = f["params"][name][()]
-        m = f["masks"][name][()].astype(bool) if name in f["masks"] else np.ones(w.shape, bool)
-        assert np.array_equal(np.where(m, cb[g["indices"][()]], np.float32(0)), w), name
-        assert (w[~m] == 0).all() and len(np.unique(w[w != 0])) <= 16, name
         differ += not np.array_equal(np.sort(cb), np.sort(plain["quant"][name]["codebook"][()].astype(np.float32)))
 assert differ > 0, "every codebook equals plain k-means'"
 print("ok")
