@@ -51,7 +51,7 @@ ifeq ($(GPU),1)
   CFLAGS  += -DSC_HAVE_CUDA -I$(CUDA)/include
   NVFLAGS := -O3 -std=c++17 -I. -DSC_HAVE_CUDA -gencode arch=compute_90,code=sm_90 \
              -gencode arch=compute_90,code=compute_90 -Xcompiler -Wall -MMD -MP
-  LDLIBS  += -L$(CUDA)/lib64 -Wl,-rpath,$(CUDA)/lib64 -lcudnn -lcublas -lcusparse -lcudart -lstdc++
+  LDLIBS  += -L$(CUDA)/lib64 -Wl,-rpath,$(CUDA)/lib64 -lcudnn -lcublasLt -lcublas -lcusparse -lcudart -lstdc++
   TEST_SRC := $(wildcard tests/test_*.c tests/gpu_test_*.c)
 else
   CU_SRC  :=

@@ -9,7 +9,7 @@
 // --- types ------------------------------------------------------------------
 
 // Bytes per element of a dtype.
-extern "C" size_t gpu_dtype_size(gpu_dtype dt) { return dt == GDT_F16 ? 2 : 4; }
+extern "C" size_t gpu_dtype_size(gpu_dtype dt) { return dt == GDT_F32 ? 4 : 2; }
 
 // --- context ----------------------------------------------------------------
 

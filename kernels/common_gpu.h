@@ -22,7 +22,9 @@ extern "C" {
 
 // --- types ------------------------------------------------------------------
 
-typedef enum { GDT_F32 = 0, GDT_F16 = 1 } gpu_dtype;
+// GDT_BF16 is used by the channels-last dense engine only (kernels/nhwc_ops_gpu.h,
+// kernels/fconv_gpu.h, kernels/flinear_gpu.h); SC_DISPATCH knows fp32 and fp16.
+typedef enum { GDT_F32 = 0, GDT_F16 = 1, GDT_BF16 = 2 } gpu_dtype;
 
 // Stream and library handles; cuDNN and cuBLAS are bound to the stream.
 typedef struct {

@@ -13,6 +13,7 @@
 
 #include "datasets/cifar.h"
 #include "runtime/cli.h"
+#include "runtime/dengine.h"
 #include "runtime/deploy_gpu.h"
 #include "runtime/deploy_plan.h"
 #include "runtime/deploy_report.h"
@@ -28,7 +29,7 @@
 
 typedef struct {
     cli_common c;
-    const char *precision, *reference, *chart, *data_dir, *runs;
+    const char *precision, *reference, *chart, *data_dir, *runs, *engine;
     int batch, repeat, check_images, test_images;
     const char *model, *dataset;  // positionals
 } deploy_opts;
@@ -52,7 +53,11 @@ static int opts_parse(deploy_opts *o, int argc, char **argv) {
     cli_opt opts[] = {
         CLI_COMMON_OPTS(o->c),
         {.name = "precision", .type = OPT_CHOICE, .dst = &o->precision, .def = "both",
-         .choices = "fp32|fp16|both", .help = "plans to build and time on the GPU (the CPU path is fp32)"},
+         .choices = "fp32|fp16|both|none", .help = "sparse plans to build and time on the GPU (the CPU path is fp32;\n"
+                                                      "none: only the dense engine of --engine)"},
+        {.name = "engine", .type = OPT_STRING, .dst = &o->engine, .def = "fp16,bf16,tf32",
+         .metavar = "LIST", .help = "precisions of the dense channels-last engine to build and time as the\n"
+                                    "yardstick (fp16, bf16, tf32, comma-separated; none: skip it)"},
         {.name = "batch", .short_name = 'b', .type = OPT_INT, .dst = &o->batch, .def = "128",
          .min = 1, .max = 65536, .help = "batch size of the throughput figures and the per-layer choice"},
         {.name = "repeat", .type = OPT_INT, .dst = &o->repeat, .def = "20", .min = 1,
@@ -367,6 +372,88 @@ static int gpu_prec(deploy_run *d, deploy_cpu *ref, const float *ref_logits, int
     return rc;
 }
 
+// --- the dense engine (the yardstick) ------------------------------------------
+
+// 1 when --engine names precision k.
+static int engine_wanted(const deploy_run *d, dengine_prec k) {
+    const char *name = dengine_prec_name(k), *s = d->o.engine;
+    const size_t n = strlen(name);
+    for (const char *at = strstr(s, name); at; at = strstr(at + 1, name))
+        if ((at == s || at[-1] == ',') && (at[n] == ',' || at[n] == 0)) return 1;
+    return 0;
+}
+
+// Checks --engine: a comma-separated list of fp16, bf16, tf32, or none.
+static int engine_list_check(const deploy_run *d, sc_err *err) {
+    size_t want = 0;
+    if (!strcmp(d->o.engine, "none")) return 0;
+    for (int k = 0; k < DE_NPREC; k++) want += engine_wanted(d, (dengine_prec)k) ? strlen(dengine_prec_name((dengine_prec)k)) + 1 : 0;
+    if (want != strlen(d->o.engine) + 1)
+        return sc_fail(err, "--engine: not a comma-separated list of fp16, bf16, tf32, or none (%s)", d->o.engine);
+    return 0;
+}
+
+// The engine's accuracy over every test image and its agreement with the
+// CPU reference's top-1.
+static int engine_accuracy(deploy_run *d, dengine *e, deploy_engine_result *er, sc_err *err) {
+    const int n = d->o.batch, classes = d->m->nt->classes;
+    float *lg = malloc((size_t)n * classes * sizeof *lg);
+    if (!lg) return sc_fail(err, "out of memory");
+    long hits = 0;
+    int rc = 0;
+    er->agree = er->compared = 0;
+    for (int i = 0; i < d->test.n && !rc; i += n) {
+        int b = d->test.n - i < n ? d->test.n - i : n;
+        rc = dengine_forward(e, b, test_image(d, i), lg, err);
+        for (int k = 0; k < b && !rc; k++) {
+            int y = top1(lg + (size_t)k * classes, classes);
+            hits += y == d->test.labels[i + k];
+            if (d->cpu_pred[i + k] < 0) continue;
+            er->compared++, er->agree += y == d->cpu_pred[i + k];
+        }
+    }
+    er->test_acc = 100.0 * (double)hits / d->test.n;
+    free(lg);
+    return rc;
+}
+
+// Builds the engine at batch n on img, and times it.
+static dengine *engine_build(deploy_run *d, dengine_prec k, int n, const uint8_t *img, double *ms,
+                             sc_err *err) {
+    dengine *e = dengine_create(d->p, k, n, img, 5, err);
+    if (e && dengine_time(e, d->o.repeat, ms, err)) dengine_free(e), e = NULL;
+    return e;
+}
+
+// One engine precision: build and time at the batch size, accuracy and
+// logits against the CPU, then build and time at batch 1.
+static int engine_prec(deploy_run *d, dengine_prec k, const float *ref_logits, int nref, sc_err *err) {
+    deploy_engine_result *er = &d->r.eng[k];
+    const int classes = d->m->nt->classes;
+    log_line(stderr, d->o.c.quiet, "%s: dense %s engine", TOOL, dengine_prec_name(k));
+    double t0 = progress_clock();
+    uint8_t *img = batch_images(d, d->o.batch);
+    float *lg = malloc((size_t)nref * classes * sizeof *lg);
+    int rc = img && lg ? 0 : sc_fail(err, "out of memory");
+    dengine *e = rc ? NULL : engine_build(d, k, d->o.batch, img, &er->ms, err);
+    rc = e ? 0 : -1;
+    if (!rc) rc = dengine_forward(e, nref, test_image(d, 0), lg, err);
+    if (!rc) er->logits_err = max_rel_err((size_t)nref * classes, lg, ref_logits);
+    if (!rc) rc = engine_accuracy(d, e, er, err);
+    dengine_free(e);
+    e = rc ? NULL : engine_build(d, k, 1, img, &er->lat_ms, err);
+    rc = e ? 0 : -1;
+    dengine_free(e);
+    er->build_s = progress_clock() - t0;
+    er->ran = rc == 0;
+    if (er->ran)
+        log_line(stderr, d->o.c.quiet, "%s: dense %s engine: batch %d %.3f ms, batch 1 %.3f ms, test %.2f%%, "
+                 "top-1 = CPU on %ld of %ld", TOOL, dengine_prec_name(k), d->o.batch, er->ms, er->lat_ms,
+                 er->test_acc, er->agree, er->compared);
+    free(img), free(lg);
+    return rc;
+}
+
 // The GPU path: the CPU reference (check images and --reference images),
 // then every precision asked for.
 static int gpu_path(deploy_run *d, sc_err *err) {
@@ -384,6 +471,8 @@ static int gpu_path(deploy_run *d, sc_err *err) {
         rc = c ? cpu_pass(d, c, n, nall, &ms, err) : -1;
         deploy_cpu_free(c);
     }
+    for (int k = 0; k < DE_NPREC && !rc; k++)
+        if (engine_wanted(d, (dengine_prec)k)) rc = engine_prec(d, (dengine_prec)k, ref_logits, nref, err);
     for (int i = 0; i < d->r.nprec && !rc; i++)
         rc = gpu_prec(d, ref, ref_logits, nref, &d->r.pr[i], err);
     free(ref_logits);
@@ -404,8 +493,10 @@ static int device_pick(deploy_run *d, sc_err *err) {
         fprintf(d->log, "%s: %s; running the CPU path (fp32, no GPU timings)\n", TOOL, why.msg);
     d->r.gpu = gpu;
     d->r.nprec = 0;
-    if (gpu && strcmp(d->o.precision, "fp16")) d->r.pr[d->r.nprec++].prec = DP_FP32;
-    if (gpu && strcmp(d->o.precision, "fp32")) d->r.pr[d->r.nprec++].prec = DP_FP16;
+    const int none = !strcmp(d->o.precision, "none");
+    if (!gpu && none) return sc_fail(err, "--precision none needs the GPU (running on the CPU)");
+    if (gpu && !none && strcmp(d->o.precision, "fp16")) d->r.pr[d->r.nprec++].prec = DP_FP32;
+    if (gpu && !none && strcmp(d->o.precision, "fp32")) d->r.pr[d->r.nprec++].prec = DP_FP16;
     d->r.device = gpu ? "gpu" : "cpu";
     return 0;
 }
@@ -418,15 +509,16 @@ static void report_init(deploy_run *d) {
     d->r.batch = d->o.batch, d->r.repeat = d->o.repeat;
     d->r.test_images = d->test.n;
     d->r.sparsity = deploy_plan_sparsity(d->p);
-    d->r.dense_note = d->r.gpu ? "the same plan with every conv and linear layer on cuDNN, one CUDA "
-                                 "graph; fp32: NCHW, TF32 off; fp16: tensor cores, per layer the faster "
-                                 "of cuDNN in NCHW and cuDNN in NHWC (transposes included)"
+    d->r.dense_note = d->r.gpu ? "the dense engine of the plan's precision (TF32 for the fp32 plan) is "
+                                 "the yardstick; the old per-layer cuDNN plan (fp32: NCHW, TF32 off; "
+                                 "fp16: per layer the faster of NCHW and NHWC with transposes) is a "
+                                 "weaker baseline, shown for reference"
                                : "the dense CPU executor on the export's densified net";
 }
 
 // Writes the chart (GPU runs) next to the export or to --chart.
 static void chart_write(deploy_run *d) {
-    if (!d->r.gpu || (d->o.chart && !strcmp(d->o.chart, "none"))) return;
+    if (!d->r.gpu || !d->r.nprec || (d->o.chart && !strcmp(d->o.chart, "none"))) return;
     if (d->o.chart) {
         snprintf(d->chart, sizeof d->chart, "%s", d->o.chart);
     } else {
@@ -446,7 +538,7 @@ static int reports(deploy_run *d, sc_err *err) {
     d->r.seconds = progress_clock() - d->t0;
     chart_write(d);
     FILE *out = d->o.c.json && !strcmp(d->o.c.json, "-") ? stderr : stdout;
-    if (!d->o.c.quiet) deploy_report_table(out, d->p, &d->r);
+    if (!d->o.c.quiet && (!d->r.gpu || d->r.nprec)) deploy_report_table(out, d->p, &d->r);
     deploy_report_summary(out, &d->r);
     if (d->r.chart[0] && !d->o.c.quiet) fprintf(out, "chart: %s\n", d->r.chart);
     if (!d->o.c.json) return 0;
@@ -476,6 +568,11 @@ int main(int argc, char **argv) {
     d.t0 = progress_clock();
     d.log = d.o.c.quiet ? NULL : stderr;
     sc_err err = {{0}};
+    rc = engine_list_check(&d, &err) ? -2 : 0;
+    if (rc == -2) {
+        cli_error(TOOL, "%s", err.msg);
+        return SC_EXIT_USAGE;
+    }
     rc = model_and_data(&d, &err);
     if (!rc) rc = device_pick(&d, &err);
     if (!rc) report_init(&d);

@@ -171,23 +171,51 @@ void deploy_report_table(FILE *f, const deploy_plan *p, const deploy_report *r) 
 
 // --- the summary ----------------------------------------------------------------
 
-// Prints one precision's end-to-end lines.
+// The engine precision a plan is measured against: fp16 for the fp16 plan,
+// TF32 for the fp32 plan (the fastest dense network on fp32 data).
+static dengine_prec rep_engine_of(deploy_prec p) { return p == DP_FP16 ? DE_FP16 : DE_TF32; }
+
+// Prints one precision's end-to-end lines: against the dense engine first,
+// then against the old per-layer cuDNN plan (labelled as the weaker baseline).
 static void rep_summary_prec(FILE *f, const deploy_report *r, const deploy_prec_result *pr) {
     const char *pn = pr->prec == DP_FP16 ? "fp16" : "fp32";
-    fprintf(f, "%s: test accuracy %.2f%%", pn, pr->test_acc);
+    const deploy_engine_result *e = &r->eng[rep_engine_of(pr->prec)];
+    const char *en = dengine_prec_name(rep_engine_of(pr->prec));
+    fprintf(f, "%s sparse plan: test accuracy %.2f%%", pn, pr->test_acc);
     if (pr->compared)
         fprintf(f, " (first %ld images: %.2f%%, CPU reference %.2f%%, same top-1 on %ld)", pr->compared,
                 pr->ref_acc, r->cpu_acc, pr->agree);
     fprintf(f, ", logits within %.2g of the CPU's\n", pr->logits_err);
-    fprintf(f, "  batch %d: sparse plan %.3f ms (%.0f img/s), all-dense cuDNN %s %.3f ms (%.0f img/s): %.2fx%s\n",
-            r->batch, pr->ms, deploy_ips(r->batch, pr->ms), pn, pr->dense_ms,
-            deploy_ips(r->batch, pr->dense_ms), pr->dense_ms / pr->ms, pr->graph ? "" : " (no CUDA graph)");
-    fprintf(f, "  batch 1: sparse plan %.3f ms, all-dense cuDNN %s %.3f ms: %.2fx\n", pr->lat_ms, pn,
-            pr->dense_lat_ms, pr->dense_lat_ms / pr->lat_ms);
+    fprintf(f, "  batch %d: %.3f ms (%.0f img/s)%s", r->batch, pr->ms, deploy_ips(r->batch, pr->ms),
+            pr->graph ? "" : " (no CUDA graph)");
+    if (e->ran) fprintf(f, "; dense %s engine %.3f ms: %.2fx", en, e->ms, e->ms / pr->ms);
+    fprintf(f, "\n  batch 1: %.3f ms", pr->lat_ms);
+    if (e->ran) fprintf(f, "; dense %s engine %.3f ms: %.2fx", en, e->lat_ms, e->lat_ms / pr->lat_ms);
+    fprintf(f, "\n  (weaker baseline, old per-layer cuDNN %s plan, NCHW%s: batch %d %.3f ms = %.2fx, "
+               "batch 1 %.3f ms = %.2fx)\n",
+            pn, pr->prec == DP_FP32 ? ", TF32 off" : ", transposes", r->batch, pr->dense_ms,
+            pr->dense_ms / pr->ms, pr->dense_lat_ms, pr->dense_lat_ms / pr->lat_ms);
     if (pr->tb.dense_failed || pr->t1.dense_failed)
         fprintf(f, "  warning: the cuDNN baseline failed its check on %d layers at batch %d and %d at "
                    "batch 1 (timed anyway, never chosen)\n", pr->tb.dense_failed, r->batch,
                 pr->t1.dense_failed);
+}
+
+// Prints the dense engine's lines (one per precision that ran).
+static void rep_summary_engines(FILE *f, const deploy_report *r) {
+    int any = 0;
+    for (int k = 0; k < DE_NPREC; k++) any |= r->eng[k].ran;
+    if (!any) return;
+    fprintf(f, "dense engine (cuDNN graph API, NHWC, BN folded, fused epilogues, one CUDA graph):\n");
+    for (int k = 0; k < DE_NPREC; k++) {
+        const deploy_engine_result *e = &r->eng[k];
+        if (!e->ran) continue;
+        fprintf(f, "  %s: batch %d %.3f ms (%.0f img/s), batch 1 %.3f ms; test accuracy %.2f%%",
+                dengine_prec_name((dengine_prec)k), r->batch, e->ms, deploy_ips(r->batch, e->ms),
+                e->lat_ms, e->test_acc);
+        if (e->compared) fprintf(f, " (same top-1 as the CPU on %ld of %ld)", e->agree, e->compared);
+        fprintf(f, ", logits within %.2g; built in %.1f s\n", e->logits_err, e->build_s);
+    }
 }
 
 // Prints accuracy and the end-to-end figures.
@@ -204,9 +232,10 @@ void deploy_report_summary(FILE *f, const deploy_report *r) {
                 deploy_ips(r->batch, r->cpu_dense_ms), r->cpu_lat_ms, r->cpu_dense_lat_ms);
         return;
     }
+    rep_summary_engines(f, r);
     for (int i = 0; i < r->nprec; i++)
         if (r->pr[i].ran) rep_summary_prec(f, r, &r->pr[i]);
-    if (r->dense_note) fprintf(f, "all-dense baseline: %s\n", r->dense_note);
+    if (r->dense_note) fprintf(f, "baselines: %s\n", r->dense_note);
 }
 
 // --- JSON -----------------------------------------------------------------------
@@ -274,6 +303,11 @@ static void rep_json_plans(json_writer *j, const deploy_report *r) {
         json_add_number(j, "dense_images_per_second", deploy_ips(r->batch, pr->dense_ms));
         json_add_number(j, "latency_ms_batch1", pr->lat_ms);
         json_add_number(j, "dense_latency_ms_batch1", pr->dense_lat_ms);
+        const deploy_engine_result *e = &r->eng[rep_engine_of(pr->prec)];
+        json_add_string(j, "engine_precision", dengine_prec_name(rep_engine_of(pr->prec)));
+        json_add_number(j, "engine_speedup", e->ran ? e->ms / pr->ms : NAN);
+        json_add_number(j, "engine_speedup_batch1", e->ran ? e->lat_ms / pr->lat_ms : NAN);
+        json_add_string(j, "dense_baseline", "old per-layer cuDNN plan (NCHW)");
         json_add_number(j, "speedup", pr->dense_ms / pr->ms);
         json_add_number(j, "speedup_batch1", pr->dense_lat_ms / pr->lat_ms);
         json_add_bool(j, "cuda_graph", pr->graph);
@@ -283,6 +317,28 @@ static void rep_json_plans(json_writer *j, const deploy_report *r) {
         json_add_number(j, "logits_max_rel_err", pr->logits_err);
         json_add_int(j, "dense_check_failures", pr->tb.dense_failed);
         json_add_int(j, "dense_check_failures_batch1", pr->t1.dense_failed);
+        json_object_end(j);
+    }
+    json_array_end(j);
+}
+
+// Adds "dense_engine": one object per engine precision that ran.
+static void rep_json_engines(json_writer *j, const deploy_report *r) {
+    json_array_begin(j, "dense_engine");
+    for (int k = 0; k < DE_NPREC; k++) {
+        const deploy_engine_result *e = &r->eng[k];
+        if (!e->ran) continue;
+        json_object_begin(j, NULL);
+        json_add_string(j, "engine", "cudnn-graph-nhwc");
+        json_add_string(j, "precision", dengine_prec_name((dengine_prec)k));
+        json_add_number(j, "batch_ms", e->ms);
+        json_add_number(j, "batch1_ms", e->lat_ms);
+        json_add_number(j, "images_per_second", deploy_ips(r->batch, e->ms));
+        json_add_number(j, "test_accuracy", e->test_acc);
+        json_add_int(j, "cpu_agreement_images", e->agree);
+        json_add_int(j, "cpu_compared_images", e->compared);
+        json_add_number(j, "logits_max_rel_err", e->logits_err);
+        json_add_number(j, "build_seconds", e->build_s);
         json_object_end(j);
     }
     json_array_end(j);
@@ -313,6 +369,11 @@ void deploy_report_json(json_writer *j, const deploy_plan *p, const deploy_repor
     json_add_string(j, "dense_baseline", r->dense_note);
     json_add_number(j, "seconds", r->seconds);
     json_add_string(j, "chart", r->chart[0] ? r->chart : NULL);
+    const deploy_engine_result *e = pr ? &r->eng[rep_engine_of(pr->prec)] : NULL;
+    json_add_string(j, "engine_precision", pr ? dengine_prec_name(rep_engine_of(pr->prec)) : NULL);
+    json_add_number(j, "engine_speedup", e && e->ran ? e->ms / pr->ms : NAN);
+    json_add_number(j, "engine_speedup_batch1", e && e->ran ? e->lat_ms / pr->lat_ms : NAN);
+    rep_json_engines(j, r);
     rep_json_plans(j, r);
     rep_json_layers(j, p, r);
     json_object_end(j);

@@ -7,6 +7,7 @@
 
 #include <stdio.h>
 
+#include "runtime/dengine.h"
 #include "runtime/deploy_gpu.h"
 #include "runtime/deploy_plan.h"
 #include "runtime/json.h"
@@ -25,6 +26,16 @@ typedef struct {
     double logits_err;           // max |gpu - cpu| / max |cpu| of the logits, check images
 } deploy_prec_result;
 
+// What one precision of the channels-last dense engine (runtime/dengine.h) measured.
+typedef struct {
+    int ran;                     // 1 when the engine was built and measured
+    double ms, lat_ms;           // forward of one batch and of one image (median)
+    double test_acc;             // percent over the test images
+    long agree, compared;        // test images whose top-1 equals the CPU reference's
+    double logits_err;           // max |gpu - cpu| / max |cpu| of the logits, check images
+    double build_s;              // seconds to build and tune it (both batch sizes)
+} deploy_engine_result;
+
 // The whole run.
 typedef struct {
     const char *input, *dataset, *arch, *device;
@@ -35,6 +46,7 @@ typedef struct {
     double sparsity;
     int nprec;
     deploy_prec_result pr[2];    // in the order run; pr[0] is the primary plan
+    deploy_engine_result eng[DE_NPREC];  // the dense engine per precision (the yardstick)
     long cpu_images;             // test images run through the CPU plan (0: none)
     double cpu_acc;              // their top-1 accuracy, percent
     double cpu_ms, cpu_lat_ms;   // CPU plan: one batch, one image

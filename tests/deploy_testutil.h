@@ -14,6 +14,8 @@
 #include "runtime/net.h"
 #include "runtime/rng.h"
 #include "runtime/sparse_model.h"
+#include "runtime/deploy_plan.h"
+#include "tests/check.h"
 #include "tests/testutil.h"
 
 // What to fold and fuse when building a test model.
@@ -210,5 +212,46 @@ static const char *const RES_DESC =
     "conv 10 3 pad=2 name=c5\nrelu name=r5\nmaxpool 2 name=mp5\n"
     "avgpool 2 stride=1 name=ap\ngap name=g\nlinear classes name=fa\n"
     "linear classes name=fb from=mp\nadd fa name=sum\n";
+
+// --- a model, its plan and the CPU logits (GPU tests) ---------------------------
+
+#define NIMG 5  // batch of the GPU tests (check images: all of them)
+
+typedef struct {
+    net *nt;
+    sparse_model *m;
+    deploy_plan *p;
+    deploy_cpu *cpu;
+    uint8_t *img;
+    float *want;  // (NIMG, classes) CPU logits
+} tdm_fixture;
+
+// Builds the model, its plan and the CPU logits.
+static inline int tdm_fixture_make(tctx *t, tdm_fixture *f, const char *arch, const char *desc, int h, int w,
+                        const tdm_opts *o, uint64_t seed) {
+    sc_err err = {{0}};
+    memset(f, 0, sizeof *f);
+    f->nt = desc ? net_from_desc(arch, desc, 3, h, w, 7, &err) : net_create(arch, 3, h, w, 10, &err);
+    CHECK(t, f->nt != NULL, "net: %s", err.msg);
+    if (!f->nt) return -1;
+    f->m = tdm_build(f->nt, o, seed);
+    f->p = deploy_plan_build(f->m, &err);
+    CHECK(t, f->p != NULL, "plan: %s", err.msg);
+    if (!f->p) return -1;
+    f->cpu = deploy_cpu_create(f->p, NIMG, &err);
+    f->img = tdm_images(NIMG, h, w, seed);
+    f->want = malloc((size_t)NIMG * f->nt->classes * sizeof *f->want);
+    CHECK(t, f->cpu && deploy_cpu_forward(f->cpu, NIMG, f->img, f->want, &err) == 0, "cpu: %s", err.msg);
+    return 0;
+}
+
+// Frees a fixture.
+static inline void tdm_fixture_free(tdm_fixture *f) {
+    deploy_cpu_free(f->cpu);
+    deploy_plan_free(f->p);
+    tdm_free(f->m);
+    net_free(f->nt);
+    free(f->img), free(f->want);
+}
 
 #endif

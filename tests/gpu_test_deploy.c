@@ -14,44 +14,10 @@
 #include "tests/deploy_testutil.h"
 #include "tests/testutil.h"
 
-#define NIMG 5  // batch of the tests (check images: all of them)
 
-typedef struct {
-    net *nt;
-    sparse_model *m;
-    deploy_plan *p;
-    deploy_cpu *cpu;
-    uint8_t *img;
-    float *want;  // (NIMG, classes) CPU logits
-} fixture;
-
-// Builds the model, its plan and the CPU logits.
-static int fixture_make(tctx *t, fixture *f, const char *arch, const char *desc, int h, int w,
-                        const tdm_opts *o, uint64_t seed) {
-    sc_err err = {{0}};
-    memset(f, 0, sizeof *f);
-    f->nt = desc ? net_from_desc(arch, desc, 3, h, w, 7, &err) : net_create(arch, 3, h, w, 10, &err);
-    CHECK(t, f->nt != NULL, "net: %s", err.msg);
-    if (!f->nt) return -1;
-    f->m = tdm_build(f->nt, o, seed);
-    f->p = deploy_plan_build(f->m, &err);
-    CHECK(t, f->p != NULL, "plan: %s", err.msg);
-    if (!f->p) return -1;
-    f->cpu = deploy_cpu_create(f->p, NIMG, &err);
-    f->img = tdm_images(NIMG, h, w, seed);
-    f->want = malloc((size_t)NIMG * f->nt->classes * sizeof *f->want);
-    CHECK(t, f->cpu && deploy_cpu_forward(f->cpu, NIMG, f->img, f->want, &err) == 0, "cpu: %s", err.msg);
-    return 0;
-}
-
-// Frees a fixture.
-static void fixture_free(fixture *f) {
-    deploy_cpu_free(f->cpu);
-    deploy_plan_free(f->p);
-    tdm_free(f->m);
-    net_free(f->nt);
-    free(f->img), free(f->want);
-}
+typedef tdm_fixture fixture;
+#define fixture_make tdm_fixture_make
+#define fixture_free tdm_fixture_free
 
 // GPU logits of n images against the CPU's.
 static void check_logits(tctx *t, const char *what, fixture *f, deploy_gpu *g, int n, double tol) {

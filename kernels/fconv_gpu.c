@@ -1,0 +1,420 @@
+// Fused dense convolution through cuDNN's graph (backend) API
+// (kernels/fconv_gpu.h): descriptors for the tensors, the convolution and
+// the pointwise epilogue, the operation graph, one execution plan per engine
+// configuration the heuristics offer, and timing to keep the fastest.
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/fconv_gpu.h"
+
+#define FC_MAX_PLANS 32
+#define FC_NVIRT 3
+
+// Unique ids of the tensors the variant pack binds.
+enum { UID_X = 1, UID_W, UID_B, UID_Z, UID_Y, UID_VIRT = 100 };
+
+typedef cudnnBackendDescriptor_t bdesc;
+
+struct fconv_gpu {
+    fconv_shape s;
+    int P, Q;
+    bdesc graph;                 // the operation graph
+    int nplans, pick;            // plans built; the one in use
+    bdesc plan[FC_MAX_PLANS];
+    size_t ws[FC_MAX_PLANS];     // workspace bytes per plan
+    int64_t engine[FC_MAX_PLANS];// cuDNN's global engine index per plan
+    double ms;                   // tuned time of the plan in use (NAN before tuning)
+    bdesc vpack;                 // variant pack of the last pointers, NULL when none
+    const void *vp_ptr[6];       // x, w, bias, z, y, ws of vpack
+};
+
+// --- descriptor helpers --------------------------------------------------------
+
+// Sets one attribute of a backend descriptor.
+#define BE_SET(err, d, attr, type, count, ptr) \
+    cudnnCheck(err, cudnnBackendSetAttribute((d), (attr), (type), (count), (ptr)))
+
+// cuDNN's data type of a storage type.
+static cudnnDataType_t fc_cudnn_type(gpu_dtype dt) {
+    return dt == GDT_F16 ? CUDNN_DATA_HALF : dt == GDT_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+}
+
+// Creates a tensor descriptor (n, c, h, w) with channels-last strides.
+static int fc_tensor(bdesc *t, int64_t uid, cudnnDataType_t dt, int64_t n, int64_t c, int64_t h,
+                     int64_t w, bool virt, sc_err *err) {
+    const int64_t dims[4] = {n, c, h, w}, strides[4] = {h * w * c, 1, w * c, c};
+    const int64_t align = 16;
+    cudnnCheck(err, cudnnBackendCreateDescriptor(CUDNN_BACKEND_TENSOR_DESCRIPTOR, t));
+    BE_SET(err, *t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt);
+    BE_SET(err, *t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims);
+    BE_SET(err, *t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides);
+    BE_SET(err, *t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
+    BE_SET(err, *t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align);
+    BE_SET(err, *t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &virt);
+    cudnnCheck(err, cudnnBackendFinalize(*t));
+    return 0;
+}
+
+// Creates the convolution descriptor (cross-correlation, fp32 accumulation).
+static int fc_conv_desc(bdesc *cd, const fconv_shape *s, sc_err *err) {
+    const cudnnDataType_t ct = CUDNN_DATA_FLOAT;
+    const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+    const int64_t dims = 2, pad[2] = {s->pad, s->pad}, str[2] = {s->stride, s->stride};
+    const int64_t dil[2] = {1, 1};
+    cudnnCheck(err, cudnnBackendCreateDescriptor(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, cd));
+    BE_SET(err, *cd, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &ct);
+    BE_SET(err, *cd, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode);
+    BE_SET(err, *cd, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &dims);
+    BE_SET(err, *cd, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dil);
+    BE_SET(err, *cd, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, str);
+    BE_SET(err, *cd, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pad);
+    BE_SET(err, *cd, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pad);
+    cudnnCheck(err, cudnnBackendFinalize(*cd));
+    return 0;
+}
+
+// Creates the convolution operation y = conv(x, w).
+static int fc_conv_op(bdesc *op, bdesc x, bdesc w, bdesc y, bdesc cd, sc_err *err) {
+    const float alpha = 1.0f, beta = 0.0f;
+    cudnnCheck(err, cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, op));
+    BE_SET(err, *op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
+    BE_SET(err, *op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &w);
+    BE_SET(err, *op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
+    BE_SET(err, *op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cd);
+    BE_SET(err, *op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha);
+    BE_SET(err, *op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &beta);
+    cudnnCheck(err, cudnnBackendFinalize(*op));
+    return 0;
+}
+
+// Creates a pointwise operation y = mode(x [, b]) with fp32 math; pw gets
+// the pointwise descriptor (the caller destroys both).
+static int fc_pw_op(bdesc *op, bdesc *pw, cudnnPointwiseMode_t mode, bdesc x, bdesc b, bdesc y,
+                    sc_err *err) {
+    const cudnnDataType_t prec = CUDNN_DATA_FLOAT;
+    cudnnCheck(err, cudnnBackendCreateDescriptor(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, pw));
+    BE_SET(err, *pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
+    BE_SET(err, *pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec);
+    cudnnCheck(err, cudnnBackendFinalize(*pw));
+    cudnnCheck(err, cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, op));
+    BE_SET(err, *op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, pw);
+    BE_SET(err, *op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
+    if (b) BE_SET(err, *op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b);
+    BE_SET(err, *op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
+    cudnnCheck(err, cudnnBackendFinalize(*op));
+    return 0;
+}
+
+// --- the operation graph ----------------------------------------------------------
+
+// Every descriptor the graph is made of (destroyed once the graph is final).
+typedef struct {
+    bdesc t[5 + FC_NVIRT];       // x, w, bias, z, y, virtual intermediates
+    bdesc cd;                    // convolution
+    bdesc op[4], pw[4];          // conv, bias, residual, ReLU operations
+    int nop;
+} fc_parts;
+
+// Destroys every descriptor of the parts.
+static void fc_parts_free(fc_parts *q) {
+    for (int i = 0; i < 5 + FC_NVIRT; i++)
+        if (q->t[i]) cudnnBackendDestroyDescriptor(q->t[i]);
+    for (int i = 0; i < 4; i++) {
+        if (q->op[i]) cudnnBackendDestroyDescriptor(q->op[i]);
+        if (q->pw[i]) cudnnBackendDestroyDescriptor(q->pw[i]);
+    }
+    if (q->cd) cudnnBackendDestroyDescriptor(q->cd);
+}
+
+// Creates the real tensors (x, w, bias, z, y) of the graph.
+static int fc_real_tensors(fc_parts *q, const fconv_shape *s, int P, int Q, sc_err *err) {
+    const cudnnDataType_t dt = fc_cudnn_type(s->dt);
+    SC_TRY(fc_tensor(&q->t[0], UID_X, dt, s->n, s->C, s->H, s->W, false, err));
+    SC_TRY(fc_tensor(&q->t[1], UID_W, dt, s->K, s->C, s->R, s->S, false, err));
+    SC_TRY(fc_tensor(&q->t[2], UID_B, dt, 1, s->K, 1, 1, false, err));
+    if (s->residual) SC_TRY(fc_tensor(&q->t[3], UID_Z, dt, s->n, s->K, P, Q, false, err));
+    return fc_tensor(&q->t[4], UID_Y, dt, s->n, s->K, P, Q, false, err);
+}
+
+// Creates conv -> +bias -> [+z] -> [ReLU]; the last op writes y.
+static int fc_ops(fc_parts *q, const fconv_shape *s, int P, int Q, sc_err *err) {
+    const int stages = 1 + s->residual + s->relu;  // pointwise ops after the conv
+    bdesc cur;
+    SC_TRY(fc_tensor(&q->t[5], UID_VIRT, CUDNN_DATA_FLOAT, s->n, s->K, P, Q, true, err));
+    SC_TRY(fc_conv_desc(&q->cd, s, err));
+    SC_TRY(fc_conv_op(&q->op[0], q->t[0], q->t[1], q->t[5], q->cd, err));
+    cur = q->t[5];
+    q->nop = 1;
+    const cudnnPointwiseMode_t modes[3] = {CUDNN_POINTWISE_ADD, CUDNN_POINTWISE_ADD,
+                                           CUDNN_POINTWISE_RELU_FWD};
+    const int use[3] = {1, s->residual, s->relu};
+    for (int k = 0, done = 0; k < 3; k++) {
+        if (!use[k]) continue;
+        done++;
+        bdesc out = q->t[4];
+        if (done < stages) {
+            SC_TRY(fc_tensor(&out, UID_VIRT + done, CUDNN_DATA_FLOAT, s->n, s->K, P, Q, true, err));
+            q->t[5 + done] = out;
+        }
+        bdesc b = k == 0 ? q->t[2] : k == 1 ? q->t[3] : NULL;
+        SC_TRY(fc_pw_op(&q->op[q->nop], &q->pw[q->nop], modes[k], cur, b, out, err));
+        q->nop++;
+        cur = out;
+    }
+    return 0;
+}
+
+// Builds and finalizes the operation graph of c->s.
+static int fc_graph(fconv_gpu *c, const gpu_ctx *g, sc_err *err) {
+    fc_parts q;
+    memset(&q, 0, sizeof q);
+    int rc = fc_real_tensors(&q, &c->s, c->P, c->Q, err);
+    if (!rc) rc = fc_ops(&q, &c->s, c->P, c->Q, err);
+    cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
+    if (!rc) st = cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &c->graph);
+    if (!rc && st == CUDNN_STATUS_SUCCESS)
+        st = cudnnBackendSetAttribute(c->graph, CUDNN_ATTR_OPERATIONGRAPH_OPS,
+                                      CUDNN_TYPE_BACKEND_DESCRIPTOR, q.nop, q.op);
+    if (!rc && st == CUDNN_STATUS_SUCCESS)
+        st = cudnnBackendSetAttribute(c->graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE,
+                                      1, &g->cudnn);
+    if (!rc && st == CUDNN_STATUS_SUCCESS) st = cudnnBackendFinalize(c->graph);
+    if (!rc && st != CUDNN_STATUS_SUCCESS)
+        rc = sc_fail(err, "cuDNN operation graph: %s", cudnnGetErrorString(st));
+    fc_parts_free(&q);
+    return rc;
+}
+
+// --- engine configurations and plans ------------------------------------------------
+
+// 1 when an engine configuration keeps fp32 accumulation and inputs (no
+// reduced-precision reduction, no down-converted fp32 inputs); its global
+// engine index into *index.
+static int fc_cfg_acceptable(bdesc cfg, int64_t *index) {
+    bdesc eng;
+    int64_t got = 0;
+    cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+    if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng) != CUDNN_STATUS_SUCCESS)
+        return 0;
+    int ok = cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                      1, &got, &eng) == CUDNN_STATUS_SUCCESS;
+    ok = ok && cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1,
+                                        &got, index) == CUDNN_STATUS_SUCCESS;
+    ok = ok && cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
+                                        CUDNN_TYPE_NUMERICAL_NOTE, CUDNN_NUMERICAL_NOTE_TYPE_COUNT,
+                                        &got, notes) == CUDNN_STATUS_SUCCESS;
+    for (int64_t i = 0; ok && i < got; i++)
+        if (notes[i] == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION ||
+            notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS)
+            ok = 0;
+    cudnnBackendDestroyDescriptor(eng);
+    return ok;
+}
+
+// Builds an execution plan for one engine configuration; 0 when it builds.
+static int fc_plan_build(fconv_gpu *c, const gpu_ctx *g, bdesc cfg, int64_t index) {
+    bdesc plan;
+    int64_t ws = 0, got = 0;
+    if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) !=
+        CUDNN_STATUS_SUCCESS)
+        return -1;
+    int ok = cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1,
+                                      &g->cudnn) == CUDNN_STATUS_SUCCESS &&
+             cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
+                                      CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg) == CUDNN_STATUS_SUCCESS &&
+             cudnnBackendFinalize(plan) == CUDNN_STATUS_SUCCESS &&
+             cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                      CUDNN_TYPE_INT64, 1, &got, &ws) == CUDNN_STATUS_SUCCESS;
+    if (!ok) {
+        cudnnBackendDestroyDescriptor(plan);
+        return -1;
+    }
+    c->plan[c->nplans] = plan, c->ws[c->nplans] = (size_t)ws, c->engine[c->nplans] = index;
+    c->nplans++;
+    return 0;
+}
+
+// Asks the heuristics in `mode` for configurations and builds plans for
+// the acceptable ones until max_plans exist.
+static int fc_plans_from(fconv_gpu *c, const gpu_ctx *g, cudnnBackendHeurMode_t mode, int max_plans,
+                         sc_err *err) {
+    bdesc heur, cfgs[FC_MAX_PLANS];
+    int64_t count = 0;
+    cudnnCheck(err, cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur));
+    int rc = cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
+                                      CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c->graph) ||
+             cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode) ||
+             cudnnBackendFinalize(heur);
+    int ncfg = 0;
+    for (; !rc && ncfg < FC_MAX_PLANS; ncfg++)
+        if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &cfgs[ncfg])) break;
+    if (!rc) rc = cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                           CUDNN_TYPE_BACKEND_DESCRIPTOR, ncfg, &count, cfgs);
+    for (int64_t i = 0; !rc && i < count && i < ncfg && c->nplans < max_plans; i++) {
+        int64_t index = -1, dup = 0;
+        if (!fc_cfg_acceptable(cfgs[i], &index)) continue;
+        for (int p = 0; p < c->nplans; p++) dup |= c->engine[p] == index;
+        if (!dup) fc_plan_build(c, g, cfgs[i], index);
+    }
+    for (int i = 0; i < ncfg; i++) cudnnBackendDestroyDescriptor(cfgs[i]);
+    cudnnBackendDestroyDescriptor(heur);
+    return 0;  // a heuristics mode that offers nothing is not an error
+}
+
+// --- public API -----------------------------------------------------------------------
+
+// Output plane size.
+void fconv_gpu_out(const fconv_shape *s, int *P, int *Q) {
+    *P = (s->H + 2 * s->pad - s->R) / s->stride + 1;
+    *Q = (s->W + 2 * s->pad - s->S) / s->stride + 1;
+}
+
+// Builds the graph and the plans.
+fconv_gpu *fconv_gpu_create(const gpu_ctx *g, const fconv_shape *s, int max_plans, sc_err *err) {
+    fconv_gpu *c = calloc(1, sizeof *c);
+    if (!c) {
+        sc_fail(err, "out of memory");
+        return NULL;
+    }
+    c->s = *s, c->ms = NAN;
+    fconv_gpu_out(s, &c->P, &c->Q);
+    max_plans = max_plans < 1 || max_plans > FC_MAX_PLANS ? FC_MAX_PLANS : max_plans;
+    int rc = c->P > 0 && c->Q > 0 ? 0 : sc_fail(err, "conv output is empty");
+    if (!rc) rc = fc_graph(c, g, err);
+    if (!rc) rc = fc_plans_from(c, g, CUDNN_HEUR_MODE_A, max_plans, err);
+    if (!rc && c->nplans < max_plans) rc = fc_plans_from(c, g, CUDNN_HEUR_MODE_FALLBACK, max_plans, err);
+    if (!rc && c->nplans == 0)
+        rc = sc_fail(err, "cuDNN has no engine for conv %dx%dx%dx%d stride %d on %dx%d (%s)", s->K,
+                     s->C, s->R, s->S, s->stride, s->H, s->W,
+                     s->residual ? "bias+add+act" : "bias+act");
+    if (rc) {
+        fconv_gpu_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+// Workspace bytes of the plan in use, or the largest before tuning.
+size_t fconv_gpu_workspace(const fconv_gpu *c) {
+    size_t m = 0;
+    for (int p = 0; p < c->nplans; p++)
+        if (p == c->pick || c->pick < 0) m = c->ws[p] > m ? c->ws[p] : m;
+    return m;
+}
+
+// Binds the pointers into a variant pack (kept while they stay the same).
+static int fc_vpack(fconv_gpu *c, const void *const ptr[6], sc_err *err) {
+    if (c->vpack && !memcmp(c->vp_ptr, ptr, sizeof c->vp_ptr)) return 0;
+    if (c->vpack) cudnnBackendDestroyDescriptor(c->vpack);
+    c->vpack = NULL;
+    int64_t uids[5] = {UID_X, UID_W, UID_B, UID_Y, UID_Z};
+    void *data[5] = {(void *)ptr[0], (void *)ptr[1], (void *)ptr[2], (void *)ptr[4], (void *)ptr[3]};
+    void *ws = (void *)ptr[5];
+    const int64_t nb = c->s.residual ? 5 : 4;
+    cudnnCheck(err, cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &c->vpack));
+    BE_SET(err, c->vpack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, nb, uids);
+    BE_SET(err, c->vpack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, nb, data);
+    BE_SET(err, c->vpack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws);
+    cudnnCheck(err, cudnnBackendFinalize(c->vpack));
+    memcpy(c->vp_ptr, ptr, sizeof c->vp_ptr);
+    return 0;
+}
+
+// Queues plan p on the given buffers.
+static int fc_exec(const gpu_ctx *g, fconv_gpu *c, int p, const void *x, const void *w,
+                   const void *bias, const void *z, void *y, void *ws, sc_err *err) {
+    const void *ptr[6] = {x, w, bias, z, y, ws};
+    SC_TRY(fc_vpack(c, ptr, err));
+    cudnnCheck(err, cudnnBackendExecute(g->cudnn, c->plan[p], c->vpack));
+    return 0;
+}
+
+// Queues the layer with the plan in use.
+int fconv_gpu_run(const gpu_ctx *g, fconv_gpu *c, const void *x, const void *w, const void *bias,
+                  const void *z, void *y, void *ws, sc_err *err) {
+    return fc_exec(g, c, c->pick, x, w, bias, z, y, ws, err);
+}
+
+// Sorts a few floats ascending and returns the median.
+static double fc_median(float *v, int n) {
+    for (int a = 1; a < n; a++)
+        for (int b = a; b > 0 && v[b - 1] > v[b]; b--) {
+            float t = v[b]; v[b] = v[b - 1]; v[b - 1] = t;
+        }
+    return v[n / 2];
+}
+
+// Median milliseconds of `repeat` runs of plan p after two warm-up runs;
+// INFINITY when the plan fails to run.
+static double fc_time_plan(const gpu_ctx *g, fconv_gpu *c, int p, const void *const ptr[6],
+                           int repeat, cudaEvent_t ev[2]) {
+    float v[64];
+    sc_err e = {{0}};
+    repeat = repeat < 1 ? 1 : repeat > 64 ? 64 : repeat;
+    for (int k = 0; k < 2; k++)
+        if (fc_exec(g, c, p, ptr[0], ptr[1], ptr[2], ptr[3], (void *)ptr[4], (void *)ptr[5], &e))
+            return cudaGetLastError(), INFINITY;
+    for (int k = 0; k < repeat; k++) {
+        cudaEventRecord(ev[0], g->stream);
+        int rc = fc_exec(g, c, p, ptr[0], ptr[1], ptr[2], ptr[3], (void *)ptr[4], (void *)ptr[5], &e);
+        cudaEventRecord(ev[1], g->stream);
+        if (rc || cudaEventSynchronize(ev[1]) != cudaSuccess ||
+            cudaEventElapsedTime(&v[k], ev[0], ev[1]) != cudaSuccess)
+            return cudaGetLastError(), INFINITY;
+    }
+    return fc_median(v, repeat);
+}
+
+// Keeps plan `keep` alone.
+static void fc_keep(fconv_gpu *c, int keep) {
+    for (int p = 0; p < c->nplans; p++)
+        if (p != keep) cudnnBackendDestroyDescriptor(c->plan[p]);
+    c->plan[0] = c->plan[keep], c->ws[0] = c->ws[keep], c->engine[0] = c->engine[keep];
+    c->nplans = 1, c->pick = 0;
+}
+
+// Times every plan and keeps the fastest.
+int fconv_gpu_tune(const gpu_ctx *g, fconv_gpu *c, const void *x, const void *w, const void *bias,
+                   const void *z, void *y, void *ws, size_t ws_max, int repeat, double *ms,
+                   sc_err *err) {
+    cudaEvent_t ev[2];
+    cudaCheck(err, cudaEventCreate(&ev[0]));
+    if (cudaEventCreate(&ev[1]) != cudaSuccess) {
+        cudaEventDestroy(ev[0]);
+        return sc_fail(err, "cudaEventCreate failed");
+    }
+    const void *ptr[6] = {x, w, bias, z, y, ws};
+    int best = -1;
+    double best_ms = INFINITY;
+    for (int p = 0; p < c->nplans; p++) {
+        if (c->ws[p] > ws_max) continue;
+        double t = fc_time_plan(g, c, p, ptr, repeat, ev);
+        if (t < best_ms) best_ms = t, best = p;
+    }
+    cudaEventDestroy(ev[0]), cudaEventDestroy(ev[1]);
+    if (best < 0)
+        return sc_fail(err, "none of the %d cuDNN plans of conv %dx%dx%dx%d ran", c->nplans, c->s.K,
+                       c->s.C, c->s.R, c->s.S);
+    fc_keep(c, best);
+    c->ms = *ms = best_ms;
+    return 0;
+}
+
+// Engine index, workspace and tuned time.
+void fconv_gpu_describe(const fconv_gpu *c, char *buf, size_t len) {
+    snprintf(buf, len, "cuDNN graph engine %lld (conv+bias%s%s), ws %zu KB",
+             (long long)c->engine[c->pick], c->s.residual ? "+add" : "", c->s.relu ? "+relu" : "",
+             c->ws[c->pick] >> 10);
+}
+
+// Frees the plans, the variant pack and the graph.
+void fconv_gpu_free(fconv_gpu *c) {
+    if (!c) return;
+    for (int p = 0; p < c->nplans; p++) cudnnBackendDestroyDescriptor(c->plan[p]);
+    if (c->vpack) cudnnBackendDestroyDescriptor(c->vpack);
+    if (c->graph) cudnnBackendDestroyDescriptor(c->graph);
+    free(c);
+}

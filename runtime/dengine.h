@@ -1,0 +1,52 @@
+// The channels-last dense engine: the fastest dense network this toolkit
+// can run on the present GPU, the yardstick of every speedup deploy prints.
+// It runs a deploy plan (runtime/deploy_plan.h) with every weight dense:
+// activations NHWC from the first layer to the last (no transposes), batch
+// norm folded (as exported), each convolution one cuDNN graph-API call with
+// its epilogue fused (bias + ReLU, or bias + residual add + ReLU where the
+// plan's add reads the conv's output alone; a max pool follows as its own
+// kernel), engine configurations chosen by timing on the layer's real
+// input, the linear layers through cuBLASLt with a bias epilogue, and the
+// whole forward pass replayed as one CUDA graph.
+//
+// Precisions: fp16 and bf16 storage with fp32 accumulation, and TF32
+// (fp32 storage on TF32 tensor cores). The engine is built for one batch
+// size. This header is plain C and exists in CPU builds too (the stand-in
+// answers that there is no GPU).
+#ifndef SC_RUNTIME_DENGINE_H
+#define SC_RUNTIME_DENGINE_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "runtime/deploy_plan.h"
+#include "runtime/error.h"
+
+typedef enum { DE_FP16 = 0, DE_BF16 = 1, DE_TF32 = 2, DE_NPREC = 3 } dengine_prec;
+
+typedef struct dengine dengine;
+
+// "fp16", "bf16", "tf32".
+const char *dengine_prec_name(dengine_prec p);
+
+// Builds the engine for batches of n images: uploads the weights, runs the
+// net once on `images` (n, 3, H, W) bytes, tuning each convolution's cuDNN
+// plan on its real input (median of `repeat`), then captures the forward
+// as a CUDA graph.
+dengine *dengine_create(const deploy_plan *p, dengine_prec prec, int n, const uint8_t *images,
+                        int repeat, sc_err *err);
+void dengine_free(dengine *e);
+
+// Runs m <= n images; logits (m, classes) fp32 when not NULL.
+int dengine_forward(dengine *e, int m, const uint8_t *images, float *logits, sc_err *err);
+
+// Median milliseconds of `repeat` graph replays of the whole forward at the
+// engine's batch (after a warm-up), on the images of the last forward.
+int dengine_time(dengine *e, int repeat, double *ms, sc_err *err);
+
+// Tuned milliseconds of plan op i (NAN for ops the engine fused away or
+// did not time) and a one-line description of what runs it.
+double dengine_op_ms(const dengine *e, int i);
+void dengine_op_describe(const dengine *e, int i, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,462 @@
+// The channels-last dense engine on the GPU (runtime/dengine.h): maps each
+// op of a deploy plan onto a fused cuDNN graph convolution, a cuBLASLt
+// linear layer or a small NHWC kernel, tunes the convolutions on the real
+// activations, and replays the forward pass as one CUDA graph.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/fconv_gpu.h"
+#include "kernels/flinear_gpu.h"
+#include "kernels/nhwc_ops_gpu.h"
+#include "runtime/dengine.h"
+#include "runtime/exec.h"
+
+#define DE_TUNE_WS ((size_t)256 << 20)
+#define DE_MAX_PLANS 12
+
+typedef enum { EO_SMALL = 0, EO_CONV, EO_LINEAR, EO_NONE } eng_kind;
+
+// One op of the plan as the engine runs it.
+typedef struct {
+    eng_kind kind;        // EO_NONE: fused into a conv, or an alias (flatten)
+    fconv_gpu *fc;        // EO_CONV
+    flinear_gpu *fl;      // EO_LINEAR
+    void *w, *bias;       // device weights (KRSC or (K, HWC)) and bias, storage type
+    int res;              // EO_CONV: tensor added before the ReLU, -1: none
+    int relu;             // EO_CONV: ReLU last (the op's own or the fused add's)
+    int out;              // tensor written (the fused add's output)
+    void *pre_pool;       // EO_CONV with a max pool after it: (n, P, Q, K) conv output
+    float *scale, *shift; // DOP_AFFINE: device fp32 (c)
+    double ms;            // tuned time, NAN when not timed
+} eng_op;
+
+struct dengine {
+    const deploy_plan *p;
+    dengine_prec prec;
+    gpu_dtype dt;
+    size_t esz;
+    int n;                // the batch the engine is built for
+    gpu_ctx g;
+    int *cs;              // per tensor: channels stored (the input is padded)
+    void **t;             // per tensor (n, h, w, cs) device; aliases share
+    signed char *owned;   // per tensor: 1 when t[i] is this engine's allocation
+    eng_op *ops;
+    uint8_t *d_img;       // (n, 3, H, W) device
+    float *d_logits;      // (n, classes) device
+    float *h_logits;      // (n, classes) pinned host
+    void *ws;             // workspace of the tuned plans
+    size_t ws_bytes;
+    cudaGraphExec_t graph;
+    cudaEvent_t ev[2];
+};
+
+// The precision's name.
+const char *dengine_prec_name(dengine_prec p) {
+    return p == DE_FP16 ? "fp16" : p == DE_BF16 ? "bf16" : "tf32";
+}
+
+// --- analysis --------------------------------------------------------------------
+
+// Index of the op writing tensor t, -1 for the plan's input (or none).
+static int de_producer(const deploy_plan *p, int t) {
+    for (int i = 0; i < p->nops; i++)
+        if (p->ops[i].out == t) return i;
+    return -1;
+}
+
+// Ops that read tensor t.
+static int de_readers(const deploy_plan *p, int t) {
+    int r = 0;
+    for (int i = 0; i < p->nops; i++) r += (p->ops[i].in == t) + (p->ops[i].in2 == t);
+    return r;
+}
+
+// 1 when conv op c may take add op a into its epilogue with `other` as the
+// residual: c is a plain conv (no ReLU, no pool) whose output only the add
+// reads, and `other` is ready before c runs.
+static int de_can_fuse(const deploy_plan *p, int c, int a, int other) {
+    if (c < 0 || c >= a) return 0;
+    const deploy_op *op = &p->ops[c];
+    return op->kind == DOP_CONV && !deploy_op_layer(p, op)->is_linear && !op->desc.relu &&
+           op->desc.pool_k == 0 && de_readers(p, op->out) == 1 && de_producer(p, other) < c;
+}
+
+// Marks every residual add that a conv's epilogue can take.
+static void de_fuse_adds(dengine *e) {
+    const deploy_plan *p = e->p;
+    for (int a = 0; a < p->nops; a++) {
+        const deploy_op *op = &p->ops[a];
+        if (op->kind != DOP_ADD) continue;
+        const int in[2] = {op->in, op->in2};
+        for (int k = 0; k < 2; k++) {
+            int c = de_producer(p, in[k]);
+            if (!de_can_fuse(p, c, a, in[1 - k]) || e->ops[c].res >= 0) continue;
+            e->ops[c].res = in[1 - k], e->ops[c].relu = op->relu, e->ops[c].out = op->out;
+            e->ops[a].kind = EO_NONE;
+            break;
+        }
+    }
+}
+
+// Fills the op kinds and the stored channels of every tensor.
+static int de_analyse(dengine *e, sc_err *err) {
+    const deploy_plan *p = e->p;
+    e->ops = calloc((size_t)p->nops + 1, sizeof *e->ops);
+    e->cs = calloc((size_t)p->ntensors + 1, sizeof *e->cs);
+    if (!e->ops || !e->cs) return sc_fail(err, "out of memory");
+    for (int t = 0; t < p->ntensors; t++) e->cs[t] = p->tensors[t].c;
+    const int align = e->dt == GDT_F32 ? 4 : 8;  // 16-byte channel rows for the tensor cores
+    e->cs[p->input] = (p->tensors[p->input].c + align - 1) / align * align;
+    for (int i = 0; i < p->nops; i++) {
+        const deploy_op *op = &p->ops[i];
+        eng_op *o = &e->ops[i];
+        o->res = -1, o->out = op->out, o->ms = NAN;
+        o->kind = op->kind == DOP_COPY ? EO_NONE : EO_SMALL;
+        if (op->kind == DOP_CONV) {
+            o->kind = deploy_op_layer(p, op)->is_linear ? EO_LINEAR : EO_CONV;
+            o->relu = op->desc.relu;
+        }
+    }
+    de_fuse_adds(e);
+    return 0;
+}
+
+// --- buffers and weights -------------------------------------------------------------
+
+// Elements of tensor t at the engine's batch.
+static size_t de_elems(const dengine *e, int t) {
+    const deploy_tensor *d = &e->p->tensors[t];
+    return (size_t)e->n * d->h * d->w * e->cs[t];
+}
+
+// Allocates every tensor poisoned with NaNs (a flatten copy aliases its
+// input) and the I/O buffers.
+static int de_buffers(dengine *e, sc_err *err) {
+    const deploy_plan *p = e->p;
+    const net *nt = p->m->nt;
+    e->t = calloc((size_t)p->ntensors + 1, sizeof *e->t);
+    e->owned = calloc((size_t)p->ntensors + 1, 1);
+    if (!e->t || !e->owned) return sc_fail(err, "out of memory");
+    for (int i = 0; i < p->nops; i++)  // ops are in order: an alias's source exists
+        if (p->ops[i].kind == DOP_COPY) e->t[p->ops[i].out] = (void *)(intptr_t)-1;
+    for (int t = 0; t < p->ntensors; t++) {
+        if (e->t[t]) continue;
+        cudaCheck(err, cudaMalloc(&e->t[t], de_elems(e, t) * e->esz));
+        cudaCheck(err, cudaMemset(e->t[t], 0xff, de_elems(e, t) * e->esz));  // NaN: unwritten shows
+        e->owned[t] = 1;
+    }
+    for (int i = 0; i < p->nops; i++)
+        if (p->ops[i].kind == DOP_COPY) e->t[p->ops[i].out] = e->t[p->ops[i].in];
+    cudaCheck(err, cudaMalloc((void **)&e->d_img, (size_t)e->n * nt->in_c * nt->in_h * nt->in_w));
+    cudaCheck(err, cudaMalloc((void **)&e->d_logits, (size_t)e->n * nt->classes * sizeof(float)));
+    cudaCheck(err, cudaMallocHost((void **)&e->h_logits, (size_t)e->n * nt->classes * sizeof(float)));
+    for (int k = 0; k < 2; k++) cudaCheck(err, cudaEventCreate(&e->ev[k]));
+    return 0;
+}
+
+// Uploads count fp32 values as a device array of the engine's storage type.
+static void *de_upload(dengine *e, const float *h, size_t count, sc_err *err) {
+    float *tmp = NULL;
+    void *d = NULL;
+    if (cudaMalloc((void **)&tmp, count * sizeof(float) + 4) != cudaSuccess ||
+        cudaMalloc(&d, count * e->esz + 4) != cudaSuccess ||
+        cudaMemcpy(tmp, h, count * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess ||
+        nhwc_from_f32_gpu(&e->g, e->dt, count, tmp, d, err) ||
+        cudaStreamSynchronize(e->g.stream) != cudaSuccess) {
+        if (!err->msg[0]) sc_fail(err, "uploading %zu weights: %s", count, cudaGetErrorString(cudaGetLastError()));
+        cudaFree(tmp), cudaFree(d);
+        return NULL;
+    }
+    cudaFree(tmp);
+    return d;
+}
+
+// Dense weights of conv op i reordered to (K, R, S, Cs) with zero channels
+// past C; for a linear layer, (K, h*w*c) with its input flattened channels-last.
+static float *de_reorder(const dengine *e, int i, int cs) {
+    const deploy_op *op = &e->p->ops[i];
+    const sparse_layer *sl = deploy_op_layer(e->p, op);
+    float *w = deploy_op_dense_weights(e->p, op);
+    float *r = calloc((size_t)sl->K * cs * sl->R * sl->S + 1, sizeof *r);
+    const deploy_tensor *in = &e->p->tensors[op->in];
+    const int hw = sl->is_linear ? in->h * in->w : 1, c = sl->is_linear ? in->c : sl->C;
+    for (int k = 0; w && r && k < sl->K; k++)
+        for (int ch = 0; ch < c; ch++)
+            for (int rs = 0; rs < sl->R * sl->S * hw; rs++) {
+                const size_t src = ((size_t)k * c + ch) * sl->R * sl->S * hw + rs;
+                const size_t dst = sl->is_linear ? (size_t)k * sl->C + (size_t)rs * c + ch
+                                                 : ((size_t)k * sl->R * sl->S + rs) * cs + ch;
+                r[dst] = w[src];
+            }
+    free(w);
+    return r;
+}
+
+// Uploads the weights and bias of conv/linear op i.
+static int de_weights(dengine *e, int i, int cs, sc_err *err) {
+    const deploy_op *op = &e->p->ops[i];
+    const sparse_layer *sl = deploy_op_layer(e->p, op);
+    float *w = de_reorder(e, i, cs), *b = calloc((size_t)sl->K, sizeof *b);
+    if (!w || !b) return free(w), free(b), sc_fail(err, "out of memory");
+    if (op->desc.bias) memcpy(b, op->desc.bias, (size_t)sl->K * sizeof *b);
+    eng_op *o = &e->ops[i];
+    o->w = de_upload(e, w, (size_t)sl->K * cs * sl->R * sl->S, err);
+    if (o->w) o->bias = de_upload(e, b, (size_t)sl->K, err);
+    free(w), free(b);
+    return o->w && o->bias ? 0 : -1;
+}
+
+// --- per-op set-up ---------------------------------------------------------------------
+
+// Creates the fused convolution of op i (and its pre-pool buffer).
+static int de_conv(dengine *e, int i, sc_err *err) {
+    const deploy_op *op = &e->p->ops[i];
+    eng_op *o = &e->ops[i];
+    const spconv_desc *d = &op->desc;
+    fconv_shape s = {.n = e->n, .C = e->cs[op->in], .H = d->H, .W = d->W, .K = d->K, .R = d->R,
+                     .S = d->S, .stride = d->stride, .pad = d->pad, .residual = o->res >= 0,
+                     .relu = o->relu, .dt = e->dt};
+    SC_TRY(de_weights(e, i, s.C, err));
+    if (!(o->fc = fconv_gpu_create(&e->g, &s, DE_MAX_PLANS, err))) return sc_wrap(err, "%s", op->name);
+    if (d->pool_k > 0)
+        cudaCheck(err, cudaMalloc(&o->pre_pool, (size_t)e->n * d->P * d->Q * d->K * e->esz));
+    return 0;
+}
+
+// Creates the cuBLASLt linear layer of op i.
+static int de_linear(dengine *e, int i, sc_err *err) {
+    const deploy_op *op = &e->p->ops[i];
+    const sparse_layer *sl = deploy_op_layer(e->p, op);
+    SC_TRY(de_weights(e, i, sl->C, err));
+    e->ops[i].fl = flinear_gpu_create(e->n, sl->K, sl->C, op->desc.relu, e->dt, err);
+    return e->ops[i].fl ? 0 : sc_wrap(err, "%s", op->name);
+}
+
+// Uploads the scale and shift of an unfolded batch norm.
+static int de_affine(dengine *e, int i, sc_err *err) {
+    const deploy_op *op = &e->p->ops[i];
+    const size_t bytes = (size_t)e->p->tensors[op->out].c * sizeof(float);
+    cudaCheck(err, cudaMalloc((void **)&e->ops[i].scale, bytes));
+    cudaCheck(err, cudaMalloc((void **)&e->ops[i].shift, bytes));
+    cudaCheck(err, cudaMemcpy(e->ops[i].scale, op->scale, bytes, cudaMemcpyHostToDevice));
+    cudaCheck(err, cudaMemcpy(e->ops[i].shift, op->shift, bytes, cudaMemcpyHostToDevice));
+    return 0;
+}
+
+// Sets up every op.
+static int de_setup(dengine *e, sc_err *err) {
+    for (int i = 0; i < e->p->nops; i++) {
+        if (e->ops[i].kind == EO_CONV) SC_TRY(de_conv(e, i, err));
+        else if (e->ops[i].kind == EO_LINEAR) SC_TRY(de_linear(e, i, err));
+        else if (e->p->ops[i].kind == DOP_AFFINE) SC_TRY(de_affine(e, i, err));
+    }
+    return 0;
+}
+
+// --- running ----------------------------------------------------------------------------
+
+// Geometry of tensor t at the engine's batch.
+static nhwc_geom de_geom(const dengine *e, int t) {
+    const deploy_tensor *d = &e->p->tensors[t];
+    return (nhwc_geom){e->n, d->h, d->w, e->cs[t]};
+}
+
+// Queues a small op.
+static int de_small(dengine *e, int i, sc_err *err) {
+    const deploy_op *op = &e->p->ops[i];
+    const nhwc_geom gx = de_geom(e, op->in), gy = de_geom(e, op->out);
+    const void *x = e->t[op->in];
+    void *y = e->t[op->out];
+    const size_t count = de_elems(e, op->in);
+    switch (op->kind) {
+    case DOP_ADD: return nhwc_add_gpu(&e->g, e->dt, count, x, e->t[op->in2], y, op->relu, err);
+    case DOP_RELU: return nhwc_relu_gpu(&e->g, e->dt, count, x, y, err);
+    case DOP_AFFINE:
+        return nhwc_affine_gpu(&e->g, e->dt, &gx, x, e->ops[i].scale, e->ops[i].shift, y, op->relu, err);
+    case DOP_MAXPOOL:
+    case DOP_AVGPOOL:
+        return nhwc_pool_gpu(&e->g, e->dt, &gx, x, op->k, op->stride, op->pad,
+                             op->kind == DOP_AVGPOOL, gy.h, gy.w, y, err);
+    case DOP_GAP: return nhwc_gap_gpu(&e->g, e->dt, &gx, x, y, err);
+    case DOP_COPY:
+    case DOP_CONV: break;
+    }
+    return sc_fail(err, "op %s: not a small op", op->name);
+}
+
+// Queues conv op i; with ws_max > 0 its plans are timed first (on the
+// real input) and the fastest kept.
+static int de_conv_run(dengine *e, int i, void *ws, size_t ws_max, int repeat, sc_err *err) {
+    const deploy_op *op = &e->p->ops[i];
+    eng_op *o = &e->ops[i];
+    void *y = o->pre_pool ? o->pre_pool : e->t[o->out];
+    const void *z = o->res >= 0 ? e->t[o->res] : NULL;
+    if (ws_max) SC_TRY(fconv_gpu_tune(&e->g, o->fc, e->t[op->in], o->w, o->bias, z, y, ws, ws_max,
+                                      repeat, &o->ms, err));
+    SC_TRY(fconv_gpu_run(&e->g, o->fc, e->t[op->in], o->w, o->bias, z, y, ws ? ws : e->ws, err));
+    if (!o->pre_pool) return 0;
+    const spconv_desc *d = &op->desc;
+    const nhwc_geom gp = {e->n, d->P, d->Q, d->K}, gy = de_geom(e, o->out);
+    return nhwc_pool_gpu(&e->g, e->dt, &gp, o->pre_pool, d->pool_k, d->pool_stride, d->pool_pad, 0,
+                         gy.h, gy.w, e->t[o->out], err);
+}
+
+// Queues op i (tuning convolutions when ws_max > 0).
+static int de_op_run(dengine *e, int i, void *ws, size_t ws_max, int repeat, sc_err *err) {
+    const eng_op *o = &e->ops[i];
+    switch (o->kind) {
+    case EO_CONV: return de_conv_run(e, i, ws, ws_max, repeat, err);
+    case EO_LINEAR:
+        return flinear_gpu_run(&e->g, o->fl, e->t[e->p->ops[i].in], o->w, o->bias, e->t[o->out], err);
+    case EO_SMALL: return de_small(e, i, err);
+    case EO_NONE: return 0;
+    }
+    return 0;
+}
+
+// Queues the whole forward (normalisation to fp32 logits).
+static int de_enqueue(dengine *e, void *ws, size_t ws_max, int repeat, sc_err *err) {
+    const deploy_plan *p = e->p;
+    const net *nt = p->m->nt;
+    SC_TRY(nhwc_normalize_gpu(&e->g, e->dt, e->n, nt->in_h, nt->in_w, e->cs[p->input], e->d_img,
+                              nt->in_mean, nt->in_std, e->t[p->input], err));
+    for (int i = 0; i < p->nops; i++) SC_TRY(de_op_run(e, i, ws, ws_max, repeat, err));
+    return nhwc_to_f32_gpu(&e->g, e->dt, (size_t)e->n * nt->classes, e->t[p->output], e->d_logits, err);
+}
+
+// Runs the forward once tuning every conv, then sizes the shared workspace.
+static int de_tune(dengine *e, const uint8_t *images, int repeat, sc_err *err) {
+    const net *nt = e->p->m->nt;
+    void *ws = NULL;
+    cudaCheck(err, cudaMemcpy(e->d_img, images, (size_t)e->n * nt->in_c * nt->in_h * nt->in_w,
+                              cudaMemcpyHostToDevice));
+    cudaCheck(err, cudaMalloc(&ws, DE_TUNE_WS));
+    int rc = de_enqueue(e, ws, DE_TUNE_WS, repeat, err);
+    if (!rc && cudaStreamSynchronize(e->g.stream) != cudaSuccess) rc = sc_fail(err, "tuning run failed");
+    cudaFree(ws);
+    for (int i = 0; !rc && i < e->p->nops; i++)
+        if (e->ops[i].fc) {
+            size_t b = fconv_gpu_workspace(e->ops[i].fc);
+            e->ws_bytes = b > e->ws_bytes ? b : e->ws_bytes;
+        }
+    if (!rc) cudaCheck(err, cudaMalloc(&e->ws, e->ws_bytes + 16));
+    return rc;
+}
+
+// Captures the forward into a CUDA graph.
+static int de_capture(dengine *e, sc_err *err) {
+    cudaGraph_t graph = NULL;
+    cudaCheck(err, cudaStreamBeginCapture(e->g.stream, cudaStreamCaptureModeThreadLocal));
+    int rc = de_enqueue(e, NULL, 0, 0, err);
+    cudaError_t ce = cudaStreamEndCapture(e->g.stream, &graph);
+    if (!rc && ce != cudaSuccess) rc = sc_fail(err, "capturing the dense engine: %s", cudaGetErrorString(ce));
+    if (!rc && cudaGraphInstantiate(&e->graph, graph, 0) != cudaSuccess)
+        rc = sc_fail(err, "instantiating the dense engine's graph: %s", cudaGetErrorString(cudaGetLastError()));
+    if (graph) cudaGraphDestroy(graph);
+    return rc;
+}
+
+// --- public API ---------------------------------------------------------------------------
+
+// Builds, tunes and captures the engine.
+dengine *dengine_create(const deploy_plan *p, dengine_prec prec, int n, const uint8_t *images,
+                        int repeat, sc_err *err) {
+    sc_err why = {{0}};
+    if (!exec_gpu_available(&why)) {
+        sc_fail(err, "%s", why.msg);
+        return NULL;
+    }
+    dengine *e = calloc(1, sizeof *e);
+    if (!e) {
+        sc_fail(err, "out of memory");
+        return NULL;
+    }
+    e->p = p, e->prec = prec, e->n = n;
+    e->dt = prec == DE_FP16 ? GDT_F16 : prec == DE_BF16 ? GDT_BF16 : GDT_F32;
+    e->esz = gpu_dtype_size(e->dt);
+    if (gpu_ctx_init(&e->g, err) || de_analyse(e, err) || de_buffers(e, err) || de_setup(e, err) ||
+        de_tune(e, images, repeat, err) || de_capture(e, err)) {
+        sc_wrap(err, "dense %s engine", dengine_prec_name(prec));
+        dengine_free(e);
+        return NULL;
+    }
+    return e;
+}
+
+// Frees the engine.
+void dengine_free(dengine *e) {
+    if (!e) return;
+    if (e->g.stream) cudaStreamSynchronize(e->g.stream);
+    if (e->graph) cudaGraphExecDestroy(e->graph);
+    for (int i = 0; e->ops && i < e->p->nops; i++) {
+        eng_op *o = &e->ops[i];
+        fconv_gpu_free(o->fc), flinear_gpu_free(o->fl);
+        cudaFree(o->w), cudaFree(o->bias), cudaFree(o->pre_pool), cudaFree(o->scale), cudaFree(o->shift);
+    }
+    for (int t = 0; e->t && t < e->p->ntensors; t++)
+        if (e->owned[t]) cudaFree(e->t[t]);
+    cudaFree(e->d_img), cudaFree(e->d_logits), cudaFree(e->ws);
+    if (e->h_logits) cudaFreeHost(e->h_logits);
+    for (int k = 0; k < 2; k++)
+        if (e->ev[k]) cudaEventDestroy(e->ev[k]);
+    gpu_ctx_free(&e->g);
+    free(e->ops), free(e->cs), free(e->t), free(e->owned);
+    free(e);
+}
+
+// Runs m images through the graph.
+int dengine_forward(dengine *e, int m, const uint8_t *images, float *logits, sc_err *err) {
+    const net *nt = e->p->m->nt;
+    if (m < 1 || m > e->n) return sc_fail(err, "batch of %d images (the engine runs 1 to %d)", m, e->n);
+    cudaCheck(err, cudaMemcpyAsync(e->d_img, images, (size_t)m * nt->in_c * nt->in_h * nt->in_w,
+                                   cudaMemcpyHostToDevice, e->g.stream));
+    cudaCheck(err, cudaGraphLaunch(e->graph, e->g.stream));
+    const size_t bytes = (size_t)m * nt->classes * sizeof(float);
+    cudaCheck(err, cudaMemcpyAsync(e->h_logits, e->d_logits, bytes, cudaMemcpyDeviceToHost, e->g.stream));
+    cudaCheck(err, cudaStreamSynchronize(e->g.stream));
+    if (logits) memcpy(logits, e->h_logits, bytes);
+    return 0;
+}
+
+// Sorts a few doubles ascending and returns the median.
+static double de_median(double *v, int n) {
+    for (int a = 1; a < n; a++)
+        for (int b = a; b > 0 && v[b - 1] > v[b]; b--) {
+            double x = v[b]; v[b] = v[b - 1]; v[b - 1] = x;
+        }
+    return v[n / 2];
+}
+
+// Median of `repeat` graph replays after a warm-up.
+int dengine_time(dengine *e, int repeat, double *ms, sc_err *err) {
+    double *v = malloc((size_t)(repeat > 0 ? repeat : 1) * sizeof *v);
+    if (!v) return sc_fail(err, "out of memory");
+    for (int k = 0; k < 3; k++) cudaCheck(err, cudaGraphLaunch(e->graph, e->g.stream));
+    for (int k = 0; k < repeat; k++) {
+        float t = 0.0f;
+        if (cudaEventRecord(e->ev[0], e->g.stream) != cudaSuccess ||
+            cudaGraphLaunch(e->graph, e->g.stream) != cudaSuccess ||
+            cudaEventRecord(e->ev[1], e->g.stream) != cudaSuccess ||
+            cudaEventSynchronize(e->ev[1]) != cudaSuccess ||
+            cudaEventElapsedTime(&t, e->ev[0], e->ev[1]) != cudaSuccess) {
+            free(v);
+            return sc_fail(err, "timing the dense engine: %s", cudaGetErrorString(cudaGetLastError()));
+        }
+        v[k] = t;
+    }
+    *ms = repeat > 0 ? de_median(v, repeat) : NAN;
+    free(v);
+    return 0;
+}
+
+// Tuned milliseconds of op i.
+double dengine_op_ms(const dengine *e, int i) { return e->ops[i].ms; }
+
+// What runs op i.
+void dengine_op_describe(const dengine *e, int i, char *buf, size_t len) {
+    const eng_op *o = &e->ops[i];
+    if (o->fc) fconv_gpu_describe(o->fc, buf, len);
+    else if (o->fl) flinear_gpu_describe(o->fl, buf, len);
+    else snprintf(buf, len, o->kind == EO_NONE ? "fused or aliased" : "nhwc_ops");
+}

@@ -1,0 +1,38 @@
+// Stand-in for the channels-last dense engine in CPU-only builds: every
+// entry point says there is no GPU.
+#include <math.h>
+
+#include "runtime/dengine.h"
+
+// The precision's name.
+const char *dengine_prec_name(dengine_prec p) {
+    return p == DE_FP16 ? "fp16" : p == DE_BF16 ? "bf16" : "tf32";
+}
+
+// Fails: no GPU in this build.
+dengine *dengine_create(const deploy_plan *p, dengine_prec prec, int n, const uint8_t *images,
+                        int repeat, sc_err *err) {
+    sc_fail(err, "this build has no GPU support (nvcc or cuDNN was missing at build time)");
+    return NULL;
+}
+
+// Nothing to free.
+void dengine_free(dengine *e) { (void)e; }
+
+// Never reached without an engine.
+int dengine_forward(dengine *e, int m, const uint8_t *images, float *logits, sc_err *err) {
+    return sc_fail(err, "no GPU in this build");
+}
+
+// Never reached without an engine.
+int dengine_time(dengine *e, int repeat, double *ms, sc_err *err) {
+    return sc_fail(err, "no GPU in this build");
+}
+
+// No op times without an engine.
+double dengine_op_ms(const dengine *e, int i) { return NAN; }
+
+// No description without an engine.
+void dengine_op_describe(const dengine *e, int i, char *buf, size_t len) {
+    if (len) buf[0] = 0;
+}
