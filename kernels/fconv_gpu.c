@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kernels/fconv_gpu.h"
+#include "kernels/median.h"
 
 #define FC_MAX_PLANS 32
 #define FC_NVIRT 3
@@ -338,20 +339,11 @@ int fconv_gpu_run(const gpu_ctx *g, fconv_gpu *c, const void *x, const void *w, 
     return fc_exec(g, c, c->pick, x, w, bias, z, y, ws, err);
 }
 
-// Sorts a few floats ascending and returns the median.
-static double fc_median(float *v, int n) {
-    for (int a = 1; a < n; a++)
-        for (int b = a; b > 0 && v[b - 1] > v[b]; b--) {
-            float t = v[b]; v[b] = v[b - 1]; v[b - 1] = t;
-        }
-    return v[n / 2];
-}
-
 // Median milliseconds of `repeat` runs of plan p after two warm-up runs;
 // INFINITY when the plan fails to run.
 static double fc_time_plan(const gpu_ctx *g, fconv_gpu *c, int p, const void *const ptr[6],
                            int repeat, cudaEvent_t ev[2]) {
-    float v[64];
+    double v[64];
     sc_err e = {{0}};
     repeat = repeat < 1 ? 1 : repeat > 64 ? 64 : repeat;
     for (int k = 0; k < 2; k++)
@@ -361,11 +353,13 @@ static double fc_time_plan(const gpu_ctx *g, fconv_gpu *c, int p, const void *co
         cudaEventRecord(ev[0], g->stream);
         int rc = fc_exec(g, c, p, ptr[0], ptr[1], ptr[2], ptr[3], (void *)ptr[4], (void *)ptr[5], &e);
         cudaEventRecord(ev[1], g->stream);
+        float t = 0.0f;
         if (rc || cudaEventSynchronize(ev[1]) != cudaSuccess ||
-            cudaEventElapsedTime(&v[k], ev[0], ev[1]) != cudaSuccess)
+            cudaEventElapsedTime(&t, ev[0], ev[1]) != cudaSuccess)
             return cudaGetLastError(), INFINITY;
+        v[k] = t;
     }
-    return fc_median(v, repeat);
+    return sc_median(v, repeat);
 }
 
 // Keeps plan `keep` alone.

@@ -8,6 +8,7 @@
 
 #include "kernels/fconv_gpu.h"
 #include "kernels/flinear_gpu.h"
+#include "kernels/median.h"
 #include "kernels/nhwc_ops_gpu.h"
 #include "runtime/dengine.h"
 #include "runtime/exec.h"
@@ -419,15 +420,6 @@ int dengine_forward(dengine *e, int m, const uint8_t *images, float *logits, sc_
     return 0;
 }
 
-// Sorts a few doubles ascending and returns the median.
-static double de_median(double *v, int n) {
-    for (int a = 1; a < n; a++)
-        for (int b = a; b > 0 && v[b - 1] > v[b]; b--) {
-            double x = v[b]; v[b] = v[b - 1]; v[b - 1] = x;
-        }
-    return v[n / 2];
-}
-
 // Median of `repeat` graph replays after a warm-up.
 int dengine_time(dengine *e, int repeat, double *ms, sc_err *err) {
     double *v = malloc((size_t)(repeat > 0 ? repeat : 1) * sizeof *v);
@@ -445,7 +437,7 @@ int dengine_time(dengine *e, int repeat, double *ms, sc_err *err) {
         }
         v[k] = t;
     }
-    *ms = repeat > 0 ? de_median(v, repeat) : NAN;
+    *ms = repeat > 0 ? sc_median(v, repeat) : NAN;
     free(v);
     return 0;
 }

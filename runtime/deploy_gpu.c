@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "kernels/deploy_ops_gpu.h"
+#include "kernels/median.h"
 #include "runtime/deploy_gpu_impl.h"
 #include "runtime/exec.h"
 
@@ -277,15 +278,6 @@ int deploy_gpu_forward(deploy_gpu *g, int n, const uint8_t *images, float *logit
     return 0;
 }
 
-// Sorts a few doubles ascending (insertion sort) and returns the median.
-static double gpu_median(double *v, int n) {
-    for (int a = 1; a < n; a++)
-        for (int b = a; b > 0 && v[b - 1] > v[b]; b--) {
-            double x = v[b]; v[b] = v[b - 1]; v[b - 1] = x;
-        }
-    return n ? v[n / 2] : NAN;
-}
-
 // Median milliseconds of `repeat` forward passes (graph replays) at n.
 int deploy_gpu_time(deploy_gpu *g, int n, int repeat, double *ms, int *graph, sc_err *err) {
     if (n != g->cur_n) return sc_fail(err, "timing at batch %d, the plan is tuned for %d", n, g->cur_n);
@@ -302,7 +294,7 @@ int deploy_gpu_time(deploy_gpu *g, int n, int repeat, double *ms, int *graph, sc
             rc = err->msg[0] ? -1 : sc_fail(err, "timing the forward: %s", cudaGetErrorString(cudaGetLastError()));
         v[k] = t;
     }
-    *ms = rc ? NAN : gpu_median(v, repeat);
+    *ms = rc ? NAN : sc_median(v, repeat);
     *graph = g->graph != NULL;
     free(v);
     return rc;

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "datasets/cifar.h"
+#include "kernels/median.h"
 #include "runtime/cli.h"
 #include "runtime/dengine.h"
 #include "runtime/deploy_gpu.h"
@@ -208,13 +209,7 @@ static int cpu_pass(deploy_run *d, deploy_cpu *c, int n, int count, double *batc
     d->r.cpu_images = count;
     d->r.cpu_acc = 100.0 * (double)hits / count;
     *batch_ms = NAN;
-    if (nt) {  // median of the full batches
-        for (int a = 1; a < nt; a++)
-            for (int b = a; b > 0 && times[b - 1] > times[b]; b--) {
-                double x = times[b]; times[b] = times[b - 1]; times[b - 1] = x;
-            }
-        *batch_ms = times[nt / 2];
-    }
+    if (nt) *batch_ms = sc_median(times, nt);  // median of the full batches
     free(lg), free(times);
     return rc;
 }
@@ -229,11 +224,7 @@ static double cpu_time_op(deploy_run *d, deploy_cpu *c, int op, int n, int reps)
         else deploy_cpu_forward(c, n, test_image(d, 0), NULL, NULL);
         best[k] = (progress_clock() - t) * 1000.0;
     }
-    for (int a = 1; a < reps; a++)
-        for (int b = a; b > 0 && best[b - 1] > best[b]; b--) {
-            double x = best[b]; best[b] = best[b - 1]; best[b - 1] = x;
-        }
-    return best[reps / 2];
+    return sc_median(best, reps);
 }
 
 // Times the dense CPU executor on the export's (densified, folded) net.
@@ -288,33 +279,56 @@ static double max_rel_err(size_t n, const float *a, const float *b) {
     return den > 0 ? num / den : num;
 }
 
-// Runs the GPU plan over every test image: accuracy and agreement with the CPU reference.
-static int gpu_accuracy(deploy_run *d, deploy_gpu *g, deploy_prec_result *pr, sc_err *err) {
+// Top-1 hits over every test image, and agreement with the CPU reference's
+// top-1 on the images it ran.
+typedef struct {
+    long hits;                // over all test images
+    long agree, compared;     // equal to the CPU's top-1, out of the images it ran
+    long ref_hits;            // hits among those images
+} test_counts;
+
+// A forward of n images into logits: the GPU plan or the dense engine.
+typedef int (*forward_fn)(void *ctx, int n, const uint8_t *images, float *logits, sc_err *err);
+
+// Runs `fwd` over every test image in batches of --batch and counts.
+static int test_pass(deploy_run *d, forward_fn fwd, void *ctx, const char *label, test_counts *c,
+                     sc_err *err) {
     const int n = d->o.batch, classes = d->m->nt->classes;
     float *lg = malloc((size_t)n * classes * sizeof *lg);
     if (!lg) return sc_fail(err, "out of memory");
     progress pg;
-    progress_start(&pg, stderr, pr->prec == DP_FP16 ? "GPU fp16 accuracy" : "GPU fp32 accuracy",
-                   d->test.n, d->log == NULL);
-    long hits = 0, ref_hits = 0;
+    progress_start(&pg, stderr, label, d->test.n, d->log == NULL);
+    memset(c, 0, sizeof *c);
     int rc = 0;
-    pr->agree = pr->compared = 0;
     for (int i = 0; i < d->test.n && !rc; i += n) {
         int b = d->test.n - i < n ? d->test.n - i : n;
-        rc = deploy_gpu_forward(g, b, test_image(d, i), lg, err);
+        rc = fwd(ctx, b, test_image(d, i), lg, err);
         for (int k = 0; k < b && !rc; k++) {
-            int y = top1(lg + (size_t)k * classes, classes);
-            hits += y == d->test.labels[i + k];
+            int y = top1(lg + (size_t)k * classes, classes), hit = y == d->test.labels[i + k];
+            c->hits += hit;
             if (d->cpu_pred[i + k] < 0) continue;
-            pr->compared++, pr->agree += y == d->cpu_pred[i + k];
-            ref_hits += y == d->test.labels[i + k];
+            c->compared++, c->agree += y == d->cpu_pred[i + k], c->ref_hits += hit;
         }
         progress_update(&pg, i + b, NULL);
     }
     progress_finish(&pg, NULL);
-    pr->test_acc = 100.0 * (double)hits / d->test.n;
-    pr->ref_acc = pr->compared ? 100.0 * (double)ref_hits / pr->compared : NAN;
     free(lg);
+    return rc;
+}
+
+// deploy_gpu_forward as a forward_fn.
+static int plan_forward(void *g, int n, const uint8_t *img, float *lg, sc_err *err) {
+    return deploy_gpu_forward(g, n, img, lg, err);
+}
+
+// Runs the GPU plan over every test image: accuracy and agreement with the CPU reference.
+static int gpu_accuracy(deploy_run *d, deploy_gpu *g, deploy_prec_result *pr, sc_err *err) {
+    test_counts c;
+    int rc = test_pass(d, plan_forward, g, pr->prec == DP_FP16 ? "GPU fp16 accuracy" : "GPU fp32 accuracy",
+                       &c, err);
+    pr->test_acc = 100.0 * (double)c.hits / d->test.n;
+    pr->agree = c.agree, pr->compared = c.compared;
+    pr->ref_acc = c.compared ? 100.0 * (double)c.ref_hits / c.compared : NAN;
     return rc;
 }
 
@@ -393,27 +407,18 @@ static int engine_list_check(const deploy_run *d, sc_err *err) {
     return 0;
 }
 
+// dengine_forward as a forward_fn.
+static int engine_forward(void *e, int n, const uint8_t *img, float *lg, sc_err *err) {
+    return dengine_forward(e, n, img, lg, err);
+}
+
 // The engine's accuracy over every test image and its agreement with the
 // CPU reference's top-1.
 static int engine_accuracy(deploy_run *d, dengine *e, deploy_engine_result *er, sc_err *err) {
-    const int n = d->o.batch, classes = d->m->nt->classes;
-    float *lg = malloc((size_t)n * classes * sizeof *lg);
-    if (!lg) return sc_fail(err, "out of memory");
-    long hits = 0;
-    int rc = 0;
-    er->agree = er->compared = 0;
-    for (int i = 0; i < d->test.n && !rc; i += n) {
-        int b = d->test.n - i < n ? d->test.n - i : n;
-        rc = dengine_forward(e, b, test_image(d, i), lg, err);
-        for (int k = 0; k < b && !rc; k++) {
-            int y = top1(lg + (size_t)k * classes, classes);
-            hits += y == d->test.labels[i + k];
-            if (d->cpu_pred[i + k] < 0) continue;
-            er->compared++, er->agree += y == d->cpu_pred[i + k];
-        }
-    }
-    er->test_acc = 100.0 * (double)hits / d->test.n;
-    free(lg);
+    test_counts c;
+    int rc = test_pass(d, engine_forward, e, "dense engine accuracy", &c, err);
+    er->test_acc = 100.0 * (double)c.hits / d->test.n;
+    er->agree = c.agree, er->compared = c.compared;
     return rc;
 }
 

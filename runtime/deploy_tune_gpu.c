@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/median.h"
 #include "runtime/deploy_gpu_impl.h"
 
 // Tolerances of the small ops (add, pools, ...): fp32 arithmetic in both,
@@ -196,15 +197,6 @@ static cudaGraphExec_t tune_graph(deploy_gpu *g, int i, int c, int k) {
     return exec;
 }
 
-// Sorts ascending and returns the median.
-static double tune_median(double *v, int n) {
-    for (int a = 1; a < n; a++)
-        for (int b = a; b > 0 && v[b - 1] > v[b]; b--) {
-            double x = v[b]; v[b] = v[b - 1]; v[b - 1] = x;
-        }
-    return v[n / 2];
-}
-
 // Median milliseconds of op i with candidate c (-1: a small op) over
 // `repeat` replays of a graph of k runs, k chosen so a replay lasts at
 // least TUNE_MIN_MS; plain launches when capture fails.
@@ -231,7 +223,7 @@ static int tune_time(deploy_gpu *g, int i, int c, int repeat, double *ms, sc_err
         v[r] = (double)x / k;
     }
     if (graph) cudaGraphExecDestroy(graph);
-    *ms = rc ? NAN : tune_median(v, repeat);
+    *ms = rc ? NAN : sc_median(v, repeat);
     free(v);
     return rc;
 }
