@@ -1,5 +1,5 @@
 // Error message formatting shared by every module.
-#include "error.h"
+#include "kernels/error.h"
 
 #include <stdarg.h>
 #include <stdio.h>
