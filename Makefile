@@ -63,9 +63,10 @@ LIB_OBJ := $(LIB_C:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
 LIB     := $(BUILD)/libsparsecnn.a
 TOOLS   := $(foreach m,$(MAINS),$(BUILD)/bin/$(notdir $(m:_main.c=)))
 TESTS   := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+TESTBIN := $(BUILD)/testbin/prune
 
-.PHONY: all test clean info setup demo build
-all: $(TOOLS) $(TESTS)
+.PHONY: all test clean info setup demo build deps
+all: $(TOOLS) $(TESTS) $(TESTBIN)
 	@echo "built $(words $(TOOLS)) tools and $(words $(TESTS)) tests (GPU=$(GPU))"
 
 info:
@@ -94,6 +95,21 @@ $(foreach m,$(MAINS),$(eval $(call TOOL_RULE,$(m))))
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(LDLIBS)
+
+# A prune binary with the test hooks (SC_TEST_HOOKS: tests/cli_prune_mpi.sh
+# kills a rank through it); the shipped tools have none.
+$(BUILD)/obj/prune/search_hooks.o: prune/search.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DSC_TEST_HOOKS -c $< -o $@
+
+$(BUILD)/testbin/prune: $(BUILD)/obj/prune/prune_main.o $(BUILD)/obj/prune/search_hooks.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ $(LDLIBS)
+
+# Fails on an include against the layer order kernels <- runtime <- the rest
+# (also run by `make test`, as tests/deps.sh).
+deps:
+	@bash tests/deps.sh
 
 # Debian/Ubuntu packages the build and the tests need; installed when root.
 PKGS := build-essential libhdf5-dev hdf5-tools libopenblas-dev libgsl-dev gnuplot-nox \
