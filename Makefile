@@ -1,6 +1,8 @@
 # sparsecnn build: everything goes to build/, tools to build/bin/, tests to
-# build/tests/. With nvcc and cuDNN present the GPU backend is built for sm_90
-# (plus PTX); without them the same tools are built CPU-only.
+# build/tests/. With nvcc and cuDNN present the GPU backend is built for every
+# GPU from compute capability 8.0 (SASS for CUDA_ARCH, PTX of the newest; e.g.
+# `make CUDA_ARCH=90` for an H100 only); without them the same tools are
+# built CPU-only.
 #
 # File conventions (no Makefile edits needed for new files):
 #   <dir>/<tool>_main.c        -> build/bin/<tool>
@@ -45,12 +47,25 @@ else
   LIB_C   := $(filter-out %_mpi.c,$(LIB_C))
 endif
 
+# GPU code: SASS for each compute capability in CUDA_ARCH (A100, RTX 30 / A10,
+# RTX 40 / L4, H100 / H200) and PTX of the last one for newer GPUs. The SASS
+# of one major version is generated from the PTX of its lowest listed arch
+# (8.6 and 8.9 from compute_80: the code uses nothing newer), so the front
+# end runs once per major version, not once per arch; nvcc runs the steps of
+# one file in parallel with NVCC_THREADS threads (0: one per core).
+CUDA_ARCH    ?= 80 86 89 90
+NVCC_THREADS ?= 0
+nv_major   = $(firstword $(foreach m,5 6 7 8 9,$(if $(filter $(m)%,$(1)),$(m))))
+nv_virtual = $(if $(call nv_major,$(1)),$(firstword $(filter $(call nv_major,$(1))%,$(CUDA_ARCH))),$(1))
+NVARCH    := $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(call nv_virtual,$(a)),code=sm_$(a)) \
+             -gencode arch=compute_$(lastword $(CUDA_ARCH)),code=compute_$(lastword $(CUDA_ARCH))
+NVTHREADS := $(if $(word 2,$(CUDA_ARCH)),--threads $(NVCC_THREADS))
+
 ifeq ($(GPU),1)
   CU_SRC  := $(foreach d,$(DIRS),$(wildcard $(d)/*.cu))
   LIB_C   := $(filter-out %_none.c,$(LIB_C))
   CFLAGS  += -DSC_HAVE_CUDA -I$(CUDA)/include
-  NVFLAGS := -O3 -std=c++17 -I. -DSC_HAVE_CUDA -gencode arch=compute_90,code=sm_90 \
-             -gencode arch=compute_90,code=compute_90 -Xcompiler -Wall -MMD -MP
+  NVFLAGS := -O3 -std=c++17 -I. -DSC_HAVE_CUDA $(NVARCH) $(NVTHREADS) -Xcompiler -Wall -MMD -MP
   LDLIBS  += -L$(CUDA)/lib64 -Wl,-rpath,$(CUDA)/lib64 -lcudnn -lcublasLt -lcublas -lcusparse -lcudart -lstdc++
   TEST_SRC := $(wildcard tests/test_*.c tests/gpu_test_*.c)
 else
@@ -63,9 +78,10 @@ LIB_OBJ := $(LIB_C:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
 LIB     := $(BUILD)/libsparsecnn.a
 TOOLS   := $(foreach m,$(MAINS),$(BUILD)/bin/$(notdir $(m:_main.c=)))
 TESTS   := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+TESTBIN := $(BUILD)/testbin/prune
 
-.PHONY: all test clean info setup demo build
-all: $(TOOLS) $(TESTS)
+.PHONY: all test clean info setup demo build deps
+all: $(TOOLS) $(TESTS) $(TESTBIN)
 	@echo "built $(words $(TOOLS)) tools and $(words $(TESTS)) tests (GPU=$(GPU))"
 
 info:
@@ -75,7 +91,14 @@ $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/obj/%.cu.o: %.cu
+# The nvcc flags of the last GPU build: a change (CUDA_ARCH) rebuilds every .cu object
+# (not rewritten by a dry run, make -n).
+NVSTAMP := $(BUILD)/nvflags
+ifeq ($(GPU)$(findstring n,$(firstword -$(MAKEFLAGS))),1)
+  $(shell mkdir -p $(BUILD) && echo '$(NVFLAGS)' | cmp -s - $(NVSTAMP) || echo '$(NVFLAGS)' >$(NVSTAMP))
+endif
+
+$(BUILD)/obj/%.cu.o: %.cu $(NVSTAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
@@ -94,6 +117,32 @@ $(foreach m,$(MAINS),$(eval $(call TOOL_RULE,$(m))))
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(LDLIBS)
+
+# The tuner test links a test-only build of the variant lists that plants
+# wrong and unpreparable variants (its object comes before the library).
+$(BUILD)/obj/kernels/spconv_plan_plant.cu.o: kernels/spconv_plan.cu $(NVSTAMP)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -DSC_TEST_PLANT_WRONG -c $< -o $@
+
+$(BUILD)/tests/gpu_test_tune: $(BUILD)/obj/tests/gpu_test_tune.o \
+                              $(BUILD)/obj/kernels/spconv_plan_plant.cu.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ $(LDLIBS)
+
+# A prune binary with the test hooks (SC_TEST_HOOKS: tests/cli_prune_mpi.sh
+# kills a rank through it); the shipped tools have none.
+$(BUILD)/obj/prune/search_hooks.o: prune/search.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DSC_TEST_HOOKS -c $< -o $@
+
+$(BUILD)/testbin/prune: $(BUILD)/obj/prune/prune_main.o $(BUILD)/obj/prune/search_hooks.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ $(LDLIBS)
+
+# Fails on an include against the layer order kernels <- runtime <- the rest
+# (also run by `make test`, as tests/deps.sh).
+deps:
+	@bash tests/deps.sh
 
 # Debian/Ubuntu packages the build and the tests need; installed when root.
 PKGS := build-essential libhdf5-dev hdf5-tools libopenblas-dev libgsl-dev gnuplot-nox \

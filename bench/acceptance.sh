@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue-2 acceptance on the GPU machine, side by side in one run:
 #   bench/acceptance.sh resnet18|vgg16|torch-resnet18|torch-vgg16 [EPOCHS]
-# Expects build/ (carried) and CIFAR-100 under /root/data (DESIGN.md section 7).
+# Expects build/ (carried) and CIFAR-100 under /root/data (docs/architecture.md, Running on the GPU machine).
 # Logs and JSON summaries go to $OUT (or bench/out when OUT is unset).
 set -euo pipefail
 cd "$(dirname "$0")/.."

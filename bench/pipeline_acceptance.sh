@@ -4,7 +4,7 @@
 #   bench/pipeline_acceptance.sh models    train resnet18 + vgg16, prune them (0.9; resnet18
 #                                          also 0.95), quantize resnet18-0.9 three ways, export
 #   bench/pipeline_acceptance.sh deploy    deploy every export (fp32 and fp16 plans)
-# Expects build/bin/* and CIFAR-100 under /root/data (DESIGN.md section 7); models
+# Expects build/bin/* and CIFAR-100 under /root/data (docs/architecture.md, Running on the GPU machine); models
 # are kept in /root/pipe between the two steps (same machine, back-to-back calls).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -2,7 +2,7 @@
 # Issue-3 comparison on the GPU machine at one sparsity and seed, all runs with
 # the same number of training images (1,310,720), from one start model:
 #   bench/prune_acceptance.sh SPARSITY SEED [K...]     (K: --halve-every values; default 0 1 2 6)
-# Expects build/bin/{train,prune} and CIFAR-100 under /root/data (DESIGN.md section 7);
+# Expects build/bin/{train,prune} and CIFAR-100 under /root/data (docs/architecture.md, Running on the GPU machine);
 # trains the start model (resnet18, 45k/5k split, seed 1) into /root/r18.h5 when missing.
 # Each run takes about 60-80 s on an H200: keep one call under 10 minutes.
 # P1=0 leaves out the population-1 run.

@@ -13,7 +13,7 @@
 # commands on a warm machine) and copied to $OUT when set, so the runs can be
 # split over commands that each stay under 10 minutes: `... 1`, then `... 2 4`.
 # Expects build/bin/{train,prune} built with MPI and CIFAR-100 in /root/data
-# (DESIGN.md section 7); trains a short start model (5 epochs) into
+# (docs/architecture.md, Running on the GPU machine); trains a short start model (5 epochs) into
 # ~/r18-5ep.h5 when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."

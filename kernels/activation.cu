@@ -41,10 +41,10 @@ static int ew_launch(const gpu_ctx *g, size_t n, const void *a, const void *b, v
     constexpr int VEC = 16 / sizeof(T);
     const int th = 256;
     if (sc_can_vec(n, VEC, a, b, y))
-        ew_kernel<T, VEC, READ_OLD><<<sc_blocks(n / VEC, th), th, 0, g->stream>>>(
+        ew_kernel<T, VEC, READ_OLD><<<sc_blocks(g, n / VEC, th), th, 0, g->stream>>>(
             n, (const T *)a, (const T *)b, (T *)y, op);
     else
-        ew_kernel<T, 1, READ_OLD><<<sc_blocks(n, th), th, 0, g->stream>>>(
+        ew_kernel<T, 1, READ_OLD><<<sc_blocks(g, n, th), th, 0, g->stream>>>(
             n, (const T *)a, (const T *)b, (T *)y, op);
     cudaCheckLaunch(err);
     return 0;
@@ -133,7 +133,7 @@ extern "C" int bias_forward_gpu(const gpu_ctx *g, gpu_dtype dt, size_t rows, int
                                 const float *bias, void *y, sc_err *err) {
     const size_t n = rows * (size_t)c;
     if (n == 0) return 0;
-    SC_DISPATCH(dt, bias_forward_kernel<T><<<sc_blocks(n, 256), 256, 0, g->stream>>>(
+    SC_DISPATCH(dt, bias_forward_kernel<T><<<sc_blocks(g, n, 256), 256, 0, g->stream>>>(
                         rows, c, bias, (T *)y));
     cudaCheckLaunch(err);
     return 0;
@@ -146,7 +146,7 @@ extern "C" int bias_backward_gpu(const gpu_ctx *g, gpu_dtype dt, size_t rows, in
     if (rows == 0) return 0;
     const unsigned gx = (unsigned)((c + 31) / 32);
     size_t gy = (rows + 255) / 256;
-    const size_t cap = (132 * 8 + gx - 1) / gx;
+    const size_t cap = ((size_t)g->dev.sms * 8 + gx - 1) / gx;
     if (gy > cap) gy = cap;
     if (gy < 1) gy = 1;
     SC_DISPATCH(dt, bias_backward_kernel<T><<<dim3(gx, (unsigned)gy), dim3(32, 8), 0,

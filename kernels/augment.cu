@@ -53,7 +53,7 @@ extern "C" int augment_normalize_gpu(const gpu_ctx *g, gpu_dtype dt, int n, int 
         nm.std[c] = std[c];
     }
     const size_t total = (size_t)n * h * w;
-    SC_DISPATCH(dt, augment_kernel<T><<<sc_blocks(total, 256), 256, 0, g->stream>>>(
+    SC_DISPATCH(dt, augment_kernel<T><<<sc_blocks(g, total, 256), 256, 0, g->stream>>>(
                         n, h, w, cpad, img, dx, dy, flip, nm, (T *)out));
     cudaCheckLaunch(err);
     return 0;

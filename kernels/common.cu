@@ -1,5 +1,7 @@
 // GPU context (stream + cuDNN + cuBLAS handles) and utility launches:
 // dtype conversion and deterministic uniform fills.
+#include <stdio.h>
+
 #include "kernels/common_gpu.h"
 #include "kernels/device_gpu.h"
 
@@ -13,9 +15,34 @@ extern "C" size_t gpu_dtype_size(gpu_dtype dt) { return dt == GDT_F32 ? 4 : 2; }
 
 // --- context ----------------------------------------------------------------
 
-// Creates a non-blocking stream and cuDNN/cuBLAS handles bound to it.
+// Fills *d with the properties of device dev (-1: the current device).
+extern "C" int gpu_devinfo_query(int dev, gpu_devinfo *d, sc_err *err) {
+    *d = gpu_devinfo{};
+    if (dev < 0) cudaCheck(err, cudaGetDevice(&dev));
+    cudaDeviceProp p;
+    cudaCheck(err, cudaGetDeviceProperties(&p, dev));
+    d->device = dev, d->cc_major = p.major, d->cc_minor = p.minor;
+    d->sms = p.multiProcessorCount;
+    d->smem_block = (int)p.sharedMemPerBlock, d->smem_block_optin = (int)p.sharedMemPerBlockOptin;
+    d->smem_sm = (int)p.sharedMemPerMultiprocessor;
+    d->smem_reserved = (int)p.reservedSharedMemPerBlock;
+    d->regs_block = p.regsPerBlock, d->regs_sm = p.regsPerMultiprocessor;
+    d->threads_sm = p.maxThreadsPerMultiProcessor;
+    snprintf(d->name, sizeof d->name, "%s", p.name);
+    if (d->sms < 1 || d->smem_block_optin < d->smem_block)
+        return sc_fail(err, "device %d (%s): odd properties (%d SMs, %d bytes shared per block)",
+                       dev, d->name, d->sms, d->smem_block_optin);
+    return 0;
+}
+
+// Compute capability as one number (8.6 -> 86).
+extern "C" int gpu_devinfo_cc(const gpu_devinfo *d) { return 10 * d->cc_major + d->cc_minor; }
+
+// Queries the current device and creates a non-blocking stream and
+// cuDNN/cuBLAS handles bound to it.
 extern "C" int gpu_ctx_init(gpu_ctx *g, sc_err *err) {
     *g = gpu_ctx{};
+    SC_TRY(gpu_devinfo_query(-1, &g->dev, err));
     cudaCheck(err, cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
     cudnnCheck(err, cudnnCreate(&g->cudnn));
     cudnnCheck(err, cudnnSetStream(g->cudnn, g->stream));
@@ -48,7 +75,7 @@ extern "C" int gpu_convert(const gpu_ctx *g, size_t n, gpu_dtype sdt, const void
                            gpu_dtype ddt, void *dst, sc_err *err) {
     if (n == 0) return 0;
     const int th = 256;
-    const unsigned bl = sc_blocks(n, th);
+    const unsigned bl = sc_blocks(g, n, th);
     if (sdt == GDT_F32 && ddt == GDT_F16)
         convert_kernel<<<bl, th, 0, g->stream>>>(n, (const float *)src, (__half *)dst);
     else if (sdt == GDT_F16 && ddt == GDT_F32)
@@ -83,7 +110,7 @@ __global__ void fill_uniform_kernel(size_t n, T *p, float lo, float hi, uint64_t
 extern "C" int gpu_fill_uniform(const gpu_ctx *g, gpu_dtype dt, size_t n, void *p, float lo,
                                 float hi, uint64_t seed, sc_err *err) {
     if (n == 0) return 0;
-    SC_DISPATCH(dt, fill_uniform_kernel<T><<<sc_blocks(n, 256), 256, 0, g->stream>>>(
+    SC_DISPATCH(dt, fill_uniform_kernel<T><<<sc_blocks(g, n, 256), 256, 0, g->stream>>>(
                         n, (T *)p, lo, hi, seed));
     cudaCheckLaunch(err);
     return 0;

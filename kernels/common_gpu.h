@@ -22,12 +22,34 @@ extern "C" {
 
 // --- types ------------------------------------------------------------------
 
+// The oldest compute capability the build emits code for (Makefile CUDA_ARCH)
+// and the code relies on (warp reductions such as __reduce_max_sync need 8.0).
+#define GPU_MIN_CC 80
+
 // GDT_BF16 is used by the channels-last dense engine only (kernels/nhwc_ops_gpu.h,
 // kernels/fconv_gpu.h, kernels/flinear_gpu.h); SC_DISPATCH knows fp32 and fp16.
 typedef enum { GDT_F32 = 0, GDT_F16 = 1, GDT_BF16 = 2 } gpu_dtype;
 
-// Stream and library handles; cuDNN and cuBLAS are bound to the stream.
+// What the code needs to know of a device, queried once (gpu_devinfo_query)
+// and carried in the context: launch sizes and shared-memory budgets read
+// these, never literals, so the kernels fit any GPU from compute capability 8.0.
 typedef struct {
+    int device;            // CUDA ordinal
+    int cc_major, cc_minor;
+    int sms;               // streaming multiprocessors
+    int smem_block;        // shared memory per block without opt-in (bytes)
+    int smem_block_optin;  // shared memory per block with opt-in (bytes)
+    int smem_sm;           // shared memory per SM (bytes)
+    int smem_reserved;     // shared memory the system reserves per block (bytes)
+    int regs_block, regs_sm;
+    int threads_sm;        // resident threads per SM
+    char name[256];
+} gpu_devinfo;
+
+// Stream and library handles (cuDNN and cuBLAS are bound to the stream) and
+// the properties of the device they were created on.
+typedef struct {
+    gpu_devinfo dev;
     cudaStream_t stream;
     cudnnHandle_t cudnn;
     cublasHandle_t cublas;
@@ -59,7 +81,14 @@ size_t gpu_dtype_size(gpu_dtype dt);
 
 // --- context ----------------------------------------------------------------
 
-// Creates a non-blocking stream and cuDNN/cuBLAS handles bound to it.
+// Fills *d with the properties of device dev (-1: the current device).
+int gpu_devinfo_query(int dev, gpu_devinfo *d, sc_err *err);
+
+// Compute capability as one number (8.6 -> 86).
+int gpu_devinfo_cc(const gpu_devinfo *d);
+
+// Queries the current device and creates a non-blocking stream and
+// cuDNN/cuBLAS handles bound to it.
 int gpu_ctx_init(gpu_ctx *g, sc_err *err);
 // Destroys what gpu_ctx_init created (a zeroed context is fine).
 void gpu_ctx_free(gpu_ctx *g);

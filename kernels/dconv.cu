@@ -13,6 +13,7 @@
 
 #include "kernels/dconv_gpu.h"
 #include "kernels/device_gpu.h"
+#include "kernels/epilogue_gpu.h"
 
 #define DC_WS_LIMIT ((size_t)256 << 20)
 
@@ -40,44 +41,23 @@ struct dconv_gpu {
 
 // --- epilogue kernels -------------------------------------------------------------
 
-// Bias + ReLU in place on the interior of the bordered output (n, K, P+2ob, Q+2ob).
+// Bias + ReLU in place on the interior of the bordered output (n, K, P+2ob,
+// Q+2ob) (e: no pool; each element is read and written by one thread).
 template <typename T>
-__global__ void dconv_bias_relu_kernel(T *out, int n, int K, int P, int Q, int ob,
-                                       const float *bias, int relu) {
-    const size_t total = (size_t)n * K * P * Q;
-    const int wob = Q + 2 * ob, hob = P + 2 * ob;
-    SC_GRID_LOOP(i, total) {
-        const int q = (int)(i % Q), p = (int)(i / Q % P);
-        const size_t pl = i / ((size_t)P * Q);
-        const size_t at = (pl * hob + p + ob) * wob + q + ob;
-        float y = sc_tof(out[at]) + (bias ? bias[pl % K] : 0.0f);
-        out[at] = sc_fromf<T>(relu ? fmaxf(y, 0.0f) : y);
-    }
+__global__ void dconv_bias_relu_kernel(T *out, const sc_epi e) {
+    sc_epi_run(e, out, [&](int i, int k, int p, int q) {
+        return sc_tof(out[sc_epi_out_at(e, i, k, p, q)]);
+    });
 }
 
 // out (bordered NCHW) = pool(relu(tmp + bias)); tmp (n,K,P,Q) or, nhwc, (n,P,Q,K).
 template <typename T>
-__global__ void dconv_pool_kernel(const T *tmp, int nhwc, T *out, int n, int K, int P, int Q,
-                                  int po, int qo, int ob, const float *bias, int relu, int pk,
-                                  int ps, int pp) {
-    const size_t total = (size_t)n * K * po * qo;
-    SC_GRID_LOOP(idx, total) {
-        const int x = (int)(idx % qo), y = (int)(idx / qo % po);
-        const int k = (int)(idx / ((size_t)qo * po) % K), i = (int)(idx / ((size_t)qo * po * K));
-        const int w = pk > 0 ? pk : 1, p0 = pk > 0 ? y * ps - pp : y, q0 = pk > 0 ? x * ps - pp : x;
-        float m = -INFINITY;
-        for (int a = 0; a < w; a++)
-            for (int b = 0; b < w; b++) {
-                const int p = p0 + a, q = q0 + b;
-                if (p < 0 || p >= P || q < 0 || q >= Q) continue;
-                const size_t at = nhwc ? (((size_t)i * P + p) * Q + q) * K + k
-                                       : (((size_t)i * K + k) * P + p) * Q + q;
-                float v = sc_tof(tmp[at]) + (bias ? bias[k] : 0.0f);
-                m = fmaxf(m, relu ? fmaxf(v, 0.0f) : v);
-            }
-        const size_t o = (((size_t)i * K + k) * (po + 2 * ob) + y + ob) * (qo + 2 * ob) + x + ob;
-        out[o] = sc_fromf<T>(m == -INFINITY ? 0.0f : m);
-    }
+__global__ void dconv_pool_kernel(const T *tmp, int nhwc, T *out, const sc_epi e) {
+    sc_epi_run(e, out, [&](int i, int k, int p, int q) {
+        const size_t at = nhwc ? (((size_t)i * e.P + p) * e.Q + q) * e.K + k
+                               : (((size_t)i * e.K + k) * e.P + p) * e.Q + q;
+        return sc_tof(tmp[at]);
+    });
 }
 
 // xt (n, hp, wp, C) = the window region of the bordered NCHW input (shift sh).
@@ -269,24 +249,23 @@ static int dconv_run(const gpu_ctx *g, dconv_gpu *c, int n, const void *in, void
     const int sh = d->in_border - d->pad;
     if (c->nhwc) {
         const size_t total = (size_t)n * c->hp * c->wp * d->C;
-        dconv_to_nhwc_kernel<<<sc_blocks(total, 256), 256, 0, st>>>(
+        dconv_to_nhwc_kernel<<<sc_blocks(g, total, 256), 256, 0, st>>>(
             (const __half *)in, (__half *)c->xt, n, d->C, c->hb, c->wb, c->hp, c->wp, sh);
         cudaCheckLaunch(err);
     }
     SC_TRY(dconv_call(g, c, dconv_x(c, in), dconv_y(c, out), err));
     const float *b = d->bias ? (const float *)c->bias : NULL;
+    const sc_epi e = {n, d->K, d->P, d->Q, c->po, c->qo, d->out_border, b, d->relu,
+                      d->pool_k, d->pool_stride, d->pool_pad};
+    const unsigned bl = sc_blocks(g, (size_t)n * d->K * c->po * c->qo, 256);
     if (c->mode == DCM_TMP) {
-        const size_t total = (size_t)n * d->K * c->po * c->qo;
         SC_DISPATCH(c->es == 2 ? GDT_F16 : GDT_F32,
-                    dconv_pool_kernel<T><<<sc_blocks(total, 256), 256, 0, st>>>(
-                        (const T *)c->tmp, c->nhwc, (T *)out, n, d->K, d->P, d->Q, c->po, c->qo,
-                        d->out_border, b, d->relu, d->pool_k, d->pool_stride, d->pool_pad));
+                    dconv_pool_kernel<T><<<bl, 256, 0, st>>>((const T *)c->tmp, c->nhwc,
+                                                             (T *)out, e));
         cudaCheckLaunch(err);
-    } else if (c->mode == DCM_INPLACE && (b || d->relu)) {
-        const size_t total = (size_t)n * d->K * d->P * d->Q;
+    } else if (c->mode == DCM_INPLACE && (b || d->relu)) {  // no pool: po = P, qo = Q
         SC_DISPATCH(c->es == 2 ? GDT_F16 : GDT_F32,
-                    dconv_bias_relu_kernel<T><<<sc_blocks(total, 256), 256, 0, st>>>(
-                        (T *)out, n, d->K, d->P, d->Q, d->out_border, b, d->relu));
+                    dconv_bias_relu_kernel<T><<<bl, 256, 0, st>>>((T *)out, e));
         cudaCheckLaunch(err);
     }
     return 0;
@@ -309,7 +288,7 @@ static int dconv_same(const gpu_ctx *g, const dconv_gpu *c, const void *y, const
     if (cudaMalloc((void **)&dv, 2 * sizeof *dv) != cudaSuccess) return 0;
     cudaMemsetAsync(dv, 0, 2 * sizeof *dv, g->stream);
     SC_DISPATCH(c->es == 2 ? GDT_F16 : GDT_F32,
-                dconv_diff_kernel<T><<<sc_blocks(n, 256), 256, 0, g->stream>>>(
+                dconv_diff_kernel<T><<<sc_blocks(g, n, 256), 256, 0, g->stream>>>(
                     (const T *)y, (const T *)ref, n, dv));
     const int ok = cudaMemcpyAsync(hv, dv, sizeof hv, cudaMemcpyDeviceToHost, g->stream) ==
                        cudaSuccess && cudaStreamSynchronize(g->stream) == cudaSuccess;
@@ -353,7 +332,7 @@ static int dconv_reference(const gpu_ctx *g, const dconv_gpu *c, void *ref) {
     const size_t total = (size_t)c->max_n * K * P * Q;
     const size_t yoff = c->mode == DCM_TMP ? 0 : (size_t)(ob * (wob + 1)) * c->es;
     SC_DISPATCH(c->es == 2 ? GDT_F16 : GDT_F32,
-                dconv_ref_kernel<T><<<sc_blocks(total, 256), 256, 0, g->stream>>>(
+                dconv_ref_kernel<T><<<sc_blocks(g, total, 256), 256, 0, g->stream>>>(
                     (const T *)dconv_x(c, c->sx), xs, (const T *)c->w, ws,
                     (T *)((char *)ref + yoff), ys, c->max_n, (int)K, (int)C, d->R, d->S,
                     (int)P, (int)Q, d->stride));

@@ -74,7 +74,7 @@ static int dops_ew_launch(const gpu_ctx *g, const dops_geom *ga, const void *a,
                           const float *scale, const float *shift, int relu, sc_err *err) {
     const size_t n = dgeo_total(gy);
     if (n == 0) return 0;
-    const unsigned blocks = sc_blocks(n, DOPS_THREADS);
+    const unsigned blocks = sc_blocks(g, n, DOPS_THREADS);
     if (dgeo_small(ga, gb, gy))
         dops_ew_kernel<T, OP, uint32_t><<<blocks, DOPS_THREADS, 0, g->stream>>>(
             (uint32_t)n, dgeo_of(ga), (const T *)a, dgeo_of(gb ? gb : ga), (const T *)b,
@@ -151,7 +151,7 @@ extern "C" int dops_normalize_gpu(const gpu_ctx *g, gpu_dtype dt, const dops_geo
     if (n == 0) return 0;
     dnorm nm;
     for (int c = 0; c < 3; c++) nm.mean[c] = mean[c], nm.std[c] = std[c];
-    SC_DISPATCH(dt, dops_normalize_kernel<T><<<sc_blocks(n, DOPS_THREADS), DOPS_THREADS, 0,
+    SC_DISPATCH(dt, dops_normalize_kernel<T><<<sc_blocks(g, n, DOPS_THREADS), DOPS_THREADS, 0,
                                                g->stream>>>(n, dgeo_of(gy), img, nm, (T *)y));
     cudaCheckLaunch(err);
     return 0;
@@ -185,7 +185,7 @@ extern "C" int dops_pool_gpu(const gpu_ctx *g, gpu_dtype dt, const dops_geom *gx
                              sc_err *err) {
     const size_t n = dgeo_total(gy);
     if (n == 0) return 0;
-    SC_DISPATCH(dt, dops_pool_kernel<T><<<sc_blocks(n, DOPS_THREADS), DOPS_THREADS, 0,
+    SC_DISPATCH(dt, dops_pool_kernel<T><<<sc_blocks(g, n, DOPS_THREADS), DOPS_THREADS, 0,
                                           g->stream>>>(n, dgeo_of(gx), (const T *)x, k, stride,
                                                        pad, avg, dgeo_of(gy), (T *)y));
     cudaCheckLaunch(err);
@@ -212,7 +212,7 @@ extern "C" int dops_gap_gpu(const gpu_ctx *g, gpu_dtype dt, const dops_geom *gx,
                             const dops_geom *gy, void *y, sc_err *err) {
     const size_t planes = (size_t)gx->n * gx->c;
     if (planes == 0) return 0;
-    SC_DISPATCH(dt, dops_gap_kernel<T><<<sc_blocks(planes * 32, DOPS_THREADS), DOPS_THREADS, 0,
+    SC_DISPATCH(dt, dops_gap_kernel<T><<<sc_blocks(g, planes * 32, DOPS_THREADS), DOPS_THREADS, 0,
                                          g->stream>>>(planes, dgeo_of(gx), (const T *)x,
                                                       dgeo_of(gy), (T *)y));
     cudaCheckLaunch(err);

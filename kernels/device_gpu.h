@@ -43,12 +43,18 @@ static inline bool sc_can_vec(size_t n, int vec, const void *a, const void *b = 
 
 // --- launch sizing ----------------------------------------------------------
 
-// Blocks for a grid-stride loop over `items` with `threads` per block.
-static inline unsigned sc_blocks(size_t items, int threads) {
+// Blocks for a grid-stride loop over `items` with `threads` per block on a
+// device with `sms` SMs: at most 16 per SM (enough to fill it several times).
+static inline unsigned sc_blocks_on(int sms, size_t items, int threads) {
     size_t b = (items + (size_t)threads - 1) / (size_t)threads;
-    const size_t cap = 132 * 16;  // enough to fill an H200 several times over
+    const size_t cap = (size_t)sms * 16;
     if (b < 1) b = 1;
     return (unsigned)(b > cap ? cap : b);
+}
+
+// Blocks for a grid-stride loop over `items` with `threads` per block on g's device.
+static inline unsigned sc_blocks(const gpu_ctx *g, size_t items, int threads) {
+    return sc_blocks_on(g->dev.sms, items, threads);
 }
 
 // Grid-stride loop index helpers.

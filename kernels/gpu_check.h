@@ -19,7 +19,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-#include "runtime/error.h"
+#include "kernels/error.h"
 #ifdef __cplusplus
 }
 #endif

@@ -76,7 +76,7 @@ extern "C" int maxpool_forward_gpu(const gpu_ctx *g, gpu_dtype dt, const pool_di
                                    const void *x, void *y, sc_err *err) {
     const pool_shape s = pool_shape_of(d);
     const size_t total = (size_t)s.n * s.p * s.q * s.c;
-    SC_DISPATCH(dt, maxpool_fwd_kernel<T><<<sc_blocks(total, 256), 256, 0, g->stream>>>(
+    SC_DISPATCH(dt, maxpool_fwd_kernel<T><<<sc_blocks(g, total, 256), 256, 0, g->stream>>>(
                         s, (const T *)x, (T *)y));
     cudaCheckLaunch(err);
     return 0;
@@ -88,7 +88,7 @@ extern "C" int maxpool_backward_gpu(const gpu_ctx *g, gpu_dtype dt, const pool_d
                                     sc_err *err) {
     const pool_shape s = pool_shape_of(d);
     const size_t total = (size_t)s.n * s.h * s.w * s.c;
-    SC_DISPATCH(dt, maxpool_bwd_kernel<T><<<sc_blocks(total, 256), 256, 0, g->stream>>>(
+    SC_DISPATCH(dt, maxpool_bwd_kernel<T><<<sc_blocks(g, total, 256), 256, 0, g->stream>>>(
                         s, (const T *)x, (const T *)dy, (T *)dx, accumulate));
     cudaCheckLaunch(err);
     return 0;
@@ -138,7 +138,7 @@ extern "C" int avgpool_forward_gpu(const gpu_ctx *g, gpu_dtype dt, const pool_di
                                    const void *x, void *y, sc_err *err) {
     const pool_shape s = pool_shape_of(d);
     const size_t total = (size_t)s.n * s.p * s.q * s.c;
-    SC_DISPATCH(dt, avgpool_fwd_kernel<T><<<sc_blocks(total, 256), 256, 0, g->stream>>>(
+    SC_DISPATCH(dt, avgpool_fwd_kernel<T><<<sc_blocks(g, total, 256), 256, 0, g->stream>>>(
                         s, (const T *)x, (T *)y));
     cudaCheckLaunch(err);
     return 0;
@@ -149,7 +149,7 @@ extern "C" int avgpool_backward_gpu(const gpu_ctx *g, gpu_dtype dt, const pool_d
                                     const void *dy, void *dx, int accumulate, sc_err *err) {
     const pool_shape s = pool_shape_of(d);
     const size_t total = (size_t)s.n * s.h * s.w * s.c;
-    SC_DISPATCH(dt, avgpool_bwd_kernel<T><<<sc_blocks(total, 256), 256, 0, g->stream>>>(
+    SC_DISPATCH(dt, avgpool_bwd_kernel<T><<<sc_blocks(g, total, 256), 256, 0, g->stream>>>(
                         s, (const T *)dy, (T *)dx, accumulate));
     cudaCheckLaunch(err);
     return 0;
@@ -185,7 +185,7 @@ __global__ void gap_bwd_kernel(int n, int c, int hw, const T *dy, T *dx, int acc
 extern "C" int gap_forward_gpu(const gpu_ctx *g, gpu_dtype dt, int n, int c, int hw,
                                const void *x, void *y, sc_err *err) {
     const size_t total = (size_t)n * c;
-    SC_DISPATCH(dt, gap_fwd_kernel<T><<<sc_blocks(total, 256), 256, 0, g->stream>>>(
+    SC_DISPATCH(dt, gap_fwd_kernel<T><<<sc_blocks(g, total, 256), 256, 0, g->stream>>>(
                         n, c, hw, (const T *)x, (T *)y));
     cudaCheckLaunch(err);
     return 0;
@@ -195,7 +195,7 @@ extern "C" int gap_forward_gpu(const gpu_ctx *g, gpu_dtype dt, int n, int c, int
 extern "C" int gap_backward_gpu(const gpu_ctx *g, gpu_dtype dt, int n, int c, int hw,
                                 const void *dy, void *dx, int accumulate, sc_err *err) {
     const size_t total = (size_t)n * hw * c;
-    SC_DISPATCH(dt, gap_bwd_kernel<T><<<sc_blocks(total, 256), 256, 0, g->stream>>>(
+    SC_DISPATCH(dt, gap_bwd_kernel<T><<<sc_blocks(g, total, 256), 256, 0, g->stream>>>(
                         n, c, hw, (const T *)dy, (T *)dx, accumulate));
     cudaCheckLaunch(err);
     return 0;

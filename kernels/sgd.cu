@@ -214,7 +214,7 @@ extern "C" int sgd_step_gpu(const gpu_ctx *g, size_t n, float *w, const float *g
     if (n == 0) return 0;
     if (!sc_can_vec(n - n % 4, 4, w, grad, mom) || ((uintptr_t)mask & 15u))
         return sc_fail(err, "sgd_step_gpu: vectors not 16-byte aligned");
-    sgd_kernel<<<sc_blocks(n / 4 + 1, 256), 256, 0, g->stream>>>(n, w, grad, mom, mask, hp, sc);
+    sgd_kernel<<<sc_blocks(g, n / 4 + 1, 256), 256, 0, g->stream>>>(n, w, grad, mom, mask, hp, sc);
     cudaCheckLaunch(err);
     return 0;
 }

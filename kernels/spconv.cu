@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <math.h>
 
+#include "kernels/epilogue_gpu.h"
 #include "kernels/spconv_dev.h"
 
 // --- value types ----------------------------------------------------------------
@@ -20,45 +21,27 @@ template <> struct spk_acc<0> { typedef float T; };
 
 // --- plain kernel -------------------------------------------------------------
 
-// Conv value (activated) of pixel (p, q), row k, weights and offsets from global.
+// Raw conv value of pixel (p, q) of image img, row k (weights and offsets from global).
 template <typename T>
-__device__ float spk_plain_pixel(const spk_args &a, const T *img, int k, int p, int q) {
-    const T *win = img + (size_t)(p * a.stride) * a.Wb + (size_t)(q * a.stride);
+__device__ float spk_plain_pixel(const spk_args &a, int img, int k, int p, int q) {
+    const T *win = (const T *)a.in + (size_t)img * a.C * a.Hb * a.Wb +
+                   (size_t)(p * a.stride) * a.Wb + (size_t)(q * a.stride);
     const float *w = (const float *)a.w + (size_t)k * a.nnz;
     const int32_t *o = a.goff + (size_t)k * a.nnz;
     float acc = 0.0f;
     for (int j = 0; j < a.nnz; j++) acc = fmaf(__ldg(w + j), spk_ld(win, __ldg(o + j)), acc);
-    return spk_act(a, k, acc);
+    return acc;
 }
 
-// One thread per output element; any geometry and any max pool.
+// One thread per output element; any geometry and any max pool (the
+// epilogue of kernels/epilogue_gpu.h; decoded weights, so no row scale).
 template <int VT>
 __global__ void __launch_bounds__(256, 2) spk_plain_kernel(const __grid_constant__ spk_args a) {
     typedef typename spk_elem<VT>::T T;
-    const size_t total = (size_t)a.n * a.K * a.Po * a.Qo;
-    for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
-         idx += (size_t)blockDim.x * gridDim.x) {
-        const int qo = (int)(idx % a.Qo);
-        size_t t = idx / a.Qo;
-        const int po = (int)(t % a.Po);
-        t /= a.Po;
-        const int k = (int)(t % a.K), img = (int)(t / a.K);
-        const T *im = (const T *)a.in + (size_t)img * a.C * a.Hb * a.Wb;
-        float y;
-        if (a.pk > 0) {
-            float m = -INFINITY;
-            for (int da = 0; da < a.pk; da++)
-                for (int db = 0; db < a.pk; db++) {
-                    const int p = po * a.ps - a.pp + da, q = qo * a.ps - a.pp + db;
-                    if (p < 0 || p >= a.P || q < 0 || q >= a.Q) continue;
-                    m = fmaxf(m, spk_plain_pixel(a, im, k, p, q));
-                }
-            y = m == -INFINITY ? 0.0f : m;
-        } else {
-            y = spk_plain_pixel(a, im, k, po, qo);
-        }
-        spk_st((T *)a.out, spk_out_at(a, img, k, po, qo), y);
-    }
+    const sc_epi e = {a.n, a.K, a.P, a.Q, a.Po, a.Qo, a.ob, a.bias, a.relu, a.pk, a.ps, a.pp};
+    sc_epi_run(e, (T *)a.out, [&](int img, int k, int p, int q) {
+        return spk_plain_pixel<T>(a, img, k, p, q);
+    });
 }
 
 // --- tiled kernel: staging ----------------------------------------------------
@@ -593,8 +576,8 @@ static spk_fn spk_kernel(const spk_cfg *c, int vt) {
     }
 }
 
-// Grid of a variant for n images.
-static dim3 spk_grid(const spk_cfg *c, int n) {
+// Grid of a variant for n images on a device with `sms` SMs.
+static dim3 spk_grid(const spk_cfg *c, int sms, int n) {
     const spk_args &a = c->a;
     switch (c->kind) {
     case SPK_TILE:
@@ -607,7 +590,7 @@ static dim3 spk_grid(const spk_cfg *c, int n) {
     case SPK_LINEAR:
         return dim3((unsigned)((n + 31) / 32), (unsigned)((a.K + a.lkb - 1) / a.lkb));
     default: {
-        const size_t total = (size_t)n * a.K * a.Po * a.Qo, cap = 132 * 64;
+        const size_t total = (size_t)n * a.K * a.Po * a.Qo, cap = (size_t)sms * 64;
         size_t b = (total + 255) / 256;
         return dim3((unsigned)(b < 1 ? 1 : b > cap ? cap : b));
     }
@@ -624,40 +607,39 @@ spk_fdiv spk_fdiv_make(uint32_t d) {
     return spk_fdiv{(uint32_t)m, s};
 }
 
-// Raises the kernel's dynamic shared memory limit to what the device allows
+// Raises the kernel's dynamic shared memory limit to what device dev allows
 // (occ3 / occ4 pair variants: and asks for a shared-memory carveout that holds
-// 3 / 4 of their blocks per SM).
-int spk_prepare(const spk_cfg *cfg, int vt, sc_err *err) {
+// 3 / 4 of their blocks per SM); fails when the device has too little.
+int spk_prepare(const spk_cfg *cfg, int vt, const gpu_devinfo *dev, sc_err *err) {
     spk_fn fn = spk_kernel(cfg, vt);
     if (!fn) return sc_fail(err, "spconv: no kernel for variant kind %d", cfg->kind);
+    if (cfg->smem > (size_t)dev->smem_block_optin)
+        return sc_fail(err, "spconv: variant needs %zu bytes of shared memory, the device %d",
+                       cfg->smem, dev->smem_block_optin);
     if (cfg->kind == SPK_PAIR && cfg->big >= 3) {  // occ3 / occ4: room for big blocks per SM
-        const size_t need = (size_t)cfg->big * (cfg->smem + 1024), sm = 228 * 1024;
+        const size_t need = (size_t)cfg->big * (cfg->smem + dev->smem_reserved);
+        const size_t sm = (size_t)dev->smem_sm;
         const int pct = need >= sm ? 100 : (int)((100 * need + sm - 1) / sm);
         cudaCheck(err, cudaFuncSetAttribute((const void *)fn,
                                             cudaFuncAttributePreferredSharedMemoryCarveout, pct));
     }
-    if (cfg->smem <= 48 * 1024) return 0;
-    int dev = 0, optin = 0;
-    cudaCheck(err, cudaGetDevice(&dev));
-    cudaCheck(err, cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    if ((size_t)optin < cfg->smem)
-        return sc_fail(err, "spconv: variant needs %zu bytes of shared memory, the device %d",
-                       cfg->smem, optin);
+    if (cfg->smem <= (size_t)dev->smem_block) return 0;
     cudaCheck(err, cudaFuncSetAttribute((const void *)fn,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        dev->smem_block_optin));
     return 0;
 }
 
-// Launches variant cfg for n images on stream st.
-int spk_launch(const spk_cfg *cfg, int vt, int n, const void *in, void *out, cudaStream_t st,
-               sc_err *err) {
+// Launches variant cfg for n images on stream st (device with `sms` SMs).
+int spk_launch(const spk_cfg *cfg, int vt, int sms, int n, const void *in, void *out,
+               cudaStream_t st, sc_err *err) {
     if (n <= 0) return 0;
     spk_args a = cfg->a;
     a.n = n, a.in = in, a.out = out;
     spk_fn fn = spk_kernel(cfg, vt);
     if (!fn) return sc_fail(err, "spconv: no kernel for variant kind %d", cfg->kind);
     void *params[] = {&a};
-    cudaCheck(err, cudaLaunchKernel((const void *)fn, spk_grid(cfg, n), dim3(cfg->threads),
+    cudaCheck(err, cudaLaunchKernel((const void *)fn, spk_grid(cfg, sms, n), dim3(cfg->threads),
                                     params, cfg->smem, st));
     return 0;
 }

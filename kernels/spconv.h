@@ -1,4 +1,5 @@
-// Direct sparse convolution (seed 001 section 7, Park et al.): weights in CSR,
+// Direct sparse convolution (Pietron and Zurek, section 7; Park et al.,
+// "Faster CNNs with Direct Sparse Convolutions and Guided Pruning"): weights in CSR,
 // one row per output channel, every row padded to the same number of entries,
 // column indices precomputed as offsets into the zero-bordered input, so the
 // inner loop is one load and one FMA per non-zero. Bias, ReLU and a following

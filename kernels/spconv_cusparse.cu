@@ -15,6 +15,7 @@
 #pragma GCC diagnostic pop
 
 #include "kernels/device_gpu.h"
+#include "kernels/epilogue_gpu.h"
 #include "kernels/spmm_gpu.h"
 
 // Returns -1 from the caller when a cuSPARSE call does not succeed.
@@ -60,26 +61,11 @@ __global__ void spmm_im2col_kernel(const T *in, T *b, int n, int C, int R, int S
 
 // out (bordered NCHW) = pool(relu(cm + bias)) for cm (K, n*P*Q).
 template <typename T>
-__global__ void spmm_epilogue_kernel(const T *cm, T *out, int n, int K, int P, int Q, int po,
-                                     int qo, int ob, const float *bias, int relu, int pk, int ps,
-                                     int pp) {
-    const size_t total = (size_t)n * K * po * qo, npq = (size_t)n * P * Q;
-    SC_GRID_LOOP(idx, total) {
-        const int x = (int)(idx % qo), y = (int)(idx / qo % po);
-        const int k = (int)(idx / ((size_t)qo * po) % K), i = (int)(idx / ((size_t)qo * po * K));
-        const int w = pk > 0 ? pk : 1, p0 = pk > 0 ? y * ps - pp : y, q0 = pk > 0 ? x * ps - pp : x;
-        float m = -INFINITY;
-        for (int a = 0; a < w; a++)
-            for (int bb = 0; bb < w; bb++) {
-                const int p = p0 + a, q = q0 + bb;
-                if (p < 0 || p >= P || q < 0 || q >= Q) continue;
-                float v = sc_tof(cm[(size_t)k * npq + ((size_t)i * P + p) * Q + q]);
-                v += bias ? bias[k] : 0.0f;
-                m = fmaxf(m, relu ? fmaxf(v, 0.0f) : v);
-            }
-        const size_t o = (((size_t)i * K + k) * (po + 2 * ob) + y + ob) * (qo + 2 * ob) + x + ob;
-        out[o] = sc_fromf<T>(m == -INFINITY ? 0.0f : m);
-    }
+__global__ void spmm_epilogue_kernel(const T *cm, T *out, const sc_epi e) {
+    const size_t npq = (size_t)e.n * e.P * e.Q;
+    sc_epi_run(e, out, [&](int i, int k, int p, int q) {
+        return sc_tof(cm[(size_t)k * npq + ((size_t)i * e.P + p) * e.Q + q]);
+    });
 }
 
 // --- setup ------------------------------------------------------------------------
@@ -245,15 +231,15 @@ extern "C" int spmm_gpu_forward(const gpu_ctx *g, spmm_gpu *s, int n, const void
     cusparseCheck(err, cusparseSetStream(s->h, st));
     const size_t cols = (size_t)n * d->P * d->Q, outs = (size_t)n * d->K * s->po * s->qo;
     const int sh = d->in_border - d->pad;
-    SC_DISPATCH(s->dt, spmm_im2col_kernel<T><<<sc_blocks(cols * s->crs, 256), 256, 0, st>>>(
+    SC_DISPATCH(s->dt, spmm_im2col_kernel<T><<<sc_blocks(g, cols * s->crs, 256), 256, 0, st>>>(
                            (const T *)in, (T *)s->bmat, n, d->C, d->R, d->S, d->stride, s->hb,
                            s->wb, d->P, d->Q, sh));
     cudaCheckLaunch(err);
     SC_TRY(spmm_mul(s, s->alg, err));
-    SC_DISPATCH(s->dt, spmm_epilogue_kernel<T><<<sc_blocks(outs, 256), 256, 0, st>>>(
-                           (const T *)s->cmat, (T *)out, n, d->K, d->P, d->Q, s->po, s->qo,
-                           d->out_border, s->bias, d->relu, d->pool_k, d->pool_stride,
-                           d->pool_pad));
+    const sc_epi e = {n, d->K, d->P, d->Q, s->po, s->qo, d->out_border, s->bias, d->relu,
+                      d->pool_k, d->pool_stride, d->pool_pad};
+    SC_DISPATCH(s->dt, spmm_epilogue_kernel<T><<<sc_blocks(g, outs, 256), 256, 0, st>>>(
+                           (const T *)s->cmat, (T *)out, e));
     cudaCheckLaunch(err);
     return 0;
 }

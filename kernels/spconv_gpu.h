@@ -18,8 +18,9 @@
 // row and column, so they stage only the inputs the windows read; where the
 // default band of a tiled variant needs C in several chunks, the list also
 // holds the same variant with a shorter band that fits one chunk.
-// spconv_gpu_tune times the variants and keeps the fastest; forward only
-// launches, so it can be captured in a CUDA graph.
+// spconv_gpu_tune checks the variants against the plain kernel, times those
+// that agree and keeps the fastest; forward only launches, so it can be
+// captured in a CUDA graph.
 #ifndef SC_KERNELS_SPCONV_GPU_H
 #define SC_KERNELS_SPCONV_GPU_H
 
@@ -49,10 +50,17 @@ typedef struct spconv_gpu spconv_gpu;
 spconv_gpu *spconv_gpu_create(const spconv_desc *d, spconv_gpu_vtype vt, const uint8_t *codes,
                               const float *codebook, const float *row_scale, sc_err *err);
 
-// Times every variant for batch n on the given device buffers and keeps the
-// fastest; *ms (may be NULL) receives its median time. Synchronises.
+// Checks every variant for batch n against the plain kernel on the given
+// input (real activations, not zeros), times those that agree on the given
+// buffers and keeps the fastest; a variant that cannot be built, fails or
+// disagrees is skipped (spconv_gpu_skipped). *ms (may be NULL) receives the
+// median time. Allocates two outputs' worth of check buffers; synchronises.
 int spconv_gpu_tune(spconv_gpu *g, int n, const void *in, void *out, cudaStream_t st, float *ms,
                     sc_err *err);
+
+// Number of variants the last tune skipped; note (may be NULL) receives why
+// the first of them was.
+int spconv_gpu_skipped(const spconv_gpu *g, char *note, size_t len);
 
 // out = layer(in) for n images; no allocation, no sync: capturable.
 int spconv_gpu_forward(const spconv_gpu *g, int n, const void *in, void *out, cudaStream_t st,

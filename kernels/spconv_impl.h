@@ -22,7 +22,7 @@
 // threads (kg = 512 / ubp groups of rb channels) and one block per SM, so a
 // staged chunk serves twice the channels and holds about twice the channels.
 // occ3 / occ4 pair blocks (big 3, 4): the same layout with 256 threads and
-// the tile capped so that 3 / 4 blocks fit an SM (75 / 56 KB).
+// the tile capped so that 3 / 4 blocks fit an SM (H100: 75 / 56 KB).
 //
 // A 1x1 layer with stride s > 1 reaches the tiled and ell kernels as a
 // stride-1 layer over every s-th input row and column (spk_args.vs = s): the
@@ -86,6 +86,7 @@ struct spk_cfg {
     int et, cs, kbt;     // ell: tile side, splits per row, channels per block
     int ni;              // ell: images per block
     int lkb;             // linear: channels per block
+    int planted;         // test builds (SC_TEST_PLANT_WRONG): a fast wrong copy (empty rows)
     int threads;
     size_t smem;         // dynamic shared memory bytes
     spk_args a;          // layout (device pointers and n filled later)
@@ -93,6 +94,7 @@ struct spk_cfg {
 
 // A layer on the device.
 struct spconv_gpu {
+    gpu_devinfo dev;          // the device the layer lives on (queried at create)
     spconv_desc d;            // geometry; its array pointers are not kept
     spconv_gpu_vtype vt;
     int hb, wb, po, qo, rmin, cmin;
@@ -120,6 +122,8 @@ struct spconv_gpu {
     spk_cfg cfg;              // chosen variant
     int cfg_n, cfg_v;         // batch and index it was listed under
     float ms;                 // tuned median time (ms), 0 when not tuned
+    int nskip;                // variants the last tune skipped (failed or wrong)
+    char skip_note[200];      // why the first of them was skipped
 };
 
 // A kernel's host entry (all kernels take the arguments by value).
@@ -134,11 +138,13 @@ spk_fn spk_pair_fn(int rs, int rb, int cw, int pool, int big);
 // Divisor for spk_fdiv (d >= 1).
 spk_fdiv spk_fdiv_make(uint32_t d);
 
-// Launches variant cfg for n images (cfg->a holds every pointer but in/out).
-int spk_launch(const spk_cfg *cfg, int vt, int n, const void *in, void *out, cudaStream_t st,
-               sc_err *err);
+// Launches variant cfg for n images (cfg->a holds every pointer but in/out)
+// on a device with `sms` SMs.
+int spk_launch(const spk_cfg *cfg, int vt, int sms, int n, const void *in, void *out,
+               cudaStream_t st, sc_err *err);
 
-// Lets cfg's kernel use the shared memory it needs (call before launching).
-int spk_prepare(const spk_cfg *cfg, int vt, sc_err *err);
+// Lets cfg's kernel use the shared memory it needs on device dev (call
+// before launching); fails when the device has too little.
+int spk_prepare(const spk_cfg *cfg, int vt, const gpu_devinfo *dev, sc_err *err);
 
 #endif

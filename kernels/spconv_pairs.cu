@@ -8,7 +8,8 @@
 // offsets; each row's segment of a chunk has an even length (zero records
 // pad it), so it is read in 16-byte loads throughout. Each (rs, rb, cw, pool)
 // comes as a 256-thread kernel (two blocks per SM) and, for the small-plane
-// list, as a "big" 512-thread one (one block per SM, up to 220 KB of tile):
+// list, as a "big" 512-thread one (one block per SM, a tile of up to 220 KB
+// where the device has it):
 // the same body, twice the output channels per block sharing each staged
 // chunk, and fewer chunks (bench/kernels_small.md); some of those also as a
 // "big pf" kernel that loads each row's first records during the row before;

@@ -2,6 +2,7 @@
 // entries decomposed into (channel, kernel row, kernel column), the variant
 // list for a batch size with each variant's shared-memory layout, the weight
 // tables a variant reads, tuning by timing, and the public API.
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,16 +11,32 @@
 #include <algorithm>
 #include <vector>
 
+#include "kernels/device_gpu.h"
 #include "kernels/spconv_impl.h"
 
+// Tile caps by choice (the device's own limits may be lower: spg_smem_cap).
 #define SPG_TILE_SMEM (100 * 1024)  // two tiled blocks per SM
-#define SPG_BIG_SMEM (220 * 1024)   // one big pair block per SM (H200 opt-in: 227 KB)
-#define SPG_OCC3_SMEM (75 * 1024)   // three occ3 pair blocks per SM (228 KB, 1 KB each reserved)
-#define SPG_OCC4_SMEM (56 * 1024)   // four occ4 pair blocks per SM
-#define SPG_MAX_SMEM (200 * 1024)
+#define SPG_BIG_SMEM (220 * 1024)   // one big pair block per SM
+#define SPG_MAX_SMEM (200 * 1024)   // ell and linear
 #define SPG_MAX_VARIANTS 256
+#ifdef SC_TEST_PLANT_WRONG  // test builds: each variant followed at the end by a wrong copy
+#define SPG_LIST_CAP (2 * SPG_MAX_VARIANTS)
+#else
+#define SPG_LIST_CAP SPG_MAX_VARIANTS
+#endif
+// Check tolerances against the plain kernel (max |variant - plain| / max |plain|).
+#define SPG_TOL32 1e-4f
+#define SPG_TOL16 2e-2f
 
 // --- small helpers ------------------------------------------------------------
+
+// Shared memory one block may use when `per_sm` blocks share an SM of the
+// layer's device, at most `want` (H100: 1 -> 227 KB, 3 -> 75 KB, 4 -> 56 KB).
+static long spg_smem_cap(const spconv_gpu *g, int per_sm, long want) {
+    const gpu_devinfo *d = &g->dev;
+    const long fit = (long)d->smem_sm / per_sm - d->smem_reserved;
+    return std::min(want, std::min(fit, (long)d->smem_block_optin));
+}
 
 // Smallest multiple of m that is >= x.
 static int spg_roundup(int x, int m) { return (x + m - 1) / m * m; }
@@ -180,18 +197,18 @@ static int spg_tile_units(const spconv_gpu *g, const spk_cfg *c) {
     return pool ? g->qo : (g->d.Q + 1) / 2;
 }
 
-// Threads per block, block slots of the machine (132 SMs x blocks per SM, for
+// Threads per block, block slots of the device (SMs x blocks per SM, for
 // the ki loop) and tile cap of a tiled variant: 256 threads, two blocks per SM;
 // big pair blocks 512 threads, one per SM; occ3 / occ4 pair blocks 256
 // threads, three / four per SM.
-static void spg_tile_family(const spk_cfg *c, int *thr, int *slots, long *cap) {
+static void spg_tile_family(const spconv_gpu *g, const spk_cfg *c, int *thr, int *slots,
+                            long *cap) {
     const int big = c->kind == SPK_PAIR ? c->big : 0;
-    *thr = big == 1 || big == 2 ? 512 : 256;
-    *slots = big == 1 || big == 2 ? 132 : big >= 3 ? 132 * big : 264;
-    *cap = big == 1 || big == 2 ? SPG_BIG_SMEM
-           : big == 3           ? SPG_OCC3_SMEM
-           : big == 4           ? SPG_OCC4_SMEM
-                                : SPG_TILE_SMEM;
+    const int per_sm = big == 1 || big == 2 ? 1 : big >= 3 ? big : 2;
+    *thr = per_sm == 1 ? 512 : 256;
+    *slots = g->dev.sms * per_sm;
+    const long want = per_sm == 1 ? SPG_BIG_SMEM : per_sm == 2 ? SPG_TILE_SMEM : LONG_MAX;
+    *cap = spg_smem_cap(g, per_sm, want);
 }
 
 // Layout of the tiled kernel for (rs, rb, nb) at batch n (SPK_TILE, and
@@ -204,7 +221,7 @@ static int spg_layout_tile(const spconv_gpu *g, int n, spk_cfg *c) {
     const int pair = c->kind == SPK_PAIR, cw = pair ? c->cw : 1;
     int thr, slots;
     long cap;
-    spg_tile_family(c, &thr, &slots, &cap);
+    spg_tile_family(g, c, &thr, &slots, &cap);
     const int fp32 = g->vt == SPG_FP32 && !pair, pool = g->pool2, rs = c->rs;
     if (pool && (rs & 1)) return -1;
     if (pair && g->vt != SPG_FP32) return -1;
@@ -258,7 +275,7 @@ static int spg_layout_ell(const spconv_gpu *g, spk_cfg *c) {
     a->red_off = (int)((tile + 15) / 16 * 4);
     c->threads = c->kbt * c->cs;
     c->smem = (size_t)a->red_off * 4 + ((size_t)c->threads * c->ni * c->et * c->et + 32) * 4;
-    if (c->smem > SPG_MAX_SMEM) return -1;
+    if ((long)c->smem > spg_smem_cap(g, 1, SPG_MAX_SMEM)) return -1;
     a->tiles_q = spg_cdiv(cols, c->et), a->ntiles = spg_cdiv(rows, c->et) * a->tiles_q;
     a->f_plane = spk_fdiv_make(a->ebr * a->ebc), a->f_ebc = spk_fdiv_make(a->ebc);
     return 0;
@@ -269,7 +286,7 @@ static int spg_layout_linear(const spconv_gpu *g, spk_cfg *c) {
     c->threads = 256;
     c->smem = ((size_t)32 * (g->d.C + 1) + 32) * 4;
     c->a.lkb = c->lkb, c->a.f_c = spk_fdiv_make(g->d.C);
-    return c->smem > SPG_MAX_SMEM ? -1 : 0;
+    return (long)c->smem > spg_smem_cap(g, 1, SPG_MAX_SMEM) ? -1 : 0;
 }
 
 // Describes a 1x1 layer with stride s > 1 to a tiled or ell variant as a
@@ -294,9 +311,11 @@ static int spg_layout(const spconv_gpu *g, int n, spk_cfg *c) {
 
 // --- variant list ---------------------------------------------------------------
 
-// Appends variant c when it applies to batch n.
+// Appends variant c when it applies to batch n and fits the device.
 static void spg_add(const spconv_gpu *g, int n, spk_cfg c, spk_cfg *out, int *m) {
-    if (*m < SPG_MAX_VARIANTS && spg_layout(g, n, &c) == 0) out[(*m)++] = c;
+    if (*m < SPG_MAX_VARIANTS && spg_layout(g, n, &c) == 0 &&
+        (long)c.smem <= g->dev.smem_block_optin)
+        out[(*m)++] = c;
 }
 
 // The channels-along-lanes variants with ni images per block (tile sides
@@ -419,9 +438,22 @@ static void spg_add_occ(const spconv_gpu *g, int n, spk_cfg *out, int *m) {
                 if (spg_occ_pick(g, n, c, &t) != 0 || *m >= SPG_MAX_VARIANTS) continue;
                 const long blocks = (long)t.a.bands * spg_cdiv(n, t.a.nb) *
                                     spg_cdiv(g->d.K, t.a.kb * t.a.ki);
-                if (blocks > 264) out[(*m)++] = t;  // else no more than 2 per SM would run
+                if (blocks > 2L * g->dev.sms) out[(*m)++] = t;  // else <= 2 per SM would run
             }
 }
+
+#ifdef SC_TEST_PLANT_WRONG
+// Test builds: appends a copy of every variant but the plain one whose rows
+// are empty (bias and ReLU only: faster than the original and wrong, so a
+// tuner that timed before checking would pick one), then a copy that asks
+// for more shared memory than any GPU has. Returns the new count.
+static int spg_plant(spk_cfg *out, int m) {
+    int k = m;
+    for (int v = 1; v < m; v++) out[k] = out[v], out[k++].planted = 1;
+    if (m > 1) out[k] = out[1], out[k].planted = 2, out[k++].smem = (size_t)1 << 30;
+    return k;
+}
+#endif
 
 // Lists the variants for batch n (index 0: the plain kernel); returns the count.
 static int spg_candidates(const spconv_gpu *g, int n, spk_cfg *out) {
@@ -467,6 +499,9 @@ static int spg_candidates(const spconv_gpu *g, int n, spk_cfg *out) {
         spg_add_ell(g, n, 4, 1, out, &m);
     }
     if (g->vt == SPG_FP32) spg_add_occ(g, n, out, &m);
+#ifdef SC_TEST_PLANT_WRONG
+    m = spg_plant(out, m);
+#endif
     return m;
 }
 
@@ -558,6 +593,9 @@ static int spg_tables(const spconv_gpu *g, const spk_cfg *c, void **dw, int **dc
         if (c->kind == SPK_PAIR)
             for (int ch = 0; ch < nch; ch++) cp[ch + 1] = spg_roundup(cp[ch + 1], 2);
         for (int ch = 0; ch < nch; ch++) cp[ch + 1] += cp[ch], fill[ch] = cp[ch];
+#ifdef SC_TEST_PLANT_WRONG
+        if (c->planted == 1) std::fill(cp, cp + nch + 1, 0);  // the kernel sees empty rows
+#endif
         for (int j = 0; j < nnz; j++) {
             const size_t e = (size_t)k * nnz + j;
             int ch;
@@ -582,7 +620,7 @@ static int spg_select(spconv_gpu *g, const spk_cfg *cfg, sc_err *err) {
     void *dw = NULL;
     int *dcp = NULL, *dperm = NULL;
     if ((cfg->kind != SPK_PLAIN && spg_tables(g, cfg, &dw, &dcp, &dperm, err)) ||
-        spk_prepare(cfg, g->vt, err)) {
+        spk_prepare(cfg, g->vt, &g->dev, err)) {
         cudaFree(dw), cudaFree(dcp), cudaFree(dperm);
         return -1;
     }
@@ -599,7 +637,7 @@ static int spg_default(const spk_cfg *c, int m) {
     int best = m - 1;
     double score = -1.0;
     for (int i = 0; i < m; i++) {
-        if (c[i].kind != SPK_TILE || c[i].gd > 1) continue;
+        if (c[i].kind != SPK_TILE || c[i].gd > 1 || c[i].planted) continue;
         const double s = (double)c[i].a.ub / c[i].a.ubp + (c[i].rs * c[i].rb == 8 ? 1.0 : 0.0);
         if (s > score) score = s, best = i;
     }
@@ -635,6 +673,112 @@ static int spg_time(const spconv_gpu *g, int n, const void *in, void *out, cudaS
     return 0;
 }
 
+// --- checking ---------------------------------------------------------------------
+
+// Device buffers of a tune's checks: the plain kernel's output, a variant's
+// (both bordered, for n images) and the two error maxima.
+struct spg_check {
+    void *ref, *got;
+    unsigned *acc;
+    size_t elems;
+};
+
+// acc[0] = max |got - ref|, acc[1] = max |ref| (as float bits) over n outputs.
+// Where ref holds the poison (NaN: no output there) got must hold it too; a
+// NaN in got elsewhere counts as an infinite error.
+template <typename T>
+__global__ void spg_diff_kernel(size_t n, const T *ref, const T *got, unsigned *acc) {
+    float e = 0.0f, m = 0.0f;
+    SC_GRID_LOOP(i, n) {
+        const float r = sc_tof(ref[i]), v = sc_tof(got[i]);
+        if (isnan(r)) e = isnan(v) ? e : INFINITY;
+        else e = isnan(v) ? INFINITY : fmaxf(e, fabsf(v - r)), m = fmaxf(m, fabsf(r));
+    }
+    atomicMax(acc, __float_as_uint(e));
+    atomicMax(acc + 1, __float_as_uint(m));
+}
+
+// Bytes of one check buffer.
+static size_t spg_check_bytes(const spconv_gpu *g, const spg_check *c) {
+    return c->elems * (g->vt == SPG_FP32 ? 4 : 2);
+}
+
+// Allocates the check buffers for batch n.
+static int spg_check_alloc(const spconv_gpu *g, int n, spg_check *c, sc_err *err) {
+    const int ob = g->d.out_border;
+    c->elems = (size_t)n * g->d.K * (g->po + 2 * ob) * (g->qo + 2 * ob);
+    cudaCheck(err, cudaMalloc(&c->ref, spg_check_bytes(g, c)));
+    cudaCheck(err, cudaMalloc(&c->got, spg_check_bytes(g, c)));
+    cudaCheck(err, cudaMalloc(&c->acc, 2 * sizeof(unsigned)));
+    return 0;
+}
+
+// Frees the check buffers (a zeroed struct is fine).
+static void spg_check_free(spg_check *c) {
+    cudaFree(c->ref), cudaFree(c->got), cudaFree(c->acc);
+    *c = spg_check{};
+}
+
+// Runs the chosen variant into buf poisoned first (every bit set: NaN) and waits.
+static int spg_run_poisoned(const spconv_gpu *g, int n, const void *in, void *buf, size_t bytes,
+                            cudaStream_t st, sc_err *err) {
+    cudaCheck(err, cudaMemsetAsync(buf, 0xFF, bytes, st));
+    SC_TRY(spconv_gpu_forward(g, n, in, buf, st, err));
+    cudaCheck(err, cudaStreamSynchronize(st));
+    return 0;
+}
+
+// The reference: the plain kernel (list entry 0) on the input, into c->ref.
+static int spg_reference(spconv_gpu *g, const spk_cfg *plain, int n, const void *in,
+                         spg_check *c, cudaStream_t st, sc_err *err) {
+    SC_TRY(spg_select(g, plain, err));
+    return spg_run_poisoned(g, n, in, c->ref, spg_check_bytes(g, c), st, err);
+}
+
+// *rel = max |variant - reference| / max |reference| of the chosen variant.
+static int spg_check_variant(const spconv_gpu *g, int n, const void *in, spg_check *c,
+                             cudaStream_t st, float *rel, sc_err *err) {
+    SC_TRY(spg_run_poisoned(g, n, in, c->got, spg_check_bytes(g, c), st, err));
+    cudaCheck(err, cudaMemsetAsync(c->acc, 0, 2 * sizeof(unsigned), st));
+    const unsigned bl = sc_blocks_on(g->dev.sms, c->elems, 256);
+    if (g->vt == SPG_FP32)
+        spg_diff_kernel<<<bl, 256, 0, st>>>(c->elems, (const float *)c->ref,
+                                            (const float *)c->got, c->acc);
+    else
+        spg_diff_kernel<<<bl, 256, 0, st>>>(c->elems, (const __half *)c->ref,
+                                            (const __half *)c->got, c->acc);
+    cudaCheckLaunch(err);
+    unsigned h[2];
+    cudaCheck(err, cudaMemcpyAsync(h, c->acc, sizeof h, cudaMemcpyDeviceToHost, st));
+    cudaCheck(err, cudaStreamSynchronize(st));
+    float e, m;
+    memcpy(&e, &h[0], 4), memcpy(&m, &h[1], 4);
+    *rel = m > 0.0f ? e / m : e;
+    return 0;
+}
+
+// Counts variant v as skipped and notes why when it is the first.
+static void spg_note_skip(spconv_gpu *g, int v, const char *why) {
+    (void)cudaGetLastError();  // a failed launch's error is not sticky: clear it
+    if (g->nskip++ == 0) snprintf(g->skip_note, sizeof g->skip_note, "variant %d: %.170s", v, why);
+}
+
+// Builds variant v (cfg), checks it against the reference in c and times
+// it into *t; 0 when it passed, else -1 with the variant noted as skipped.
+static int spg_try(spconv_gpu *g, const spk_cfg *cfg, int v, int n, const void *in, void *out,
+                   cudaStream_t st, spg_check *c, float cutoff, float *t) {
+    sc_err why = {{0}};
+    const float tol = g->vt == SPG_FP32 ? SPG_TOL32 : SPG_TOL16;
+    float rel = 0.0f;
+    int rc = spg_select(g, cfg, &why);
+    if (!rc) rc = spg_check_variant(g, n, in, c, st, &rel, &why);
+    if (!rc && !(rel <= tol))
+        rc = sc_fail(&why, "off the plain kernel by %.3g (tolerance %g)", rel, (double)tol);
+    if (!rc) rc = spg_time(g, n, in, out, st, cutoff, t, &why);
+    if (rc) spg_note_skip(g, v, why.msg);
+    return rc;
+}
+
 // --- public API -------------------------------------------------------------------
 
 // Uploads a layer and picks a default variant for a large batch.
@@ -650,6 +794,10 @@ extern "C" spconv_gpu *spconv_gpu_create(const spconv_desc *d, spconv_gpu_vtype 
         sc_fail(err, "out of memory");
         return NULL;
     }
+    if (gpu_devinfo_query(-1, &g->dev, err)) {
+        free(g);
+        return NULL;
+    }
     g->d = *d, g->vt = vt, g->compact = 1;
     g->hb = d->H + 2 * d->in_border, g->wb = d->W + 2 * d->in_border;
     g->rmin = g->cmin = d->in_border - d->pad;
@@ -659,7 +807,7 @@ extern "C" spconv_gpu *spconv_gpu_create(const spconv_desc *d, spconv_gpu_vtype 
                 d->out_border == 0 && d->pool_k == 0 && d->pad == 0;
     for (int i = 0; i < 16 && vt == SPG_CB4; i++) g->cbf[i] = codebook[i];
     for (int i = 0; i < 32; i++) g->cbh[i] = spg_h2bits(g->cbf[i]);
-    spk_cfg *list = (spk_cfg *)malloc(SPG_MAX_VARIANTS * sizeof *list);
+    spk_cfg *list = (spk_cfg *)malloc(SPG_LIST_CAP * sizeof *list);
     int rc = !list ? sc_fail(err, "out of memory") : 0;
     if (!rc && (d->K <= 0 || d->C <= 0 || d->nnz_row < 0 || d->P <= 0 || d->Q <= 0 ||
                 d->in_border < d->pad || g->po <= 0 || g->qo <= 0))
@@ -683,7 +831,7 @@ extern "C" spconv_gpu *spconv_gpu_create(const spconv_desc *d, spconv_gpu_vtype 
 
 // Number of variants listed for batch n.
 extern "C" int spconv_gpu_nvariants(const spconv_gpu *g, int n) {
-    spk_cfg *list = (spk_cfg *)malloc(SPG_MAX_VARIANTS * sizeof *list);
+    spk_cfg *list = (spk_cfg *)malloc(SPG_LIST_CAP * sizeof *list);
     const int m = list ? spg_candidates(g, n < 1 ? 1 : n, list) : 0;
     free(list);
     return m;
@@ -691,7 +839,7 @@ extern "C" int spconv_gpu_nvariants(const spconv_gpu *g, int n) {
 
 // Makes variant v of the list for batch n the one forward runs.
 extern "C" int spconv_gpu_use(spconv_gpu *g, int n, int v, sc_err *err) {
-    spk_cfg *list = (spk_cfg *)malloc(SPG_MAX_VARIANTS * sizeof *list);
+    spk_cfg *list = (spk_cfg *)malloc(SPG_LIST_CAP * sizeof *list);
     if (!list) return sc_fail(err, "out of memory");
     const int m = spg_candidates(g, n < 1 ? 1 : n, list);
     int rc = v < 0 || v >= m ? sc_fail(err, "spconv: variant %d of %d", v, m) : 0;
@@ -708,22 +856,33 @@ extern "C" int spconv_gpu_compact(spconv_gpu *g, int on, sc_err *err) {
     return spconv_gpu_use(g, g->cfg_n, g->cfg_v, err);
 }
 
-// Times every variant for batch n and keeps the fastest.
+// Checks every variant for batch n against the plain kernel, times those
+// that agree and keeps the fastest; a variant that cannot be built, fails or
+// disagrees is skipped (counted, the first reason noted). The plain kernel
+// is the fallback when no other variant passes.
 extern "C" int spconv_gpu_tune(spconv_gpu *g, int n, const void *in, void *out, cudaStream_t st,
                                float *ms, sc_err *err) {
-    spk_cfg *list = (spk_cfg *)malloc(SPG_MAX_VARIANTS * sizeof *list);
+    n = n < 1 ? 1 : n;
+    spk_cfg *list = (spk_cfg *)malloc(SPG_LIST_CAP * sizeof *list);
     if (!list) return sc_fail(err, "out of memory");
-    const int m = spg_candidates(g, n < 1 ? 1 : n, list);
-    int best = -1, rc = 0;
+    const int m = spg_candidates(g, n, list);
+    spg_check c = {};
+    int best = -1;
     float best_ms = INFINITY;
-    for (int v = m > 1 ? 1 : 0; v < m && !rc; v++) {  // the plain kernel only as a fallback
+    g->nskip = 0, g->skip_note[0] = 0;
+    int rc = spg_check_alloc(g, n, &c, err);
+    if (!rc) rc = spg_reference(g, &list[0], n, in, &c, st, err);
+    for (int v = 1; v < m && !rc; v++) {
         float t = INFINITY;
-        rc = spg_select(g, &list[v], err);
-        if (!rc) rc = spg_time(g, n, in, out, st, 3.0f * best_ms, &t, err);
-        if (!rc && t < best_ms) best_ms = t, best = v;
+        if (spg_try(g, &list[v], v, n, in, out, st, &c, 3.0f * best_ms, &t) == 0 && t < best_ms)
+            best_ms = t, best = v;
     }
-    if (!rc && best < 0) rc = sc_fail(err, "spconv: no variant for batch %d", n);
+    if (!rc && best < 0) {  // nothing but the plain kernel: it is the reference, so it passes
+        best = 0;
+        rc = spg_select(g, &list[0], err) || spg_time(g, n, in, out, st, INFINITY, &best_ms, err);
+    }
     if (!rc) rc = spg_select(g, &list[best], err);
+    spg_check_free(&c);
     free(list);
     if (rc) return -1;
     g->cfg_n = n, g->cfg_v = best, g->ms = best_ms;
@@ -731,10 +890,17 @@ extern "C" int spconv_gpu_tune(spconv_gpu *g, int n, const void *in, void *out, 
     return 0;
 }
 
+// Number of variants the last tune skipped; note (may be NULL) receives why
+// the first of them was.
+extern "C" int spconv_gpu_skipped(const spconv_gpu *g, char *note, size_t len) {
+    if (note && len) snprintf(note, len, "%s", g->skip_note);
+    return g->nskip;
+}
+
 // out = layer(in) for n images (capturable).
 extern "C" int spconv_gpu_forward(const spconv_gpu *g, int n, const void *in, void *out,
                                   cudaStream_t st, sc_err *err) {
-    return spk_launch(&g->cfg, (int)g->vt, n, in, out, st, err);
+    return spk_launch(&g->cfg, (int)g->vt, g->dev.sms, n, in, out, st, err);
 }
 
 // One line describing the chosen variant.
@@ -750,6 +916,8 @@ extern "C" void spconv_gpu_describe(const spconv_gpu *g, char *buf, size_t len) 
         snprintf(t + strlen(t), sizeof t - strlen(t), "%s",
                  c->big == 1 ? " big" : c->big == 2 ? " big pf" : c->big == 3 ? " occ3" : " occ4");
     if (g->ms > 0) snprintf(t + strlen(t), sizeof t - strlen(t), " %.4f ms @%d", g->ms, g->cfg_n);
+    if (g->nskip > 0) snprintf(t + strlen(t), sizeof t - strlen(t), " (%d skipped)", g->nskip);
+    if (c->planted) snprintf(t + strlen(t), sizeof t - strlen(t), " planted");
     if (!g->compact && c->kind != SPK_PLAIN)
         snprintf(t + strlen(t), sizeof t - strlen(t), " padded");
     if (c->kind == SPK_TILE)

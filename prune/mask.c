@@ -249,16 +249,6 @@ int prune_mask_raise(net *nt, const prune_layers *pl, const double *target, cons
     return bad >= 0 ? -1 : 0;
 }
 
-// Multiplies parameters and momentum by the mask.
-void prune_mask_apply(net *nt, float *mom) {
-#pragma omp parallel for schedule(static) if (nt->nparam >= PAR_MIN)
-    for (size_t i = 0; i < nt->nparam; i++) {
-        if (nt->mask[i] != 0.0f) continue;
-        nt->param[i] = 0.0f;
-        if (mom) mom[i] = 0.0f;
-    }
-}
-
 // Counts masked entries of prunable layers whose weight or momentum is not zero.
 size_t prune_mask_violations(const net *nt, const prune_layers *pl, const float *mom) {
     size_t bad = 0;

@@ -65,9 +65,6 @@ int prune_layer_raise(float *w, float *mask, float *mom, const float *gabs, size
 int prune_mask_raise(net *nt, const prune_layers *pl, const double *target, const float *gabs,
                      prune_crit c, float *mom, sc_err *err);
 
-// Multiplies parameters (and momentum when not NULL) by the mask.
-void prune_mask_apply(net *nt, float *mom);
-
 // Counts prunable weights that are non-zero although masked (0 when the
 // invariant holds); mom (nparam) may be NULL.
 size_t prune_mask_violations(const net *nt, const prune_layers *pl, const float *mom);

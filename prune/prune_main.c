@@ -122,7 +122,7 @@ static int opts_parse(prune_opts *o, int argc, char **argv) {
     cli_opt opts[] = {CLI_COMMON_OPTS(o->c), PRUNE_OPTS(o)};
     cli_spec spec = {.tool = TOOL, .usage = "prune [options] [DATASET]",
                      .summary = "Prunes a CNN: evolutionary population search over gradient/magnitude masks\n"
-                                "(seed 001), or gradual/one-shot magnitude pruning, from scratch or --from a\n"
+                                "(Pietron and Zurek), or gradual/one-shot magnitude pruning, from scratch or --from a\n"
                                 "trained model. DATASET: cifar10, cifar100, synthetic or a CIFAR-format folder\n"
                                 "(default: the model's, else cifar100 when present, else synthetic).",
                      .opts = opts, .nopts = (int)(sizeof opts / sizeof *opts), .min_pos = 0,

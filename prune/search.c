@@ -158,8 +158,11 @@ void prune_search_set_dist(prune_search *s, dist *d) {
     s->size = dist_size(d);
     if (s->rank != 0) s->cfg.quiet = 1;
     prune_pop_home(s->owner, s->cfg.population, s->size);
+    s->die_iter = 0;
+#ifdef SC_TEST_HOOKS  // test builds only (build/testbin/prune): tests/cli_prune_mpi.sh
     const char *die = getenv("SC_PRUNE_TEST_DIE_AT");
     if (!die || sscanf(die, "%d,%d", &s->die_iter, &s->die_rank) != 2) s->die_iter = 0;
+#endif
 }
 
 // --- spreading the solutions over ranks -------------------------------------
@@ -212,9 +215,14 @@ static int state_save(prune_search *s, const char *path, const char *config, sc_
     return 0;
 }
 
-// Tests: SC_PRUNE_TEST_DIE_AT=I,R kills rank R as iteration I (1-based) starts.
+// Test builds (SC_TEST_HOOKS): SC_PRUNE_TEST_DIE_AT=I,R kills rank R as
+// iteration I (1-based) starts; the shipped library never does.
 static void test_die(const prune_search *s, int it) {
+#ifdef SC_TEST_HOOKS
     if (s->die_iter == it + 1 && s->die_rank == s->rank) raise(SIGKILL);
+#else
+    (void)s, (void)it;
+#endif
 }
 
 // --- moving solutions through the executor ----------------------------------

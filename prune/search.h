@@ -90,7 +90,8 @@ typedef struct {
     int *owner;          // (population) rank that holds and trains each solution's arrays
     long *img;           // (population) training images of each solution this iteration
     prune_oplog log;     // the array work of the last selection (prune/pop.h)
-    int die_iter, die_rank;  // tests (SC_PRUNE_TEST_DIE_AT=I,R): rank R dies as iteration I starts
+    int die_iter, die_rank;  // test builds (SC_TEST_HOOKS; SC_PRUNE_TEST_DIE_AT=I,R): rank R
+                             // dies as iteration I starts; always 0 in the shipped library
 } prune_search;
 
 // Sets up a search for the start model in nt on executor ex; the population

@@ -1,4 +1,4 @@
-// Non-linear quantization with k-means codebooks (seed 001 eq. 8-9, Deep
+// Non-linear quantization with k-means codebooks (Pietron and Zurek eq. 8-9, Deep
 // Compression): the kept (mask 1) weights of one tensor are clustered in
 // 1-D into k centroids; each weight is replaced by its nearest centroid.
 // Pruned weights are neither clustered nor changed: they stay exactly zero.

@@ -1,4 +1,4 @@
-// Linear fixed-point quantization (seed 001 eq. 5-7): a weight x becomes the
+// Linear fixed-point quantization (Pietron and Zurek eq. 5-7): a weight x becomes the
 // integer q = clamp(round(x / scale) + zero_point, qmin, qmax) of `bits`
 // bits and decodes to scale * (q - zero_point). Symmetric: zero_point 0 and
 // q in [-(2^(b-1) - 1), 2^(b-1) - 1]; asymmetric: q in [-2^(b-1), 2^(b-1) - 1]

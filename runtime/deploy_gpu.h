@@ -1,4 +1,4 @@
-// The deploy plan on the GPU (seed 001 Algorithm 2): every conv/linear op
+// The deploy plan on the GPU (Algorithm 2 of Pietroń and Żurek, 2020): every conv/linear op
 // has a set of candidate implementations taken from one table
 // (runtime/deploy_cand_gpu.c: the direct sparse kernel, cuDNN dense in each
 // precision, cuSPARSE, ...). Each candidate is first checked against the CPU

@@ -1,6 +1,7 @@
 // The `deploy` tool: loads an export (runtime/sparse_model.h), builds the
 // deploy plan, and on a GPU checks, times and picks an implementation per
-// layer (seed 001 Algorithm 2), then reports test accuracy, a per-layer
+// layer (Algorithm 2 of Pietroń and Żurek, "When deep learning models on GPU can be
+// accelerated by taking advantage of unstructured sparsity"), then reports test accuracy, a per-layer
 // table, end-to-end images/s at the batch size and latency at batch 1
 // against the all-dense cuDNN network in the same precision (same run, CUDA
 // graphs), a speedup chart and a JSON summary. Without a GPU it runs the CPU

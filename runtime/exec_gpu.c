@@ -260,10 +260,8 @@ static int gx_write_net(void *st, sc_err *err);
 
 // Sets up the state: context, layers, segments, buffers, the max_batch plan.
 static int gx_setup(gx_exec *e, sc_err *err) {
-    struct cudaDeviceProp prop;
-    cudaCheck(err, cudaGetDeviceProperties(&prop, 0));
-    snprintf(e->name, sizeof e->name, "%s", prop.name);
-    SC_TRY(gpu_ctx_init(&e->g, err));
+    SC_TRY(gpu_ctx_init(&e->g, err));  // the selected device's properties, not device 0's
+    snprintf(e->name, sizeof e->name, "%s", e->g.dev.name);
     e->gl = calloc((size_t)e->nt->nlayers, sizeof *e->gl);
     e->gseen = calloc((size_t)e->nt->nlayers, 1);
     if (!e->gl || !e->gseen) return sc_fail(err, "out of memory");
@@ -519,6 +517,13 @@ const exec_backend *exec_gpu_backend(sc_err *err) {
     }
     if (count < 1) {
         sc_fail(err, "no GPU found");
+        return NULL;
+    }
+    gpu_devinfo d;
+    if (gpu_devinfo_query(-1, &d, err)) return NULL;
+    if (gpu_devinfo_cc(&d) < GPU_MIN_CC) {
+        sc_fail(err, "GPU %s has compute capability %d.%d; the GPU code needs %d.%d or newer",
+                d.name, d.cc_major, d.cc_minor, GPU_MIN_CC / 10, GPU_MIN_CC % 10);
         return NULL;
     }
     return &gpu_backend;

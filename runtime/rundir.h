@@ -1,4 +1,4 @@
-// Run directories (DESIGN.md section 8): every step writes into
+// Run directories (docs/cli.md): every step writes into
 // <runs>/<dataset>-<model>-<YYYYmmdd-HHMMSS>[-N]/ and <runs>/latest points at
 // the newest one, so the next tool finds its input without file names.
 #ifndef SC_RUNDIR_H

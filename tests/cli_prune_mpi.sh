@@ -84,7 +84,9 @@ for n in 1 3; do
 done
 
 # --- a rank dies -----------------------------------------------------------------------
-SC_PRUNE_TEST_DIE_AT=3,1 $MPIRUN -np 3 $PR $R -o "$T/d.h5" --json "$T/d.json" --save-interval 0 \
+# (the hook is only in the test build of prune, build/testbin/prune)
+PRH="${TESTBIN:-$(dirname "$BIN")/testbin}/prune --device cpu --quiet --data-dir $T/data"
+SC_PRUNE_TEST_DIE_AT=3,1 $MPIRUN -np 3 $PRH $R -o "$T/d.h5" --json "$T/d.json" --save-interval 0 \
     >/dev/null 2>"$T/d.err"; rc=$?
 n=$(grep -c . "$T/d.err")
 if [ "$rc" -eq 0 ]; then bad "dead rank stops the run" "exit 0"
