@@ -129,7 +129,7 @@ template <typename T> __global__ void nhwc_from_f32_kernel(const float *x, T *y,
 
 // --- launchers ------------------------------------------------------------------------
 
-#define NH_LAUNCH(items) <<<sc_blocks((items), NH_THREADS), NH_THREADS, 0, g->stream>>>
+#define NH_LAUNCH(items) <<<sc_blocks(g, (items), NH_THREADS), NH_THREADS, 0, g->stream>>>
 
 // Normalises the images into NHWC.
 extern "C" int nhwc_normalize_gpu(const gpu_ctx *g, gpu_dtype dt, int n, int h, int w, int cy,
