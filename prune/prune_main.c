@@ -401,7 +401,7 @@ static int reprune_set(prune_run *r, sc_err *err) {
         return sc_fail(err, "--target-sparsity %g: below the re-pruned model's %.4f", r->cfg.target,
                        r->rp.need);
     r->usage = 0;
-    if (!r->o.target_given) r->cfg.target = r->rp.need;
+    if (!r->o.target_given || r->cfg.target < r->rp.need) r->cfg.target = r->rp.need;
     r->cfg.layer_floor = r->rp.floors;
     log_line(stderr, r->o.c.quiet, "prune: re-pruned %s onto %s (%zu weights were off it): "
              "sparsity %.4f -> %.4f, val %.2f%% -> %.2f%%; fine-tuning to %.4f", r->from,

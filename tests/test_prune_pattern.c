@@ -6,9 +6,11 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "prune/mask.h"
+#include "runtime/model_io.h"
 #include "runtime/net.h"
 #include "runtime/pattern.h"
 #include "runtime/rng.h"
@@ -318,6 +320,36 @@ static void test_project(tctx *t) {
     net_free(nt);
 }
 
+// --- the model file ------------------------------------------------------------
+
+// The pattern round-trips through a model file as its root attribute; a
+// file without one reads as unstructured ("").
+static void test_model_attribute(tctx *t) {
+    net *nt = lenet_random(t, 2);
+    if (!nt) return;
+    char path[] = "/tmp/test_prune_pattern_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(t, fd >= 0, "mkstemp");
+    if (fd >= 0) close(fd);
+    model_meta m, back;
+    sc_err err = {0};
+    model_meta_init(&m);
+    snprintf(m.pattern, sizeof m.pattern, "16x8");
+    CHECK(t, model_save(path, nt, &m, &err) == 0, "%s", err.msg);
+    net *b = model_load(path, &back, &err);
+    CHECK(t, b && !strcmp(back.pattern, "16x8"), "read back '%s' %s", b ? back.pattern : "", err.msg);
+    net_free(b);
+    model_meta_free(&back);
+    m.pattern[0] = 0;
+    CHECK(t, model_save(path, nt, &m, &err) == 0, "%s", err.msg);
+    b = model_load(path, &back, &err);
+    CHECK(t, b && back.pattern[0] == 0, "unstructured read back as '%s'", back.pattern);
+    net_free(b);
+    model_meta_free(&back);
+    unlink(path);
+    net_free(nt);
+}
+
 int main(void) {
     tctx t = {.suite = "test_prune_pattern"};
     RUN(&t, test_parse_good);
@@ -330,5 +362,6 @@ int main(void) {
     RUN(&t, test_net_patterns);
     RUN(&t, test_unstructured_same);
     RUN(&t, test_project);
+    RUN(&t, test_model_attribute);
     return check_finish(&t);
 }
