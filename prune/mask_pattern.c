@@ -32,10 +32,16 @@ static void entries_prune(const size_t *idx, size_t k, float *w, float *mask, fl
 }
 
 // Block score of every unit into us (units): the sum of its entries'
-// coefficients, +inf when one of them is pruned.
-static void block_scores(const sc_pattern_geom *g, const float *coef, size_t n, float *us) {
+// coefficients, +inf when one of them is pruned. Entries are added in their
+// (k, c, tap) order, the unit found without a division per entry.
+static void block_scores(const sc_pattern_geom *g, const float *coef, float *us) {
+    size_t C = (size_t)g->C, RS = (size_t)g->RS, cblocks = C / (size_t)g->cb, i = 0;
     for (size_t u = 0; u < g->units; u++) us[u] = 0.0f;
-    for (size_t i = 0; i < n; i++) us[sc_pattern_unit_of(g, i)] += coef[i];
+    for (size_t k = 0; k < (size_t)g->K; k++)
+        for (size_t c = 0; c < C; c++) {
+            float *row = us + (k / (size_t)g->kb) * RS * cblocks + c / (size_t)g->cb;
+            for (size_t rs = 0; rs < RS; rs++, i++) row[rs * cblocks] += coef[i];
+        }
 }
 
 // Prunes the `need` units of lowest score (ties by unit index); vals holds
@@ -71,7 +77,7 @@ static int block_raise(const sc_pattern_geom *g, float *w, float *mask, float *m
     SC_TRY(prune_coef(w, gabs, mask, n, c, coef, err));
     size_t *idx = malloc(U * sizeof *idx);
     if (!idx) return sc_fail(err, "out of memory (%zu entries)", U);
-    block_scores(g, coef, n, us);
+    block_scores(g, coef, us);
     blocks_prune_lowest(g, us, (zeros - have + U - 1) / U, vals, idx, w, mask, mom);
     free(idx);
     return 0;
