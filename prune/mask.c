@@ -207,12 +207,13 @@ static void layers_by_size(const prune_layers *pl, int *order) {
     }
 }
 
-// Raises layer i of pl (scratch: 3 * count floats, NULL when out of memory).
+// Raises layer i of pl (scratch: 2 * count floats, 3 * count under a
+// pattern; NULL when out of memory).
 static int mask_raise_one(net *nt, const prune_layers *pl, int i, const double *target,
                           const float *gabs, prune_crit c, float *mom, float *scratch,
                           sc_err *err) {
     size_t off = pl->offset[i];
-    if (!scratch) return sc_fail(err, "out of memory (%zu floats)", 3 * pl->count[i]);
+    if (!scratch) return sc_fail(err, "out of memory (%zu floats)", 2 * pl->count[i]);
     const sc_pattern_geom *g = pl->geom ? &pl->geom[i] : NULL;
     size_t zeros = prune_target_zeros(pl->count[i], target[i]);
     int rc = g && g->kind != PAT_UNSTRUCTURED
@@ -238,15 +239,15 @@ int prune_mask_raise(net *nt, const prune_layers *pl, const double *target, cons
         return sc_fail(err, "out of memory (%d layers)", L);
     }
     layers_by_size(pl, order);
-    size_t maxn = L > 0 ? pl->count[order[0]] : 0;
+    size_t maxn = (L > 0 ? pl->count[order[0]] : 0) * (pl->geom ? 3 : 2);  // scratch floats
 #pragma omp parallel if (L > 1 && pl->total >= PAR_MIN)
     {
-        float *scratch = malloc((3 * maxn + 1) * sizeof *scratch);  // (3 * maxn)
+        float *scratch = malloc((maxn + 1) * sizeof *scratch);  // (maxn)
 #pragma omp for schedule(dynamic, 1)
         for (int j = 0; j < L; j++) {
             int i = order[j];
             rc[i] = scratch ? mask_raise_one(nt, pl, i, target, gabs, c, mom, scratch, &lerr[i])
-                            : sc_fail(&lerr[i], "out of memory (scratch of %zu floats)", 3 * maxn + 1);
+                            : sc_fail(&lerr[i], "out of memory (scratch of %zu floats)", maxn + 1);
         }
         free(scratch);
     }
