@@ -99,8 +99,9 @@ float prune_select_kth(float *a, size_t m, size_t k);
 // Puts every layer under a pattern back on it at its sparsity: its mask is
 // reset to all kept (pruned weights revive at 0) and raised by magnitude to
 // the zeros it had (whole blocks: rounded up), keeping the blocks with the
-// largest |w| sum (N:M: each group's largest, then the largest overall).
-// Unstructured layers are untouched. mom (nparam) may be NULL.
+// largest |w| sum (N:M: each group's largest, then the largest overall; a
+// dense N:M layer goes to N per group). Layers on their pattern and
+// unstructured layers are untouched. mom (nparam) may be NULL.
 int prune_mask_project(net *nt, const prune_layers *pl, float *mom, sc_err *err);
 
 // Entries of the prunable layers that break their pattern (0: all on it).

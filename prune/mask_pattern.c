@@ -123,13 +123,14 @@ int prune_layer_raise_pattern(const sc_pattern_geom *g, float *w, float *mask, f
 
 // --- projection and check ---------------------------------------------------------
 
-// Projects layer i when it is pruned and off its pattern.
+// Projects layer i when it is off its pattern (a dense N:M layer too: it
+// goes to N kept per group).
 static int project_one(net *nt, const prune_layers *pl, int i, float *mom, sc_err *err) {
     const sc_pattern_geom *g = &pl->geom[i];
     size_t off = pl->offset[i], n = pl->count[i];
     float *mask = nt->mask + off;
     size_t zeros = prune_mask_zeros(mask, n);
-    if (g->kind == PAT_UNSTRUCTURED || zeros == 0 || sc_pattern_violations(g, mask) == 0) return 0;
+    if (g->kind == PAT_UNSTRUCTURED || sc_pattern_violations(g, mask) == 0) return 0;
     float *scratch = malloc((3 * n + 1) * sizeof *scratch);
     if (!scratch) return sc_fail(err, "out of memory (%zu floats)", 3 * n);
     for (size_t j = 0; j < n; j++) mask[j] = 1.0f;  // pruned weights are 0: they revive at 0

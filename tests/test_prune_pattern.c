@@ -320,6 +320,35 @@ static void test_project(tctx *t) {
     net_free(nt);
 }
 
+// N:M projection of a net with one dense layer: every layer ends on 2:4,
+// the dense one at exactly half its weights, the pruned ones at their
+// sparsity (above 1 - N/M here).
+static void test_project_nm(tctx *t) {
+    net *nt = lenet_random(t, 13);
+    if (!nt) return;
+    prune_layers pl;
+    sc_pattern p;
+    sc_err err = {0};
+    prune_layers_init(&pl, nt, &err);
+    double tgt[4] = {0.0, 0.9, 0.8, 0.7}, before[4], after[4];
+    prune_mask_raise(nt, &pl, tgt, NULL, (prune_crit){1, 0}, NULL, &err);
+    prune_sparsity_read(nt, &pl, before);
+    sc_pattern_parse("2:4", &p, NULL);
+    prune_layers_set_pattern(&pl, nt, &p, &err);
+    CHECK(t, prune_mask_project(nt, &pl, NULL, &err) == 0, "%s", err.msg);
+    CHECK(t, prune_mask_off_pattern(nt, &pl) == 0, "projection off 2:4");
+    prune_sparsity_read(nt, &pl, after);
+    CHECK(t, after[0] == 0.0 && pl.geom[0].kind == PAT_UNSTRUCTURED, "conv2 (C=6) changed: %g", after[0]);
+    for (int l = 1; l < 4; l++) CHECK(t, after[l] == before[l], "layer %d: %g -> %g", l, before[l], after[l]);
+    tgt[1] = 0.0;  // now a dense fc1
+    for (size_t i = 0; i < pl.count[1]; i++) nt->mask[pl.offset[1] + i] = 1.0f;
+    CHECK(t, prune_mask_project(nt, &pl, NULL, &err) == 0, "%s", err.msg);
+    prune_sparsity_read(nt, &pl, after);
+    CHECK(t, after[1] == 0.5 && prune_mask_off_pattern(nt, &pl) == 0, "dense fc1 projected to %g", after[1]);
+    prune_layers_free(&pl);
+    net_free(nt);
+}
+
 // --- the model file ------------------------------------------------------------
 
 // The pattern round-trips through a model file as its root attribute; a
@@ -362,6 +391,7 @@ int main(void) {
     RUN(&t, test_net_patterns);
     RUN(&t, test_unstructured_same);
     RUN(&t, test_project);
+    RUN(&t, test_project_nm);
     RUN(&t, test_model_attribute);
     return check_finish(&t);
 }
