@@ -275,23 +275,33 @@ static void test_unstructured_same(tctx *t) {
     net_free(a), net_free(b);
 }
 
+// A lenet pruned unstructured by magnitude to per-layer targets tgt (its
+// sparsities into before), its layers then put under pattern pat in pl.
+static net *lenet_pruned(tctx *t, uint64_t seed, const double *tgt, const char *pat,
+                         prune_layers *pl, double *before) {
+    sc_pattern p;
+    sc_err err = {0};
+    net *nt = lenet_random(t, seed);
+    if (!nt) return NULL;
+    prune_layers_init(pl, nt, &err);
+    prune_mask_raise(nt, pl, tgt, NULL, (prune_crit){1, 0}, NULL, &err);
+    prune_sparsity_read(nt, pl, before);
+    sc_pattern_parse(pat, &p, NULL);
+    CHECK(t, prune_layers_set_pattern(pl, nt, &p, &err) == 0, "%s", err.msg);
+    return nt;
+}
+
 // Projection of an unstructured mask onto 4x2: on the pattern, the same
 // sparsity rounded up to whole blocks, the kept blocks those of largest
 // |w| sum (pruned weights counting 0), revived weights at 0.
 static void test_project(tctx *t) {
-    net *nt = lenet_random(t, 12);
-    if (!nt) return;
     prune_layers pl;
-    sc_pattern p;
     sc_err err = {0};
-    prune_layers_init(&pl, nt, &err);
     double tgt[4] = {0.7, 0.9, 0.8, 0.6}, before[4], after[4];
-    prune_mask_raise(nt, &pl, tgt, NULL, (prune_crit){1, 0}, NULL, &err);
-    prune_sparsity_read(nt, &pl, before);
+    net *nt = lenet_pruned(t, 12, tgt, "4x2", &pl, before);
+    if (!nt) return;
     float *w0 = malloc(nt->nparam * 4);
     memcpy(w0, nt->param, nt->nparam * 4);
-    sc_pattern_parse("4x2", &p, NULL);
-    prune_layers_set_pattern(&pl, nt, &p, &err);
     CHECK(t, prune_mask_off_pattern(nt, &pl) > 0, "random mask already on 4x2");
     CHECK(t, prune_mask_project(nt, &pl, NULL, &err) == 0, "%s", err.msg);
     CHECK(t, prune_mask_off_pattern(nt, &pl) == 0, "projection off the pattern");
@@ -324,17 +334,11 @@ static void test_project(tctx *t) {
 // the dense one at exactly half its weights, the pruned ones at their
 // sparsity (above 1 - N/M here).
 static void test_project_nm(tctx *t) {
-    net *nt = lenet_random(t, 13);
-    if (!nt) return;
     prune_layers pl;
-    sc_pattern p;
     sc_err err = {0};
-    prune_layers_init(&pl, nt, &err);
     double tgt[4] = {0.0, 0.9, 0.8, 0.7}, before[4], after[4];
-    prune_mask_raise(nt, &pl, tgt, NULL, (prune_crit){1, 0}, NULL, &err);
-    prune_sparsity_read(nt, &pl, before);
-    sc_pattern_parse("2:4", &p, NULL);
-    prune_layers_set_pattern(&pl, nt, &p, &err);
+    net *nt = lenet_pruned(t, 13, tgt, "2:4", &pl, before);
+    if (!nt) return;
     CHECK(t, prune_mask_project(nt, &pl, NULL, &err) == 0, "%s", err.msg);
     CHECK(t, prune_mask_off_pattern(nt, &pl) == 0, "projection off 2:4");
     prune_sparsity_read(nt, &pl, after);
