@@ -44,6 +44,7 @@ void prune_layers_free(prune_layers *pl) {
     free(pl->tensor);
     free(pl->count);
     free(pl->offset);
+    free(pl->geom);
     memset(pl, 0, sizeof *pl);
 }
 
@@ -152,6 +153,9 @@ static float select_kth(float *a, size_t m, size_t k) {
     return a[kk];
 }
 
+// The k-th smallest value (0-based) of a[0..m), reordering a.
+float prune_select_kth(float *a, size_t m, size_t k) { return select_kth(a, m, k); }
+
 // --- masks (eq. 3) ----------------------------------------------------------
 
 // Prunes entry i: mask, weight and momentum to zero.
@@ -203,16 +207,22 @@ static void layers_by_size(const prune_layers *pl, int *order) {
     }
 }
 
-// Raises layer i of pl (scratch: 2 * count floats, NULL when out of memory).
+// Raises layer i of pl (scratch: 2 * count floats, 3 * count under a
+// pattern; NULL when out of memory).
 static int mask_raise_one(net *nt, const prune_layers *pl, int i, const double *target,
                           const float *gabs, prune_crit c, float *mom, float *scratch,
                           sc_err *err) {
     size_t off = pl->offset[i];
     if (!scratch) return sc_fail(err, "out of memory (%zu floats)", 2 * pl->count[i]);
-    if (prune_layer_raise(nt->param + off, nt->mask + off, mom ? mom + off : NULL,
-                          gabs ? gabs + off : NULL, pl->count[i],
-                          prune_target_zeros(pl->count[i], target[i]), c, scratch, err))
-        return sc_wrap(err, "layer %s", nt->tensors[pl->tensor[i]].name);
+    const sc_pattern_geom *g = pl->geom ? &pl->geom[i] : NULL;
+    size_t zeros = prune_target_zeros(pl->count[i], target[i]);
+    int rc = g && g->kind != PAT_UNSTRUCTURED
+                 ? prune_layer_raise_pattern(g, nt->param + off, nt->mask + off, mom ? mom + off : NULL,
+                                             gabs ? gabs + off : NULL, pl->count[i], zeros,
+                                             target[i] > 0.0, c, scratch, err)
+                 : prune_layer_raise(nt->param + off, nt->mask + off, mom ? mom + off : NULL,
+                                     gabs ? gabs + off : NULL, pl->count[i], zeros, c, scratch, err);
+    if (rc) return sc_wrap(err, "layer %s", nt->tensors[pl->tensor[i]].name);
     return 0;
 }
 
@@ -229,15 +239,15 @@ int prune_mask_raise(net *nt, const prune_layers *pl, const double *target, cons
         return sc_fail(err, "out of memory (%d layers)", L);
     }
     layers_by_size(pl, order);
-    size_t maxn = L > 0 ? pl->count[order[0]] : 0;
+    size_t maxn = (L > 0 ? pl->count[order[0]] : 0) * (pl->geom ? 3 : 2);  // scratch floats
 #pragma omp parallel if (L > 1 && pl->total >= PAR_MIN)
     {
-        float *scratch = malloc((2 * maxn + 1) * sizeof *scratch);  // (2 * maxn)
+        float *scratch = malloc((maxn + 1) * sizeof *scratch);  // (maxn)
 #pragma omp for schedule(dynamic, 1)
         for (int j = 0; j < L; j++) {
             int i = order[j];
             rc[i] = scratch ? mask_raise_one(nt, pl, i, target, gabs, c, mom, scratch, &lerr[i])
-                            : sc_fail(&lerr[i], "out of memory (scratch of %zu floats)", 2 * maxn + 1);
+                            : sc_fail(&lerr[i], "out of memory (scratch of %zu floats)", maxn + 1);
         }
         free(scratch);
     }

@@ -13,6 +13,7 @@
 #include "datasets/cifar.h"
 #include "prune/dist.h"
 #include "prune/floor.h"
+#include "prune/reprune.h"
 #include "prune/report.h"
 #include "prune/search.h"
 #include "runtime/cli.h"
@@ -20,6 +21,7 @@
 #include "runtime/json.h"
 #include "runtime/model_io.h"
 #include "runtime/net.h"
+#include "runtime/pattern.h"
 #include "runtime/progress.h"
 #include "runtime/rundir.h"
 #include "train/train_cli.h"
@@ -36,6 +38,8 @@ typedef struct {
     const char *method, *from, *model, *lr, *sched, *warmup, *epochs, *finetune, *ramp_end;
     const char *halve_every;
     const char *layer_floor;  // --layer-floor SPEC (NULL: none)
+    const char *pattern;      // --pattern P (runtime/pattern.h)
+    int target_given;         // --target-sparsity was given (re-pruning defaults to the model's)
     const char *precision;
     const char *data_dir, *runs, *output;
     int population, iterations, batches, batch, nesterov, augment, val_size, holdout;
@@ -61,6 +65,10 @@ typedef struct {
      .help = "per-layer floors at the end: PREFIX=X[,PREFIX=X...]; a pruned layer takes the X of\n" \
      "the longest PREFIX its tensor name starts with (else --min-layer-sparsity); X in\n"      \
      "[0, 0.995], may pass the target when the floors fit it (e.g. layer1=0.98,layer2=0.97)"}, \
+    {.name = "pattern", .type = OPT_STRING, .dst = &(o)->pattern, .def = "unstructured",       \
+     .metavar = "P", .help = "masks on a pattern: unstructured, KxC (blocks of K output x C input channels at\n" \
+     "one tap, e.g. 16x8) or N:M (N kept of every M input channels, e.g. 2:4); --from a\n"    \
+     "model pruned off P: re-prunes it onto P at its sparsity, then fine-tunes"},              \
     {.name = "population", .type = OPT_INT, .dst = &(o)->population, .def = "8", .min = 1,     \
      .max = 1024, .help = "evolve: solutions in the population"},                             \
     {.name = "iterations", .type = OPT_INT, .dst = &(o)->iterations, .def = "30", .min = 1,    \
@@ -117,6 +125,19 @@ typedef struct {
     {.name = "save-interval", .type = OPT_FLOAT, .dst = &(o)->save_interval, .def = "30",     \
      .min = 0, .max = 1e9, .help = "seconds between state saves (0: every iteration; always on stop and at the end)"}
 
+// Checks --pattern and notes whether --target-sparsity was given.
+static int pattern_check(prune_opts *o, int argc, char **argv) {
+    sc_pattern p;
+    sc_err err = {0};
+    if (sc_pattern_parse(o->pattern, &p, &err)) {
+        cli_error(TOOL, "--pattern: %s", err.msg);
+        return CLI_USAGE;
+    }
+    for (int i = 1; i < argc; i++)
+        o->target_given |= !strncmp(argv[i], "--target-sparsity", strlen("--target-sparsity"));
+    return CLI_OK;
+}
+
 // Parses argv into o; returns CLI_OK, CLI_HELP or CLI_USAGE.
 static int opts_parse(prune_opts *o, int argc, char **argv) {
     cli_opt opts[] = {CLI_COMMON_OPTS(o->c), PRUNE_OPTS(o)};
@@ -147,7 +168,7 @@ static int opts_parse(prune_opts *o, int argc, char **argv) {
         return CLI_USAGE;
     }
     if (rc == CLI_OK && o->layer_floor) prune_floor_spec_free(&fs);
-    return rc;
+    return rc == CLI_OK ? pattern_check(o, argc, argv) : rc;
 }
 
 // Stored args then the current ones: one argv for a combined parse (the
@@ -167,6 +188,7 @@ typedef struct {
     dist *dist;          // the ranks of an mpirun run (prune/dist.h)
     double holdout_acc;  // accuracy on the --holdout images at the end (NAN: none)
     double *floors;      // (prunable layers) --layer-floor's floors at the end (NULL: none)
+    prune_reprune rp;    // re-pruning of a --from model pruned off --pattern
     int usage;           // 1: the error is bad usage (exit 2)
     char from[1100], rundir[1024], out[1100], prefix[1100], state[1200];
 } prune_run;
@@ -309,6 +331,9 @@ static int cfg_set(prune_run *r, sc_err *err) {
     c->target = o->target;
     c->min_layer = o->min_layer;
     c->crit = (prune_crit){.alpha = (float)o->alpha, .beta = (float)o->beta};
+    SC_TRY(sc_pattern_parse(o->pattern, &c->pattern, err));
+    if (sc_pattern_is_unstructured(&c->pattern)) r->meta.pattern[0] = 0;
+    else sc_pattern_format(&c->pattern, r->meta.pattern, sizeof r->meta.pattern);
     c->grad_steps = o->grad_steps;
     c->ramp_begin = scratch ? 0.2 : 0.0;
     c->ramp_end = num_or_auto(o->ramp_end, c->method == PM_GMP ? 0.5625 : 0.75, 0.0, 1.0);
@@ -360,6 +385,28 @@ static int floors_set(prune_run *r, sc_err *err) {
     }
     r->cfg.layer_floor = r->floors;
     r->usage = 0;
+    return 0;
+}
+
+// Re-pruning (prune/reprune.h): a --from model pruned off --pattern is
+// projected onto it; its per-layer sparsities become the floors and, unless
+// --target-sparsity is given, its overall sparsity the target.
+static int reprune_set(prune_run *r, sc_err *err) {
+    SC_TRY(prune_reprune_start(&r->rp, r->nt, r->ex, &r->ds.val, r->cfg.hp.batch,
+                               r->cfg.hp.smoothing, &r->cfg.pattern, r->cfg.ev.s_max, err));
+    if (!r->rp.active) return 0;
+    r->usage = 1;
+    if (r->floors) return sc_fail(err, "--layer-floor: not with re-pruning onto --pattern %s", r->o.pattern);
+    if (r->o.target_given && r->cfg.target < r->rp.need - 1e-9)
+        return sc_fail(err, "--target-sparsity %g: below the re-pruned model's %.4f", r->cfg.target,
+                       r->rp.need);
+    r->usage = 0;
+    if (!r->o.target_given || r->cfg.target < r->rp.need) r->cfg.target = r->rp.need;
+    r->cfg.layer_floor = r->rp.floors;
+    log_line(stderr, r->o.c.quiet, "prune: re-pruned %s onto %s (%zu weights were off it): "
+             "sparsity %.4f -> %.4f, val %.2f%% -> %.2f%%; fine-tuning to %.4f", r->from,
+             r->o.pattern, r->rp.off_before, r->rp.sparsity_before, r->rp.sparsity_after,
+             r->rp.val_before, r->rp.val_projected, r->cfg.target);
     return 0;
 }
 
@@ -417,6 +464,31 @@ static int reports_write(prune_run *r, char *plot, size_t plotlen, sc_err *err) 
     return prune_report_plot(path, p, title, plot, plotlen, err);
 }
 
+// Adds "pattern", "off_pattern" and, when re-pruned, "reprune" to the summary.
+static void pattern_json(const prune_run *r, json_writer *j) {
+    json_add_string(j, "pattern", r->o.pattern);
+    json_add_int(j, "off_pattern", (long long)prune_mask_off_pattern(r->nt, &r->s.pl));
+    if (!r->rp.active) return;
+    json_object_begin(j, "reprune");
+    json_add_number(j, "sparsity_before", r->rp.sparsity_before);
+    json_add_number(j, "sparsity_projected", r->rp.sparsity_after);
+    json_add_int(j, "weights_off_pattern_before", (long long)r->rp.off_before);
+    json_add_number(j, "val_accuracy_before", r->rp.val_before);
+    json_add_number(j, "val_accuracy_projected", r->rp.val_projected);
+    json_object_end(j);
+}
+
+// Prints how the result stands on its pattern and what re-pruning cost.
+static void pattern_report(const prune_run *r, double val) {
+    size_t off = prune_mask_off_pattern(r->nt, &r->s.pl);
+    if (sc_pattern_is_unstructured(&r->cfg.pattern)) return;
+    printf("pattern %s: %s\n", r->o.pattern, off ? "SOME WEIGHTS OFF THE PATTERN" : "every pruned layer on it");
+    if (r->rp.active)
+        printf("re-pruned onto %s: val %.2f%% (start, sparsity %.4f) -> %.2f%% (projected, %.4f) -> "
+               "%.2f%% (fine-tuned, %.4f)\n", r->o.pattern, r->rp.val_before, r->rp.sparsity_before,
+               r->rp.val_projected, r->rp.sparsity_after, val, net_sparsity(r->nt));
+}
+
 // Writes the JSON summary (--json) of a finished or stopped run.
 static int summary_json(prune_run *r, double val, double test, const char *plot, sc_err *err) {
     if (!r->o.c.json) return 0;
@@ -457,7 +529,8 @@ static int summary_json(prune_run *r, double val, double test, const char *plot,
     json_add_string(&j, "plot", plot);
     double lf[r->s.pl.n > 0 ? r->s.pl.n : 1];
     floors_end(r, lf);
-    prune_report_json_layers(&j, r->nt, lf);
+    pattern_json(r, &j);
+    prune_report_json_layers(&j, r->nt, r->rp.active ? r->rp.floors : lf, &r->cfg.pattern);
     prune_report_json_history(&j, p);
     json_object_end(&j);
     int rc = 0;
@@ -475,6 +548,9 @@ static int model_write(prune_run *r, int best, double val, double test, sc_err *
     if (r->floors)
         snprintf(floor_text + strlen(floor_text), sizeof floor_text - strlen(floor_text),
                  ", layer floors %.500s", r->o.layer_floor);
+    if (!sc_pattern_is_unstructured(&r->cfg.pattern))
+        snprintf(floor_text + strlen(floor_text), sizeof floor_text - strlen(floor_text),
+                 ", pattern %s%s", r->meta.pattern, r->rp.active ? " (re-pruned)" : "");
     snprintf(line, sizeof line,
              "prune: method %s, %s, population %d, %d iterations x %d batches of %d, alpha %g beta %g, "
              "sparsity %.4f (target %.4f%s), %s %s: val %.2f%% test %.2f%%",
@@ -522,8 +598,9 @@ static int finish(prune_run *r, sc_err *err) {
                               &r->holdout_acc, &loss, err));
     SC_TRY(model_write(r, best, val, test, err));
     SC_TRY(reports_write(r, plot, sizeof plot, err));
-    prune_report_table(stdout, r->nt);
+    prune_report_table(stdout, r->nt, &r->cfg.pattern);
     floors_report(r);
+    pattern_report(r, val);
     printf("pruned %s to %.2f%% sparsity (pruned layers): val %.2f%% test %.2f%% (start val %.2f%%), "
            "%ld training images, %.1f s; model: %s, plot: %s\n",
            r->nt->arch, 100.0 * net_sparsity(r->nt), val, test, r->s.pop->hist[0].best_acc,
@@ -598,6 +675,7 @@ static int prune_tool(prune_run *r, int argc, char **argv) {
         r->ex = exec_create(r->nt, r->dev, r->prec, r->cfg.hp.batch, &err);
         rc = !r->ex;
     }
+    if (!rc) rc = reprune_set(r, &err);
     rc = dist_agree(r->dist, rc ? -1 : 0, &err);  // every rank leaves on the same path
     if (!rc) rc = search_go(r, &err);
     rc = dist_agree(r->dist, rc, &err);
@@ -609,6 +687,7 @@ static int prune_tool(prune_run *r, int argc, char **argv) {
     dataset_free(&r->ds);
     free(r->config);
     free(r->floors);
+    prune_reprune_free(&r->rp);
     return rc ? (r->usage ? SC_EXIT_USAGE : SC_EXIT_INPUT) : SC_EXIT_OK;
 }
 

@@ -32,8 +32,27 @@ static int is_weight(const net *nt, int t) {
     return p->kind == PT_WEIGHT && (k == LK_CONV || k == LK_LINEAR);
 }
 
+// The pattern geometry of tensor t under pat into g; 0 when pat is NULL,
+// unstructured or t is not pruned (no block columns then).
+static int layer_geom(const net *nt, int t, const sc_pattern *pat, sc_pattern_geom *g) {
+    if (!pat || sc_pattern_is_unstructured(pat) || !nt->tensors[t].prunable) return 0;
+    sc_pattern_geom_of(pat, nt, t, g);
+    return 1;
+}
+
+// The block columns of a pruned layer: its own pattern (marked "*" when it
+// is a fallback) and kept / total units.
+static void table_blocks(FILE *f, const net *nt, int t, const sc_pattern *pat) {
+    sc_pattern_geom g;
+    char text[40];
+    if (!layer_geom(nt, t, pat, &g)) return;
+    sc_pattern_geom_format(&g, text, sizeof text);
+    size_t kept = sc_pattern_units_kept(&g, nt->mask + nt->tensors[t].offset);
+    fprintf(f, "  %s%s %zu/%zu blocks", text, g.fallback ? "*" : "", kept, g.units);
+}
+
 // Prints the per-layer table.
-void prune_report_table(FILE *f, const net *nt) {
+void prune_report_table(FILE *f, const net *nt, const sc_pattern *pat) {
     size_t tot = 0, tnz = 0;
     fprintf(f, "%-28s %-14s %10s %10s %9s\n", "layer", "shape", "weights", "non-zeros",
             "sparsity");
@@ -43,17 +62,38 @@ void prune_report_table(FILE *f, const net *nt) {
         char shape[64];
         tensor_shape(p, shape, sizeof shape);
         size_t nz = tensor_nonzeros(nt, t);
-        fprintf(f, "%-28s %-14s %10zu %10zu %8.2f%%%s\n", p->name, shape, p->count, nz,
+        fprintf(f, "%-28s %-14s %10zu %10zu %8.2f%%%s", p->name, shape, p->count, nz,
                 100.0 * (double)(p->count - nz) / (double)p->count,
                 p->prunable ? "" : "  (not pruned)");
+        table_blocks(f, nt, t, pat);
+        fputc('\n', f);
         if (p->prunable) tot += p->count, tnz += nz;
     }
     fprintf(f, "%-28s %-14s %10zu %10zu %8.2f%%\n", "total (pruned layers)", "", tot, tnz,
             tot ? 100.0 * (double)(tot - tnz) / (double)tot : 0.0);
+    if (pat && !sc_pattern_is_unstructured(pat))
+        fprintf(f, "blocks: the layer's own pattern (* = narrower than asked or unstructured: "
+                "see docs/prune.md, \"Patterns\"), blocks with a kept weight / all\n");
+}
+
+// Adds a pruned layer's pattern fields: "pattern", "blocks", "blocks_kept",
+// "pattern_fallback", "off_pattern".
+static void json_blocks(json_writer *j, const net *nt, int t, const sc_pattern *pat) {
+    sc_pattern_geom g;
+    char text[40];
+    if (!layer_geom(nt, t, pat, &g)) return;
+    const float *mask = nt->mask + nt->tensors[t].offset;
+    sc_pattern_geom_format(&g, text, sizeof text);
+    json_add_string(j, "pattern", text);
+    json_add_int(j, "blocks", (long long)g.units);
+    json_add_int(j, "blocks_kept", (long long)sc_pattern_units_kept(&g, mask));
+    json_add_bool(j, "pattern_fallback", g.fallback);
+    json_add_int(j, "off_pattern", (long long)sc_pattern_violations(&g, mask));
 }
 
 // Adds the per-layer array to a JSON object.
-void prune_report_json_layers(json_writer *j, const net *nt, const double *floor) {
+void prune_report_json_layers(json_writer *j, const net *nt, const double *floor,
+                              const sc_pattern *pat) {
     int k = 0;  // index among the prunable tensors
     json_array_begin(j, "layers");
     for (int t = 0; t < nt->ntensors; t++) {
@@ -71,6 +111,7 @@ void prune_report_json_layers(json_writer *j, const net *nt, const double *floor
         json_add_number(j, "sparsity", (double)(p->count - nz) / (double)p->count);
         json_add_bool(j, "pruned", p->prunable);
         if (floor && l >= 0) json_add_number(j, "floor", floor[l]);
+        json_blocks(j, nt, t, pat);
         json_object_end(j);
     }
     json_array_end(j);

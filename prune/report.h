@@ -12,14 +12,20 @@
 #include "runtime/error.h"
 #include "runtime/json.h"
 #include "runtime/net.h"
+#include "runtime/pattern.h"
 
-// Prints one row per conv/linear weight and a total over the pruned layers.
-void prune_report_table(FILE *f, const net *nt);
+// Prints one row per conv/linear weight and a total over the pruned layers;
+// under a block or N:M pattern pat (NULL: unstructured) each pruned row also
+// shows its own pattern and its kept / total blocks.
+void prune_report_table(FILE *f, const net *nt, const sc_pattern *pat);
 
 // Adds "layers": [{name, shape, weights, nonzeros, sparsity, pruned, floor}, ...];
 // floor (one per prunable tensor, in tensor order: prune_layers) or NULL
-// gives the pruned layers' "floor" (their sparsity floor at the end).
-void prune_report_json_layers(json_writer *j, const net *nt, const double *floor);
+// gives the pruned layers' "floor" (their sparsity floor at the end); under
+// a pattern pat (NULL: unstructured) the pruned layers also get "pattern"
+// (their own), "blocks", "blocks_kept", "pattern_fallback" and "off_pattern".
+void prune_report_json_layers(json_writer *j, const net *nt, const double *floor,
+                              const sc_pattern *pat);
 
 // Adds "history": [{iteration, phase, target, best_val_accuracy, ...}, ...].
 void prune_report_json_history(json_writer *j, const prune_pop *p);

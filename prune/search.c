@@ -110,6 +110,7 @@ int prune_search_init(prune_search *s, const prune_cfg *cfg, const dataset *ds, 
     s->loaded = -1;
     s->t_run = progress_clock();
     SC_TRY(prune_layers_init(&s->pl, nt, err));
+    SC_TRY(prune_layers_set_pattern(&s->pl, nt, &cfg->pattern, err));
     SC_TRY(floor_copy(s, cfg->layer_floor, err));
     int n = s->cfg.population;
     s->mom = calloc(nt->nparam, sizeof *s->mom);

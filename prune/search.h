@@ -47,6 +47,7 @@ typedef struct {
                           // (prune_floor_budget); NULL: min_layer for every layer.
                           // Copied by prune_search_init.
     prune_crit crit;      // coefficient (gmp and oneshot use magnitude: alpha 1, beta 0)
+    sc_pattern pattern;   // every mask raise keeps the layers on it (unstructured: as before)
     int grad_steps;       // last steps of a round whose |gradient| is averaged
     double ramp_begin;    // fraction of the rounds before the sparsity starts rising
     double ramp_end;      // fraction of the rounds at which it reaches the target

@@ -124,6 +124,7 @@ static int mio_root_write(mio *io, const net *nt, const model_meta *m) {
     SC_TRY(h5io_attr_int(io, r, "in_c", nt->in_c));
     SC_TRY(h5io_attr_int(io, r, "in_h", nt->in_h));
     SC_TRY(h5io_attr_int(io, r, "in_w", nt->in_w));
+    if (m->pattern[0]) SC_TRY(h5io_attr_str(io, r, "pattern", m->pattern));
     return 0;
 }
 
@@ -601,6 +602,16 @@ static int mio_momentum_read(mio *io, const net *nt, model_meta *m) {
     return rc;
 }
 
+// Reads the optional root attribute `pattern` (absent: unstructured, "").
+static int mio_pattern_read(mio *io, model_meta *m) {
+    if (H5Aexists(io->file, "pattern") <= 0) return 0;
+    char *p = mio_str_read(io, io->file, "/", "pattern", 1);
+    if (!p) return -1;
+    snprintf(m->pattern, sizeof m->pattern, "%s", p);
+    free(p);
+    return 0;
+}
+
 // Reads the training state: /state, /history and momentum.
 static int mio_meta_read(mio *io, const net *nt, model_meta *m) {
     hid_t g = h5io_group_open(io, io->file, "/", "state");
@@ -609,6 +620,7 @@ static int mio_meta_read(mio *io, const net *nt, model_meta *m) {
     H5IO_CLOSE(io, H5Gclose, g, rc);
     SC_TRY(rc);
     SC_TRY(mio_history_read(io, m));
+    SC_TRY(mio_pattern_read(io, m));
     return mio_momentum_read(io, nt, m);
 }
 

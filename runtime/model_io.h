@@ -24,6 +24,8 @@ typedef struct {
     double val_accuracy;     // percent, < 0 when unknown
     double test_accuracy;    // percent, < 0 when unknown
     float *momentum;         // (nparam) optimizer momentum, or NULL (owned)
+    char pattern[32];        // the masks' sparsity pattern (runtime/pattern.h: "16x8",
+                             // "2:4"); "" = unstructured. Root attribute `pattern`.
 } model_meta;
 
 // Sets every field to its "unknown" value (accuracies -1, pointers NULL).

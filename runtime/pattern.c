@@ -1,0 +1,179 @@
+// Sparsity patterns: parsing, per-layer geometry, units and checks. See
+// runtime/pattern.h and docs/prune.md ("Patterns").
+#include "pattern.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// --- text -------------------------------------------------------------------
+
+// Parses a whole decimal integer in [lo, hi] from s[0..len); -1 when invalid.
+static int parse_int(const char *s, size_t len, int lo, int hi) {
+    if (len == 0 || len > 4) return -1;
+    int v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9') return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    return v >= lo && v <= hi ? v : -1;
+}
+
+// Splits s at its only `sep` into two integers in [lo, hi]; 0 on success.
+static int parse_pair(const char *s, char sep, int lo, int hi, int *a, int *b) {
+    const char *p = strchr(s, sep);
+    if (!p || strchr(p + 1, sep)) return -1;
+    *a = parse_int(s, (size_t)(p - s), lo, hi);
+    *b = parse_int(p + 1, strlen(p + 1), lo, hi);
+    return *a < 0 || *b < 0 ? -1 : 0;
+}
+
+// Parses a pattern string.
+int sc_pattern_parse(const char *s, sc_pattern *p, sc_err *err) {
+    memset(p, 0, sizeof *p);
+    if (!s || !strcmp(s, "unstructured")) return 0;
+    if (strchr(s, ':')) {
+        p->kind = PAT_NM;
+        if (parse_pair(s, ':', 1, 32, &p->n, &p->m) || p->n >= p->m)
+            return sc_fail(err, "not an N:M pattern with 1 <= N < M <= 32 (%s)", s);
+        return 0;
+    }
+    p->kind = PAT_BLOCK;
+    if (parse_pair(s, 'x', 1, 256, &p->k, &p->c) || p->k * p->c < 2)
+        return sc_fail(err, "not unstructured, KxC (1 <= K, C <= 256, not 1x1) or N:M (%s)", s);
+    return 0;
+}
+
+// Canonical text of a pattern.
+void sc_pattern_format(const sc_pattern *p, char *out, size_t len) {
+    if (p->kind == PAT_BLOCK) snprintf(out, len, "%dx%d", p->k, p->c);
+    else if (p->kind == PAT_NM) snprintf(out, len, "%d:%d", p->n, p->m);
+    else snprintf(out, len, "unstructured");
+}
+
+// True for the unstructured pattern.
+int sc_pattern_is_unstructured(const sc_pattern *p) { return p->kind == PAT_UNSTRUCTURED; }
+
+// --- geometry -----------------------------------------------------------------
+
+// Greatest common divisor of two positive integers.
+static int gcd(int a, int b) {
+    while (b) {
+        int t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+// Sets g to the unstructured geometry of a tensor of `count` entries.
+static void geom_unstructured(sc_pattern_geom *g, size_t count, int fallback) {
+    g->kind = PAT_UNSTRUCTURED;
+    g->kb = g->cb = 1;
+    g->n = g->m = 0;
+    g->units = count;
+    g->unit_size = 1;
+    g->fallback = fallback;
+}
+
+// Geometry of tensor t under p.
+void sc_pattern_geom_of(const sc_pattern *p, const net *nt, int t, sc_pattern_geom *g) {
+    const ptensor *w = &nt->tensors[t];
+    memset(g, 0, sizeof *g);
+    g->K = w->dims[0];
+    g->C = w->ndim > 1 ? w->dims[1] : 1;
+    g->RS = w->ndim == 4 ? w->dims[2] * w->dims[3] : 1;
+    geom_unstructured(g, w->count, 0);
+    if (p->kind == PAT_BLOCK) {
+        g->kind = PAT_BLOCK;
+        g->kb = gcd(g->K, p->k);
+        g->cb = gcd(g->C, p->c);
+        g->unit_size = (size_t)g->kb * (size_t)g->cb;
+        g->units = w->count / g->unit_size;
+        g->fallback = g->kb != p->k || g->cb != p->c;
+        if (g->unit_size == 1) geom_unstructured(g, w->count, 1);
+    } else if (p->kind == PAT_NM) {
+        if (g->C % p->m != 0) {
+            geom_unstructured(g, w->count, 1);
+            return;
+        }
+        g->kind = PAT_NM;
+        g->kb = 1;
+        g->cb = p->m;
+        g->n = p->n;
+        g->m = p->m;
+        g->unit_size = (size_t)p->m;
+        g->units = w->count / g->unit_size;
+    }
+}
+
+// Text of a layer's own pattern.
+void sc_pattern_geom_format(const sc_pattern_geom *g, char *out, size_t len) {
+    sc_pattern p = {.kind = g->kind, .k = g->kb, .c = g->cb, .n = g->n, .m = g->m};
+    sc_pattern_format(&p, out, len);
+}
+
+// --- units --------------------------------------------------------------------
+
+// Unit of entry i: ((k / kb) * RS + tap) * (C / cb) + c / cb.
+size_t sc_pattern_unit_of(const sc_pattern_geom *g, size_t i) {
+    if (g->kind == PAT_UNSTRUCTURED) return i;
+    size_t rs = i % (size_t)g->RS, c = (i / (size_t)g->RS) % (size_t)g->C;
+    size_t k = i / ((size_t)g->RS * (size_t)g->C);
+    return ((k / (size_t)g->kb) * (size_t)g->RS + rs) * (size_t)(g->C / g->cb) + c / (size_t)g->cb;
+}
+
+// Entries of unit u, k outer and c inner (increasing).
+void sc_pattern_unit_entries(const sc_pattern_geom *g, size_t u, size_t *idx) {
+    if (g->kind == PAT_UNSTRUCTURED) {
+        idx[0] = u;
+        return;
+    }
+    size_t cblocks = (size_t)(g->C / g->cb), cj = u % cblocks, rest = u / cblocks;
+    size_t rs = rest % (size_t)g->RS, ki = rest / (size_t)g->RS, n = 0;
+    for (size_t k = ki * (size_t)g->kb; k < (ki + 1) * (size_t)g->kb; k++)
+        for (size_t c = cj * (size_t)g->cb; c < (cj + 1) * (size_t)g->cb; c++)
+            idx[n++] = (k * (size_t)g->C + c) * (size_t)g->RS + rs;
+}
+
+// Kept entries of every unit into kept (units); 0 on success, -1 out of memory.
+static int units_count(const sc_pattern_geom *g, const float *mask, unsigned *kept) {
+    size_t *idx = malloc(g->unit_size * sizeof *idx);
+    if (!idx) return -1;
+    for (size_t u = 0; u < g->units; u++) {
+        sc_pattern_unit_entries(g, u, idx);
+        unsigned k = 0;
+        for (size_t j = 0; j < g->unit_size; j++) k += mask[idx[j]] != 0.0f;
+        kept[u] = k;
+    }
+    free(idx);
+    return 0;
+}
+
+// Units with a kept entry, or with `viol` set, the entries breaking the pattern.
+static size_t units_scan(const sc_pattern_geom *g, const float *mask, int viol) {
+    unsigned *kept = malloc((g->units ? g->units : 1) * sizeof *kept);
+    if (!kept || units_count(g, mask, kept)) {
+        free(kept);
+        return (size_t)-1;
+    }
+    size_t r = 0;
+    for (size_t u = 0; u < g->units; u++) {
+        if (!viol) r += kept[u] > 0;
+        else if (g->kind == PAT_NM) r += kept[u] > (unsigned)g->n ? kept[u] - (unsigned)g->n : 0;
+        else if (g->kind == PAT_BLOCK) r += kept[u] < g->unit_size ? kept[u] : 0;
+    }
+    free(kept);
+    return r;
+}
+
+// Units with at least one kept entry ((size_t)-1 when out of memory).
+size_t sc_pattern_units_kept(const sc_pattern_geom *g, const float *mask) {
+    return units_scan(g, mask, 0);
+}
+
+// Entries that break the pattern ((size_t)-1 when out of memory).
+size_t sc_pattern_violations(const sc_pattern_geom *g, const float *mask) {
+    if (g->kind == PAT_UNSTRUCTURED) return 0;
+    return units_scan(g, mask, 1);
+}

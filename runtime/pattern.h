@@ -1,0 +1,75 @@
+// Sparsity patterns of pruning masks (docs/prune.md, "Patterns"): which sets
+// of weights are pruned together, so that a kernel can skip whole blocks.
+//   unstructured  any single weight (the default)
+//   KxC           blocks of K consecutive output channels x C consecutive
+//                 input channels at one kernel tap (r, s); linear layers:
+//                 K outputs x C inputs. A layer whose K (or C) is not a
+//                 multiple of the asked K (or C) takes gcd(K, asked) (gcd(C,
+//                 asked)): the widest block that tiles it exactly.
+//   N:M           at most N kept of every M consecutive input channels at
+//                 one (k, r, s); a layer whose C is not a multiple of M
+//                 stays unstructured.
+// A pattern is a property of the masks only: weights (K, C, R, S) keep their
+// layout; the model file records the pattern (root attribute `pattern`), and
+// each layer's geometry follows from it and the layer's shape.
+#ifndef SC_PATTERN_H
+#define SC_PATTERN_H
+
+#include <stddef.h>
+
+#include "error.h"
+#include "net.h"
+
+typedef enum { PAT_UNSTRUCTURED = 0, PAT_BLOCK = 1, PAT_NM = 2 } sc_pattern_kind;
+
+typedef struct {
+    sc_pattern_kind kind;
+    int k, c;  // PAT_BLOCK: block of k output x c input channels
+    int n, m;  // PAT_NM: at most n kept of every m input channels
+} sc_pattern;
+
+// One weight tensor under a pattern: its own block (after the fallbacks)
+// and how its entries group into units (blocks, or N:M groups).
+typedef struct {
+    sc_pattern_kind kind;  // PAT_UNSTRUCTURED when the pattern does not apply
+    int K, C, RS;          // output channels, input channels, kernel taps (R*S; 1 for linear)
+    int kb, cb;            // PAT_BLOCK: the layer's block (kb divides K, cb divides C)
+    int n, m;              // PAT_NM: the layer's N and M
+    size_t units;          // blocks (PAT_BLOCK), groups (PAT_NM), weights (unstructured)
+    size_t unit_size;      // weights per block or group (1 when unstructured)
+    int fallback;          // 1 when the layer's block is narrower than asked or the
+                           // pattern does not apply (reported per layer)
+} sc_pattern_geom;
+
+// Parses "unstructured", "KxC" (1 <= K, C <= 256, K * C >= 2) or "N:M"
+// (1 <= N < M <= 32); fails with a message naming the string.
+int sc_pattern_parse(const char *s, sc_pattern *p, sc_err *err);
+
+// Canonical text of a pattern ("unstructured", "16x8", "2:4") into out.
+void sc_pattern_format(const sc_pattern *p, char *out, size_t len);
+
+// True for the unstructured pattern.
+int sc_pattern_is_unstructured(const sc_pattern *p);
+
+// The geometry of conv/linear weight tensor t of nt under pattern p.
+void sc_pattern_geom_of(const sc_pattern *p, const net *nt, int t, sc_pattern_geom *g);
+
+// Text of a layer's own pattern ("16x8", "4x8", "2:4", "unstructured") into out.
+void sc_pattern_geom_format(const sc_pattern_geom *g, char *out, size_t len);
+
+// Unit (block or N:M group; the entry itself when unstructured) of entry i,
+// units numbered in (k block, tap, c block) order.
+size_t sc_pattern_unit_of(const sc_pattern_geom *g, size_t i);
+
+// Entries of unit u into idx (unit_size of them, increasing).
+void sc_pattern_unit_entries(const sc_pattern_geom *g, size_t u, size_t *idx);
+
+// Units with at least one kept entry of a mask of g's tensor.
+size_t sc_pattern_units_kept(const sc_pattern_geom *g, const float *mask);
+
+// Entries that break the pattern in a mask: for blocks, kept entries of
+// blocks that are not all kept; for N:M, kept entries past the N-th of a
+// group; 0 for unstructured layers and masks on the pattern.
+size_t sc_pattern_violations(const sc_pattern_geom *g, const float *mask);
+
+#endif
