@@ -63,9 +63,10 @@ LIB_OBJ := $(LIB_C:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
 LIB     := $(BUILD)/libsparsecnn.a
 TOOLS   := $(foreach m,$(MAINS),$(BUILD)/bin/$(notdir $(m:_main.c=)))
 TESTS   := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+HELPERS := $(patsubst tests/helper_%.c,$(BUILD)/helpers/%,$(wildcard tests/helper_*.c))
 
 .PHONY: all test clean info setup demo build
-all: $(TOOLS) $(TESTS)
+all: $(TOOLS) $(TESTS) $(HELPERS)
 	@echo "built $(words $(TOOLS)) tools and $(words $(TESTS)) tests (GPU=$(GPU))"
 
 info:
@@ -92,6 +93,11 @@ endef
 $(foreach m,$(MAINS),$(eval $(call TOOL_RULE,$(m))))
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ $(LDLIBS)
+
+# Programs the CLI tests call (tests/helper_NAME.c -> build/helpers/NAME).
+$(BUILD)/helpers/%: $(BUILD)/obj/tests/helper_%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(LDLIBS)
 
