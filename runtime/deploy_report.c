@@ -194,6 +194,7 @@ static void rep_summary_prec(FILE *f, const deploy_report *r, const deploy_prec_
 void deploy_report_summary(FILE *f, const deploy_report *r) {
     fprintf(f, "deploy: %s on %s, %.1f%% sparse (prunable layers), %ld test images, %s\n", r->arch,
             r->dataset, 100.0 * r->sparsity, r->test_images, r->device);
+    fprintf(f, "loaded %s in %.3f s\n", r->input ? r->input : "", r->load_seconds);
     if (r->cpu_images)
         fprintf(f, "CPU reference: test accuracy %.2f%% on %s%ld images\n", r->cpu_acc,
                 r->cpu_images < r->test_images ? "the first " : "", r->cpu_images);
@@ -312,6 +313,7 @@ void deploy_report_json(json_writer *j, const deploy_plan *p, const deploy_repor
     json_add_number(j, "dense_latency_ms_batch1", pr ? pr->dense_lat_ms : r->cpu_dense_lat_ms);
     json_add_string(j, "dense_baseline", r->dense_note);
     json_add_number(j, "seconds", r->seconds);
+    json_add_number(j, "load_seconds", r->load_seconds);
     json_add_string(j, "chart", r->chart[0] ? r->chart : NULL);
     rep_json_plans(j, r);
     rep_json_layers(j, p, r);
