@@ -79,9 +79,10 @@ LIB     := $(BUILD)/libsparsecnn.a
 TOOLS   := $(foreach m,$(MAINS),$(BUILD)/bin/$(notdir $(m:_main.c=)))
 TESTS   := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TESTBIN := $(BUILD)/testbin/prune
+HELPERS := $(patsubst tests/helper_%.c,$(BUILD)/helpers/%,$(wildcard tests/helper_*.c))
 
 .PHONY: all test clean info setup demo build deps
-all: $(TOOLS) $(TESTS) $(TESTBIN)
+all: $(TOOLS) $(TESTS) $(TESTBIN) $(HELPERS)
 	@echo "built $(words $(TOOLS)) tools and $(words $(TESTS)) tests (GPU=$(GPU))"
 
 info:
@@ -143,6 +144,11 @@ $(BUILD)/testbin/prune: $(BUILD)/obj/prune/prune_main.o $(BUILD)/obj/prune/searc
 # (also run by `make test`, as tests/deps.sh).
 deps:
 	@bash tests/deps.sh
+
+# Programs the CLI tests call (tests/helper_NAME.c -> build/helpers/NAME).
+$(BUILD)/helpers/%: $(BUILD)/obj/tests/helper_%.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ $(LDLIBS)
 
 # Debian/Ubuntu packages the build and the tests need; installed when root.
 PKGS := build-essential libhdf5-dev hdf5-tools libopenblas-dev libgsl-dev gnuplot-nox \

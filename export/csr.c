@@ -1,5 +1,6 @@
-// The CSR builder: BN folding, row padding, offsets and value encoding for
-// every conv and linear layer of a net (see csr.h).
+// The CSR builder: BN folding, row padding (runtime/sparse_layout.c),
+// offsets and value encoding for every conv and linear layer of a net (see
+// csr.h).
 #include "runtime/half.h"
 #include "export/csr.h"
 
@@ -9,63 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define CSR_OTHER_CHANNEL (1ULL << 62)  // key bit: the nearest non-zero is in another channel
-
-// --- row padding ------------------------------------------------------------
-
-// Orders 64-bit keys ascending (qsort).
-static int csr_key_cmp(const void *a, const void *b) {
-    const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
-
-// Key of zero column c given its nearest non-zero columns before (lo) and
-// after (hi), -1 when none: same channel first, then distance, then column.
-static uint64_t csr_pad_key(int c, int lo, int hi, int rs) {
-    uint64_t best = UINT64_MAX;
-    const int near[2] = {lo, hi};
-    for (int i = 0; i < 2; i++) {
-        if (near[i] < 0) continue;
-        uint64_t d = (uint64_t)abs(c - near[i]);
-        uint64_t key = (near[i] / rs == c / rs ? 0 : CSR_OTHER_CHANNEL) | d << 32 | (uint64_t)c;
-        if (key < best) best = key;
-    }
-    return best == UINT64_MAX ? (3ULL << 61) | (uint64_t)c : best;
-}
-
-// Fills the row's columns: non-zeros plus the nearest zero columns.
-int csr_row_columns(const float *w, int cols, int rs, int nnz_row, int32_t *idx,
-                    uint64_t *scratch) {
-    int n = 0, lo = -1;
-    for (int c = 0; c < cols; c++) n += w[c] != 0.0f;
-    const int need = nnz_row - n;
-    if (need > 0) {
-        for (int c = 0; c < cols; c++) {  // scratch[c]: column of the previous non-zero
-            scratch[c] = (uint64_t)(int64_t)lo;
-            if (w[c] != 0.0f) lo = c;
-        }
-        int hi = -1;
-        for (int c = cols - 1; c >= 0; c--) {  // scratch[c]: the column's key
-            if (w[c] != 0.0f) {
-                hi = c;
-                scratch[c] = UINT64_MAX;
-                continue;
-            }
-            scratch[c] = csr_pad_key(c, (int)(int64_t)scratch[c], hi, rs);
-        }
-        qsort(scratch, (size_t)cols, sizeof *scratch, csr_key_cmp);
-        for (int i = 0; i < need; i++) scratch[i] &= 0xffffffffULL;  // the chosen columns
-        qsort(scratch, (size_t)need, sizeof *scratch, csr_key_cmp);
-    }
-    int out = 0, p = 0;
-    for (int c = 0; c < cols && out < nnz_row; c++) {
-        int chosen = need > 0 && p < need && scratch[p] == (uint64_t)c;
-        p += chosen;
-        if (w[c] != 0.0f || chosen) idx[out++] = c;
-    }
-    return n;
-}
 
 // --- layer scan ---------------------------------------------------------------
 
@@ -100,34 +44,16 @@ static void csr_fold(const net *nt, const sparse_layer *l, double *scale, double
     }
 }
 
-// Allocates the layer's arrays (codes and mask zeroed).
-static int csr_alloc(sparse_layer *l, size_t n, sc_err *err) {
-    l->indices = malloc((n ? n : 1) * sizeof(int32_t));
-    l->offsets = malloc((n ? n : 1) * sizeof(int32_t));
-    l->values = malloc((n ? n : 1) * sizeof(float));
-    l->bias = malloc((size_t)l->K * sizeof(float));
-    const int cb = l->vtype == SV_CODEBOOK4;
-    if (cb) {
-        l->codes = calloc((n + 1) / 2 + 1, 1);
-        l->pad_mask = calloc((n + 7) / 8 + 1, 1);
-        l->row_scale = malloc((size_t)l->K * sizeof(float));
-    }
-    if (!l->indices || !l->offsets || !l->values || !l->bias ||
-        (cb && (!l->codes || !l->pad_mask || !l->row_scale)))
-        return sc_fail(err, "out of memory (CSR of %d x %d)", l->K, l->nnz_row);
-    return 0;
-}
-
 // Encodes entry j of row k, column col (unfolded weight w): values[j] and,
 // for codebook layers, its code and padding bit.
 static int csr_encode(sparse_layer *l, const export_codebook *cb, size_t j, int k, int col,
                       float w, double scale, const char *name, sc_err *err) {
+    if (w == 0.0f) {
+        l->pad_mask[j / 8] |= (uint8_t)(1u << (j % 8));
+        l->values[j] = 0.0f;
+        return 0;
+    }
     if (l->vtype == SV_CODEBOOK4) {
-        if (w == 0.0f) {
-            l->pad_mask[j / 8] |= (uint8_t)(1u << (j % 8));
-            l->values[j] = 0.0f;
-            return 0;
-        }
         size_t cols = (size_t)l->C * l->R * l->S;
         int code = export_codebook_code(cb, (size_t)k * cols + (size_t)col, w);
         l->codes[j / 2] |= (uint8_t)(code << (4 * (j % 2)));
@@ -147,14 +73,14 @@ static int csr_encode(sparse_layer *l, const export_codebook *cb, size_t j, int 
 
 // Builds rows, offsets and values of one layer (after csr_scan).
 static int csr_rows(const net *nt, sparse_layer *l, const export_codebook *cb,
-                    const double *scale, uint64_t *scratch, sc_err *err) {
+                    const double *scale, uint32_t *scratch, sc_err *err) {
     const char *name = nt->layers[l->layer].name;
     const float *w = net_tensor_data(nt, nt->layers[l->layer].weight);  // (K, cols)
     const int cols = l->C * l->R * l->S;
     for (int k = 0; k < l->K; k++) {
         const float *row = w + (size_t)k * cols;
         const size_t base = (size_t)k * l->nnz_row;
-        csr_row_columns(row, cols, l->R * l->S, l->nnz_row, l->indices + base, scratch);
+        sparse_row_columns(row, cols, l->R * l->S, l->nnz_row, l->indices + base, scratch);
         for (size_t j = base; j < base + (size_t)l->nnz_row; j++) {
             const int col = l->indices[j];
             int64_t off = sparse_layer_offset(l, col);
@@ -173,9 +99,9 @@ static int csr_layer(const net *nt, sparse_layer *l, const export_codebook *cb, 
     const int cols = l->C * l->R * l->S;
     l->vtype = cb->use ? SV_CODEBOOK4 : half ? SV_FP16 : SV_FP32;
     double *scale = malloc((size_t)l->K * sizeof *scale), *shift = malloc((size_t)l->K * sizeof *shift);
-    uint64_t *scratch = malloc((size_t)(cols ? cols : 1) * sizeof *scratch);  // (cols)
+    uint32_t *scratch = malloc((3 * (size_t)cols + 3) * sizeof *scratch);  // (3*cols + 3)
     int rc = !scale || !shift || !scratch ? sc_fail(err, "out of memory") : 0;
-    if (rc == 0) rc = csr_alloc(l, (size_t)l->K * l->nnz_row, err);
+    if (rc == 0) rc = sparse_layer_alloc(l, err);
     if (rc == 0) {
         csr_fold(nt, l, scale, shift);
         for (int k = 0; k < l->K; k++) l->bias[k] = (float)shift[k];

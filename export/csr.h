@@ -41,13 +41,4 @@ typedef struct {
 sparse_model *export_build(const net *nt, const char *dataset, const export_cfg *cfg,
                            export_info *info, sc_err *err);
 
-// Columns of one row: the non-zero columns of w (cols floats) plus the zero
-// columns nearest to them (a column in the same input channel, i.e. the
-// same block of rs columns, before any other; then by distance; then the
-// lower column) until there are nnz_row, ascending, into idx. A row without
-// non-zeros gets columns 0..nnz_row-1. scratch: cols entries. Returns the
-// number of non-zeros (at most nnz_row is required).
-int csr_row_columns(const float *w, int cols, int rs, int nnz_row, int32_t *idx,
-                    uint64_t *scratch);
-
 #endif

@@ -1,6 +1,8 @@
 // The HDF5 writer of export files: root attributes, /net, /history, /params
-// (tensors that were not folded) and one CSR group per conv/linear layer,
-// written to a temporary file that is synced and renamed over the target.
+// (tensors that were not folded) and one compact CSR group per conv/linear
+// layer (real non-zeros only, narrow column indices, 4-bit codes, shuffle +
+// deflate), written to a temporary file that is synced and renamed over the
+// target.
 #include "runtime/half.h"
 #include "export/export_io.h"
 #include "runtime/h5io.h"
@@ -15,7 +17,11 @@
 #include <string.h>
 
 #define EXPORT_FORMAT "sparsecnn-export"
-#define EXPORT_FORMAT_VERSION 1
+#define EXPORT_FORMAT_VERSION 2
+
+#define EWR_FILTER_MIN 1024   // raw bytes from which a dataset is chunked, shuffled, deflated
+#define EWR_CHUNK_MAX (1 << 20)  // elements per chunk at most
+#define EWR_DEFLATE 6         // zlib level
 
 // --- HDF5 helpers -------------------------------------------------------------
 
@@ -28,13 +34,55 @@ static int ewr_dset1(ewr *io, hid_t loc, const char *name, hid_t ftype, hid_t mt
     return h5io_dset_write(io, loc, name, ftype, mtype, 1, dims, buf);
 }
 
-// Writes n floats as an IEEE half dataset (rounded to nearest even).
-static int ewr_dset_half(ewr *io, hid_t loc, const char *name, size_t n, const float *v) {
+// Dataset creation properties for n values of ftype: chunked, shuffled
+// (values wider than a byte) and deflated from EWR_FILTER_MIN raw bytes on.
+static hid_t ewr_dcpl(ewr *io, hid_t ftype, size_t n) {
+    hid_t p = -1;
+    const size_t size = H5Tget_size(ftype);
+    H5IO_CHECK(io, p = H5Pcreate(H5P_DATASET_CREATE));
+    if (n * size < EWR_FILTER_MIN) return p;
+    hsize_t chunk[1] = {(hsize_t)(n < EWR_CHUNK_MAX ? n : EWR_CHUNK_MAX)};
+    H5IO_CHECK(io, H5Pset_chunk(p, 1, chunk));
+    if (size > 1) H5IO_CHECK(io, H5Pset_shuffle(p));
+    H5IO_CHECK(io, H5Pset_deflate(p, EWR_DEFLATE));
+    return p;
+fail:
+    if (p >= 0) H5Pclose(p);
+    return -1;
+}
+
+// Writes n values as a filtered 1-D dataset (ewr_dcpl) and adds the bytes
+// it takes in the file to *stored.
+static int ewr_packed(ewr *io, hid_t loc, const char *name, hid_t ftype, hid_t mtype, size_t n,
+                      const void *buf, size_t *stored) {
+    hsize_t dims[1] = {(hsize_t)n};
+    hid_t sp = -1, d = -1, dcpl = ewr_dcpl(io, ftype, n);
+    int rc = dcpl < 0 ? -1 : 0;
+    if (rc == 0) {
+        H5IO_CHECK(io, sp = H5Screate_simple(1, dims, NULL));
+        H5IO_CHECK(io, d = H5Dcreate2(loc, name, ftype, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT));
+        if (n) H5IO_CHECK(io, H5Dwrite(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf));
+        H5IO_CHECK(io, H5Dflush(d));  // chunks leave the cache: the storage size is final
+        *stored += (size_t)H5Dget_storage_size(d);
+    }
+    goto done;
+fail:
+    rc = -1;
+done:
+    H5IO_CLOSE(io, H5Dclose, d, rc);
+    H5IO_CLOSE(io, H5Sclose, sp, rc);
+    H5IO_CLOSE(io, H5Pclose, dcpl, rc);
+    return rc;
+}
+
+// Writes n floats as a filtered IEEE half dataset (rounded to nearest even).
+static int ewr_packed_half(ewr *io, hid_t loc, const char *name, size_t n, const float *v,
+                           size_t *stored) {
     uint16_t *h = malloc((n ? n : 1) * sizeof *h);  // (n)
     if (!h) return sc_fail(io->err, "out of memory (%s)", io->path);
     for (size_t i = 0; i < n; i++) h[i] = half_from_float(v[i]);
     hid_t t = h5io_half_type(io);
-    int rc = t < 0 ? -1 : ewr_dset1(io, loc, name, t, t, n, h);
+    int rc = t < 0 ? -1 : ewr_packed(io, loc, name, t, t, n, h, stored);
     if (t >= 0) H5IO_CLOSE(io, H5Tclose, t, rc);
     free(h);
     return rc;
@@ -42,19 +90,50 @@ static int ewr_dset_half(ewr *io, hid_t loc, const char *name, size_t n, const f
 
 // --- one layer --------------------------------------------------------------
 
-// 1 when indptr needs 64 bits.
-static int ewr_indptr_wide(const sparse_layer *l) {
-    return (long long)l->K * l->nnz_row > INT32_MAX;
+// The file type of column indices: the narrowest of uint8, uint16, int32
+// holding every column below cols.
+static hid_t ewr_index_type(long long cols) {
+    return cols <= 256 ? H5T_STD_U8LE : cols <= 65536 ? H5T_STD_U16LE : H5T_STD_I32LE;
 }
 
-// Bytes of a layer's arrays as stored.
-size_t export_layer_bytes(const sparse_model *m, const sparse_layer *l) {
-    const size_t n = (size_t)l->K * l->nnz_row, K = (size_t)l->K;
-    size_t b = n * (l->vtype == SV_FP32 ? 4 : 2) + 2 * n * 4 + (K + 1) * (ewr_indptr_wide(l) ? 8 : 4) + K * 4;
-    if (l->vtype == SV_CODEBOOK4)
-        b += (n + 1) / 2 + (n + 7) / 8 + K * 4 +
-             (size_t)l->ncodebook * (export_codebook_half_exact(l->codebook, l->ncodebook) ? 2 : 4);
-    return b;
+// A layer's real entries (padding dropped): row pointers, columns, and
+// values (plain layers) or 4-bit codes packed two per byte (codebook layers).
+typedef struct {
+    int64_t *indptr;   // (K + 1)
+    int32_t *indices;  // (nnz)
+    float *values;     // (nnz), plain layers
+    uint8_t *codes;    // ((nnz + 1) / 2), codebook layers
+} ewr_compact;
+
+// Frees a compact layer.
+static void ewr_compact_free(ewr_compact *c) {
+    free(c->indptr), free(c->indices), free(c->values), free(c->codes);
+}
+
+// Extracts l's real entries (those without their padding bit) into c.
+static int ewr_compact_make(ewr *io, const sparse_layer *l, ewr_compact *c) {
+    const size_t nnz = (size_t)l->nnz + 1;
+    const int cb = l->vtype == SV_CODEBOOK4;
+    c->indptr = malloc(((size_t)l->K + 1) * sizeof *c->indptr);
+    c->indices = malloc(nnz * sizeof *c->indices);
+    c->values = cb ? NULL : malloc(nnz * sizeof *c->values);
+    c->codes = cb ? calloc(nnz / 2 + 1, 1) : NULL;
+    if (!c->indptr || !c->indices || (!c->values && !c->codes))
+        return sc_fail(io->err, "out of memory (%s)", io->path);
+    int64_t e = 0;
+    c->indptr[0] = 0;
+    for (size_t k = 0; k < (size_t)l->K; k++) {
+        for (size_t j = k * l->nnz_row; j < (k + 1) * (size_t)l->nnz_row; j++) {
+            if ((l->pad_mask[j / 8] >> (j % 8)) & 1) continue;
+            if (e >= l->nnz) return sc_fail(io->err, "layer has more real entries than nnz %ld", l->nnz);
+            c->indices[e] = l->indices[j];
+            if (cb) c->codes[e / 2] |= (uint8_t)(((l->codes[j / 2] >> (4 * (j % 2))) & 15) << (4 * (e % 2)));
+            else c->values[e] = l->values[j];
+            e++;
+        }
+        c->indptr[k + 1] = e;
+    }
+    return e == l->nnz ? 0 : sc_fail(io->err, "layer has %lld real entries, nnz says %ld", (long long)e, l->nnz);
 }
 
 // Writes the scipy/anndata CSR attributes and the geometry/fusion ones.
@@ -66,11 +145,10 @@ static int ewr_layer_attrs(ewr *io, hid_t g, const sparse_model *m, const sparse
     SC_TRY(h5io_attr_write(io, g, "shape", H5T_STD_I64LE, H5T_NATIVE_LLONG, 2, shape));
     SC_TRY(h5io_attr_str(io, g, "kind", l->is_linear ? "linear" : "conv"));
     SC_TRY(h5io_attr_write(io, g, "k", H5T_STD_I32LE, H5T_NATIVE_INT, 2, k));
-    const char *names[] = {"stride", "pad", "in_c", "in_h", "in_w", "out_c", "out_h", "out_w", "nnz_row"};
-    const int vals[] = {l->stride, l->pad, l->C, l->H, l->W, l->K, l->P, l->Q, l->nnz_row};
-    for (int i = 0; i < 9; i++) SC_TRY(h5io_attr_int(io, g, names[i], vals[i]));
+    const char *names[] = {"stride", "pad", "in_c", "in_h", "in_w", "out_c", "out_h", "out_w"};
+    const int vals[] = {l->stride, l->pad, l->C, l->H, l->W, l->K, l->P, l->Q};
+    for (int i = 0; i < 8; i++) SC_TRY(h5io_attr_int(io, g, names[i], vals[i]));
     SC_TRY(h5io_attr_i64(io, g, "nnz", l->nnz));
-    SC_TRY(h5io_attr_i64(io, g, "padding", (long long)l->K * l->nnz_row - l->nnz));
     SC_TRY(h5io_attr_str(io, g, "bn", l->bn >= 0 ? m->nt->layers[l->bn].name : ""));
     SC_TRY(h5io_attr_str(io, g, "values", sparse_vtype_name(l->vtype)));
     SC_TRY(h5io_attr_str(io, g, "activation", l->relu ? "relu" : "none"));
@@ -81,46 +159,51 @@ static int ewr_layer_attrs(ewr *io, hid_t g, const sparse_model *m, const sparse
     return h5io_attr_int(io, g, "pool_pad", l->pool_pad);
 }
 
-// Writes indptr: row k starts at k * nnz_row (int32 unless it needs more).
-static int ewr_indptr(ewr *io, hid_t g, const sparse_layer *l) {
-    long long *p = malloc(((size_t)l->K + 1) * sizeof *p);  // (K + 1)
-    if (!p) return sc_fail(io->err, "out of memory (%s)", io->path);
-    for (int k = 0; k <= l->K; k++) p[k] = (long long)k * l->nnz_row;
-    int rc = ewr_dset1(io, g, "indptr", ewr_indptr_wide(l) ? H5T_STD_I64LE : H5T_STD_I32LE,
-                       H5T_NATIVE_LLONG, (size_t)l->K + 1, p);
-    free(p);
+// Writes a codebook layer's codes, codebook (fp16 when every entry is
+// fp16-exact, else fp32) and row scales.
+static int ewr_layer_codes(ewr *io, hid_t g, const sparse_layer *l, const ewr_compact *c,
+                           export_layer_size *sz) {
+    SC_TRY(ewr_packed(io, g, "codes", H5T_STD_U8LE, H5T_NATIVE_UINT8, ((size_t)l->nnz + 1) / 2,
+                      c->codes, &sz->values));
+    if (export_codebook_half_exact(l->codebook, l->ncodebook))
+        SC_TRY(ewr_packed_half(io, g, "codebook", (size_t)l->ncodebook, l->codebook, &sz->codebook));
+    else
+        SC_TRY(ewr_packed(io, g, "codebook", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT,
+                          (size_t)l->ncodebook, l->codebook, &sz->codebook));
+    return ewr_packed(io, g, "row_scale", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, (size_t)l->K,
+                      l->row_scale, &sz->codebook);
+}
+
+// Writes a layer's datasets from its compact form: indptr, indices, bias,
+// and data (fp32 or fp16) or the codebook form.
+static int ewr_layer_data(ewr *io, hid_t g, const sparse_layer *l, const ewr_compact *c,
+                          export_layer_size *sz) {
+    const size_t nnz = (size_t)l->nnz, K = (size_t)l->K;
+    const long long cols = (long long)l->C * l->R * l->S;
+    SC_TRY(ewr_packed(io, g, "indptr", nnz > INT32_MAX ? H5T_STD_I64LE : H5T_STD_I32LE,
+                      H5T_NATIVE_INT64, K + 1, c->indptr, &sz->indices));
+    SC_TRY(ewr_packed(io, g, "indices", ewr_index_type(cols), H5T_NATIVE_INT32, nnz, c->indices,
+                      &sz->indices));
+    SC_TRY(ewr_packed(io, g, "bias", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, K, l->bias, &sz->bias));
+    if (l->vtype == SV_CODEBOOK4) return ewr_layer_codes(io, g, l, c, sz);
+    if (l->vtype == SV_FP16) return ewr_packed_half(io, g, "data", nnz, c->values, &sz->values);
+    return ewr_packed(io, g, "data", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, nnz, c->values, &sz->values);
+}
+
+// Writes one layer's group (attributes and compact arrays).
+static int ewr_layer(ewr *io, hid_t g, const sparse_model *m, const sparse_layer *l,
+                     export_layer_size *sz) {
+    ewr_compact c = {0};
+    memset(sz, 0, sizeof *sz);
+    int rc = ewr_layer_attrs(io, g, m, l);
+    if (rc == 0) rc = ewr_compact_make(io, l, &c);
+    if (rc == 0) rc = ewr_layer_data(io, g, l, &c, sz);
+    ewr_compact_free(&c);
     return rc;
 }
 
-// Writes a codebook layer's codes, padding mask, codebook (fp16 when every
-// entry is fp16-exact, else fp32) and row scales.
-static int ewr_layer_codes(ewr *io, hid_t g, const sparse_layer *l, size_t n) {
-    SC_TRY(ewr_dset1(io, g, "codes", H5T_STD_U8LE, H5T_NATIVE_UINT8, (n + 1) / 2, l->codes));
-    SC_TRY(ewr_dset1(io, g, "pad_mask", H5T_STD_U8LE, H5T_NATIVE_UINT8, (n + 7) / 8, l->pad_mask));
-    if (export_codebook_half_exact(l->codebook, l->ncodebook))
-        SC_TRY(ewr_dset_half(io, g, "codebook", (size_t)l->ncodebook, l->codebook));
-    else
-        SC_TRY(ewr_dset1(io, g, "codebook", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT,
-                         (size_t)l->ncodebook, l->codebook));
-    return ewr_dset1(io, g, "row_scale", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, (size_t)l->K, l->row_scale);
-}
-
-// Writes a layer's datasets: data in fp32, or fp16 for fp16 and codebook layers.
-static int ewr_layer_data(ewr *io, hid_t g, const sparse_layer *l) {
-    const size_t n = (size_t)l->K * l->nnz_row;
-    if (l->vtype == SV_FP32)
-        SC_TRY(ewr_dset1(io, g, "data", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, n, l->values));
-    else
-        SC_TRY(ewr_dset_half(io, g, "data", n, l->values));
-    SC_TRY(ewr_dset1(io, g, "indices", H5T_STD_I32LE, H5T_NATIVE_INT32, n, l->indices));
-    SC_TRY(ewr_indptr(io, g, l));
-    SC_TRY(ewr_dset1(io, g, "offsets", H5T_STD_I32LE, H5T_NATIVE_INT32, n, l->offsets));
-    SC_TRY(ewr_dset1(io, g, "bias", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, (size_t)l->K, l->bias));
-    return l->vtype == SV_CODEBOOK4 ? ewr_layer_codes(io, g, l, n) : 0;
-}
-
 // Writes /layers with one group per conv/linear layer.
-static int ewr_layers(ewr *io, const sparse_model *m) {
+static int ewr_layers(ewr *io, const sparse_model *m, export_layer_size *sizes) {
     hid_t gl = h5io_group_create(io, io->file, "layers");
     if (gl < 0) return -1;
     int rc = 0;
@@ -131,8 +214,8 @@ static int ewr_layers(ewr *io, const sparse_model *m) {
             rc = -1;
             break;
         }
-        rc = ewr_layer_attrs(io, g, m, l);
-        if (rc == 0) rc = ewr_layer_data(io, g, l);
+        export_layer_size scratch;
+        rc = ewr_layer(io, g, m, l, sizes ? &sizes[i] : &scratch);
         H5IO_CLOSE(io, H5Gclose, g, rc);
     }
     H5IO_CLOSE(io, H5Gclose, gl, rc);
@@ -186,25 +269,28 @@ static int ewr_params(ewr *io, const sparse_model *m) {
 }
 
 // Writes everything into the open file.
-static int ewr_all(ewr *io, const sparse_model *m, const char *const *history, int nhistory) {
+static int ewr_all(ewr *io, const sparse_model *m, const char *const *history, int nhistory,
+                   export_layer_size *sizes) {
     SC_TRY(ewr_root(io, m));
     SC_TRY(ewr_net(io, m->nt));
     SC_TRY(h5io_dset_strs(io, io->file, "history", 1, nhistory, history));
     SC_TRY(ewr_params(io, m));
-    return ewr_layers(io, m);
+    return ewr_layers(io, m, sizes);
 }
 
 // --- atomic replacement -------------------------------------------------------
 
 // Creates tmp and writes the whole file into it.
-static int ewr_tmp(ewr *io, const sparse_model *m, const char *const *history, int nhistory) {
+static int ewr_tmp(ewr *io, const sparse_model *m, const char *const *history, int nhistory,
+                   export_layer_size *sizes) {
     hid_t fapl = -1;
     int rc = -1;
     io->file = -1;
     H5IO_CHECK(io, fapl = H5Pcreate(H5P_FILE_ACCESS));
     H5IO_CHECK(io, H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG));
+    H5IO_CHECK(io, H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_LATEST));
     H5IO_CHECK(io, io->file = H5Fcreate(io->path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
-    if (ewr_all(io, m, history, nhistory) != 0) goto fail;
+    if (ewr_all(io, m, history, nhistory, sizes) != 0) goto fail;
     H5IO_CHECK(io, H5Fflush(io->file, H5F_SCOPE_GLOBAL));
     rc = 0;
 fail:
@@ -215,13 +301,13 @@ fail:
 
 // Writes m to path atomically.
 int export_write(const char *path, const sparse_model *m, const char *const *history, int nhistory,
-                 sc_err *err) {
+                 export_layer_size *sizes, sc_err *err) {
     char dir[PATH_MAX], tmp[PATH_MAX];
     SC_TRY(h5io_atomic_begin(path, ".tmp", dir, tmp, sizeof tmp, err));
     ewr io = {tmp, err, -1, NULL};
     h5io_quiet q;
     h5io_quiet_begin(&q);
-    int rc = ewr_tmp(&io, m, history, nhistory);
+    int rc = ewr_tmp(&io, m, history, nhistory, sizes);
     h5io_quiet_end(&q);
     return h5io_atomic_end(tmp, path, dir, rc, err);
 }

@@ -1,8 +1,8 @@
 // The `export` tool: turns a trained, pruned and optionally quantized model
-// into the CSR file the deploy runtime loads (docs/export-format.md): BN
-// folded, rows padded to the layer maximum, offsets precomputed, values in
-// fp32, fp16 or 4-bit codebook indices. Prints a per-layer summary and the
-// file size against dense fp32.
+// into the compact CSR file the deploy runtime loads (docs/export-format.md):
+// BN folded, real non-zeros only, narrow column indices, values in fp32,
+// fp16 or 4-bit codebook indices, HDF5 shuffle + deflate. Prints a per-layer
+// size table and the file size against dense fp32.
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,10 +45,11 @@ static int opts_parse(export_opts *o, int argc, char **argv) {
          .help = "root of the run directories"},
     };
     cli_spec spec = {.tool = TOOL, .usage = "export [options] [MODEL]",
-                     .summary = "Writes a model's conv and linear layers as CSR (BN folded, rows padded to the\n"
-                                "layer maximum, input offsets precomputed) into an HDF5 file for the deploy\n"
-                                "runtime. MODEL: a model file (default: the latest run's model.quant.h5,\n"
-                                "else model.pruned.h5, else model.h5). Runs on the CPU (--device is unused).",
+                     .summary = "Writes a model's conv and linear layers as compact CSR (BN folded, real non-zeros\n"
+                                "only, narrow indices, 4-bit codes after quantize, compressed) into an HDF5 file\n"
+                                "for the deploy runtime, which derives its kernel layouts at load time. MODEL:\n"
+                                "a model file (default: the latest run's model.quant.h5, else model.pruned.h5,\n"
+                                "else model.h5). Runs on the CPU (--device is unused).",
                      .opts = opts, .nopts = (int)(sizeof opts / sizeof *opts), .min_pos = 0,
                      .max_pos = 1};
     const char *pos[1] = {NULL};
@@ -67,6 +68,7 @@ typedef struct {
     sparse_model *m;
     quant_model *quant;  // quantize's codebooks of the input, or NULL
     export_info info;
+    export_layer_size *sizes;  // (m->nlayers) bytes each layer takes in the file
     char in[PATH_MAX], out[PATH_MAX + 16];
     long long file_bytes, dense_bytes, nnz, padding, total;
     double t0, seconds;
@@ -104,6 +106,8 @@ static int build(export_run *r, sc_err *err) {
     cfg.quant = r->quant;
     r->m = export_build(r->nt, r->meta.dataset, &cfg, &r->info, err);
     if (!r->m) return sc_wrap(err, "%s", r->in);
+    r->sizes = calloc((size_t)(r->m->nlayers ? r->m->nlayers : 1), sizeof *r->sizes);
+    if (!r->sizes) return sc_fail(err, "out of memory");
     for (int i = 0; i < r->m->nlayers; i++) {
         const sparse_layer *l = &r->m->layers[i];
         long long cells = (long long)l->K * l->C * l->R * l->S;
@@ -119,11 +123,12 @@ static int build(export_run *r, sc_err *err) {
 static int write_out(export_run *r, sc_err *err) {
     char line[PATH_MAX + 256];
     snprintf(line, sizeof line,
-             "export: %s values, %d layers, %lld of %lld weights non-zero, %lld padding zeros%s, from %s",
-             sparse_vtype_name(r->m->vtype), r->m->nlayers, r->nnz, r->total, r->padding,
+             "export: %s values, %d layers, %lld of %lld weights non-zero%s, from %s",
+             sparse_vtype_name(r->m->vtype), r->m->nlayers, r->nnz, r->total,
              r->info.pruned ? "" : " (not pruned: dense rows)", r->in);
     SC_TRY(model_meta_add_history(&r->meta, line, err));
-    SC_TRY(export_write(r->out, r->m, (const char *const *)r->meta.history, r->meta.nhistory, err));
+    SC_TRY(export_write(r->out, r->m, (const char *const *)r->meta.history, r->meta.nhistory,
+                        r->sizes, err));
     struct stat st;
     r->file_bytes = stat(r->out, &st) == 0 ? (long long)st.st_size : -1;
     return 0;
@@ -140,40 +145,74 @@ static void shape_fmt(const sparse_layer *l, char *out, size_t len) {
 // Percentage a / b (0 when b is 0).
 static double pct(double a, double b) { return b > 0 ? 100.0 * a / b : 0.0; }
 
-// Prints the per-layer table, the totals and the closing line.
+// Stored bytes of a layer (every dataset).
+static size_t size_total(const export_layer_size *s) {
+    return s->indices + s->values + s->codebook + s->bias;
+}
+
+// Dense fp32 bytes of a layer's weights and bias.
+static long long dense_bytes(const sparse_layer *l) {
+    return 4 * ((long long)l->K * l->C * l->R * l->S + l->K);
+}
+
+// Prints one row of the size table.
+static void table_row(const char *name, const char *shape, long nnz, double sparsity,
+                      const export_layer_size *s, long long dense) {
+    const size_t b = size_total(s);
+    printf("%-24s %-16s %10ld %8.2f%% %9zu %9zu %8zu %7zu %10zu %11lld %7.1fx\n", name, shape, nnz,
+           sparsity, s->indices, s->values, s->codebook, s->bias, b, dense,
+           b ? (double)dense / (double)b : 0.0);
+}
+
+// Prints the per-layer size table, the totals and the closing line.
 static void table_print(const export_run *r) {
     const sparse_model *m = r->m;
-    printf("%-24s %-16s %10s %9s %8s %9s %11s\n", "layer", "shape", "nnz", "sparsity", "nnz_row",
-           "padding", "bytes");
-    size_t bytes = 0;
+    printf("%-24s %-16s %10s %9s %9s %9s %8s %7s %10s %11s %8s\n", "layer", "shape", "nnz",
+           "sparsity", "indices", "values", "codebook", "bias", "bytes", "dense_fp32", "ratio");
+    export_layer_size tot = {0};
     for (int i = 0; i < m->nlayers; i++) {
         const sparse_layer *l = &m->layers[i];
+        const export_layer_size *s = &r->sizes[i];
         char shape[64];
         shape_fmt(l, shape, sizeof shape);
         double cells = (double)l->K * l->C * l->R * l->S;
-        long long pad = (long long)l->K * l->nnz_row - l->nnz;
-        size_t b = export_layer_bytes(m, l);
-        bytes += b;
-        printf("%-24s %-16s %10ld %8.2f%% %8d %8.2f%% %11zu\n", m->nt->layers[l->layer].name, shape,
-               l->nnz, 100.0 - pct((double)l->nnz, cells), l->nnz_row, pct((double)pad, (double)l->nnz), b);
+        table_row(m->nt->layers[l->layer].name, shape, l->nnz, 100.0 - pct((double)l->nnz, cells), s,
+                  dense_bytes(l));
+        tot.indices += s->indices, tot.values += s->values, tot.codebook += s->codebook, tot.bias += s->bias;
     }
-    printf("%-24s %-16s %10lld %8.2f%% %8s %8.2f%% %11zu\n", "total", "", r->nnz,
-           100.0 - pct((double)r->nnz, (double)r->total), "", pct((double)r->padding, (double)r->nnz), bytes);
-    printf("exported %s (%s): %d layers, sparsity %.2f%% (pruned layers %.2f%%), padding %.2f%%, "
-           "values %s; file %lld bytes vs dense fp32 %lld bytes (%.2fx); %s\n",
+    table_row("total", "", (long)r->nnz, 100.0 - pct((double)r->nnz, (double)r->total), &tot,
+              r->dense_bytes);
+    printf("exported %s (%s): %d layers, sparsity %.2f%% (pruned layers %.2f%%), values %s; "
+           "file %lld bytes vs dense fp32 %lld bytes (%.2fx, %.1fx smaller); %s\n",
            m->nt->arch, m->dataset[0] ? m->dataset : "unknown dataset", m->nlayers,
            100.0 - pct((double)r->nnz, (double)r->total), 100.0 * net_sparsity(r->nt),
-           pct((double)r->padding, (double)r->nnz), sparse_vtype_name(m->vtype), r->file_bytes,
-           r->dense_bytes, r->dense_bytes > 0 ? (double)r->file_bytes / r->dense_bytes : 0.0, r->out);
+           sparse_vtype_name(m->vtype), r->file_bytes, r->dense_bytes,
+           r->dense_bytes > 0 ? (double)r->file_bytes / r->dense_bytes : 0.0,
+           r->file_bytes > 0 ? (double)r->dense_bytes / r->file_bytes : 0.0, r->out);
+}
+
+// Adds a layer's stored bytes as the JSON object "bytes" and its ratio.
+static void json_sizes(json_writer *j, const export_layer_size *s, long long dense) {
+    json_object_begin(j, "bytes");
+    json_add_int(j, "indices", (long long)s->indices);
+    json_add_int(j, "values", (long long)s->values);
+    json_add_int(j, "codebook", (long long)s->codebook);
+    json_add_int(j, "bias", (long long)s->bias);
+    json_add_int(j, "total", (long long)size_total(s));
+    json_object_end(j);
+    json_add_int(j, "dense_fp32_bytes", dense);
+    json_add_number(j, "ratio_to_dense", dense ? (double)size_total(s) / (double)dense : 0.0);
 }
 
 // Adds one layer's object to the JSON layers array.
-static void json_layer(json_writer *j, const sparse_model *m, const sparse_layer *l) {
+static void json_layer(json_writer *j, const sparse_model *m, const sparse_layer *l,
+                       const export_layer_size *s) {
     const long long cells = (long long)l->K * l->C * l->R * l->S;
     const long long pad = (long long)l->K * l->nnz_row - l->nnz;
     json_object_begin(j, NULL);
     json_add_string(j, "name", m->nt->layers[l->layer].name);
     json_add_string(j, "kind", l->is_linear ? "linear" : "conv");
+    json_add_string(j, "values", sparse_vtype_name(l->vtype));
     json_array_begin(j, "shape");
     json_add_int(j, NULL, l->K);
     json_add_int(j, NULL, (long long)l->C * l->R * l->S);
@@ -183,7 +222,7 @@ static void json_layer(json_writer *j, const sparse_model *m, const sparse_layer
     json_add_int(j, "nnz_row", l->nnz_row);
     json_add_int(j, "padding", pad);
     json_add_number(j, "padding_overhead", l->nnz ? (double)pad / l->nnz : 0.0);
-    json_add_int(j, "bytes", (long long)export_layer_bytes(m, l));
+    json_sizes(j, s, dense_bytes(l));
     json_add_string(j, "bn", l->bn >= 0 ? m->nt->layers[l->bn].name : NULL);
     json_add_string(j, "activation", l->relu ? "relu" : "none");
     json_add_string(j, "pool", l->pool_k ? "max" : "none");
@@ -211,9 +250,10 @@ static int summary_json(const export_run *r, sc_err *err) {
     json_add_number(&j, "padding_overhead", r->nnz ? (double)r->padding / r->nnz : 0.0);
     json_add_int(&j, "file_bytes", r->file_bytes);
     json_add_int(&j, "dense_fp32_bytes", r->dense_bytes);
+    json_add_number(&j, "ratio_to_dense", r->dense_bytes ? (double)r->file_bytes / r->dense_bytes : 0.0);
     json_add_number(&j, "seconds", r->seconds);
     json_array_begin(&j, "layers");
-    for (int i = 0; i < r->m->nlayers; i++) json_layer(&j, r->m, &r->m->layers[i]);
+    for (int i = 0; i < r->m->nlayers; i++) json_layer(&j, r->m, &r->m->layers[i], &r->sizes[i]);
     json_array_end(&j);
     json_object_end(&j);
     int rc = 0;
@@ -237,6 +277,7 @@ static int export_tool(export_run *r) {
     if (!rc) rc = summary_json(r, &err);
     if (rc) cli_error(TOOL, "%s", err.msg);
     sparse_model_free(r->m);
+    free(r->sizes);
     quant_model_free(r->quant);
     net_free(r->nt);
     model_meta_free(&r->meta);

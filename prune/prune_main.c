@@ -4,6 +4,7 @@
 // model, the per-layer table, the search history (CSV and JSON) and an
 // accuracy-vs-sparsity plot into a run directory; --resume continues a
 // stopped or killed run from its last finished iteration.
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -29,7 +30,8 @@
 #define TOOL "prune"
 
 // Options that steer one invocation and are not stored for --resume.
-static const char *const prune_transient[] = {"--resume", "--stop-after=", "--time-limit=", NULL};
+static const char *const prune_transient[] = {"--resume", "--stop-after=", "--time-limit=", "--keep-state",
+                                              NULL};
 
 // --- options ----------------------------------------------------------------
 
@@ -43,7 +45,7 @@ typedef struct {
     const char *precision;
     const char *data_dir, *runs, *output;
     int population, iterations, batches, batch, nesterov, augment, val_size, holdout;
-    int resume, stop_after, scan_images, grad_steps;
+    int resume, stop_after, scan_images, grad_steps, keep_state;
     double threshold, target, min_layer, alpha, beta, momentum, wd, smoothing, time_limit, save_interval;
     const char *dataset;  // positional, or from the model file, or the default
 } prune_opts;
@@ -123,7 +125,9 @@ typedef struct {
     {.name = "time-limit", .type = OPT_FLOAT, .dst = &(o)->time_limit, .def = "0", .min = 0,   \
      .max = 1e9, .help = "stop after the iteration that passes this many seconds (0: none)"},  \
     {.name = "save-interval", .type = OPT_FLOAT, .dst = &(o)->save_interval, .def = "30",     \
-     .min = 0, .max = 1e9, .help = "seconds between state saves (0: every iteration; always on stop and at the end)"}
+     .min = 0, .max = 1e9, .help = "seconds between state saves (0: every iteration; always on stop and at the end)"}, \
+    {.name = "keep-state", .type = OPT_FLAG, .dst = &(o)->keep_state,                          \
+     .help = "keep the resumable state (<output>.state) of a finished run (a stopped run always keeps it)"}
 
 // Checks --pattern and notes whether --target-sparsity was given.
 static int pattern_check(prune_opts *o, int argc, char **argv) {
@@ -563,10 +567,9 @@ static int model_write(prune_run *r, int best, double val, double test, sc_err *
     r->meta.config = strdup(r->config);
     r->meta.val_accuracy = val;
     r->meta.test_accuracy = test;
-    free(r->meta.momentum);
-    r->meta.momentum = malloc(r->nt->nparam * sizeof(float));
-    if (!r->meta.config || !r->meta.momentum) return sc_fail(err, "out of memory");
-    memcpy(r->meta.momentum, r->s.pop->sol[best].mom, r->nt->nparam * sizeof(float));
+    free(r->meta.momentum);  // --resume reads the state file, not the model: no optimizer state
+    r->meta.momentum = NULL;
+    if (!r->meta.config) return sc_fail(err, "out of memory");
     return model_save(r->out, r->nt, &r->meta, err);
 }
 
@@ -582,6 +585,13 @@ static void floors_report(const prune_run *r) {
     }
     printf("layer floors (--layer-floor %s): %d of %d pruned layers floored above the target, %s\n",
            r->o.layer_floor, over, L, below ? "SOME BELOW THEIR FLOOR" : "every layer at or above its floor");
+}
+
+// A finished run's resumable state is removed unless --keep-state.
+static int state_remove(const prune_run *r, sc_err *err) {
+    if (r->o.keep_state || remove(r->state) == 0) return 0;
+    if (errno == ENOENT) return 0;
+    return sc_fail(err, "cannot remove the finished run's state (%s: %s)", r->state, strerror(errno));
 }
 
 // Evaluates the winner on the test split, writes the model and every report.
@@ -608,7 +618,8 @@ static int finish(prune_run *r, sc_err *err) {
     if (r->ds.holdout.n > 0)
         printf("held-out images (never in training or fitness): %.2f%% on %d\n", r->holdout_acc,
                r->ds.holdout.n);
-    return summary_json(r, val, test, plot, err);
+    SC_TRY(summary_json(r, val, test, plot, err));
+    return state_remove(r, err);
 }
 
 // A stopped run: reports so far and how to continue.

@@ -147,7 +147,9 @@ static int reference_count(const deploy_run *d, int *n, sc_err *err) {
 // Loads the export, opens its dataset and builds the plan.
 static int model_and_data(deploy_run *d, sc_err *err) {
     SC_TRY(input_resolve(d, err));
+    const double t_load = progress_clock();
     if (!(d->m = sparse_model_load(d->input, err))) return -1;
+    d->r.load_seconds = progress_clock() - t_load;
     const net *nt = d->m->nt;
     const char *ds = d->o.dataset ? d->o.dataset : d->m->dataset;
     if (!ds[0]) return sc_fail(err, "%s does not record its dataset; name one (deploy FILE DATASET)", d->input);

@@ -222,6 +222,7 @@ static void rep_summary_engines(FILE *f, const deploy_report *r) {
 void deploy_report_summary(FILE *f, const deploy_report *r) {
     fprintf(f, "deploy: %s on %s, %.1f%% sparse (prunable layers), %ld test images, %s\n", r->arch,
             r->dataset, 100.0 * r->sparsity, r->test_images, r->device);
+    fprintf(f, "loaded %s in %.3f s\n", r->input ? r->input : "", r->load_seconds);
     if (r->cpu_images)
         fprintf(f, "CPU reference: test accuracy %.2f%% on %s%ld images\n", r->cpu_acc,
                 r->cpu_images < r->test_images ? "the first " : "", r->cpu_images);
@@ -368,6 +369,7 @@ void deploy_report_json(json_writer *j, const deploy_plan *p, const deploy_repor
     json_add_number(j, "dense_latency_ms_batch1", pr ? pr->dense_lat_ms : r->cpu_dense_lat_ms);
     json_add_string(j, "dense_baseline", r->dense_note);
     json_add_number(j, "seconds", r->seconds);
+    json_add_number(j, "load_seconds", r->load_seconds);
     json_add_string(j, "chart", r->chart[0] ? r->chart : NULL);
     const deploy_engine_result *e = pr ? &r->eng[rep_engine_of(pr->prec)] : NULL;
     json_add_string(j, "engine_precision", pr ? dengine_prec_name(rep_engine_of(pr->prec)) : NULL);

@@ -53,6 +53,7 @@ typedef struct {
     double cpu_dense_ms, cpu_dense_lat_ms;  // dense CPU executor on the folded net
     double *cpu_op_ms;           // (nops) CPU plan time of each op at the batch size
     double seconds;
+    double load_seconds;         // sparse_model_load of the export file (read, check, pad)
     char chart[1100];            // chart file written ("" when none)
 } deploy_report;
 

@@ -1,8 +1,9 @@
-// Exported models (docs/export-format.md): the fusion rule, offsets, fp16
-// conversion, the folded net, and the loader of the HDF5 file `export`
-// writes. Every part of the file is checked against the graph rebuilt from
-// the stored description: geometry, fusion, row pointers, ascending column
-// indices, offsets, codes.
+// Exported models (docs/export-format.md): the fusion rule, offsets, the
+// folded net, and the loader of the HDF5 file `export` writes. Every part of
+// the file is checked against the graph rebuilt from the stored description:
+// geometry, fusion, row pointers, ascending column indices in range, codes
+// inside the codebook, finite values; the padded kernel layout is derived
+// from the compact CSR (runtime/sparse_layout.c).
 #include "sparse_model.h"
 #include "h5io.h"
 #include "half.h"
@@ -14,7 +15,7 @@
 #include <string.h>
 
 #define SPARSE_FORMAT "sparsecnn-export"
-#define SPARSE_FORMAT_VERSION 1
+#define SPARSE_FORMAT_VERSION 2
 
 // Name of a value type as stored in the file.
 const char *sparse_vtype_name(sparse_vtype v) {
@@ -332,65 +333,66 @@ static int sio_layer_attrs(sio *io, hid_t g, const char *where, const sparse_lay
     return sio_expect(io, g, where, "pool_pad", l->pool_pad);
 }
 
-// Reads indptr and checks that every row holds nnz_row entries.
-static int sio_layer_indptr(sio *io, hid_t g, const char *where, const sparse_layer *l) {
-    long long *p = malloc(((size_t)l->K + 1) * sizeof *p);  // (K + 1)
-    if (!p) return sc_fail(io->err, "out of memory (%s)", io->path);
-    int rc = h5io_dset_read_num(io, g, where, "indptr", H5T_NATIVE_LLONG, (size_t)l->K + 1, p);
-    for (int k = 0; rc == 0 && k <= l->K; k++)
-        if (p[k] != (long long)k * l->nnz_row)
-            rc = sc_fail(io->err, "%s/indptr[%d] is %lld, rows of %d entries need %lld (%s)", where,
-                         k, p[k], l->nnz_row, (long long)k * l->nnz_row, io->path);
-    free(p);
-    return rc;
+// Reads n floats of dataset where/name and fails on a NaN or infinity.
+static int sio_finite(sio *io, hid_t g, const char *where, const char *name, size_t n, float *out) {
+    SC_TRY(sio_floats(io, g, where, name, (hsize_t)n, out));
+    long bad = sparse_first_nonfinite(out, n);
+    if (bad >= 0)
+        return sc_fail(io->err, "%s: tensor %s/%s holds NaN/Inf at index %ld", io->path, where, name,
+                       bad);
+    return 0;
 }
 
-// Reads indices and offsets and checks them: in range, ascending within a
-// row, offsets equal to the layer's geometry applied to the indices.
-static int sio_layer_index(sio *io, hid_t g, const char *where, sparse_layer *l, size_t n) {
-    SC_TRY(h5io_dset_read_num(io, g, where, "indices", H5T_NATIVE_INT32, n, l->indices));
-    SC_TRY(h5io_dset_read_num(io, g, where, "offsets", H5T_NATIVE_INT32, n, l->offsets));
-    const int32_t cols = l->C * l->R * l->S;
-    for (size_t j = 0; j < n; j++) {
-        const int32_t c = l->indices[j];
-        if (c < 0 || c >= cols || (j % l->nnz_row && c <= l->indices[j - 1]))
-            return sc_fail(io->err, "%s/indices[%zu] = %d is out of range or not ascending (%s)",
-                           where, j, c, io->path);
-        if (l->offsets[j] != sparse_layer_offset(l, c))
-            return sc_fail(io->err, "%s/offsets[%zu] = %d does not match column %d (%s)", where, j,
-                           l->offsets[j], c, io->path);
+// Reads indptr (K + 1) and checks it: from 0, non-decreasing, rows of at
+// most cols entries, ending at nnz; sets l->nnz_row to the longest row.
+static int sio_layer_indptr(sio *io, hid_t g, const char *where, sparse_layer *l, int64_t *p) {
+    SC_TRY(h5io_dset_read_num(io, g, where, "indptr", H5T_NATIVE_INT64, (size_t)l->K + 1, p));
+    const int64_t cols = (int64_t)l->C * l->R * l->S;
+    l->nnz_row = 0;
+    for (int k = 0; k <= l->K; k++) {
+        const int64_t len = k ? p[k] - p[k - 1] : p[0];
+        if ((k == 0 && p[0] != 0) || (k && (len < 0 || len > cols)) || (k == l->K && p[k] != l->nnz))
+            return sc_fail(io->err, "%s: %s/indptr[%d] = %lld is not a row start (rows of 0 to %lld "
+                           "entries from 0 to nnz %ld)", io->path, where, k, (long long)p[k],
+                           (long long)cols, l->nnz);
+        if (k && len > l->nnz_row) l->nnz_row = (int)len;
     }
     return 0;
 }
 
-// Reads the codebook form: codes, pad_mask, codebook, row_scale; decodes the
-// values and checks that every real entry's code is in the codebook.
-static int sio_layer_codes(sio *io, hid_t g, const char *where, sparse_layer *l, size_t n) {
+// Reads the real entries' column indices and checks them: in range and
+// strictly ascending within each row of indptr p.
+static int sio_layer_index(sio *io, hid_t g, const char *where, const sparse_layer *l,
+                           const int64_t *p, int32_t *idx) {
+    SC_TRY(h5io_dset_read_num(io, g, where, "indices", H5T_NATIVE_INT32, (size_t)l->nnz, idx));
+    const int32_t cols = l->C * l->R * l->S;
+    for (int k = 0; k < l->K; k++)
+        for (int64_t j = p[k]; j < p[k + 1]; j++)
+            if (idx[j] < 0 || idx[j] >= cols || (j > p[k] && idx[j] <= idx[j - 1]))
+                return sc_fail(io->err, "%s: %s/indices[%lld] = %d is out of range [0, %d) or not "
+                               "ascending in row %d", io->path, where, (long long)j, idx[j], cols, k);
+    return 0;
+}
+
+// Reads a codebook layer's codebook, row scales and packed 4-bit codes of
+// the real entries into codes, and checks every code is in the codebook.
+static int sio_layer_codes(sio *io, hid_t g, const char *where, sparse_layer *l, uint8_t *codes) {
     long nc = h5io_dset_len(io, g, where, "codebook");
     if (nc < 0) return -1;
     if (nc < 1 || nc > 16)
-        return sc_fail(io->err, "%s/codebook has %ld entries, expected 1 to 16 (%s)", where, nc,
-                       io->path);
+        return sc_fail(io->err, "%s: %s/codebook has %ld entries, expected 1 to 16", io->path, where,
+                       nc);
     l->ncodebook = (int)nc;
-    SC_TRY(sio_floats(io, g, where, "codebook", (hsize_t)nc, l->codebook));
-    SC_TRY(h5io_dset_read_num(io, g, where, "codes", H5T_NATIVE_UINT8, (n + 1) / 2, l->codes));
-    SC_TRY(h5io_dset_read_num(io, g, where, "pad_mask", H5T_NATIVE_UINT8, (n + 7) / 8,
-                              l->pad_mask));
-    SC_TRY(h5io_dset_read_num(io, g, where, "row_scale", H5T_NATIVE_FLOAT, (size_t)l->K,
-                              l->row_scale));
-    long real = 0;
-    for (size_t j = 0; j < n; j++) {
-        const int code = (l->codes[j / 2] >> (4 * (j % 2))) & 15;
-        const int pad = (l->pad_mask[j / 8] >> (j % 8)) & 1;
-        if (!pad && code >= l->ncodebook)
-            return sc_fail(io->err, "%s/codes[%zu] = %d is beyond the codebook of %d (%s)", where, j,
-                           code, l->ncodebook, io->path);
-        real += !pad;
-        l->values[j] = pad ? 0.0f : l->codebook[code] * l->row_scale[j / (size_t)l->nnz_row];
+    SC_TRY(sio_finite(io, g, where, "codebook", (size_t)nc, l->codebook));
+    SC_TRY(sio_finite(io, g, where, "row_scale", (size_t)l->K, l->row_scale));
+    SC_TRY(h5io_dset_read_num(io, g, where, "codes", H5T_NATIVE_UINT8, ((size_t)l->nnz + 1) / 2,
+                              codes));
+    for (long j = 0; j < l->nnz; j++) {
+        const int code = (codes[j / 2] >> (4 * (j % 2))) & 15;
+        if (code >= l->ncodebook)
+            return sc_fail(io->err, "%s: %s/codes[%ld] = %d is beyond the codebook of %d", io->path,
+                           where, j, code, l->ncodebook);
     }
-    if (real != l->nnz)
-        return sc_fail(io->err, "%s/pad_mask leaves %ld real entries, attribute nnz says %ld (%s)",
-                       where, real, l->nnz, io->path);
     return 0;
 }
 
@@ -407,39 +409,32 @@ static int sio_layer_vtype(sio *io, hid_t g, const char *where, sparse_layer *l,
     return ok ? 0 : -1;
 }
 
-// Allocates a layer's arrays for K rows of nnz_row entries.
-static int sio_layer_alloc(sio *io, sparse_layer *l, size_t n) {
-    l->indices = malloc((n ? n : 1) * sizeof(int32_t));
-    l->offsets = malloc((n ? n : 1) * sizeof(int32_t));
-    l->values = malloc((n ? n : 1) * sizeof(float));
-    l->bias = malloc((size_t)l->K * sizeof(float));
-    const int cb = l->vtype == SV_CODEBOOK4;
-    if (cb) {
-        l->codes = malloc((n + 1) / 2 + 1);
-        l->pad_mask = malloc((n + 7) / 8 + 1);
-        l->row_scale = malloc((size_t)l->K * sizeof(float));
-    }
-    if (!l->indices || !l->offsets || !l->values || !l->bias ||
-        (cb && (!l->codes || !l->pad_mask || !l->row_scale)))
-        return sc_fail(io->err, "out of memory (%s)", io->path);
-    return 0;
+// Reads the compact arrays (indptr p, indices idx, values vals or codes)
+// and the padded ones' inputs (bias, codebook, row scales), then pads.
+static int sio_layer_arrays(sio *io, hid_t g, const char *where, sparse_layer *l, int64_t *p,
+                            int32_t *idx, float *vals, uint8_t *codes) {
+    SC_TRY(sio_layer_indptr(io, g, where, l, p));
+    SC_TRY(sio_layer_index(io, g, where, l, p, idx));
+    SC_TRY(sparse_layer_alloc(l, io->err));
+    SC_TRY(sio_finite(io, g, where, "bias", (size_t)l->K, l->bias));
+    if (l->vtype == SV_CODEBOOK4) SC_TRY(sio_layer_codes(io, g, where, l, codes));
+    else SC_TRY(sio_finite(io, g, where, "data", (size_t)l->nnz, vals));
+    return sparse_layer_expand(l, p, idx, vals, l->vtype == SV_CODEBOOK4 ? codes : NULL, io->err);
 }
 
 // Reads one layer's group after its attributes were checked.
 static int sio_layer_body(sio *io, hid_t g, const char *where, sparse_layer *l, sparse_vtype vt) {
-    long v;
-    const long cols = (long)l->C * l->R * l->S;
-    SC_TRY(sio_int(io, g, where, "nnz_row", 0, cols, &v));
-    l->nnz_row = (int)v;
-    const size_t n = (size_t)l->K * (size_t)l->nnz_row;
-    SC_TRY(sio_int(io, g, where, "nnz", 0, (long)n, &l->nnz));
+    SC_TRY(sio_int(io, g, where, "nnz", 0, (long)l->K * l->C * l->R * l->S, &l->nnz));
     SC_TRY(sio_layer_vtype(io, g, where, l, vt));
-    SC_TRY(sio_layer_alloc(io, l, n));
-    SC_TRY(sio_layer_indptr(io, g, where, l));
-    SC_TRY(sio_layer_index(io, g, where, l, n));
-    SC_TRY(h5io_dset_read_num(io, g, where, "bias", H5T_NATIVE_FLOAT, (size_t)l->K, l->bias));
-    if (l->vtype == SV_CODEBOOK4) return sio_layer_codes(io, g, where, l, n);
-    return sio_floats(io, g, where, "data", n, l->values);
+    const size_t n = (size_t)l->nnz + 1;
+    int64_t *p = malloc(((size_t)l->K + 1) * sizeof *p);  // (K + 1)
+    int32_t *idx = malloc(n * sizeof *idx);                // (nnz)
+    float *vals = l->vtype == SV_CODEBOOK4 ? NULL : malloc(n * sizeof *vals);  // (nnz)
+    uint8_t *codes = l->vtype == SV_CODEBOOK4 ? malloc(n / 2 + 1) : NULL;    // ((nnz + 1) / 2)
+    int rc = !p || !idx || (!vals && !codes) ? sc_fail(io->err, "out of memory (%s)", io->path)
+                                             : sio_layer_arrays(io, g, where, l, p, idx, vals, codes);
+    free(p), free(idx), free(vals), free(codes);
+    return rc;
 }
 
 // Reads /layers/<name> of one conv or linear layer.
@@ -508,8 +503,9 @@ static int sio_format(sio *io, sparse_model *m) {
     long ver;
     SC_TRY(sio_int(io, io->file, "/", "format_version", -(1L << 30), 1L << 30, &ver));
     if (ver != SPARSE_FORMAT_VERSION)
-        return sc_fail(io->err, "unsupported export format version %ld, this build reads %d (%s)",
-                       ver, SPARSE_FORMAT_VERSION, io->path);
+        return sc_fail(io->err, "%s: export format version %ld is not read by this build (it reads "
+                       "version %d): run export again on the model", io->path, ver,
+                       SPARSE_FORMAT_VERSION);
     char *vt = sio_str(io, io->file, "/", "values", 1);
     if (!vt) return -1;
     m->vtype = !strcmp(vt, "fp16") ? SV_FP16 : !strcmp(vt, "codebook4") ? SV_CODEBOOK4 : SV_FP32;

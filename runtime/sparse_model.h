@@ -1,13 +1,16 @@
 // An exported model in memory: the file `export` writes (docs/export-format.md)
-// loaded for the deploy runtime. Every conv and linear layer is held as CSR,
-// one row per output channel, with batch norm folded into its weights and
-// bias, every row padded to the layer's maximum number of non-zeros, and the
-// column indices also given as offsets into the zero-padded input (Park et
-// al.). The graph (layer list, shapes, residual links) is the net built from
-// the stored description; BN layers that were folded are marked.
+// loaded for the deploy runtime. The file holds each conv and linear layer
+// as compact CSR (real non-zeros only); in memory every layer is held as
+// CSR, one row per output channel, with batch norm folded into its weights
+// and bias, every row padded to the layer's maximum number of non-zeros, and
+// the column indices also given as offsets into the zero-padded input (Park
+// et al.), all derived at load time (runtime/sparse_layout.c). The graph
+// (layer list, shapes, residual links) is the net built from the stored
+// description; BN layers that were folded are marked.
 //
 // Contract between export/ (writer, tests) and the deploy runtime (reader).
-// Implemented in runtime/sparse_model.c (loader, HDF5 details confined there).
+// Implemented in runtime/sparse_model.c (loader, HDF5 details confined there)
+// and runtime/sparse_layout.c (the padded layout).
 //
 // Fusion (sparse_layer_fusion, the same rule for writer and reader): a conv
 // or linear layer whose only reader is a BN folds that BN; the layer (or its
@@ -43,8 +46,9 @@ typedef struct {
     float *bias;           // (K) BN-folded bias (zeros when the layer has neither)
     sparse_vtype vtype;    // how THIS layer is stored: SV_CODEBOOK4 only for layers with a
                            // codebook (a codebook4 file keeps layers that quantize left
-                           // alone, e.g. the first conv, as fp32/fp16); the fields below
-                           // are set for SV_CODEBOOK4 layers only (else NULL / 0)
+                           // alone, e.g. the first conv, as fp32/fp16); codes, ncodebook,
+                           // codebook and row_scale are set for SV_CODEBOOK4 layers only
+                           // (else NULL / 0); pad_mask for every layer
     uint8_t *codes;        // ((K*nnz_row)+1)/2 bytes, two 4-bit indices per byte, low nibble
                            // first, in values order; padding entries hold code 0
     uint8_t *pad_mask;     // ((K*nnz_row)+7)/8 bytes, bit j%8 of byte j/8 (LSB first) set
@@ -106,6 +110,31 @@ int sparse_model_tensor_in_params(const sparse_model *m, int t);
 // folded BNs identity-plus-bias and sets the masks of the prunable weights
 // to (weight != 0). Fails when a bias has nowhere to go.
 int sparse_model_fill_net(sparse_model *m, sc_err *err);
+
+// Columns of one padded row: the non-zero columns of w (cols floats) plus
+// the zero columns nearest to them (a column in the same input channel, i.e.
+// the same block of rs columns, before any other; then by distance; then the
+// lower column) until there are nnz_row (<= cols), ascending, into idx. A
+// row without non-zeros gets columns 0..nnz_row-1. scratch: 3*cols + 3
+// entries. Returns the number of non-zeros (at most nnz_row is required).
+int sparse_row_columns(const float *w, int cols, int rs, int nnz_row, int32_t *idx,
+                       uint32_t *scratch);
+
+// Allocates l's padded arrays for K rows of l->nnz_row entries after l->vtype
+// is set (pad_mask and codes zeroed; codes and row_scale for codebook layers).
+int sparse_layer_alloc(sparse_layer *l, sc_err *err);
+
+// Builds l's padded layout from its compact CSR, after l->nnz_row is set to
+// the longest row and sparse_layer_alloc: indptr (K + 1) over the real entries, idx their columns (valid and ascending within each row), and
+// their values vals (plain layers) or their 4-bit codes packed two per byte,
+// low nibble first (codebook layers; l->codebook and l->row_scale set, the
+// values decoded as codebook[code] * row_scale[k]). Fills indices,
+// offsets, values, pad_mask and codes (sparse_row_columns padding).
+int sparse_layer_expand(sparse_layer *l, const int64_t *indptr, const int32_t *idx,
+                        const float *vals, const uint8_t *codes, sc_err *err);
+
+// Index of the first NaN or infinity of v (n values), or -1.
+long sparse_first_nonfinite(const float *v, size_t n);
 
 // Name of a value type as stored in the file: "fp32", "fp16", "codebook4".
 const char *sparse_vtype_name(sparse_vtype v);

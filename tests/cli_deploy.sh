@@ -51,7 +51,8 @@ out=$($DP --json "$T/d.json" 2>"$T/err")
 rc=$?
 [ $rc -eq 0 ] && ok "cpu path exits 0" || bad "cpu path exits 0" "exit $rc: $(cat "$T/err")"
 grep -q '^conv2 ' <<<"$out" && grep -q 'test accuracy' <<<"$out" && ok "table and summary" || bad "table and summary" "$out"
-for k in tool dataset model output test_accuracy cpu_reference_accuracy sparsity images_per_second \
+grep -qE '^loaded .*model\.csr\.h5 in [0-9]+\.[0-9]{3} s$' <<<"$out" && ok "load time line" || bad "load time line" "$out"
+for k in tool dataset model output test_accuracy load_seconds cpu_reference_accuracy sparsity images_per_second \
          dense_images_per_second latency_ms_batch1 dense_latency_ms_batch1 seconds layers; do
     grep -q "\"$k\"" "$T/d.json" || bad "json has $k" "missing"
 done
@@ -68,6 +69,7 @@ assert d["dataset"] == "synthetic" and d["model"] == "lenet", d
 assert d["test_accuracy"] == d["cpu_reference_accuracy"] and 0 <= d["test_accuracy"] <= 100
 assert abs(d["sparsity"] - 0.8) < 0.01, d["sparsity"]
 assert d["images_per_second"] > 0 and d["latency_ms_batch1"] > 0 and d["dense_images_per_second"] > 0
+assert 0 < d["load_seconds"] < d["seconds"], (d["load_seconds"], d["seconds"])
 names = [l["name"] for l in d["layers"]]
 assert names == ["conv1", "conv2", "fc1", "fc2", "fc3"], names
 assert all(l["chosen"] == "cpu" and l["cpu_ms"] > 0 for l in d["layers"])

@@ -64,6 +64,14 @@ $BIN/prune --device cpu --quiet --resume -o "$T/b.h5" --json "$T/b.json" >/dev/n
 if h5diff -q "$T/a.h5" "$T/b.h5" /params /params && h5diff -q "$T/a.h5" "$T/b.h5" /masks /masks \
    && h5diff -q "$T/a.h5" "$T/b.h5" /buffers /buffers; then ok "resume is bitwise equal"
 else bad "resume is bitwise equal" "params differ"; fi
+# a finished run removes its resumable state (also when finished by --resume);
+# --keep-state keeps it; the model carries no optimizer state (--resume reads the state)
+if [ ! -e "$T/a.state" ] && [ ! -e "$T/b.state" ]; then ok "finished runs remove their state"
+else bad "finished runs remove their state" "$(ls "$T"/*.state 2>/dev/null)"; fi
+h5ls "$T/a.h5/optimizer" >/dev/null 2>&1 && bad "no optimizer state in the pruned model" "/optimizer in a.h5" \
+    || ok "no optimizer state in the pruned model"
+$PR $ARGS --keep-state -o "$T/k.h5" >/dev/null 2>&1 || bad "--keep-state run" "failed"
+[ -s "$T/k.state" ] && ok "--keep-state keeps the state" || bad "--keep-state keeps the state" "no k.state"
 va=$(grep -oE '"test_accuracy": *[0-9.]+' "$T/a.json"); vb=$(grep -oE '"test_accuracy": *[0-9.]+' "$T/b.json")
 [ -n "$va" ] && [ "$va" = "$vb" ] && ok "same test accuracy ($va)" || bad "same test accuracy" "$va vs $vb"
 sp=$(grep -oE '"sparsity": *[0-9.]+' "$T/a.json" | head -n 1 | grep -oE '[0-9.]+$')
@@ -98,7 +106,7 @@ awk -v s="${fs:-0}" 'BEGIN { exit !(s > 0.799 && s < 0.801) }' && ok "target rea
 grep -qE '"min_layer_sparsity": *0.75' "$T/f.json" && grep -qE '"min_layer_sparsity": *0[,.]?' "$T/a.json" \
     && ok "json min_layer_sparsity" || bad "json min_layer_sparsity" "missing"
 $PR $FL -o "$T/fs.h5" --stop-after 2 >/dev/null 2>&1 || bad "floor, stopped run" "failed"
-$BIN/prune --device cpu --quiet --resume -o "$T/fs.h5" --json "$T/fs.json" >/dev/null 2>&1 || bad "floor, resume" "failed"
+$BIN/prune --device cpu --quiet --resume --keep-state -o "$T/fs.h5" --json "$T/fs.json" >/dev/null 2>&1 || bad "floor, resume" "failed"
 h5diff -q "$T/f.h5" "$T/fs.h5" /params /params && h5diff -q "$T/f.h5" "$T/fs.h5" /masks /masks \
     && grep -qE '"min_layer_sparsity": *0.75' "$T/fs.json" && ok "resume keeps the floor" || bad "resume keeps the floor" "differs"
 expect_fail "resume: floor above the stored target" 2 '^prune: .*min-layer-sparsity' \

@@ -2,19 +2,20 @@
 """Checks an export file against the model it was exported from, with h5py
 and scipy only (Debian's python3-h5py and python3-scipy).
 
-    /usr/bin/python3 tests/export_check.py EXPORT.csr.h5 MODEL.h5
+    /usr/bin/python3 tests/export_check.py EXPORT.csr.h5 MODEL.h5 [DECODED.txt]
 
-For every /layers/<name> group: reads it as a scipy CSR matrix in the
-anndata convention and compares it with the dense BN-folded weights computed
+Every /layers/<name> group is read with the reader documented in
+docs/export-format.md (the snippet's read_layer, taken from the document
+and run as it is) and compared with the dense BN-folded weights computed
 here from the model's /params and /buffers (the BN to fold is found from the
-network description, independently of the export); checks uniform rows,
-ascending indices, offsets from the layer's geometry, the folded bias, the
-real non-zero count, and for codebook layers that codes, padding mask,
-codebook and row scales decode to the same matrix; when the model has
-quantize's /quant, that codebook layers carry its codebook and indices, and
-with row scales (quantize --row-scale) row_scale = quantize's scale times
-the BN scale, the decoded fp32 values being the model's weights bit for bit
-where no BN is folded. Prints ok/FAIL lines and
+network description, independently of the export); also checked: indptr,
+ascending indices in the narrowest type, the folded bias, exactly the
+model's non-zeros, and for codebook layers that the codebook and codes are
+quantize's (/quant), with row scales (quantize --row-scale) row_scale =
+quantize's scale times the BN scale, the decoded fp32 values being the
+model's weights bit for bit where no BN is folded. DECODED.txt, the
+toolkit's own decode (build/helpers/export_decode), must equal what the
+snippet reads bit for bit. Prints ok/FAIL lines and
 "export_check.py: N passed, N failed, N skipped"; without h5py/scipy the
 check is skipped.
 """
@@ -87,42 +88,45 @@ def dense_folded(model, layers, i):
     return w * scale[:, None], (b - mu) * scale + beta, n, scale
 
 
-def offsets_of(g, idx):
-    """Offsets into the zero-padded input for column indices idx."""
-    if g.attrs["kind"] == "linear":
-        return idx
-    r, s = (int(v) for v in g.attrs["k"])
-    pad, h, w = int(g.attrs["pad"]), int(g.attrs["in_h"]), int(g.attrs["in_w"])
-    c, rs = idx // (r * s), idx % (r * s)
-    return (c * (h + 2 * pad) + rs // s) * (w + 2 * pad) + rs % s
+def doc_reader():
+    """read_layer from the Python snippet of docs/export-format.md, run as written."""
+    import os
+    doc = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "export-format.md")
+    text = open(doc, encoding="utf-8").read()
+    block = [b for b in text.split("```python\n")[1:] if "def read_layer" in b][0].split("```")[0]
+    scope = {}
+    exec(block.split("\nwith h5py.File")[0], scope)  # the imports and read_layer
+    return scope["read_layer"]
 
 
-def decode_codes(g, n):
-    """Values of a codebook layer from codes, pad_mask, codebook, row_scale."""
-    codes = g["codes"][()]
-    code = np.empty(2 * len(codes), np.int64)
-    code[0::2], code[1::2] = codes & 15, codes >> 4
-    pad = np.unpackbits(g["pad_mask"][()], bitorder="little")[:n].astype(bool)
-    cb = g["codebook"][()].astype(np.float64)
-    k = int(g.attrs["shape"][0])
-    row = np.repeat(np.arange(k), n // k) if k else np.zeros(0, np.int64)
-    v = cb[np.minimum(code[:n], len(cb) - 1)] * g["row_scale"][()].astype(np.float64)[row]
-    return np.where(pad, 0.0, v), pad, code[:n]
+def layer_codes(g, n):
+    """The 4-bit code of each of the n real entries of a codebook layer."""
+    c = g["codes"][()]
+    return np.stack([c & 15, c >> 4], axis=1).ravel()[:n].astype(np.int64)
 
 
-def check_quant(g, model, name, idx, pad, code, scale, bn):
+def decoded(path):
+    """The toolkit's decode: {name: (dense float32 (K, cols), bias float32 (K))}."""
+    out, lines = {}, open(path).read().splitlines()
+    for i in range(0, len(lines), 3):
+        name, k, cols = lines[i].split()
+        w = np.array(lines[i + 1].split(), np.float32).reshape(int(k), int(cols))
+        out[name] = (w, np.array(lines[i + 2].split(), np.float32))
+    return out
+
+
+def check_quant(g, model, name, rows, idx, code, scale, bn):
     """Problems of a codebook layer against quantize's /quant/<name>.weight."""
     key = f"quant/{name}.weight"
     if "quant" not in model or key not in model or "codebook" not in model[key]:
         return []
     q, bad = model[key], []
     k = int(g.attrs["shape"][0])
-    rows = np.repeat(np.arange(k), len(idx) // k) if k else np.zeros(0, np.int64)
     cb = q["codebook"][()].astype(np.float32)
     if not np.array_equal(g["codebook"][()].astype(np.float32), cb):
         bad.append("codebook is not quantize's")
     qidx = q["indices"][()].reshape(k, -1)
-    if not np.array_equal(code[~pad], qidx[rows, idx][~pad]):
+    if not np.array_equal(code, qidx[rows, idx]):
         bad.append("codes are not quantize's indices")
     if "row_scale" not in q:
         return bad
@@ -133,56 +137,69 @@ def check_quant(g, model, name, idx, pad, code, scale, bn):
     if bn is None:
         w = model[f"params/{name}.weight"][()].reshape(k, -1)
         dec = cb[np.minimum(code, len(cb) - 1)] * rs[rows]  # float32 product, rounded once
-        if not np.array_equal(rs, qs) or not np.array_equal(dec[~pad], w[rows, idx][~pad]):
+        if not np.array_equal(rs, qs) or not np.array_equal(dec, w[rows, idx]):
             bad.append("decoded values are not the quantized weights bit for bit")
     return bad
 
 
-def check_layer(g, model, layers, i, tol):
+def check_index(g, shape, ptr, idx):
+    """Problems of indptr and indices (range, order, narrowest type)."""
+    bad = []
+    if ptr[0] != 0 or ptr[-1] != int(g.attrs["nnz"]) or (np.diff(ptr) < 0).any():
+        bad.append("indptr does not run from 0 to nnz")
+    rows = np.repeat(np.arange(shape[0]), np.diff(ptr))
+    step = np.diff(idx.astype(np.int64))
+    if ((step <= 0) & (rows[1:] == rows[:-1])).any() or (idx >= shape[1]).any():
+        bad.append("indices not ascending within a row or out of range")
+    want = np.uint8 if shape[1] <= 256 else np.uint16 if shape[1] <= 65536 else np.int32
+    if g["indices"].dtype != want:
+        bad.append(f"indices are {g['indices'].dtype}, the narrowest type is {np.dtype(want)}")
+    return bad, rows
+
+
+def check_layer(g, model, layers, i, tol, read_layer, dec):
     """List of problems of one layer group (empty when it is right)."""
     bad = []
     shape = tuple(int(v) for v in g.attrs["shape"])
     if g.attrs["encoding-type"] != "csr_matrix" or g.attrs["encoding-version"] != "0.1.0":
         bad.append("not an anndata csr_matrix")
-    # the one-liner a user writes:
-    m = sp.csr_matrix((g["data"][()].astype(np.float64), g["indices"][()], g["indptr"][()]), shape=shape)
+    m, b = read_layer(g)  # the documented reader
     want, bias, bn, scale = dense_folded(model, layers, i)
     if want.shape != shape:
         return [f"shape {shape}, model {want.shape}"]
-    err = np.abs(m.toarray() - want).max() / max(np.abs(want).max(), 1e-30) if want.size else 0.0
+    got = m.toarray().astype(np.float64)
+    err = np.abs(got - want).max() / max(np.abs(want).max(), 1e-30) if want.size else 0.0
     if err > tol:
         bad.append(f"scipy CSR differs from the folded weights (rel err {err:.3g} > {tol})")
     if (g.attrs["bn"] or None) != bn:
         bad.append(f"folded BN {g.attrs['bn']!r}, the description says {bn!r}")
-    if np.abs(g["bias"][()] - bias).max(initial=0) > 1e-5 * max(1.0, np.abs(bias).max(initial=0)):
+    if np.abs(b - bias).max(initial=0) > 1e-5 * max(1.0, np.abs(bias).max(initial=0)):
         bad.append("bias differs from the folded bias")
-    ptr, idx, nr = g["indptr"][()], g["indices"][()], int(g.attrs["nnz_row"])
-    if not np.array_equal(ptr, np.arange(shape[0] + 1) * nr):
-        bad.append("rows are not all nnz_row long")
-    rows = idx.reshape(shape[0], nr)
-    if nr > 1 and not (np.diff(rows, axis=1) > 0).all():
-        bad.append("indices not ascending within a row")
-    if not np.array_equal(g["offsets"][()], offsets_of(g, idx)):
-        bad.append("offsets do not match the geometry")
+    ptr, idx = g["indptr"][()], g["indices"][()].astype(np.int64)
+    more, rows = check_index(g, shape, ptr, idx)
+    bad += more
     raw = model[f"params/{layers[i]['name']}.weight"][()].reshape(shape[0], -1)
-    if int(g.attrs["nnz"]) != np.count_nonzero(raw) or \
-            np.count_nonzero(raw[np.repeat(np.arange(shape[0]), nr), idx]) != np.count_nonzero(raw):
+    if int(g.attrs["nnz"]) != np.count_nonzero(raw) or np.count_nonzero(raw[rows, idx]) != len(idx):
         bad.append("the rows do not hold exactly the model's non-zeros")
+    if dec is not None:
+        dw, db = dec.get(layers[i]["name"], (None, None))
+        if dw is None or not np.array_equal(dw, m.toarray()) or not np.array_equal(db, b):
+            bad.append("the documented reader differs from the toolkit's decode")
     if g.attrs["values"] == "codebook4":
-        v, pad, code = decode_codes(g, len(idx))
-        dense = sp.csr_matrix((v, idx, ptr), shape=shape).toarray()
-        cerr = np.abs(dense - want).max() / max(np.abs(want).max(), 1e-30)
-        if cerr > 1e-6 or (~pad).sum() != int(g.attrs["nnz"]) or (code[~pad] >= len(g["codebook"])).any():
-            bad.append(f"codes decode to other weights (rel err {cerr:.3g})")
-        bad += check_quant(g, model, layers[i]["name"], idx, pad, code, scale, bn)
+        code = layer_codes(g, len(idx))
+        if (code >= len(g["codebook"])).any():
+            bad.append("codes beyond the codebook")
+        bad += check_quant(g, model, layers[i]["name"], rows, idx, code, scale, bn)
     return bad
 
 
 def main():
-    if len(sys.argv) != 3:
-        print(f"usage: {NAME} EXPORT MODEL", file=sys.stderr)
+    if len(sys.argv) not in (3, 4):
+        print(f"usage: {NAME} EXPORT MODEL [DECODED]", file=sys.stderr)
         sys.exit(2)
     passed = failed = 0
+    read_layer = doc_reader()
+    dec = decoded(sys.argv[3]) if len(sys.argv) == 4 else None
     with h5py.File(sys.argv[1], "r") as ex, h5py.File(sys.argv[2], "r") as model:
         layers = parse_desc(model["net/description"].asstr()[()])
         vt = ex.attrs["values"]
@@ -194,12 +211,12 @@ def main():
             name = layers[i]["name"]
             g = ex[f"layers/{name}"]
             tol = 1e-6 if g.attrs["values"] == "fp32" else 1e-3
-            bad = check_layer(g, model, layers, i, tol)
+            bad = check_layer(g, model, layers, i, tol, read_layer, dec)
             if bad:
                 print(f"FAIL {name}: " + "; ".join(bad))
                 failed += 1
             else:
-                print(f"ok   {name} ({g.attrs['values']}, nnz {int(g.attrs['nnz'])}, nnz_row {int(g.attrs['nnz_row'])})")
+                print(f"ok   {name} ({g.attrs['values']}, nnz {int(g.attrs['nnz'])}{', = toolkit decode' if dec else ''})")
                 passed += 1
         print(f"  {sys.argv[1]}: values {vt}, {len(convs)} layers")
     summary(passed, failed, 0)

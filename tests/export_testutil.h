@@ -132,23 +132,48 @@ static inline int tex_pred_diff(const float *a, const float *b, int n, int class
 
 // --- exporting ----------------------------------------------------------------
 
-// Exports nt to path (build + write) with cfg and loads it back; NULL on
-// failure (message on stderr). info may be NULL.
+// 1 when the loaded model b has the built model a's padded layout: nnz_row,
+// indices, offsets, values, padding mask and codes of every layer (the file
+// holds the compact CSR; the loader derives the rest).
+static inline int tex_same_layout(const sparse_model *a, const sparse_model *b) {
+    if (a->nlayers != b->nlayers) return 0;
+    for (int i = 0; i < a->nlayers; i++) {
+        const sparse_layer *x = &a->layers[i], *y = &b->layers[i];
+        const size_t n = (size_t)x->K * x->nnz_row;
+        if (x->nnz_row != y->nnz_row || x->nnz != y->nnz || x->vtype != y->vtype ||
+            memcmp(x->indices, y->indices, n * 4) || memcmp(x->offsets, y->offsets, n * 4) ||
+            memcmp(x->values, y->values, n * 4) || memcmp(x->bias, y->bias, (size_t)x->K * 4) ||
+            memcmp(x->pad_mask, y->pad_mask, (n + 7) / 8) ||
+            (x->codes && memcmp(x->codes, y->codes, (n + 1) / 2))) {
+            fprintf(stderr, "layer %d: the loaded layout differs from the built one\n", i);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+// Exports nt to path (build + write) with cfg and loads it back, checking
+// that the loaded layout is the built one; NULL on failure (message on
+// stderr). info may be NULL.
 static inline sparse_model *tex_roundtrip(const net *nt, const export_cfg *cfg, const char *path,
                                           export_info *info) {
     sc_err err = {{0}};
     export_info dummy;
     sparse_model *m = export_build(nt, "synthetic", cfg, info ? info : &dummy, &err);
     const char *hist[2] = {"train: test", "export: test"};
-    if (!m || export_write(path, m, hist, 2, &err) != 0) {
+    if (!m || export_write(path, m, hist, 2, NULL, &err) != 0) {
         fprintf(stderr, "export: %s\n", err.msg);
         sparse_model_free(m);
         return NULL;
     }
+    sparse_model *ld = sparse_model_load(path, &err);
+    if (!ld) fprintf(stderr, "sparse_model_load: %s\n", err.msg);
+    if (ld && !tex_same_layout(m, ld)) {
+        sparse_model_free(ld);
+        ld = NULL;
+    }
     sparse_model_free(m);
-    m = sparse_model_load(path, &err);
-    if (!m) fprintf(stderr, "sparse_model_load: %s\n", err.msg);
-    return m;
+    return ld;
 }
 
 // Dense BN-folded weights (K, cols) and bias (K) of conv/linear layer li of

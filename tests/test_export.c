@@ -97,17 +97,17 @@ static uint64_t ref_key(const float *w, int cols, int rs, int c) {
 // unchosen zero column nearer than a chosen one.
 static void test_row_columns(tctx *t) {
     int32_t idx[64];
-    uint64_t scratch[64];
+    uint32_t scratch[3 * 64 + 3];
     float w[64] = {0};
     w[4] = 1;
-    csr_row_columns(w, 9, 9, 3, idx, scratch);
+    sparse_row_columns(w, 9, 9, 3, idx, scratch);
     CHECK(t, idx[0] == 3 && idx[1] == 4 && idx[2] == 5, "got %d %d %d, want 3 4 5", idx[0], idx[1], idx[2]);
     memset(w, 0, sizeof w);
     w[2] = 1;  // channels of 3 columns: 1 and 0 (same channel) beat 3 (next channel)
-    csr_row_columns(w, 6, 3, 3, idx, scratch);
+    sparse_row_columns(w, 6, 3, 3, idx, scratch);
     CHECK(t, idx[0] == 0 && idx[1] == 1 && idx[2] == 2, "got %d %d %d, want 0 1 2", idx[0], idx[1], idx[2]);
     memset(w, 0, sizeof w);
-    int n = csr_row_columns(w, 10, 5, 4, idx, scratch);
+    int n = sparse_row_columns(w, 10, 5, 4, idx, scratch);
     CHECK(t, n == 0 && idx[0] == 0 && idx[3] == 3, "empty row: n %d, %d..%d", n, idx[0], idx[3]);
     rng g;
     rng_seed(&g, 9, 0);
@@ -116,7 +116,7 @@ static void test_row_columns(tctx *t) {
         int nz = 0;
         for (int c = 0; c < cols; c++) nz += (w[c] = rng_uniform(&g) < 0.2f ? 1.0f : 0.0f) != 0;
         const int nnz_row = nz + (int)rng_below(&g, (uint32_t)(cols - nz + 1));
-        CHECK(t, csr_row_columns(w, cols, rs, nnz_row, idx, scratch) == nz, "trial %d: count", trial);
+        CHECK(t, sparse_row_columns(w, cols, rs, nnz_row, idx, scratch) == nz, "trial %d: count", trial);
         char in[64] = {0};
         uint64_t worst_in = 0, best_out = UINT64_MAX;
         for (int j = 0; j < nnz_row; j++) {

@@ -319,6 +319,19 @@ static void tamper_int(const char *path, const char *dset, int at, int delta) {
     H5Sclose(sp), H5Dclose(d), H5Fclose(f);
 }
 
+// Sets element `at` of a float dataset (any float type) of a file to NaN.
+static void tamper_nan(const char *path, const char *dset, int at) {
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT), d = H5Dopen2(f, dset, H5P_DEFAULT);
+    hid_t sp = H5Dget_space(d);
+    hssize_t n = H5Sget_simple_extent_npoints(sp);
+    float *v = malloc((size_t)n * sizeof *v);
+    H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v);
+    v[at] = NAN;
+    H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v);
+    free(v);
+    H5Sclose(sp), H5Dclose(d), H5Fclose(f);
+}
+
 // Replaces string attribute name of object obj with value.
 static void tamper_attr(const char *path, const char *obj, const char *name, const char *value) {
     hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT), o = H5Oopen(f, obj, H5P_DEFAULT);
@@ -335,6 +348,26 @@ static void tamper_delete(const char *path, const char *link) {
     hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
     H5Ldelete(f, link, H5P_DEFAULT);
     H5Fclose(f);
+}
+
+// A codebook file with a NaN in a codebook or a row scale is refused.
+static void test_bad_codebook(tctx *t) {
+    char good[512], p[512];
+    net *nt = tex_net("tinyres", TEX_RES_DESC, 13, 11, 7);
+    tex_randomize(nt, 19, 0.7f, 0);
+    quant_model *q = make_quant(nt, 8);
+    export_cfg cfg = {.quant = q};
+    sparse_model *m = tex_roundtrip(nt, &cfg, tpath(good, sizeof good, "cb.h5"), NULL);
+    CHECK(t, m && m->layers[1].vtype == SV_CODEBOOK4, "codebook export failed");
+    sparse_model_free(m);
+    quant_model_free(q);
+    copy_file(good, tpath(p, sizeof p, "cb_nan1.h5"));
+    tamper_nan(p, "/layers/b.conv1/codebook", 3);
+    expect_load_error(t, p, "tensor /layers/b.conv1/codebook holds NaN/Inf at index 3");
+    copy_file(good, tpath(p, sizeof p, "cb_nan2.h5"));
+    tamper_nan(p, "/layers/b.conv2/row_scale", 4);
+    expect_load_error(t, p, "tensor /layers/b.conv2/row_scale holds NaN/Inf at index 4");
+    net_free(nt);
 }
 
 // Every kind of bad file gives an error naming the file and the part.
@@ -361,23 +394,32 @@ static void test_bad_files(tctx *t) {
     CHECK(t, model_save(tpath(p, sizeof p, "model.h5"), nt, NULL, &err) == 0, "model_save: %s", err.msg);
     expect_load_error(t, p, "format is 'sparsecnn-model': run export on it first");
     const struct { const char *what, *want; } cases[] = {
-        {"offsets", "offsets[3] = "},  {"indices", "not ascending"}, {"activation", "attribute activation is 'none'"},
-        {"missing", "lacks /layers/fc"}, {"indptr", "indptr[1]"},   {"version", "unsupported export format version"}};
-    for (int i = 0; i < 6; i++) {
+        {"index range", "indices[1] = 255 is out of range [0, 72)"},
+        {"ascending", "indices[1] = 0 is out of range [0, 72) or not ascending in row 0"},
+        {"activation", "attribute activation is 'none'"},
+        {"missing", "lacks /layers/fc"},
+        {"indptr", "/layers/c3/indptr[1] = "},
+        {"version", "export format version 1 is not read by this build (it reads version 2)"},
+        {"data NaN", "tensor /layers/b.conv2/data holds NaN/Inf at index 5"},
+        {"bias NaN", "tensor /layers/fc/bias holds NaN/Inf at index 2"}};
+    for (int i = 0; i < 8; i++) {
         snprintf(p, sizeof p, "%s/tampered%d.h5", g_dir, i);
         copy_file(good, p);
-        if (i == 0) tamper_int(p, "/layers/b.conv1/offsets", 3, 1);
+        if (i == 0) tamper_int(p, "/layers/b.conv1/indices", 1, 1000);
         if (i == 1) tamper_int(p, "/layers/b.conv1/indices", 1, -1000);
         if (i == 2) tamper_attr(p, "/layers/conv1", "activation", "none");
         if (i == 3) tamper_delete(p, "/layers/fc");
-        if (i == 4) tamper_int(p, "/layers/c3/indptr", 1, 1);
+        if (i == 4) tamper_int(p, "/layers/c3/indptr", 1, -1000);
         if (i == 5) {
             hid_t h = H5Fopen(p, H5F_ACC_RDWR, H5P_DEFAULT), at = H5Aopen(h, "format_version", H5P_DEFAULT);
-            int v = 2;
+            int v = 1;
             H5Awrite(at, H5T_NATIVE_INT, &v), H5Aclose(at), H5Fclose(h);
         }
+        if (i == 6) tamper_nan(p, "/layers/b.conv2/data", 5);
+        if (i == 7) tamper_nan(p, "/layers/fc/bias", 2);
         expect_load_error(t, p, cases[i].want);
     }
+    test_bad_codebook(t);
     net_free(nt);
 }
 
@@ -391,7 +433,7 @@ static void test_write_errors(tctx *t) {
     sc_err err = {{0}};
     sparse_model *m = export_build(nt, "", &cfg, &info, &err);
     const char *h[1] = {"x"};
-    CHECK(t, m && export_write(tpath(p, sizeof p, "nodir/x.h5"), m, h, 1, &err) != 0 &&
+    CHECK(t, m && export_write(tpath(p, sizeof p, "nodir/x.h5"), m, h, 1, NULL, &err) != 0 &&
              strstr(err.msg, "directory does not exist"), "error: %s", err.msg);
     struct stat st;
     CHECK(t, stat(p, &st) != 0, "a file was left behind");
