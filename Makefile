@@ -30,7 +30,7 @@ MPI      ?= $(if $(MPICC),1,0)
 
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fopenmp -I. $(HDF5_INC) $(BLAS_INC) -MMD -MP
-LDLIBS  := -Wl,--as-needed $(HDF5_LIB) $(GSL_LIB) $(BLAS_LIB) -lm -fopenmp
+LDLIBS  := -Wl,--as-needed $(HDF5_LIB) -lz $(GSL_LIB) $(BLAS_LIB) -lm -fopenmp
 
 DIRS    := runtime kernels datasets train prune quantize export
 ALL_C   := $(foreach d,$(DIRS),$(wildcard $(d)/*.c))

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
+#include "runtime/atomic.h"
 #include "runtime/rng.h"
 
 typedef enum { LAYOUT_CIFAR10, LAYOUT_CIFAR100 } cifar_layout;
@@ -103,11 +104,10 @@ static int split_grow(data_split *s, int add, int with_coarse, sc_err *err) {
 // demands that exact record count. Returns the open file and the count.
 static int file_open_records(const char *path, int rec, long expect, FILE **out, long *count,
                              sc_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        if (errno == ENOENT) return sc_fail(err, "missing file (%s)", path);
-        return sc_fail(err, "cannot open file (%s): %s", path, strerror(errno));
-    }
+    struct stat st0;
+    if (stat(path, &st0) != 0 && errno == ENOENT) return sc_fail(err, "missing file (%s)", path);
+    FILE *f = sc_input_fopen(path, "dataset file", err);  // a FIFO is refused, never opened blocking
+    if (!f) return -1;
     struct stat st;
     long long size = -1;
     if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode)) size = (long long)st.st_size;

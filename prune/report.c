@@ -1,5 +1,6 @@
 // Reports of the prune tool: per-layer table, history CSV/JSON, the plot.
 #include "report.h"
+#include "runtime/atomic.h"
 
 #include <errno.h>
 #include <math.h>
@@ -108,31 +109,11 @@ void prune_report_json_history(json_writer *j, const prune_pop *p) {
     json_array_end(j);
 }
 
-// Opens path's temporary sibling for writing; tmp receives its name.
-static FILE *tmp_open(const char *path, char *tmp, size_t len, sc_err *err) {
-    if (snprintf(tmp, len, "%s.tmp%ld", path, (long)getpid()) >= (int)len) {
-        sc_fail(err, "path too long (%s)", path);
-        return NULL;
-    }
-    FILE *f = fopen(tmp, "w");
-    if (!f) sc_fail(err, "cannot write %s (%s)", path, strerror(errno));
-    return f;
-}
-
-// Closes the temporary file and renames it over path (removes it on failure).
-static int tmp_commit(FILE *f, const char *tmp, const char *path, sc_err *err) {
-    int bad = ferror(f);
-    if (fclose(f) != 0) bad = 1;
-    if (!bad && rename(tmp, path) == 0) return 0;
-    int e = errno;
-    remove(tmp);
-    return sc_fail(err, "cannot write %s (%s)", path, strerror(e));
-}
-
 // Writes the history CSV.
 int prune_report_csv(const char *path, const prune_pop *p, sc_err *err) {
-    char tmp[4200];
-    FILE *f = tmp_open(path, tmp, sizeof tmp, err);
+    sc_atomic a;
+    SC_TRY(sc_atomic_begin(&a, path, err));
+    FILE *f = sc_atomic_fopen(&a, "w", err);
     if (!f) return -1;
     fprintf(f, "iteration,phase,target_sparsity,best_val_accuracy,mean_val_accuracy,"
                "best_sparsity,mean_sparsity,images,seconds,admitted,rewound,mutated,crossed,"
@@ -144,7 +125,7 @@ int prune_report_csv(const char *path, const prune_pop *p, sc_err *err) {
                 h->mean_sparsity, h->images, h->seconds, h->admitted, h->rewound, h->mutated,
                 h->crossed, h->replaced);
     }
-    return tmp_commit(f, tmp, path, err);
+    return sc_atomic_fclose(&a, f, 0, err);
 }
 
 // --- plot -------------------------------------------------------------------
@@ -212,9 +193,10 @@ static void svg_axes(FILE *f, double ylo, double yhi, const char *title) {
 
 // Writes the SVG plot.
 int prune_report_svg(const char *path, const prune_pop *p, const char *title, sc_err *err) {
-    char tmp[4200];
+    sc_atomic a;
     double ylo, yhi;
-    FILE *f = tmp_open(path, tmp, sizeof tmp, err);
+    SC_TRY(sc_atomic_begin(&a, path, err));
+    FILE *f = sc_atomic_fopen(&a, "w", err);
     if (!f) return -1;
     plot_ranges(p, &ylo, &yhi);
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"640\" height=\"420\" "
@@ -224,7 +206,7 @@ int prune_report_svg(const char *path, const prune_pop *p, const char *title, sc
     svg_series(f, p, 0, ylo, yhi, "#c0392b");
     fprintf(f, "<text x=\"80\" y=\"58\" font-size=\"12\" fill=\"#c0392b\">best</text>\n"
                "<text x=\"80\" y=\"74\" font-size=\"12\" fill=\"#999999\">mean</text>\n</svg>\n");
-    return tmp_commit(f, tmp, path, err);
+    return sc_atomic_fclose(&a, f, 0, err);
 }
 
 // Runs gnuplot on an inline-data script writing a PNG; 0 on success.

@@ -1,8 +1,8 @@
 // Model files in HDF5: the net (description, parameters, masks, BN buffers)
 // and the training state, written atomically and read back with every part
 // checked. The layout is documented in docs/model-format.md.
-#include "model_io.h"
 #include "h5io.h"
+#include "model_io.h"
 
 #include <hdf5.h>
 #include <limits.h>
@@ -193,41 +193,33 @@ static int mio_write_all(mio *io, const net *nt, const model_meta *m) {
     return mio_state_write(io, m);
 }
 
-// --- atomic file replacement ------------------------------------------------
+// --- saving -----------------------------------------------------------------
 
-// Creates tmp, writes the model, flushes and closes it.
-static int mio_save_tmp(mio *io, const char *tmp, const net *nt, const model_meta *m) {
-    hid_t fapl = -1;
-    int rc = -1;
-    io->file = -1;
-    H5IO_CHECK(io, fapl = H5Pcreate(H5P_FILE_ACCESS));
-    H5IO_CHECK(io, H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG));
-    H5IO_CHECK(io, io->file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
-    if (mio_write_all(io, nt, m) != 0) goto fail;
-    H5IO_CHECK(io, H5Fflush(io->file, H5F_SCOPE_GLOBAL));
-    rc = 0;
-fail:
-    H5IO_CLOSE(io, H5Fclose, io->file, rc);
-    H5IO_CLOSE(io, H5Pclose, fapl, rc);
-    return rc;
+typedef struct {
+    const net *nt;
+    const model_meta *meta;
+} mio_save_ctx;
+
+// Writes the whole model into the open file io->file (the h5io_writer form).
+static int mio_write_cb(h5io *io, const void *ctx) {
+    const mio_save_ctx *c = ctx;
+    return model_h5_write(io, c->nt, c->meta);
 }
 
-// Writes net and meta to path atomically: a temporary file in the same
-// directory, fsync, then rename over path.
-int model_save(const char *path, const net *nt, const model_meta *meta, sc_err *err) {
+// Writes the model into the open file io->file.
+int model_h5_write(h5io *io, const net *nt, const model_meta *meta) {
     model_meta dflt;
     if (!meta) {
         model_meta_init(&dflt);
         meta = &dflt;
     }
-    char dir[PATH_MAX], tmp[PATH_MAX];
-    SC_TRY(h5io_atomic_begin(path, ".tmp", dir, tmp, sizeof tmp, err));
-    mio io = {path, err, -1, NULL};
-    h5io_quiet q;
-    h5io_quiet_begin(&q);
-    int rc = mio_save_tmp(&io, tmp, nt, meta);
-    h5io_quiet_end(&q);
-    return h5io_atomic_end(tmp, path, dir, rc, err);
+    return mio_write_all(io, nt, meta);
+}
+
+// Writes net and meta to path atomically (runtime/h5io.h: h5io_file_save).
+int model_save(const char *path, const net *nt, const model_meta *meta, sc_err *err) {
+    mio_save_ctx c = {nt, meta};
+    return h5io_file_save(path, mio_write_cb, &c, err);
 }
 
 // --- reading: generic pieces ------------------------------------------------

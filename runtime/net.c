@@ -1,6 +1,7 @@
 // Network graph: parses the plain-text description into layers, infers
 // shapes, lays out parameter tensors in flat buffers, initialises weights.
 #include "net.h"
+#include "atomic.h"
 
 #include <errno.h>
 #include <math.h>
@@ -357,21 +358,22 @@ net *net_from_desc(const char *arch, const char *desc, int in_c, int in_h, int i
     return nt;
 }
 
-// Reads a whole small text file; NULL when it cannot be read.
-static char *file_slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
+// Reads a whole small text file (a regular file under 1 MiB); NULL with err filled.
+static char *file_slurp(const char *path, sc_err *err) {
+    FILE *f = sc_input_fopen(path, "network description", err);
     if (!f) return NULL;
     char *s = NULL;
-    if (fseek(f, 0, SEEK_END) == 0) {
-        long n = ftell(f);
-        if (n >= 0 && n < (1 << 20) && fseek(f, 0, SEEK_SET) == 0 && (s = malloc((size_t)n + 1))) {
-            if (fread(s, 1, (size_t)n, f) != (size_t)n) {
-                free(s);
-                s = NULL;
-            } else {
-                s[n] = 0;
-            }
-        }
+    long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (n < 0 || n >= (1 << 20))
+        sc_fail(err, "network description too large or unreadable (%s, %ld bytes)", path, n);
+    else if (fseek(f, 0, SEEK_SET) != 0 || !(s = malloc((size_t)n + 1)))
+        sc_fail(err, "cannot read network description (%s)", path);
+    else if (fread(s, 1, (size_t)n, f) != (size_t)n) {
+        sc_fail(err, "cannot read network description (%s)", path);
+        free(s);
+        s = NULL;
+    } else {
+        s[n] = 0;
     }
     fclose(f);
     return s;
@@ -382,10 +384,7 @@ net *net_create(const char *arch, int in_c, int in_h, int in_w, int classes, sc_
     char *desc = NULL;
     char name[64];
     if (strchr(arch, '/') || strchr(arch, '.')) {
-        if (!(desc = file_slurp(arch))) {
-            sc_fail(err, "cannot read network description (%s)", arch);
-            return NULL;
-        }
+        if (!(desc = file_slurp(arch, err))) return NULL;
         const char *base = strrchr(arch, '/') ? strrchr(arch, '/') + 1 : arch;
         snprintf(name, sizeof name, "%.*s", (int)strcspn(base, "."), base);
     } else {
