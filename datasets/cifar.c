@@ -422,6 +422,16 @@ static void split_channel_stats(const data_split *s, float mean[3], float std[3]
 
 // --- open / free ------------------------------------------------------------
 
+// Fails when every training label is the same class (nothing to learn; a
+// classifier would report 100%).
+static int labels_check(const dataset *ds, sc_err *err) {
+    const data_split *s = &ds->train;
+    for (int i = 1; i < s->n; i++)
+        if (s->labels[i] != s->labels[0]) return 0;
+    return sc_fail(err, "the training data holds a single class (%s, %d images, all label %d)",
+                   ds->path, s->n, s->n ? s->labels[0] : -1);
+}
+
 // Opens a dataset by spec; see cifar.h.
 int dataset_open(const char *spec, const char *data_dir, int val_size, uint64_t seed,
                  dataset *ds, sc_err *err) {
@@ -437,6 +447,7 @@ int dataset_open(const char *spec, const char *data_dir, int val_size, uint64_t 
     if (rc == 0 && folder && ds->train.n == 50000 && ds->test.n == 10000)
         snprintf(ds->name, sizeof ds->name, "%s",
                  layout == LAYOUT_CIFAR10 ? "cifar10" : "cifar100");
+    if (rc == 0) rc = labels_check(ds, err);
     if (rc == 0) rc = dataset_split_val(ds, val_size, seed, err);
     if (rc != 0) {
         dataset_free(ds);

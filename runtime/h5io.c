@@ -23,10 +23,23 @@ typedef struct {
     size_t len;
 } h5io_msg;
 
-// Keeps the innermost HDF5 error description (the most specific one).
+// Keeps the innermost HDF5 error description (the most specific one) on one
+// line; a system error's long description ("file write failed: time = ...,
+// error message = 'No space left on device', ...") is cut to its message.
 static herr_t h5io_walk_cb(unsigned n, const H5E_error2_t *e, void *data) {
     h5io_msg *m = data;
-    if (n == 0 && e->desc) snprintf(m->buf, m->len, "%s", e->desc);
+    if (n != 0 || !e->desc) return 0;
+    const char *sys = strstr(e->desc, "error message = '");
+    const char *colon = strchr(e->desc, ':');
+    if (sys && colon && colon < sys) {
+        sys += strlen("error message = '");
+        snprintf(m->buf, m->len, "%.*s: %.*s", (int)(colon - e->desc), e->desc,
+                 (int)strcspn(sys, "'"), sys);
+    } else {
+        snprintf(m->buf, m->len, "%s", e->desc);
+    }
+    for (char *p = m->buf; *p; p++)
+        if (*p == '\n' || *p == '\r') *p = ' ';
     return 0;
 }
 

@@ -6,6 +6,7 @@
 
 #include <hdf5.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -419,6 +420,12 @@ static int mio_dset_read(mio *io, hid_t loc, const char *where, const char *name
     int rc = -1;
     H5IO_CHECK(io, t = H5Dget_type(d));
     if (h5io_need_numeric(io, t, what) != 0) goto fail;
+    if (H5Tget_class(t) != H5Tget_class(mtype)) {
+        sc_fail(io->err, "%s has %s values, expected %s (%s)", what,
+                H5Tget_class(t) == H5T_FLOAT ? "floating-point" : "integer",
+                H5Tget_class(mtype) == H5T_FLOAT ? "floating-point" : "integer", io->path);
+        goto fail;
+    }
     if (mio_shape_check(io, d, what, ndim, dims) != 0) goto fail;
     H5IO_CHECK(io, H5Dread(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf));
     rc = 0;
@@ -430,6 +437,18 @@ fail:
 
 // --- reading: the model -----------------------------------------------------
 
+// Fails when one of n values of tensor where/name is NaN or infinite.
+static int mio_finite_check(mio *io, const char *where, const char *name, const float *v,
+                            size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(v[i])) {
+            char full[256];
+            return sc_fail(io->err, "%s: tensor %s holds NaN/Inf at index %zu", io->path,
+                           h5io_join(full, sizeof full, where, name), i);
+        }
+    return 0;
+}
+
 // Reads one tensor of a group kind into the net (or into momentum).
 static int mio_tensor_read(mio *io, hid_t g, mio_kind k, net *nt, float *mom, const ptensor *t) {
     hsize_t dims[4];
@@ -437,8 +456,9 @@ static int mio_tensor_read(mio *io, hid_t g, mio_kind k, net *nt, float *mom, co
     const char *where = mio_kind_path(k);
     if (k == MG_PARAMS || k == MG_BUFFERS || k == MG_MOMENTUM) {
         float *dst = k == MG_PARAMS ? nt->param : k == MG_BUFFERS ? nt->buf : mom;
-        return mio_dset_read(io, g, where, t->name, H5T_NATIVE_FLOAT, t->ndim, dims,
-                             dst + t->offset);
+        SC_TRY(mio_dset_read(io, g, where, t->name, H5T_NATIVE_FLOAT, t->ndim, dims,
+                             dst + t->offset));
+        return mio_finite_check(io, where, t->name, dst + t->offset, t->count);
     }
     uint8_t *m = malloc(t->count ? t->count : 1);  // (count)
     if (!m) return sc_fail(io->err, "out of memory (%s)", io->path);
@@ -498,6 +518,39 @@ static int mio_format_check(mio *io) {
     return 0;
 }
 
+// Reads /net/input_mean and /net/input_std (finite; std positive).
+static int mio_input_norm_read(mio *io, hid_t g, net *nt) {
+    hsize_t three[1] = {3};
+    SC_TRY(mio_dset_read(io, g, "/net", "input_mean", H5T_NATIVE_FLOAT, 1, three, nt->in_mean));
+    SC_TRY(mio_dset_read(io, g, "/net", "input_std", H5T_NATIVE_FLOAT, 1, three, nt->in_std));
+    SC_TRY(mio_finite_check(io, "/net", "input_mean", nt->in_mean, 3));
+    SC_TRY(mio_finite_check(io, "/net", "input_std", nt->in_std, 3));
+    for (int c = 0; c < 3; c++)
+        if (!(nt->in_std[c] > 0))
+            return sc_fail(io->err, "%s: /net/input_std[%d] = %g, must be positive", io->path, c,
+                           nt->in_std[c]);
+    return 0;
+}
+
+// Fails when /net/description is a built-in architecture's text (its first
+// line "# NAME (sparsecnn built-in)") under another name than the arch
+// attribute, or claims the arch's name but differs from its text.
+static int mio_arch_check(mio *io, const char *arch, const char *desc) {
+    char name[64];
+    if (sscanf(desc, "# %63s (sparsecnn built-in)", name) != 1 ||
+        !strstr(desc, "(sparsecnn built-in)"))
+        return 0;
+    int same = !strcmp(name, arch);
+    if (same) {
+        char *want = net_arch_desc(arch, NULL);
+        same = want && !strcmp(want, desc);
+        free(want);
+    }
+    if (same) return 0;
+    return sc_fail(io->err, "arch attribute '%s' disagrees with /net/description (built-in %s) "
+                            "(%s)", arch, name, io->path);
+}
+
 // Reads the root attributes and /net, and rebuilds the graph.
 static net *mio_net_build(mio *io, char *dataset, size_t dslen) {
     int dims[4];  // classes, in_c, in_h, in_w
@@ -517,16 +570,14 @@ static net *mio_net_build(mio *io, char *dataset, size_t dslen) {
     net *nt = NULL;
     if (desc && strlen(ds) >= dslen) {
         sc_fail(io->err, "dataset name too long (%s)", io->path);
+    } else if (desc && mio_arch_check(io, arch, desc) != 0) {
+        // error filled
     } else if (desc) {
         snprintf(dataset, dslen, "%s", ds);
         nt = net_from_desc(arch, desc, dims[1], dims[2], dims[3], dims[0], io->err);
         if (!nt) sc_wrap(io->err, "bad network description in %s", io->path);
     }
-    hsize_t three[1] = {3};
-    if (nt && (mio_dset_read(io, g, "/net", "input_mean", H5T_NATIVE_FLOAT, 1, three,
-                             nt->in_mean) != 0 ||
-               mio_dset_read(io, g, "/net", "input_std", H5T_NATIVE_FLOAT, 1, three,
-                             nt->in_std) != 0)) {
+    if (nt && mio_input_norm_read(io, g, nt) != 0) {
         net_free(nt);
         nt = NULL;
     }

@@ -325,6 +325,10 @@ static int qio_kmeans_read(qio *io, hid_t g, const char *where, quant_model *q,
     if (k != q->k) return sc_fail(io->err, "%s/codebook holds %ld centroids, /quant says %d (%s)",
                                   where, k, q->k, io->path);
     SC_TRY(h5io_dset_read(io, g, where, "codebook", H5T_NATIVE_FLOAT, (size_t)k, t->codebook));
+    for (long c = 0; c < k; c++)
+        if (!isfinite(t->codebook[c]))
+            return sc_fail(io->err, "%s: tensor %s/codebook holds NaN/Inf at index %ld", io->path,
+                           where, c);
     SC_TRY(h5io_dset_read(io, g, where, "indices", H5T_NATIVE_UINT8, t->count, t->indices));
     for (size_t i = 0; i < t->count; i++)
         if (t->indices[i] >= k)
