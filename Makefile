@@ -10,7 +10,11 @@
 #   *_none.c                   CPU-only builds only (stand-ins for GPU code)
 #   *_mpi.c / *_nompi.c        builds with / without MPI (mpicc found; MPI=0 turns it off)
 
-BUILD   := build
+# SANITIZE=1: AddressSanitizer and UBSan in every object and link (build in
+# build-san/ so the plain objects stay); CFLAGS given on the command line are
+# added to the Makefile's own flags, never replace them.
+SANITIZE ?= 0
+BUILD   := $(if $(filter 1,$(SANITIZE)),build-san,build)
 CC      ?= gcc
 CUDA    ?= /usr/local/cuda
 NVCC    := $(shell command -v nvcc 2>/dev/null || ls $(CUDA)/bin/nvcc 2>/dev/null)
@@ -29,7 +33,12 @@ MPICC    := $(shell command -v mpicc 2>/dev/null)
 MPI      ?= $(if $(MPICC),1,0)
 
 CFLAGS  ?= -O2 -g
-CFLAGS  += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fopenmp -I. $(HDF5_INC) $(BLAS_INC) -MMD -MP
+override CFLAGS += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fopenmp -I. $(HDF5_INC) $(BLAS_INC) -MMD -MP
+SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+ifeq ($(SANITIZE),1)
+  override CFLAGS  += $(SAN_FLAGS)
+  override LDFLAGS += $(SAN_FLAGS)
+endif
 LDLIBS  := -Wl,--as-needed $(HDF5_LIB) -lz $(GSL_LIB) $(BLAS_LIB) -lm -fopenmp
 
 DIRS    := runtime kernels datasets train prune quantize export
@@ -64,7 +73,7 @@ LIB     := $(BUILD)/libsparsecnn.a
 TOOLS   := $(foreach m,$(MAINS),$(BUILD)/bin/$(notdir $(m:_main.c=)))
 TESTS   := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test clean info setup demo build
+.PHONY: all test clean info setup demo build fuzz fuzz-build
 all: $(TOOLS) $(TESTS)
 	@echo "built $(words $(TOOLS)) tools and $(words $(TESTS)) tests (GPU=$(GPU))"
 
@@ -87,13 +96,13 @@ $(LIB): $(LIB_OBJ)
 define TOOL_RULE
 $(BUILD)/bin/$(notdir $(1:_main.c=)): $(BUILD)/obj/$(1:.c=.o) $(LIB)
 	@mkdir -p $(BUILD)/bin
-	$(CC) -o $$@ $$^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $$@ $$^ $(LDLIBS)
 endef
 $(foreach m,$(MAINS),$(eval $(call TOOL_RULE,$(m))))
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # Debian/Ubuntu packages the build and the tests need; installed when root.
 PKGS := build-essential libhdf5-dev hdf5-tools libopenblas-dev libgsl-dev gnuplot-nox \
@@ -112,9 +121,49 @@ setup:
 build: setup
 	@$(MAKE) --no-print-directory -j$$(nproc) all
 
-# Every test; the last line is "N passed, N failed, N skipped".
+# Every test; the last line is "N passed, N failed, N skipped". With
+# SANITIZE=1 a sanitizer report fails the program that printed it.
 test: build
-	@BUILD=$(BUILD) bash tests/run.sh
+	@BUILD=$(BUILD) SANITIZE=$(SANITIZE) bash tests/run.sh
+
+# --- fuzzing (libFuzzer, clang) ----------------------------------------------
+# make fuzz FUZZ_SECONDS=N runs each harness of tests/fuzz/ for N seconds on a
+# copy of its seed corpus (tests/fuzz/corpus/<name>/) under ASan and UBSan;
+# crashes land in build-fuzz/crashes/<name>/. make fuzz-build only builds.
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_BUILD   := build-fuzz
+FUZZ_NAMES   := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_CFLAGS  := -O1 -g -std=gnu11 -fopenmp -I. $(HDF5_INC) $(BLAS_INC) $(FUZZ_SAN) -fsanitize=fuzzer-no-link
+FUZZ_LIB_C   := $(filter-out %_main.c %_gpu.c %_mpi.c,$(foreach d,$(DIRS),$(wildcard $(d)/*.c)))
+FUZZ_LDLIBS  := -Wl,--as-needed $(HDF5_LIB) -lz $(GSL_LIB) $(BLAS_LIB) -lm
+FUZZ_OBJ     := $(FUZZ_LIB_C:%.c=$(FUZZ_BUILD)/obj/%.o)
+FUZZ_BINS    := $(FUZZ_NAMES:%=$(FUZZ_BUILD)/%)
+
+$(FUZZ_BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
+
+$(FUZZ_BUILD)/libfuzz.a: $(FUZZ_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+$(FUZZ_BUILD)/fuzz_%: $(FUZZ_BUILD)/obj/tests/fuzz/fuzz_%.o $(FUZZ_BUILD)/libfuzz.a
+	$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -fopenmp -o $@ $^ $(FUZZ_LDLIBS)
+
+fuzz-build: $(FUZZ_BINS)
+
+fuzz: fuzz-build
+	@for n in $(FUZZ_NAMES); do \
+	  mkdir -p $(FUZZ_BUILD)/corpus/$$n $(FUZZ_BUILD)/crashes/$$n; \
+	  cp -n tests/fuzz/corpus/$$n/* $(FUZZ_BUILD)/corpus/$$n/ 2>/dev/null; \
+	  echo "fuzz: $$n for $(FUZZ_SECONDS) s"; \
+	  $(FUZZ_BUILD)/$$n -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
+	    -max_len=65536 -print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/crashes/$$n/ \
+	    $(FUZZ_BUILD)/corpus/$$n >$(FUZZ_BUILD)/$$n.log 2>&1; rc=$$?; \
+	  grep -E '(DONE|==[0-9]+==ERROR|SUMMARY|runtime error|stat::number_of_executed_units)' $(FUZZ_BUILD)/$$n.log; \
+	  [ $$rc -eq 0 ] || { echo "fuzz: $$n failed (exit $$rc), see $(FUZZ_BUILD)/$$n.log"; exit 1; }; \
+	done
 
 # The main job: the whole pipeline on the default data (data/cifar-100-binary
 # when present, else the synthetic set): train, prune the trained model,
