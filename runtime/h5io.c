@@ -14,7 +14,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-static int h5io_input_check(h5io *io, const char *kind, int notice);
+static int h5io_input_check(h5io *io, const char *kind, int notice, int *sealed);
 
 // --- errors -----------------------------------------------------------------
 
@@ -179,8 +179,14 @@ hid_t h5io_file_open(h5io *io) { return h5io_file_open_as(io, 1); }
 hid_t h5io_file_open_as(h5io *io, int notice) {
     const char *kind = io->kind ? io->kind : "HDF5 file";
     h5io_init();
-    if (h5io_input_check(io, kind, notice) != 0) return -1;
-    if (H5Fis_hdf5(io->path) <= 0) {
+    int sealed = 0;
+    if (h5io_input_check(io, kind, notice, &sealed) != 0) return -1;
+    htri_t is_hdf5 = H5Fis_hdf5(io->path);
+    if (is_hdf5 > 0 && sealed < 0) {  // a user block, but not a readable checksum block
+        sc_fail(io->err, "file damaged: its checksum block is unreadable (%s)", io->path);
+        return -1;
+    }
+    if (is_hdf5 <= 0) {
         struct stat st;
         long long size = stat(io->path, &st) == 0 ? (long long)st.st_size : -1;
         sc_fail(io->err, "not an HDF5 file (%s, %lld bytes)", io->path, size);
@@ -392,13 +398,12 @@ static int h5io_verify(int fd, const char *path, int *sealed, sc_err *err) {
 
 // Checks that path is a regular file with a valid checksum (or none: an
 // older file, loaded with a notice on stderr).
-static int h5io_input_check(h5io *io, const char *kind, int notice) {
+static int h5io_input_check(h5io *io, const char *kind, int notice, int *sealed) {
     int fd = sc_input_open(io->path, kind, io->err);
     if (fd < 0) return -1;
-    int sealed = 0;
-    int rc = h5io_verify(fd, io->path, &sealed, io->err);
+    int rc = h5io_verify(fd, io->path, sealed, io->err);
     close(fd);
-    if (rc == 0 && sealed == 0 && notice)
+    if (rc == 0 && *sealed == 0 && notice)
         fprintf(stderr, "%s: notice: %s has no checksum (written by an older version); "
                         "loading it unverified\n", program_invocation_short_name, io->path);
     return rc;

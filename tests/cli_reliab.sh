@@ -34,6 +34,8 @@ cp "$T/m.h5" "$T/flip.h5"
 printf '\x5a' | dd of="$T/flip.h5" bs=1 seek=3000 conv=notrunc status=none
 expect_fail "flipped byte (export)" 1 '^export: .*checksum mismatch.*flip.h5' $EX "$T/flip.h5" -o "$T/f.csr.h5"
 expect_fail "flipped byte (quantize)" 1 '^quantize: .*checksum mismatch.*flip.h5' $QU --bits 8 "$T/flip.h5" -o "$T/f.q.h5"
+cp "$T/m.h5" "$T/magic.h5"; printf 'X' | dd of="$T/magic.h5" bs=1 seek=11 conv=notrunc status=none
+expect_fail "damaged checksum block" 1 '^export: .*checksum block is unreadable.*magic.h5' $EX "$T/magic.h5" -o "$T/g.csr.h5"
 head -c 9000 "$T/m.h5" >"$T/trunc.h5"
 expect_fail "truncated file" 1 '^export: .*damaged or truncated.*trunc.h5' $EX "$T/trunc.h5" -o "$T/t.csr.h5"
 $EX "$T/m.h5" -o "$T/m.csr.h5" >/dev/null 2>&1 || bad "export of the tiny model" "failed"
