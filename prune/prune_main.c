@@ -659,16 +659,17 @@ static int resume_opts(prune_run *r, int argc, char **argv) {
 // Checks the "number or auto" options before any work (a bad one is a usage
 // error): each must be auto or a number in its range.
 static int opts_check(const prune_opts *o) {
-    const struct { const char *name, *value; double lo, hi; } v[] = {
-        {"epochs", o->epochs, 0, 1e6},   {"finetune", o->finetune, 0, 1e6},
-        {"halve-every", o->halve_every, 0, 1e6}, {"ramp-end", o->ramp_end, 0, 1},
-        {"lr", o->lr, 1e-9, 100},        {"warmup", o->warmup, 0, 1}};
-    for (size_t i = 0; i < sizeof v / sizeof *v; i++)
-        if (num_or_auto(v[i].value, 0, v[i].lo, v[i].hi) == -1.0) {
-            cli_error(TOOL, "--%s: not a number in [%g, %g] or auto (%s)", v[i].name, v[i].lo,
-                      v[i].hi, v[i].value);
-            return CLI_USAGE;
-        }
+    const struct { const char *name, *value; double lo, hi; int whole; } v[] = {
+        {"epochs", o->epochs, 0, 1e6, 0},   {"finetune", o->finetune, 0, 1e6, 1},
+        {"halve-every", o->halve_every, 0, 1e6, 1}, {"ramp-end", o->ramp_end, 0, 1, 0},
+        {"lr", o->lr, 1e-9, 100, 0},        {"warmup", o->warmup, 0, 1, 0}};
+    for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
+        double x = num_or_auto(v[i].value, 0, v[i].lo, v[i].hi);
+        if (x != -1.0 && !(v[i].whole && x != floor(x))) continue;
+        cli_error(TOOL, "--%s: not a %s in [%g, %g] or auto (%s)", v[i].name,
+                  v[i].whole ? "whole number" : "number", v[i].lo, v[i].hi, v[i].value);
+        return CLI_USAGE;
+    }
     return CLI_OK;
 }
 
