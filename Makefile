@@ -47,7 +47,7 @@ MAINS   := $(filter %_main.c,$(ALL_C))
 LIB_C   := $(filter-out %_main.c,$(ALL_C))
 
 ifeq ($(MPI),1)
-  CFLAGS  += -DSC_HAVE_MPI $(shell $(MPICC) --showme:compile)
+  override CFLAGS += -DSC_HAVE_MPI $(shell $(MPICC) --showme:compile)
   LDLIBS  += $(shell $(MPICC) --showme:link)
   LIB_C   := $(filter-out %_nompi.c,$(LIB_C))
 else
@@ -57,7 +57,7 @@ endif
 ifeq ($(GPU),1)
   CU_SRC  := $(foreach d,$(DIRS),$(wildcard $(d)/*.cu))
   LIB_C   := $(filter-out %_none.c,$(LIB_C))
-  CFLAGS  += -DSC_HAVE_CUDA -I$(CUDA)/include
+  override CFLAGS += -DSC_HAVE_CUDA -I$(CUDA)/include
   NVFLAGS := -O3 -std=c++17 -I. -DSC_HAVE_CUDA -gencode arch=compute_90,code=sm_90 \
              -gencode arch=compute_90,code=compute_90 -Xcompiler -Wall -MMD -MP
   LDLIBS  += -L$(CUDA)/lib64 -Wl,-rpath,$(CUDA)/lib64 -lcudnn -lcublas -lcusparse -lcudart -lstdc++

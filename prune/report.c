@@ -212,10 +212,10 @@ int prune_report_svg(const char *path, const prune_pop *p, const char *title, sc
 // Runs gnuplot on an inline-data script writing a PNG; 0 on success.
 static int plot_gnuplot(const char *png, const prune_pop *p, const char *title) {
     if (system("command -v gnuplot >/dev/null 2>&1") != 0) return -1;
-    char tmp[4200], cmd[4400];
-    snprintf(tmp, sizeof tmp, "%s.tmp%ld.png", png, (long)getpid());
-    snprintf(cmd, sizeof cmd, "gnuplot >/dev/null 2>&1");
-    FILE *g = popen(cmd, "w");
+    sc_atomic a;
+    if (sc_atomic_begin(&a, png, NULL) != 0) return -1;
+    const char *tmp = a.tmp;
+    FILE *g = popen("gnuplot >/dev/null 2>&1", "w");
     if (!g) return -1;
     double ylo, yhi;
     plot_ranges(p, &ylo, &yhi);
@@ -231,11 +231,7 @@ static int plot_gnuplot(const char *png, const prune_pop *p, const char *title) 
     fprintf(g, "EOD\nplot $d using 3:4 with linespoints lc rgb '#999999' title 'mean', "
                "$d using 1:2 with linespoints lc rgb '#c0392b' lw 2 title 'best'\n");
     int rc = pclose(g);
-    if (rc != 0 || access(tmp, F_OK) != 0 || rename(tmp, png) != 0) {
-        remove(tmp);
-        return -1;
-    }
-    return 0;
+    return sc_atomic_end(&a, rc != 0 || access(tmp, F_OK) != 0 ? -1 : 0, NULL);
 }
 
 // PNG through gnuplot, else a hand-written SVG.
