@@ -53,9 +53,10 @@ path, code = sys.argv[1], sys.argv[2]
 with h5py.File(path, "r+") as f:
     exec(code)
 data = open(path, "rb").read()
-head = b"sparsecnn-crc32 %08x %d\n" % (zlib.crc32(data[512:]) & 0xffffffff, len(data) - 512)
-with open(path, "r+b") as g:
-    g.write(head)
+if data[:16] == b"sparsecnn-crc32 ":  # files of older versions have no block
+    head = b"sparsecnn-crc32 %08x %d\n" % (zlib.crc32(data[512:]) & 0xffffffff, len(data) - 512)
+    with open(path, "r+b") as g:
+        g.write(head)
 PYEOF
 }
 if have_h5py; then
@@ -110,6 +111,7 @@ expect_fail "FIFO as output" 1 '^train: .*not a regular file, not replacing it.*
 expect_fail "-o /dev/null" 1 '^export: .*not a regular file, not replacing it.*/dev/null' $EX "$T/m.h5" -o /dev/null
 [ -c /dev/null ] && ok "/dev/null still a device" || bad "/dev/null still a device" "replaced"
 expect_fail "--json FIFO" 1 '^export: .*not a regular file.*out.h5' $EX "$T/m.h5" -o "$T/j.csr.h5" --json "$T/out.h5"
+expect_fail "-o a directory" 1 '^train: .*output is a directory' $TR $TINY -o "$T"
 start=$(date +%s)
 expect_fail "-o in a missing directory (before work)" 1 '^train: .*output directory does not exist.*nodir' $TR --model lenet --epochs 50 "$T/tiny" -o "$T/nodir/m.h5"
 [ $(( $(date +%s) - start )) -lt 10 ] && ok "missing directory found before training" || bad "missing directory found before training" "took $(( $(date +%s) - start )) s"

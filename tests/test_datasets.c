@@ -472,6 +472,7 @@ static void test_mean_std(tctx *t) {
     const uint8_t val[2][3] = {{0, 255, 51}, {255, 255, 102}};
     for (int i = 0; i < 2; i++)
         for (int c = 0; c < 3; c++) memset(rec[i] + 2 + c * 1024, val[i][c], 1024);
+    rec[1][1] = 1;  // two classes: a single-class set is refused
     join(p, sizeof p, dir, "train.bin");
     file_put(p, rec, sizeof rec);
     join(p, sizeof p, dir, "test.bin");
