@@ -113,7 +113,7 @@ expect_fail "-o /dev/null" 1 '^export: .*not a regular file, not replacing it.*/
 expect_fail "--json FIFO" 1 '^export: .*not a regular file.*out.h5' $EX "$T/m.h5" -o "$T/j.csr.h5" --json "$T/out.h5"
 expect_fail "-o a directory" 1 '^train: .*output is a directory' $TR $TINY -o "$T"
 start=$(date +%s)
-expect_fail "-o in a missing directory (before work)" 1 '^train: .*output directory does not exist.*nodir' $TR --model lenet --epochs 50 "$T/tiny" -o "$T/nodir/m.h5"
+expect_fail "-o in a missing directory (before work)" 1 '^train: .*output directory does not exist.*nodir' $TR --model lenet --epochs 50 --batch 8 --val-size 8 "$T/tiny" -o "$T/nodir/m.h5"
 [ $(( $(date +%s) - start )) -lt 10 ] && ok "missing directory found before training" || bad "missing directory found before training" "took $(( $(date +%s) - start )) s"
 
 # --- a full disk (file size limit): one line, exit 1, old file intact, no temporary
@@ -144,5 +144,5 @@ for name in ("train.bin", "test.bin"):
     for i in range(0, len(b), 3074): b[i] = 0; b[i + 1] = 7
     open(sys.argv[2] + "/" + name, "wb").write(b)
 PYEOF
-expect_fail "single-class dataset" 1 '^train: .*single class.*one' $TR --model lenet --epochs 1 "$T/one"
+expect_fail "single-class dataset" 1 '^train: .*single class.*one' $TR --model lenet --epochs 1 --batch 8 --val-size 8 "$T/one"
 summary
