@@ -884,7 +884,13 @@ static void test_loader_speed(tctx *t) {
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double ms = ((t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) * 1e-6) / nb;
-    CHECK(t, nb == 32 && ms < 2.0, "%d batches, %.3f ms per batch (epoch start included)", nb, ms);
+#ifdef __SANITIZE_ADDRESS__
+    const double limit = 20.0;  // make test SANITIZE=1: instrumented code is several times slower
+#else
+    const double limit = 2.0;
+#endif
+    CHECK(t, nb == 32 && ms < limit, "%d batches, %.3f ms per batch (epoch start included)", nb,
+          ms);
     loader_free(&l);
     data_split_free(&s);
 }
