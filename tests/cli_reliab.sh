@@ -108,8 +108,8 @@ expect_fail "FIFO as dataset file" 1 '^train: .*not a regular file.*train.bin' t
 mkfifo "$T/out.h5"
 expect_fail "FIFO as output" 1 '^train: .*not a regular file, not replacing it.*out.h5' timeout 20 $TR $TINY -o "$T/out.h5"
 [ -p "$T/out.h5" ] && ok "FIFO output left in place" || bad "FIFO output left in place" "replaced"
-expect_fail "-o /dev/null" 1 '^export: .*not a regular file, not replacing it.*/dev/null' $EX "$T/m.h5" -o /dev/null
-[ -c /dev/null ] && ok "/dev/null still a device" || bad "/dev/null still a device" "replaced"
+# (a device such as /dev/null is refused the same way: tests/test_atomic.c checks
+# that without writing, as a build with the bug would replace the system's /dev/null)
 expect_fail "--json FIFO" 1 '^export: .*not a regular file.*out.h5' $EX "$T/m.h5" -o "$T/j.csr.h5" --json "$T/out.h5"
 expect_fail "-o a directory" 1 '^train: .*output is a directory' $TR $TINY -o "$T"
 start=$(date +%s)
