@@ -12,7 +12,11 @@
 #   *_none.c                   CPU-only builds only (stand-ins for GPU code)
 #   *_mpi.c / *_nompi.c        builds with / without MPI (mpicc found; MPI=0 turns it off)
 
-BUILD   := build
+# SANITIZE=1: AddressSanitizer and UBSan in every object and link (build in
+# build-san/ so the plain objects stay); CFLAGS given on the command line are
+# added to the Makefile's own flags, never replace them.
+SANITIZE ?= 0
+BUILD   := $(if $(filter 1,$(SANITIZE)),build-san,build)
 CC      ?= gcc
 CUDA    ?= /usr/local/cuda
 NVCC    := $(shell command -v nvcc 2>/dev/null || ls $(CUDA)/bin/nvcc 2>/dev/null)
@@ -31,8 +35,13 @@ MPICC    := $(shell command -v mpicc 2>/dev/null)
 MPI      ?= $(if $(MPICC),1,0)
 
 CFLAGS  ?= -O2 -g
-CFLAGS  += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fopenmp -I. $(HDF5_INC) $(BLAS_INC) -MMD -MP
-LDLIBS  := -Wl,--as-needed $(HDF5_LIB) $(GSL_LIB) $(BLAS_LIB) -lm -fopenmp
+override CFLAGS += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fopenmp -I. $(HDF5_INC) $(BLAS_INC) -MMD -MP
+SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+ifeq ($(SANITIZE),1)
+  override CFLAGS  += $(SAN_FLAGS)
+  override LDFLAGS += $(SAN_FLAGS)
+endif
+LDLIBS  := -Wl,--as-needed $(HDF5_LIB) -lz $(GSL_LIB) $(BLAS_LIB) -lm -fopenmp
 
 DIRS    := runtime kernels datasets train prune quantize export
 ALL_C   := $(foreach d,$(DIRS),$(wildcard $(d)/*.c))
@@ -40,7 +49,7 @@ MAINS   := $(filter %_main.c,$(ALL_C))
 LIB_C   := $(filter-out %_main.c,$(ALL_C))
 
 ifeq ($(MPI),1)
-  CFLAGS  += -DSC_HAVE_MPI $(shell $(MPICC) --showme:compile)
+  override CFLAGS += -DSC_HAVE_MPI $(shell $(MPICC) --showme:compile)
   LDLIBS  += $(shell $(MPICC) --showme:link)
   LIB_C   := $(filter-out %_nompi.c,$(LIB_C))
 else
@@ -64,7 +73,7 @@ NVTHREADS := $(if $(word 2,$(CUDA_ARCH)),--threads $(NVCC_THREADS))
 ifeq ($(GPU),1)
   CU_SRC  := $(foreach d,$(DIRS),$(wildcard $(d)/*.cu))
   LIB_C   := $(filter-out %_none.c,$(LIB_C))
-  CFLAGS  += -DSC_HAVE_CUDA -I$(CUDA)/include
+  override CFLAGS += -DSC_HAVE_CUDA -I$(CUDA)/include
   NVFLAGS := -O3 -std=c++17 -I. -DSC_HAVE_CUDA $(NVARCH) $(NVTHREADS) -Xcompiler -Wall -MMD -MP
   LDLIBS  += -L$(CUDA)/lib64 -Wl,-rpath,$(CUDA)/lib64 -lcudnn -lcublasLt -lcublas -lcusparse -lcudart -lstdc++
   TEST_SRC := $(wildcard tests/test_*.c tests/gpu_test_*.c)
@@ -81,7 +90,7 @@ TESTS   := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TESTBIN := $(BUILD)/testbin/prune
 HELPERS := $(patsubst tests/helper_%.c,$(BUILD)/helpers/%,$(wildcard tests/helper_*.c))
 
-.PHONY: all test clean info setup demo build deps
+.PHONY: all test clean info setup demo build deps fuzz fuzz-build
 all: $(TOOLS) $(TESTS) $(TESTBIN) $(HELPERS)
 	@echo "built $(words $(TOOLS)) tools and $(words $(TESTS)) tests (GPU=$(GPU))"
 
@@ -111,13 +120,13 @@ $(LIB): $(LIB_OBJ)
 define TOOL_RULE
 $(BUILD)/bin/$(notdir $(1:_main.c=)): $(BUILD)/obj/$(1:.c=.o) $(LIB)
 	@mkdir -p $(BUILD)/bin
-	$(CC) -o $$@ $$^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $$@ $$^ $(LDLIBS)
 endef
 $(foreach m,$(MAINS),$(eval $(call TOOL_RULE,$(m))))
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The tuner test links a test-only build of the variant lists that plants
 # wrong and unpreparable variants (its object comes before the library).
@@ -128,7 +137,7 @@ $(BUILD)/obj/kernels/spconv_plan_plant.cu.o: kernels/spconv_plan.cu $(NVSTAMP)
 $(BUILD)/tests/gpu_test_tune: $(BUILD)/obj/tests/gpu_test_tune.o \
                               $(BUILD)/obj/kernels/spconv_plan_plant.cu.o $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # A prune binary with the test hooks (SC_TEST_HOOKS: tests/cli_prune_mpi.sh
 # kills a rank through it); the shipped tools have none.
@@ -138,7 +147,7 @@ $(BUILD)/obj/prune/search_hooks.o: prune/search.c
 
 $(BUILD)/testbin/prune: $(BUILD)/obj/prune/prune_main.o $(BUILD)/obj/prune/search_hooks.o $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # Fails on an include against the layer order kernels <- runtime <- the rest
 # (also run by `make test`, as tests/deps.sh).
@@ -148,7 +157,7 @@ deps:
 # Programs the CLI tests call (tests/helper_NAME.c -> build/helpers/NAME).
 $(BUILD)/helpers/%: $(BUILD)/obj/tests/helper_%.o $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # Debian/Ubuntu packages the build and the tests need; installed when root.
 PKGS := build-essential libhdf5-dev hdf5-tools libopenblas-dev libgsl-dev gnuplot-nox \
@@ -167,9 +176,49 @@ setup:
 build: setup
 	@$(MAKE) --no-print-directory -j$$(nproc) all
 
-# Every test; the last line is "N passed, N failed, N skipped".
+# Every test; the last line is "N passed, N failed, N skipped". With
+# SANITIZE=1 a sanitizer report fails the program that printed it.
 test: build
-	@BUILD=$(BUILD) bash tests/run.sh
+	@BUILD=$(BUILD) SANITIZE=$(SANITIZE) bash tests/run.sh
+
+# --- fuzzing (libFuzzer, clang) ----------------------------------------------
+# make fuzz FUZZ_SECONDS=N runs each harness of tests/fuzz/ for N seconds on a
+# copy of its seed corpus (tests/fuzz/corpus/<name>/) under ASan and UBSan;
+# crashes land in build-fuzz/crashes/<name>/. make fuzz-build only builds.
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_BUILD   := build-fuzz
+FUZZ_NAMES   := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_CFLAGS  := -O1 -g -std=gnu11 -fopenmp -I. $(HDF5_INC) $(BLAS_INC) $(FUZZ_SAN) -fsanitize=fuzzer-no-link
+FUZZ_LIB_C   := $(filter-out %_main.c %_gpu.c %_mpi.c,$(foreach d,$(DIRS),$(wildcard $(d)/*.c)))
+FUZZ_LDLIBS  := -Wl,--as-needed $(HDF5_LIB) -lz $(GSL_LIB) $(BLAS_LIB) -lm
+FUZZ_OBJ     := $(FUZZ_LIB_C:%.c=$(FUZZ_BUILD)/obj/%.o)
+FUZZ_BINS    := $(FUZZ_NAMES:%=$(FUZZ_BUILD)/%)
+
+$(FUZZ_BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
+
+$(FUZZ_BUILD)/libfuzz.a: $(FUZZ_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+$(FUZZ_BUILD)/fuzz_%: $(FUZZ_BUILD)/obj/tests/fuzz/fuzz_%.o $(FUZZ_BUILD)/libfuzz.a
+	$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -fopenmp -o $@ $^ $(FUZZ_LDLIBS)
+
+fuzz-build: $(FUZZ_BINS)
+
+fuzz: fuzz-build
+	@for n in $(FUZZ_NAMES); do \
+	  mkdir -p $(FUZZ_BUILD)/corpus/$$n $(FUZZ_BUILD)/crashes/$$n; \
+	  cp -n tests/fuzz/corpus/$$n/* $(FUZZ_BUILD)/corpus/$$n/ 2>/dev/null; \
+	  echo "fuzz: $$n for $(FUZZ_SECONDS) s"; \
+	  $(FUZZ_BUILD)/$$n -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
+	    -max_len=65536 -print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/crashes/$$n/ \
+	    $(FUZZ_BUILD)/corpus/$$n >$(FUZZ_BUILD)/$$n.log 2>&1; rc=$$?; \
+	  grep -E '(DONE|==[0-9]+==ERROR|SUMMARY|runtime error|stat::number_of_executed_units)' $(FUZZ_BUILD)/$$n.log; \
+	  [ $$rc -eq 0 ] || { echo "fuzz: $$n failed (exit $$rc), see $(FUZZ_BUILD)/$$n.log"; exit 1; }; \
+	done
 
 # The main job: the whole pipeline on the default data (data/cifar-100-binary
 # when present, else the synthetic set): train, prune the trained model,

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
+#include "runtime/atomic.h"
 #include "runtime/rng.h"
 
 typedef enum { LAYOUT_CIFAR10, LAYOUT_CIFAR100 } cifar_layout;
@@ -103,11 +104,10 @@ static int split_grow(data_split *s, int add, int with_coarse, sc_err *err) {
 // demands that exact record count. Returns the open file and the count.
 static int file_open_records(const char *path, int rec, long expect, FILE **out, long *count,
                              sc_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        if (errno == ENOENT) return sc_fail(err, "missing file (%s)", path);
-        return sc_fail(err, "cannot open file (%s): %s", path, strerror(errno));
-    }
+    struct stat st0;
+    if (stat(path, &st0) != 0 && errno == ENOENT) return sc_fail(err, "missing file (%s)", path);
+    FILE *f = sc_input_fopen(path, "dataset file", err);  // a FIFO is refused, never opened blocking
+    if (!f) return -1;
     struct stat st;
     long long size = -1;
     if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode)) size = (long long)st.st_size;
@@ -422,6 +422,16 @@ static void split_channel_stats(const data_split *s, float mean[3], float std[3]
 
 // --- open / free ------------------------------------------------------------
 
+// Fails when every training label is the same class (nothing to learn; a
+// classifier would report 100%).
+static int labels_check(const dataset *ds, sc_err *err) {
+    const data_split *s = &ds->train;
+    for (int i = 1; i < s->n; i++)
+        if (s->labels[i] != s->labels[0]) return 0;
+    return sc_fail(err, "the training data holds a single class (%s, %d images, all label %d)",
+                   ds->path, s->n, s->n ? s->labels[0] : -1);
+}
+
 // Opens a dataset by spec; see cifar.h.
 int dataset_open(const char *spec, const char *data_dir, int val_size, uint64_t seed,
                  dataset *ds, sc_err *err) {
@@ -437,6 +447,7 @@ int dataset_open(const char *spec, const char *data_dir, int val_size, uint64_t 
     if (rc == 0 && folder && ds->train.n == 50000 && ds->test.n == 10000)
         snprintf(ds->name, sizeof ds->name, "%s",
                  layout == LAYOUT_CIFAR10 ? "cifar10" : "cifar100");
+    if (rc == 0) rc = labels_check(ds, err);
     if (rc == 0) rc = dataset_split_val(ds, val_size, seed, err);
     if (rc != 0) {
         dataset_free(ds);

@@ -278,36 +278,24 @@ static int ewr_all(ewr *io, const sparse_model *m, const char *const *history, i
     return ewr_layers(io, m, sizes);
 }
 
-// --- atomic replacement -------------------------------------------------------
+// --- saving -------------------------------------------------------------------
 
-// Creates tmp and writes the whole file into it.
-static int ewr_tmp(ewr *io, const sparse_model *m, const char *const *history, int nhistory,
-                   export_layer_size *sizes) {
-    hid_t fapl = -1;
-    int rc = -1;
-    io->file = -1;
-    H5IO_CHECK(io, fapl = H5Pcreate(H5P_FILE_ACCESS));
-    H5IO_CHECK(io, H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG));
-    H5IO_CHECK(io, H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_LATEST));
-    H5IO_CHECK(io, io->file = H5Fcreate(io->path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
-    if (ewr_all(io, m, history, nhistory, sizes) != 0) goto fail;
-    H5IO_CHECK(io, H5Fflush(io->file, H5F_SCOPE_GLOBAL));
-    rc = 0;
-fail:
-    H5IO_CLOSE(io, H5Fclose, io->file, rc);
-    H5IO_CLOSE(io, H5Pclose, fapl, rc);
-    return rc;
+typedef struct {
+    const sparse_model *m;
+    const char *const *history;
+    int nhistory;
+    export_layer_size *sizes;
+} ewr_ctx;
+
+// Writes the whole file into the open io->file (the h5io_writer form).
+static int ewr_cb(h5io *io, const void *ctx) {
+    const ewr_ctx *c = ctx;
+    return ewr_all(io, c->m, c->history, c->nhistory, c->sizes);
 }
 
-// Writes m to path atomically.
+// Writes m to path atomically, with a checksum (runtime/h5io.h: h5io_file_save).
 int export_write(const char *path, const sparse_model *m, const char *const *history, int nhistory,
-                 export_layer_size *sizes, sc_err *err) {
-    char dir[PATH_MAX], tmp[PATH_MAX];
-    SC_TRY(h5io_atomic_begin(path, ".tmp", dir, tmp, sizeof tmp, err));
-    ewr io = {tmp, err, -1, NULL};
-    h5io_quiet q;
-    h5io_quiet_begin(&q);
-    int rc = ewr_tmp(&io, m, history, nhistory, sizes);
-    h5io_quiet_end(&q);
-    return h5io_atomic_end(tmp, path, dir, rc, err);
+                 sc_err *err) {
+    ewr_ctx c = {m, history, nhistory};
+    return h5io_file_save(path, ewr_cb, &c, err);
 }

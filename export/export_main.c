@@ -88,12 +88,12 @@ static int paths_set(export_run *r, sc_err *err) {
         snprintf(r->out, sizeof r->out, "%s", r->o.output);
         if (stat(r->in, &a) == 0 && stat(r->out, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
             return sc_fail(err, "the output would overwrite the input model (%s)", r->out);
-        return 0;
+        return cli_outputs_check(&r->o.c, r->out, err);
     }
     const char *slash = strrchr(r->in, '/');
     if (!slash) snprintf(r->out, sizeof r->out, "model.csr.h5");
     else snprintf(r->out, sizeof r->out, "%.*s/model.csr.h5", (int)(slash - r->in), r->in);
-    return 0;
+    return cli_outputs_check(&r->o.c, r->out, err);
 }
 
 // Loads the model and builds the sparse form.

@@ -1,5 +1,6 @@
 // The population of the pruning search on the host, and its state file.
 #include "pop.h"
+#include "runtime/atomic.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -320,25 +321,15 @@ static void state_write(sstream *s, const prune_pop *p, const char *config) {
     ss_put(s, &sum, sizeof sum);
 }
 
-// Saves the state atomically: temporary file, flush, fsync, rename.
+// Saves the state atomically (runtime/atomic.h).
 int prune_state_save(const char *path, const prune_pop *p, const char *config, sc_err *err) {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid()) >= (int)sizeof tmp)
-        return sc_fail(err, "state path too long (%s)", path);
-    sstream s = {.f = fopen(tmp, "wb"), .hash = 1469598103934665603ull};
-    if (!s.f) return sc_fail(err, "cannot write state file (%s: %s)", tmp, strerror(errno));
+    sc_atomic a;
+    SC_TRY(sc_atomic_begin(&a, path, err));
+    sstream s = {.f = sc_atomic_fopen(&a, "wb", err), .hash = 1469598103934665603ull};
+    if (!s.f) return -1;
     state_write(&s, p, config);
-    if (fflush(s.f) != 0 || fsync(fileno(s.f)) != 0) s.bad = 1;
-    if (fclose(s.f) != 0) s.bad = 1;
-    if (s.bad) {
-        remove(tmp);
-        return sc_fail(err, "cannot write state file (%s: %s)", tmp, strerror(errno));
-    }
-    if (rename(tmp, path) != 0) {
-        remove(tmp);
-        return sc_fail(err, "cannot rename state file (%s: %s)", path, strerror(errno));
-    }
-    return 0;
+    int rc = s.bad ? sc_fail(err, "cannot write state file (%s, %s)", path, strerror(errno)) : 0;
+    return sc_atomic_fclose(&a, s.f, rc, err);
 }
 
 // Reads and checks the header against the net; fills h.
@@ -386,13 +377,11 @@ static prune_pop *state_body_read(sstream *s, const state_head *h, const net *nt
 
 // Loads a state file and verifies its checksum.
 prune_pop *prune_state_load(const char *path, const net *nt, int L, char **config, sc_err *err) {
-    sstream s = {.f = fopen(path, "rb"), .hash = 1469598103934665603ull};
+    sstream s = {.f = sc_input_fopen(path, "prune state file", err),
+                 .hash = 1469598103934665603ull};
     state_head h;
     *config = NULL;
-    if (!s.f) {
-        sc_fail(err, "cannot read state file (%s: %s)", path, strerror(errno));
-        return NULL;
-    }
+    if (!s.f) return NULL;
     prune_pop *p = NULL;
     if (state_head_read(&s, path, nt, L, &h, err) == 0) p = state_body_read(&s, &h, nt, config, err);
     if (p) {
@@ -415,10 +404,11 @@ prune_pop *prune_state_load(const char *path, const net *nt, int L, char **confi
 // Reads only the settings text of a state file (checked in full by
 // prune_state_load later).
 int prune_state_config(const char *path, char **config, sc_err *err) {
-    sstream s = {.f = fopen(path, "rb"), .hash = 1469598103934665603ull};
+    sstream s = {.f = sc_input_fopen(path, "prune state file", err),
+                 .hash = 1469598103934665603ull};
     state_head h;
     *config = NULL;
-    if (!s.f) return sc_fail(err, "cannot read state file (%s: %s)", path, strerror(errno));
+    if (!s.f) return -1;
     ss_get(&s, &h, sizeof h);
     int rc = 0;
     if (s.bad || memcmp(h.magic, STATE_MAGIC, 8) != 0) rc = sc_fail(err, "not a prune state file (%s)", path);

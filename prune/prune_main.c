@@ -442,7 +442,7 @@ static int paths_set(prune_run *r, sc_err *err) {
     }
     SC_TRY(prefix_of(&r->o, r->rundir, r->prefix, sizeof r->prefix, err));
     snprintf(r->state, sizeof r->state, "%s.state", r->prefix);
-    return 0;
+    return cli_outputs_check(&r->o.c, r->out, err);
 }
 
 // --- reports ------------------------------------------------------------------
@@ -746,10 +746,28 @@ static int resume_opts(prune_run *r, int argc, char **argv) {
     return opts_parse(o, n, v);  // v and its strings live until exit
 }
 
+// Checks the "number or auto" options before any work (a bad one is a usage
+// error): each must be auto or a number in its range.
+static int opts_check(const prune_opts *o) {
+    const struct { const char *name, *value; double lo, hi; int whole; } v[] = {
+        {"epochs", o->epochs, 0, 1e6, 0},   {"finetune", o->finetune, 0, 1e6, 1},
+        {"halve-every", o->halve_every, 0, 1e6, 1}, {"ramp-end", o->ramp_end, 0, 1, 0},
+        {"lr", o->lr, 1e-9, 100, 0},        {"warmup", o->warmup, 0, 1, 0}};
+    for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
+        double x = num_or_auto(v[i].value, 0, v[i].lo, v[i].hi);
+        if (x != -1.0 && !(v[i].whole && x != floor(x))) continue;
+        cli_error(TOOL, "--%s: not a %s in [%g, %g] or auto (%s)", v[i].name,
+                  v[i].whole ? "whole number" : "number", v[i].lo, v[i].hi, v[i].value);
+        return CLI_USAGE;
+    }
+    return CLI_OK;
+}
+
 // Parses the options (and the stored ones on --resume), then runs the tool.
 static int prune_start(prune_run *r, int argc, char **argv) {
     int rc = opts_parse(&r->o, argc, argv);
     if (rc == CLI_OK && r->o.resume) rc = resume_opts(r, argc, argv);
+    if (rc == CLI_OK) rc = opts_check(&r->o);
     if (rc != CLI_OK) free(r->config);
     if (rc == CLI_HELP) return SC_EXIT_OK;
     if (rc != CLI_OK) return rc == CLI_USAGE ? SC_EXIT_USAGE : SC_EXIT_INPUT;

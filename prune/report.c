@@ -1,5 +1,6 @@
 // Reports of the prune tool: per-layer table, history CSV/JSON, the plot.
 #include "report.h"
+#include "runtime/atomic.h"
 
 #include <errno.h>
 #include <math.h>
@@ -149,31 +150,11 @@ void prune_report_json_history(json_writer *j, const prune_pop *p) {
     json_array_end(j);
 }
 
-// Opens path's temporary sibling for writing; tmp receives its name.
-static FILE *tmp_open(const char *path, char *tmp, size_t len, sc_err *err) {
-    if (snprintf(tmp, len, "%s.tmp%ld", path, (long)getpid()) >= (int)len) {
-        sc_fail(err, "path too long (%s)", path);
-        return NULL;
-    }
-    FILE *f = fopen(tmp, "w");
-    if (!f) sc_fail(err, "cannot write %s (%s)", path, strerror(errno));
-    return f;
-}
-
-// Closes the temporary file and renames it over path (removes it on failure).
-static int tmp_commit(FILE *f, const char *tmp, const char *path, sc_err *err) {
-    int bad = ferror(f);
-    if (fclose(f) != 0) bad = 1;
-    if (!bad && rename(tmp, path) == 0) return 0;
-    int e = errno;
-    remove(tmp);
-    return sc_fail(err, "cannot write %s (%s)", path, strerror(e));
-}
-
 // Writes the history CSV.
 int prune_report_csv(const char *path, const prune_pop *p, sc_err *err) {
-    char tmp[4200];
-    FILE *f = tmp_open(path, tmp, sizeof tmp, err);
+    sc_atomic a;
+    SC_TRY(sc_atomic_begin(&a, path, err));
+    FILE *f = sc_atomic_fopen(&a, "w", err);
     if (!f) return -1;
     fprintf(f, "iteration,phase,target_sparsity,best_val_accuracy,mean_val_accuracy,"
                "best_sparsity,mean_sparsity,images,seconds,admitted,rewound,mutated,crossed,"
@@ -185,7 +166,7 @@ int prune_report_csv(const char *path, const prune_pop *p, sc_err *err) {
                 h->mean_sparsity, h->images, h->seconds, h->admitted, h->rewound, h->mutated,
                 h->crossed, h->replaced);
     }
-    return tmp_commit(f, tmp, path, err);
+    return sc_atomic_fclose(&a, f, 0, err);
 }
 
 // --- plot -------------------------------------------------------------------
@@ -253,9 +234,10 @@ static void svg_axes(FILE *f, double ylo, double yhi, const char *title) {
 
 // Writes the SVG plot.
 int prune_report_svg(const char *path, const prune_pop *p, const char *title, sc_err *err) {
-    char tmp[4200];
+    sc_atomic a;
     double ylo, yhi;
-    FILE *f = tmp_open(path, tmp, sizeof tmp, err);
+    SC_TRY(sc_atomic_begin(&a, path, err));
+    FILE *f = sc_atomic_fopen(&a, "w", err);
     if (!f) return -1;
     plot_ranges(p, &ylo, &yhi);
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"640\" height=\"420\" "
@@ -265,16 +247,16 @@ int prune_report_svg(const char *path, const prune_pop *p, const char *title, sc
     svg_series(f, p, 0, ylo, yhi, "#c0392b");
     fprintf(f, "<text x=\"80\" y=\"58\" font-size=\"12\" fill=\"#c0392b\">best</text>\n"
                "<text x=\"80\" y=\"74\" font-size=\"12\" fill=\"#999999\">mean</text>\n</svg>\n");
-    return tmp_commit(f, tmp, path, err);
+    return sc_atomic_fclose(&a, f, 0, err);
 }
 
 // Runs gnuplot on an inline-data script writing a PNG; 0 on success.
 static int plot_gnuplot(const char *png, const prune_pop *p, const char *title) {
     if (system("command -v gnuplot >/dev/null 2>&1") != 0) return -1;
-    char tmp[4200], cmd[4400];
-    snprintf(tmp, sizeof tmp, "%s.tmp%ld.png", png, (long)getpid());
-    snprintf(cmd, sizeof cmd, "gnuplot >/dev/null 2>&1");
-    FILE *g = popen(cmd, "w");
+    sc_atomic a;
+    if (sc_atomic_begin(&a, png, NULL) != 0) return -1;
+    const char *tmp = a.tmp;
+    FILE *g = popen("gnuplot >/dev/null 2>&1", "w");
     if (!g) return -1;
     double ylo, yhi;
     plot_ranges(p, &ylo, &yhi);
@@ -290,11 +272,7 @@ static int plot_gnuplot(const char *png, const prune_pop *p, const char *title) 
     fprintf(g, "EOD\nplot $d using 3:4 with linespoints lc rgb '#999999' title 'mean', "
                "$d using 1:2 with linespoints lc rgb '#c0392b' lw 2 title 'best'\n");
     int rc = pclose(g);
-    if (rc != 0 || access(tmp, F_OK) != 0 || rename(tmp, png) != 0) {
-        remove(tmp);
-        return -1;
-    }
-    return 0;
+    return sc_atomic_end(&a, rc != 0 || access(tmp, F_OK) != 0 ? -1 : 0, NULL);
 }
 
 // PNG through gnuplot, else a hand-written SVG.

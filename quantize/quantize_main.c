@@ -223,13 +223,14 @@ static int input_find(quant_run *r, sc_err *err) {
 static int output_set(quant_run *r, sc_err *err) {
     if (r->o.output) {
         snprintf(r->out, sizeof r->out, "%s", r->o.output);
-        return 0;
+        return cli_outputs_check(&r->o.c, r->out, err);
     }
     char dir[1100];
     const char *slash = strrchr(r->in, '/');
     if (!slash) snprintf(dir, sizeof dir, ".");
     else snprintf(dir, sizeof dir, "%.*s", (int)(slash - r->in), r->in);
-    return rundir_join(r->out, sizeof r->out, slash == r->in ? "/" : dir, "model.quant.h5", err);
+    SC_TRY(rundir_join(r->out, sizeof r->out, slash == r->in ? "/" : dir, "model.quant.h5", err));
+    return cli_outputs_check(&r->o.c, r->out, err);
 }
 
 // The --val-size stored in a model's settings text, or -1.

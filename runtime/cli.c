@@ -1,6 +1,7 @@
 // Table-driven command-line parsing with strict value checks, one-line
 // usage errors and generated --help text.
 #include "cli.h"
+#include "atomic.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -399,4 +400,11 @@ char **cli_args_merge(const char *stored, int argc, char **argv, int *out_argc) 
     for (int i = 1; i < argc; i++) v[k++] = argv[i];
     *out_argc = k;
     return v;
+}
+
+// Checks the output file and the --json file before any work.
+int cli_outputs_check(const cli_common *c, const char *out, sc_err *err) {
+    if (out && out[0]) SC_TRY(sc_output_check(out, err));
+    if (c->json && strcmp(c->json, "-")) SC_TRY(sc_output_check(c->json, err));
+    return 0;
 }

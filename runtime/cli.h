@@ -9,6 +9,8 @@
 
 #include <stdio.h>
 
+#include "error.h"
+
 typedef enum {
     OPT_FLAG,    // no value; dst int* set to 1 (--no-NAME sets 0)
     OPT_INT,     // dst int*
@@ -81,6 +83,11 @@ typedef struct {
     int quiet;             // 1: no progress display, only errors and the result
     const char *json;      // summary file, or NULL ("-" = stdout)
 } cli_common;
+
+// Checks before any work that the tool's output file and its --json file
+// (unless "-") can be written: directory exists and is writable, the path is
+// absent or a regular file (runtime/atomic.h: sc_output_check).
+int cli_outputs_check(const cli_common *c, const char *out, sc_err *err);
 
 // Table entries for the common options, to put inside a tool's cli_opt array:
 //   static cli_common c; cli_opt opts[] = {CLI_COMMON_OPTS(c), {...tool's own...}};

@@ -80,9 +80,14 @@ hid_t h5io_group_create(h5io *io, hid_t loc, const char *name);
 // Messages name an object as where/name ("/params", "w" -> "/params/w"; where
 // "" or "/" -> "/w") and a missing one as "<io->kind> lacks /params/w (path)".
 
-// Checks that io->path is a readable HDF5 file and opens it read-only (file
-// close degree strong); returns the file id or -1 (error filled).
+// Checks that io->path is a regular file whose checksum block matches its
+// contents (a file without one, from an older version, loads with a notice
+// on stderr), then opens it read-only (file close degree strong); returns
+// the file id or -1 (error filled).
 hid_t h5io_file_open(h5io *io);
+// As h5io_file_open; notice = 0: no notice for a file without a checksum (for
+// a second reader of a file already opened once).
+hid_t h5io_file_open_as(h5io *io, int notice);
 // Joins a group path and a name for messages into buf; returns buf.
 const char *h5io_join(char *buf, size_t len, const char *where, const char *name);
 // Fails ("<kind> lacks where/name") unless loc has a link called name.
@@ -102,16 +107,24 @@ int h5io_dset_read(h5io *io, hid_t loc, const char *where, const char *name, hid
 int h5io_dset_read_num(h5io *io, hid_t loc, const char *where, const char *name, hid_t mtype,
                        size_t n, void *buf);
 
-// Flushes a file or directory to disk (flags: e.g. O_DIRECTORY).
-int h5io_fsync_path(const char *path, int flags, sc_err *err);
+// --- checksummed, atomic files -----------------------------------------------
 
-// Atomic replacement of path, step 1: the directory part of path ("." when
-// none) into dir, which must exist, and the temporary name tmp next to path
-// (path + suffix + "." + pid).
-int h5io_atomic_begin(const char *path, const char *suffix, char *dir, char *tmp, size_t len,
-                      sc_err *err);
-// Step 2, after writing tmp (rc: the writer's result): on success fsync tmp,
-// rename it over path and fsync dir; on any failure remove tmp and return -1.
-int h5io_atomic_end(const char *tmp, const char *path, const char *dir, int rc, sc_err *err);
+// Stops libhdf5 from installing its exit handler; every entry point of this
+// layer calls it first (tools and tests that use HDF5 directly call it too).
+void h5io_init(void);
+
+// Fills the open file io->file; returns 0 or -1 with io->err filled.
+typedef int (*h5io_writer)(h5io *io, const void *ctx);
+
+// The one HDF5 writer: creates "<path>.tmp.<pid>" with a 512-byte user
+// block, runs fn on it (io->path names path in messages), flushes, closes,
+// writes the CRC-32 of the contents into the user block, then replaces path
+// atomically (runtime/atomic.h). Any failure leaves path as it was and no
+// temporary behind.
+int h5io_file_save(const char *path, h5io_writer fn, const void *ctx, sc_err *err);
+
+// Writes the checksum block of a closed file written with a user block
+// (h5io_file_save does it; tests that edit a file in place re-seal it).
+int h5io_seal(const char *path, sc_err *err);
 
 #endif

@@ -1,6 +1,7 @@
 // Minimal JSON: a pretty-printing writer with escaping and atomic file
 // output, and a lookup of top-level keys for reading settings back.
 #include "json.h"
+#include "atomic.h"
 
 #include <errno.h>
 #include <math.h>
@@ -209,20 +210,13 @@ int json_write_file(const json_writer *j, const char *path, sc_err *err) {
             return sc_fail(err, "cannot write JSON to stdout (%s)", strerror(errno));
         return 0;
     }
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
-        return sc_fail(err, "path too long (%s)", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f) return sc_fail(err, "cannot write JSON summary (%s, %s)", path, strerror(errno));
-    int rc = json_put_file(f, text, 1);
-    int e = errno;
-    if (fclose(f) != 0 && rc == 0) rc = -1, e = errno;
-    if (rc == 0 && rename(tmp, path) != 0) rc = -1, e = errno;
-    if (rc != 0) {
-        unlink(tmp);
-        return sc_fail(err, "cannot write JSON summary (%s, %s)", path, strerror(e));
-    }
-    return 0;
+    sc_atomic a;
+    SC_TRY(sc_atomic_begin(&a, path, err));
+    FILE *f = sc_atomic_fopen(&a, "w", err);
+    if (!f) return sc_wrap(err, "cannot write JSON summary");
+    int rc = json_put_file(f, text, 0);
+    if (rc != 0) sc_fail(err, "cannot write JSON summary (%s, %s)", path, strerror(errno));
+    return sc_atomic_fclose(&a, f, rc, err);
 }
 
 // --- reading ----------------------------------------------------------------

@@ -1,11 +1,12 @@
 // Model files in HDF5: the net (description, parameters, masks, BN buffers)
 // and the training state, written atomically and read back with every part
 // checked. The layout is documented in docs/model-format.md.
-#include "model_io.h"
 #include "h5io.h"
+#include "model_io.h"
 
 #include <hdf5.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -194,41 +195,33 @@ static int mio_write_all(mio *io, const net *nt, const model_meta *m) {
     return mio_state_write(io, m);
 }
 
-// --- atomic file replacement ------------------------------------------------
+// --- saving -----------------------------------------------------------------
 
-// Creates tmp, writes the model, flushes and closes it.
-static int mio_save_tmp(mio *io, const char *tmp, const net *nt, const model_meta *m) {
-    hid_t fapl = -1;
-    int rc = -1;
-    io->file = -1;
-    H5IO_CHECK(io, fapl = H5Pcreate(H5P_FILE_ACCESS));
-    H5IO_CHECK(io, H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG));
-    H5IO_CHECK(io, io->file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
-    if (mio_write_all(io, nt, m) != 0) goto fail;
-    H5IO_CHECK(io, H5Fflush(io->file, H5F_SCOPE_GLOBAL));
-    rc = 0;
-fail:
-    H5IO_CLOSE(io, H5Fclose, io->file, rc);
-    H5IO_CLOSE(io, H5Pclose, fapl, rc);
-    return rc;
+typedef struct {
+    const net *nt;
+    const model_meta *meta;
+} mio_save_ctx;
+
+// Writes the whole model into the open file io->file (the h5io_writer form).
+static int mio_write_cb(h5io *io, const void *ctx) {
+    const mio_save_ctx *c = ctx;
+    return model_h5_write(io, c->nt, c->meta);
 }
 
-// Writes net and meta to path atomically: a temporary file in the same
-// directory, fsync, then rename over path.
-int model_save(const char *path, const net *nt, const model_meta *meta, sc_err *err) {
+// Writes the model into the open file io->file.
+int model_h5_write(h5io *io, const net *nt, const model_meta *meta) {
     model_meta dflt;
     if (!meta) {
         model_meta_init(&dflt);
         meta = &dflt;
     }
-    char dir[PATH_MAX], tmp[PATH_MAX];
-    SC_TRY(h5io_atomic_begin(path, ".tmp", dir, tmp, sizeof tmp, err));
-    mio io = {path, err, -1, NULL};
-    h5io_quiet q;
-    h5io_quiet_begin(&q);
-    int rc = mio_save_tmp(&io, tmp, nt, meta);
-    h5io_quiet_end(&q);
-    return h5io_atomic_end(tmp, path, dir, rc, err);
+    return mio_write_all(io, nt, meta);
+}
+
+// Writes net and meta to path atomically (runtime/h5io.h: h5io_file_save).
+int model_save(const char *path, const net *nt, const model_meta *meta, sc_err *err) {
+    mio_save_ctx c = {nt, meta};
+    return h5io_file_save(path, mio_write_cb, &c, err);
 }
 
 // --- reading: generic pieces ------------------------------------------------
@@ -428,6 +421,12 @@ static int mio_dset_read(mio *io, hid_t loc, const char *where, const char *name
     int rc = -1;
     H5IO_CHECK(io, t = H5Dget_type(d));
     if (h5io_need_numeric(io, t, what) != 0) goto fail;
+    if (H5Tget_class(t) != H5Tget_class(mtype)) {
+        sc_fail(io->err, "%s has %s values, expected %s (%s)", what,
+                H5Tget_class(t) == H5T_FLOAT ? "floating-point" : "integer",
+                H5Tget_class(mtype) == H5T_FLOAT ? "floating-point" : "integer", io->path);
+        goto fail;
+    }
     if (mio_shape_check(io, d, what, ndim, dims) != 0) goto fail;
     H5IO_CHECK(io, H5Dread(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf));
     rc = 0;
@@ -439,6 +438,18 @@ fail:
 
 // --- reading: the model -----------------------------------------------------
 
+// Fails when one of n values of tensor where/name is NaN or infinite.
+static int mio_finite_check(mio *io, const char *where, const char *name, const float *v,
+                            size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(v[i])) {
+            char full[256];
+            return sc_fail(io->err, "%s: tensor %s holds NaN/Inf at index %zu", io->path,
+                           h5io_join(full, sizeof full, where, name), i);
+        }
+    return 0;
+}
+
 // Reads one tensor of a group kind into the net (or into momentum).
 static int mio_tensor_read(mio *io, hid_t g, mio_kind k, net *nt, float *mom, const ptensor *t) {
     hsize_t dims[4];
@@ -446,8 +457,9 @@ static int mio_tensor_read(mio *io, hid_t g, mio_kind k, net *nt, float *mom, co
     const char *where = mio_kind_path(k);
     if (k == MG_PARAMS || k == MG_BUFFERS || k == MG_MOMENTUM) {
         float *dst = k == MG_PARAMS ? nt->param : k == MG_BUFFERS ? nt->buf : mom;
-        return mio_dset_read(io, g, where, t->name, H5T_NATIVE_FLOAT, t->ndim, dims,
-                             dst + t->offset);
+        SC_TRY(mio_dset_read(io, g, where, t->name, H5T_NATIVE_FLOAT, t->ndim, dims,
+                             dst + t->offset));
+        return mio_finite_check(io, where, t->name, dst + t->offset, t->count);
     }
     uint8_t *m = malloc(t->count ? t->count : 1);  // (count)
     if (!m) return sc_fail(io->err, "out of memory (%s)", io->path);
@@ -507,6 +519,39 @@ static int mio_format_check(mio *io) {
     return 0;
 }
 
+// Reads /net/input_mean and /net/input_std (finite; std positive).
+static int mio_input_norm_read(mio *io, hid_t g, net *nt) {
+    hsize_t three[1] = {3};
+    SC_TRY(mio_dset_read(io, g, "/net", "input_mean", H5T_NATIVE_FLOAT, 1, three, nt->in_mean));
+    SC_TRY(mio_dset_read(io, g, "/net", "input_std", H5T_NATIVE_FLOAT, 1, three, nt->in_std));
+    SC_TRY(mio_finite_check(io, "/net", "input_mean", nt->in_mean, 3));
+    SC_TRY(mio_finite_check(io, "/net", "input_std", nt->in_std, 3));
+    for (int c = 0; c < 3; c++)
+        if (!(nt->in_std[c] > 0))
+            return sc_fail(io->err, "%s: /net/input_std[%d] = %g, must be positive", io->path, c,
+                           nt->in_std[c]);
+    return 0;
+}
+
+// Fails when /net/description is a built-in architecture's text (its first
+// line "# NAME (sparsecnn built-in)") under another name than the arch
+// attribute, or claims the arch's name but differs from its text.
+static int mio_arch_check(mio *io, const char *arch, const char *desc) {
+    char name[64];
+    if (sscanf(desc, "# %63s (sparsecnn built-in)", name) != 1 ||
+        !strstr(desc, "(sparsecnn built-in)"))
+        return 0;
+    int same = !strcmp(name, arch);
+    if (same) {
+        char *want = net_arch_desc(arch, NULL);
+        same = want && !strcmp(want, desc);
+        free(want);
+    }
+    if (same) return 0;
+    return sc_fail(io->err, "arch attribute '%s' disagrees with /net/description (built-in %s) "
+                            "(%s)", arch, name, io->path);
+}
+
 // Reads the root attributes and /net, and rebuilds the graph.
 static net *mio_net_build(mio *io, char *dataset, size_t dslen) {
     int dims[4];  // classes, in_c, in_h, in_w
@@ -526,16 +571,14 @@ static net *mio_net_build(mio *io, char *dataset, size_t dslen) {
     net *nt = NULL;
     if (desc && strlen(ds) >= dslen) {
         sc_fail(io->err, "dataset name too long (%s)", io->path);
+    } else if (desc && mio_arch_check(io, arch, desc) != 0) {
+        // error filled
     } else if (desc) {
         snprintf(dataset, dslen, "%s", ds);
         nt = net_from_desc(arch, desc, dims[1], dims[2], dims[3], dims[0], io->err);
         if (!nt) sc_wrap(io->err, "bad network description in %s", io->path);
     }
-    hsize_t three[1] = {3};
-    if (nt && (mio_dset_read(io, g, "/net", "input_mean", H5T_NATIVE_FLOAT, 1, three,
-                             nt->in_mean) != 0 ||
-               mio_dset_read(io, g, "/net", "input_std", H5T_NATIVE_FLOAT, 1, three,
-                             nt->in_std) != 0)) {
+    if (nt && mio_input_norm_read(io, g, nt) != 0) {
         net_free(nt);
         nt = NULL;
     }

@@ -1,7 +1,7 @@
 // Model files (checkpoints) in HDF5: the net (description text, parameters,
 // masks, BN buffers) plus the training state needed to resume. The layout is
-// documented in docs/model-format.md. Writes are atomic: a temporary file in
-// the same directory, then rename().
+// documented in docs/model-format.md. Writes are atomic and checksummed
+// (runtime/h5io.h: h5io_file_save).
 #ifndef SC_MODEL_IO_H
 #define SC_MODEL_IO_H
 
@@ -37,6 +37,12 @@ int model_meta_add_history(model_meta *m, const char *line, sc_err *err);
 
 // Writes net and meta to path atomically (meta may be NULL).
 int model_save(const char *path, const net *nt, const model_meta *meta, sc_err *err);
+
+#ifdef SC_H5IO_H
+// Writes the model into an open HDF5 file (io->file); for writers that add
+// their own groups to a model file (runtime/quant_io.c). meta may be NULL.
+int model_h5_write(h5io *io, const net *nt, const model_meta *meta);
+#endif
 
 // Reads a model file; fills meta when not NULL. Errors name the file and
 // what is wrong (not HDF5, truncated, missing dataset, wrong shape, ...).

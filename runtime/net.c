@@ -1,12 +1,20 @@
 // Network graph: parses the plain-text description into layers, infers
 // shapes, lays out parameter tensors in flat buffers, initialises weights.
 #include "net.h"
+#include "atomic.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+// Bounds on what a description (or a file's attributes) may ask for: every
+// product of sizes is formed in 64 bits and checked against these before it
+// sizes memory.
+#define NET_MAX_LAYERS 4096              // layers in one description
+#define NET_MAX_ACT (1LL << 28)          // floats of one layer's output per image
+#define NET_MAX_PARAMS (1LL << 31)       // floats of all parameters (8 GiB)
 
 // --- parsing helpers --------------------------------------------------------
 
@@ -126,11 +134,18 @@ static int tensor_add(builder *b, int layer, const char *suffix, ptensor_kind ki
     t->kind = kind;
     t->layer = layer;
     t->ndim = ndim;
-    t->count = 1;
+    long long count = 1;
     for (int i = 0; i < ndim; i++) {
         t->dims[i] = dims[i];
-        t->count *= (size_t)dims[i];
+        count *= dims[i];
+        if (count > NET_MAX_PARAMS)
+            return sc_fail(err, "tensor %s is too large (over %lld values)", t->name,
+                           NET_MAX_PARAMS);
     }
+    t->count = (size_t)count;
+    if ((long long)(nt->nparam + nt->nbuf) + count > NET_MAX_PARAMS)
+        return sc_fail(err, "the net has too many parameters (over %lld at %s)", NET_MAX_PARAMS,
+                       t->name);
     t->trainable = kind != PT_MEAN && kind != PT_VAR;
     if (t->trainable) {
         t->offset = nt->nparam;
@@ -180,7 +195,8 @@ static int layer_tensors(builder *b, int li, const desc_line *dl, int lineno, sc
     if (L->kind == LK_CONV || L->kind == LK_LINEAR) {
         SC_TRY(kv_int(dl, "bias", 1, 0, 1, &bias, lineno, err));
         int cdims[4] = {L->c, L->in_c, L->k, L->k};
-        int ldims[2] = {L->c, L->in_c * L->in_h * L->in_w};
+        long long fan = (long long)L->in_c * L->in_h * L->in_w;  // bounded by NET_MAX_ACT
+        int ldims[2] = {L->c, (int)fan};
         int w = L->kind == LK_CONV ? tensor_add(b, li, "weight", PT_WEIGHT, 4, cdims, err)
                                    : tensor_add(b, li, "weight", PT_WEIGHT, 2, ldims, err);
         if (w < 0) return -1;
@@ -262,6 +278,8 @@ static int layer_append(builder *b, const desc_line *dl, int lineno, sc_err *err
         b->cap_layers = cap;
     }
     int li = nt->nlayers;
+    if (li >= NET_MAX_LAYERS)
+        return sc_fail(err, "line %d: more than %d layers", lineno, NET_MAX_LAYERS);
     layer *L = &nt->layers[li];
     memset(L, 0, sizeof *L);
     L->src = li - 1;
@@ -273,6 +291,9 @@ static int layer_append(builder *b, const desc_line *dl, int lineno, sc_err *err
     L->in_h = L->src < 0 ? nt->in_h : nt->layers[L->src].h;
     L->in_w = L->src < 0 ? nt->in_w : nt->layers[L->src].w;
     SC_TRY(layer_parse(nt, L, dl, lineno, err));
+    if ((long long)L->c * L->h * L->w > NET_MAX_ACT)
+        return sc_fail(err, "line %d: output of %dx%dx%d values is too large (over %lld)", lineno,
+                       L->c, L->h, L->w, NET_MAX_ACT);
     const char *name = kv_get(dl, "name");
     if (name) snprintf(L->name, sizeof L->name, "%s", name);
     else snprintf(L->name, sizeof L->name, "%s%d", dl->kind, li + 1);
@@ -304,8 +325,22 @@ static int net_alloc(net *nt, sc_err *err) {
     return 0;
 }
 
+// Fails unless desc is text: printable ASCII or UTF-8 bytes, tabs and line ends.
+static int desc_text_check(const char *desc, sc_err *err) {
+    int lineno = 1;
+    for (const unsigned char *p = (const unsigned char *)desc; *p; p++) {
+        if (*p == '\n') lineno++;
+        else if (*p < 0x20 && *p != '\t' && *p != '\r')
+            return sc_fail(err, "line %d: byte 0x%02x, the description is not text", lineno, *p);
+        else if (*p == 0x7f)
+            return sc_fail(err, "line %d: byte 0x7f, the description is not text", lineno);
+    }
+    return 0;
+}
+
 // Parses the whole description text into b->nt.
 static int desc_parse(builder *b, const char *desc, sc_err *err) {
+    SC_TRY(desc_text_check(desc, err));
     char *text = strdup(desc);
     if (!text) return sc_fail(err, "out of memory");
     int lineno = 0, rc = 0;
@@ -328,7 +363,8 @@ static int desc_parse(builder *b, const char *desc, sc_err *err) {
 // Builds a net from description text.
 net *net_from_desc(const char *arch, const char *desc, int in_c, int in_h, int in_w,
                    int classes, sc_err *err) {
-    if (in_c < 1 || in_h < 1 || in_w < 1 || classes < 1) {
+    if (in_c < 1 || in_h < 1 || in_w < 1 || classes < 1 ||
+        (long long)in_c * in_h * in_w > NET_MAX_ACT) {
         sc_fail(err, "bad input shape %dx%dx%d or class count %d", in_c, in_h, in_w, classes);
         return NULL;
     }
@@ -345,9 +381,9 @@ net *net_from_desc(const char *arch, const char *desc, int in_c, int in_h, int i
     int rc = nt->desc ? desc_parse(&b, desc, err) : sc_fail(err, "out of memory");
     if (!rc) {
         layer *last = &nt->layers[nt->nlayers - 1];
-        if (last->c * last->h * last->w != classes)
-            rc = sc_fail(err, "the last layer gives %d outputs, not %d classes",
-                         last->c * last->h * last->w, classes);
+        long long outs = (long long)last->c * last->h * last->w;
+        if (outs != classes)
+            rc = sc_fail(err, "the last layer gives %lld outputs, not %d classes", outs, classes);
     }
     if (!rc) rc = net_alloc(nt, err);
     if (rc) {
@@ -357,21 +393,26 @@ net *net_from_desc(const char *arch, const char *desc, int in_c, int in_h, int i
     return nt;
 }
 
-// Reads a whole small text file; NULL when it cannot be read.
-static char *file_slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
+// Reads a whole small text file (a regular file under 1 MiB); NULL with err filled.
+static char *file_slurp(const char *path, sc_err *err) {
+    FILE *f = sc_input_fopen(path, "network description", err);
     if (!f) return NULL;
     char *s = NULL;
-    if (fseek(f, 0, SEEK_END) == 0) {
-        long n = ftell(f);
-        if (n >= 0 && n < (1 << 20) && fseek(f, 0, SEEK_SET) == 0 && (s = malloc((size_t)n + 1))) {
-            if (fread(s, 1, (size_t)n, f) != (size_t)n) {
-                free(s);
-                s = NULL;
-            } else {
-                s[n] = 0;
-            }
-        }
+    long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (n < 0 || n >= (1 << 20))
+        sc_fail(err, "network description too large or unreadable (%s, %ld bytes)", path, n);
+    else if (fseek(f, 0, SEEK_SET) != 0 || !(s = malloc((size_t)n + 1)))
+        sc_fail(err, "cannot read network description (%s)", path);
+    else if (fread(s, 1, (size_t)n, f) != (size_t)n) {
+        sc_fail(err, "cannot read network description (%s)", path);
+        free(s);
+        s = NULL;
+    } else if (memchr(s, 0, (size_t)n)) {
+        sc_fail(err, "network description is not text, it holds a NUL byte (%s)", path);
+        free(s);
+        s = NULL;
+    } else {
+        s[n] = 0;
     }
     fclose(f);
     return s;
@@ -382,10 +423,7 @@ net *net_create(const char *arch, int in_c, int in_h, int in_w, int classes, sc_
     char *desc = NULL;
     char name[64];
     if (strchr(arch, '/') || strchr(arch, '.')) {
-        if (!(desc = file_slurp(arch))) {
-            sc_fail(err, "cannot read network description (%s)", arch);
-            return NULL;
-        }
+        if (!(desc = file_slurp(arch, err))) return NULL;
         const char *base = strrchr(arch, '/') ? strrchr(arch, '/') + 1 : arch;
         snprintf(name, sizeof name, "%.*s", (int)strcspn(base, "."), base);
     } else {

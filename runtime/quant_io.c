@@ -1,8 +1,8 @@
 // The /quant group of a quantized model file: writing it next to what
 // model_save() writes (one atomic replacement), reading and checking it,
 // decoding, and fp16 rounding. The layout is documented in docs/quantize.md.
-#include "quant_io.h"
 #include "h5io.h"
+#include "quant_io.h"
 #include "half.h"
 
 #include <hdf5.h>
@@ -201,40 +201,26 @@ fail:
     return rc;
 }
 
-// Opens the file read-write, adds /quant, flushes and closes it.
-static int qio_append(qio *io, const net *nt, const quant_model *q) {
-    hid_t fapl = -1;
-    int rc = -1;
-    io->file = -1;
-    H5IO_CHECK(io, fapl = H5Pcreate(H5P_FILE_ACCESS));
-    H5IO_CHECK(io, H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG));
-    H5IO_CHECK(io, io->file = H5Fopen(io->path, H5F_ACC_RDWR, fapl));
-    if (qio_write_all(io, nt, q) != 0) goto fail;
-    H5IO_CHECK(io, H5Fflush(io->file, H5F_SCOPE_GLOBAL));
-    rc = 0;
-fail:
-    H5IO_CLOSE(io, H5Fclose, io->file, rc);
-    H5IO_CLOSE(io, H5Pclose, fapl, rc);
-    return rc;
+typedef struct {
+    const net *nt;
+    const model_meta *meta;
+    const quant_model *q;
+} qio_save_ctx;
+
+// Writes the model and, when there is one, /quant into the open file.
+static int qio_write_cb(h5io *io, const void *ctx) {
+    const qio_save_ctx *c = ctx;
+    SC_TRY(model_h5_write(io, c->nt, c->meta));
+    if (c->q && qio_write_all(io, c->nt, c->q) != 0)
+        return sc_wrap(io->err, "writing /quant of %s", io->path);
+    return 0;
 }
 
-// model_save() into a temporary file next to path, /quant added to it,
-// fsync, then rename over path.
+// The model and /quant in one atomic, checksummed write.
 int quant_model_save(const char *path, const net *nt, const model_meta *meta,
                      const quant_model *q, sc_err *err) {
-    char tmp[PATH_MAX], dir[PATH_MAX];
-    SC_TRY(h5io_atomic_begin(path, ".quant", dir, tmp, sizeof tmp, err));
-    SC_TRY(model_save(tmp, nt, meta, err));
-    int rc = 0;
-    if (q) {
-        qio io = {tmp, err, -1, NULL};
-        h5io_quiet s;
-        h5io_quiet_begin(&s);
-        rc = qio_append(&io, nt, q);
-        h5io_quiet_end(&s);
-        if (rc) sc_wrap(err, "writing /quant of %s", path);
-    }
-    return h5io_atomic_end(tmp, path, dir, rc, err);
+    qio_save_ctx c = {nt, meta, q};
+    return h5io_file_save(path, qio_write_cb, &c, err);
 }
 
 // --- reading ----------------------------------------------------------------
@@ -339,6 +325,10 @@ static int qio_kmeans_read(qio *io, hid_t g, const char *where, quant_model *q,
     if (k != q->k) return sc_fail(io->err, "%s/codebook holds %ld centroids, /quant says %d (%s)",
                                   where, k, q->k, io->path);
     SC_TRY(h5io_dset_read(io, g, where, "codebook", H5T_NATIVE_FLOAT, (size_t)k, t->codebook));
+    for (long c = 0; c < k; c++)
+        if (!isfinite(t->codebook[c]))
+            return sc_fail(io->err, "%s: tensor %s/codebook holds NaN/Inf at index %ld", io->path,
+                           where, c);
     SC_TRY(h5io_dset_read(io, g, where, "indices", H5T_NATIVE_UINT8, t->count, t->indices));
     for (size_t i = 0; i < t->count; i++)
         if (t->indices[i] >= k)
@@ -482,21 +472,14 @@ int quant_load(const char *path, const net *nt, quant_model **out, sc_err *err) 
     qio io = {path, err, -1, "model file"};
     h5io_quiet s;
     h5io_quiet_begin(&s);
-    hid_t fapl = -1;
     int rc = -1;
-    H5IO_CHECK(&io, fapl = H5Pcreate(H5P_FILE_ACCESS));
-    H5IO_CHECK(&io, H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG));
-    io.file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
-    if (io.file < 0) {
-        sc_fail(err, "cannot open model file (%s)", path);
-        goto fail;
+    io.file = h5io_file_open_as(&io, 0);  // model_load gave the notice
+    if (io.file >= 0) {
+        htri_t ex = H5Lexists(io.file, "quant", H5P_DEFAULT);
+        if (ex < 0) h5io_fail(&io, "H5Lexists(/quant)", __FILE__, __LINE__);
+        else rc = ex == 0 ? 0 : qio_read_all(&io, nt, out);
     }
-    htri_t ex = H5Lexists(io.file, "quant", H5P_DEFAULT);
-    if (ex < 0) h5io_fail(&io, "H5Lexists(/quant)", __FILE__, __LINE__);
-    else rc = ex == 0 ? 0 : qio_read_all(&io, nt, out);
-fail:
     H5IO_CLOSE(&io, H5Fclose, io.file, rc);
-    H5IO_CLOSE(&io, H5Pclose, fapl, rc);
     h5io_quiet_end(&s);
     if (rc && *out) {
         quant_model_free(*out);

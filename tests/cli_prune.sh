@@ -33,8 +33,8 @@ expect_fail "missing from" 1 '^prune: .*nothere.h5' $PR --from "$T/nothere.h5" s
 echo "not hdf5" >"$T/junk.h5"
 expect_fail "corrupt model" 1 '^prune: .*junk.h5' $PR --from "$T/junk.h5" synthetic
 expect_fail "resume without runs" 1 '^prune: .*no previous run' $PR --resume
-expect_fail "bad epochs" 1 '^prune: .*epochs' $PR --method gmp --epochs x synthetic
-expect_fail "bad halve-every" 1 '^prune: .*halve-every' $PR --halve-every 1.5 synthetic
+expect_fail "bad epochs" 2 '^prune: .*epochs' $PR --method gmp --epochs x synthetic
+expect_fail "bad halve-every" 2 '^prune: .*halve-every' $PR --halve-every 1.5 synthetic
 expect_fail "fp16 on cpu" 1 '^prune: .*fp16' $PR --precision fp16 synthetic
 
 # A tiny model to start from (pruned from scratch in one round).

@@ -9,7 +9,7 @@ TR="$BIN/train --device cpu --quiet --data-dir $T/data --runs $T/runs"
 
 # --- bad usage (exit 2) and bad input (exit 1) --------------------------------
 expect_fail "bad epochs" 2 '^train: .*epochs' $TR --epochs abc synthetic
-expect_fail "negative lr" 1 '^train: .*lr' $TR --lr -1 synthetic
+expect_fail "negative lr" 2 '^train: .*lr' $TR --lr -1 synthetic
 expect_fail "unknown option" 2 '^train: .*--frobnicate' $TR --frobnicate synthetic
 expect_fail "two datasets" 2 '^train: ' $TR synthetic cifar10
 expect_fail "unknown model" 1 '^train: .*resnet19' $TR --model resnet19 synthetic

@@ -12,6 +12,13 @@ pass=0; fail=0; skip=0; broken=0
 if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx2 /proc/cpuinfo 2>/dev/null; then
     export OPENBLAS_CORETYPE=Haswell
 fi
+# SANITIZE=1 (make test SANITIZE=1): a sanitizer report fails the program;
+# tests/lsan.supp lists the allocations kept on purpose until exit.
+if [ "${SANITIZE:-0}" = 1 ]; then
+    export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=1}
+    export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/lsan.supp:print_suppressions=0}
+    export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+fi
 run_one() {  # run_one NAME CMD...
     local name=$1; shift
     local out rc line

@@ -472,6 +472,7 @@ static void test_mean_std(tctx *t) {
     const uint8_t val[2][3] = {{0, 255, 51}, {255, 255, 102}};
     for (int i = 0; i < 2; i++)
         for (int c = 0; c < 3; c++) memset(rec[i] + 2 + c * 1024, val[i][c], 1024);
+    rec[1][1] = 1;  // two classes: a single-class set is refused
     join(p, sizeof p, dir, "train.bin");
     file_put(p, rec, sizeof rec);
     join(p, sizeof p, dir, "test.bin");
@@ -883,7 +884,13 @@ static void test_loader_speed(tctx *t) {
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double ms = ((t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) * 1e-6) / nb;
-    CHECK(t, nb == 32 && ms < 2.0, "%d batches, %.3f ms per batch (epoch start included)", nb, ms);
+#ifdef __SANITIZE_ADDRESS__
+    const double limit = 20.0;  // make test SANITIZE=1: instrumented code is several times slower
+#else
+    const double limit = 2.0;
+#endif
+    CHECK(t, nb == 32 && ms < limit, "%d batches, %.3f ms per batch (epoch start included)", nb,
+          ms);
     loader_free(&l);
     data_split_free(&s);
 }

@@ -16,6 +16,7 @@
 #include "runtime/model_io.h"
 #include "runtime/quant_io.h"
 #include "tests/check.h"
+#include "tests/h5_tamper.h"
 #include "tests/export_testutil.h"
 
 static char g_dir[256];  // the temporary directory of this run (set once in main)
@@ -316,7 +317,7 @@ static void tamper_int(const char *path, const char *dset, int at, int delta) {
     v[at] += delta;
     H5Dwrite(d, H5T_NATIVE_INT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v);
     free(v);
-    H5Sclose(sp), H5Dclose(d), H5Fclose(f);
+    H5Sclose(sp), H5Dclose(d), tamper_close(f);
 }
 
 // Sets element `at` of a float dataset (any float type) of a file to NaN.
@@ -329,7 +330,7 @@ static void tamper_nan(const char *path, const char *dset, int at) {
     v[at] = NAN;
     H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v);
     free(v);
-    H5Sclose(sp), H5Dclose(d), H5Fclose(f);
+    H5Sclose(sp), H5Dclose(d), tamper_close(f);
 }
 
 // Replaces string attribute name of object obj with value.
@@ -340,14 +341,14 @@ static void tamper_attr(const char *path, const char *obj, const char *name, con
     H5Tset_size(t, H5T_VARIABLE);
     hid_t a = H5Acreate2(o, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
     H5Awrite(a, t, &value);
-    H5Aclose(a), H5Sclose(sp), H5Tclose(t), H5Oclose(o), H5Fclose(f);
+    H5Aclose(a), H5Sclose(sp), H5Tclose(t), H5Oclose(o), tamper_close(f);
 }
 
 // Removes a link from a copy of the file.
 static void tamper_delete(const char *path, const char *link) {
     hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
     H5Ldelete(f, link, H5P_DEFAULT);
-    H5Fclose(f);
+    tamper_close(f);
 }
 
 // A codebook file with a NaN in a codebook or a row scale is refused.
@@ -413,7 +414,7 @@ static void test_bad_files(tctx *t) {
         if (i == 5) {
             hid_t h = H5Fopen(p, H5F_ACC_RDWR, H5P_DEFAULT), at = H5Aopen(h, "format_version", H5P_DEFAULT);
             int v = 1;
-            H5Awrite(at, H5T_NATIVE_INT, &v), H5Aclose(at), H5Fclose(h);
+            H5Awrite(at, H5T_NATIVE_INT, &v), H5Aclose(at), tamper_close(h);
         }
         if (i == 6) tamper_nan(p, "/layers/b.conv2/data", 5);
         if (i == 7) tamper_nan(p, "/layers/fc/bias", 2);

@@ -9,6 +9,7 @@
 
 #include "runtime/model_io.h"
 #include "tests/check.h"
+#include "tests/h5_tamper.h"
 
 static const char *DESC = "conv 4 3 pad=1 bias=0\nbn\nrelu\nconv 6 3 stride=2\ngap\nlinear classes\n";
 
@@ -274,7 +275,7 @@ static void test_damaged_parts(tctx *t) {
     snprintf(miss, sizeof miss, "/params/%s", nt->tensors[nt->ntensors - 1].name);
     hid_t f = edit_copy(good, tmp_path(path, sizeof path, "noparam.h5"));
     H5Ldelete(f, miss, H5P_DEFAULT);
-    H5Fclose(f);
+    tamper_close(f);
     expect_load_error(t, path, miss);
 
     const ptensor *w = &nt->tensors[0];  // first conv weight, (4, 3, 3, 3)
@@ -283,37 +284,37 @@ static void test_damaged_parts(tctx *t) {
     H5Ldelete(f, miss, H5P_DEFAULT);
     hsize_t dims[4] = {4, 3, 3, 2};
     put_floats(f, miss, 4, dims);
-    H5Fclose(f);
+    tamper_close(f);
     expect_load_error(t, path, "has shape (4, 3, 3, 2), the net needs (4, 3, 3, 3)");
 
     f = edit_copy(good, tmp_path(path, sizeof path, "extra.h5"));
     put_floats(f, "/params/stray.weight", 1, dims);
-    H5Fclose(f);
+    tamper_close(f);
     expect_load_error(t, path, "/params holds");
 
     f = edit_copy(good, tmp_path(path, sizeof path, "nomasks.h5"));
     H5Ldelete(f, "/masks", H5P_DEFAULT);
-    H5Fclose(f);
+    tamper_close(f);
     expect_load_error(t, path, "lacks /masks");
 
     f = edit_copy(good, tmp_path(path, sizeof path, "nostate.h5"));
     H5Adelete(f, "in_h");
-    H5Fclose(f);
+    tamper_close(f);
     expect_load_error(t, path, "in_h");
 
     f = edit_copy(good, tmp_path(path, sizeof path, "format.h5"));
     H5Adelete(f, "format");
-    H5Fclose(f);
+    tamper_close(f);
     expect_load_error(t, path, "not a sparsecnn model");
 
     f = edit_copy(good, tmp_path(path, sizeof path, "nohist.h5"));
     H5Ldelete(f, "/history", H5P_DEFAULT);
-    H5Fclose(f);
+    tamper_close(f);
     expect_load_error(t, path, "lacks /history");
 
     f = edit_copy(good, tmp_path(path, sizeof path, "baddesc.h5"));
     H5Ldelete(f, "/net/description", H5P_DEFAULT);
-    H5Fclose(f);
+    tamper_close(f);
     expect_load_error(t, path, "lacks /net/description");
     net_free(nt);
 }
@@ -335,7 +336,7 @@ static void test_bad_mask(tctx *t) {
     m[nt->tensors[w].count - 1] = 7;
     H5Dwrite(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, m);
     H5Dclose(d);
-    H5Fclose(f);
+    tamper_close(f);
     expect_load_error(t, path, "mask value 7");
     free(m);
     net_free(nt);

@@ -15,6 +15,7 @@
 #include "runtime/model_io.h"
 #include "runtime/quant_io.h"
 #include "tests/testutil.h"
+#include "tests/h5_tamper.h"
 
 static const char *DESC = "conv 5 3 pad=1 bias=0 name=c1\nbn name=b1\nrelu\n"
                           "conv 7 3 stride=2 name=c2\ngap\nlinear classes name=fc\n";
@@ -100,7 +101,7 @@ static int quant_attr(const char *path, const char *name) {
         if (a >= 0 && H5Aread(a, H5T_NATIVE_INT, &v) < 0) v = -1;
         if (a >= 0) H5Aclose(a);
     }
-    H5Fclose(f);
+    tamper_close(f);
     return v;
 }
 
@@ -199,7 +200,7 @@ static int poke_index(const char *path, const char *name, uint8_t v) {
         H5Dclose(d);
     }
     free(buf);
-    H5Fclose(f);
+    tamper_close(f);
     return rc;
 }
 
@@ -242,7 +243,7 @@ static int poke_row_scale(const char *path, const char *name, float v) {
         H5Dclose(d);
     }
     free(buf);
-    H5Fclose(f);
+    tamper_close(f);
     return rc;
 }
 

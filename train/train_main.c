@@ -1,6 +1,7 @@
 // The `train` tool: trains a CNN on a CIFAR-format dataset with masked SGD,
 // writes an HDF5 checkpoint into the run directory after every epoch and
 // resumes from it with --resume.
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,10 +160,36 @@ static int resume_start(train_run *r, sc_err *err) {
     if (r->meta.epoch >= r->meta.epochs_total)
         return sc_fail(err, "%s: training already finished (%d of %d epochs)", r->out,
                        r->meta.epoch, r->meta.epochs_total);
+    if (!r->meta.momentum)
+        return sc_fail(err, "%s: the checkpoint has no optimizer state (/optimizer/momentum); "
+                            "resuming without it would not continue the run", r->out);
     return 0;
 }
 
 // --- the loop ---------------------------------------------------------------
+
+// Index of the first NaN or infinite value of v[0..n), or -1.
+static long first_nonfinite(const float *v, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(v[i])) return (long)i;
+    return -1;
+}
+
+// Fails when the weights, buffers or momentum read back from the executor
+// hold NaN or Inf (training diverged; the last checkpoint is kept).
+static int state_finite_check(train_run *r, sc_err *err) {
+    const struct { const char *what; const float *v; size_t n; } parts[] = {
+        {"weights", r->nt->param, r->nt->nparam}, {"BN buffers", r->nt->buf, r->nt->nbuf},
+        {"momentum", r->meta.momentum, r->nt->nparam}};
+    for (int p = 0; p < 3; p++) {
+        long i = first_nonfinite(parts[p].v, parts[p].n);
+        if (i >= 0)
+            return sc_fail(err, "training diverged in epoch %d: the %s hold NaN/Inf at index %ld; "
+                                "the last good checkpoint is kept (%s); try a lower --lr",
+                           r->meta.epoch, parts[p].what, i, r->out);
+    }
+    return 0;
+}
 
 // Writes the checkpoint with the current state of the executor.
 static int checkpoint_save(train_run *r, sc_err *err) {
@@ -170,6 +197,7 @@ static int checkpoint_save(train_run *r, sc_err *err) {
     if (!r->meta.momentum && !(r->meta.momentum = malloc(r->nt->nparam * sizeof(float))))
         return sc_fail(err, "out of memory");
     SC_TRY(exec_read_momentum(r->ex, r->meta.momentum, err));
+    SC_TRY(state_finite_check(r, err));
     return model_save(r->out, r->nt, &r->meta, err);
 }
 
@@ -200,6 +228,9 @@ static int epochs_run(train_run *r, json_writer *hist, double *secs, long *image
         progress_start(&pg, stderr, label, per_epoch, r->o.c.quiet);
         loader_start_epoch(&ld, ep);
         rc = train_epoch(r->ex, &ld, &r->hp, &r->meta.step, total, &pg, &st, err);
+        if (!rc && !isfinite(st.loss_sum) && r->prec != PREC_FP16)
+            rc = sc_fail(err, "training diverged in epoch %d: the loss is NaN/Inf; the last good "
+                              "checkpoint is kept (%s); try a lower --lr", ep + 1, r->out);
         double t = progress_elapsed(&pg);
         if (!rc) rc = train_evaluate(r->ex, &r->ds.val, r->hp.batch, r->hp.smoothing, &val, &vloss, err);
         if (rc) break;
@@ -263,10 +294,11 @@ static int finish(train_run *r, json_writer *hist, double secs, long images, sc_
 static int paths_set(train_run *r, sc_err *err) {
     if (r->o.output) {
         snprintf(r->out, sizeof r->out, "%s", r->o.output);
-        return 0;
+    } else {
+        if (r->o.resume) SC_TRY(rundir_latest(r->o.runs, r->rundir, sizeof r->rundir, err));
+        SC_TRY(rundir_join(r->out, sizeof r->out, r->rundir, "model.h5", err));
     }
-    if (r->o.resume) SC_TRY(rundir_latest(r->o.runs, r->rundir, sizeof r->rundir, err));
-    return rundir_join(r->out, sizeof r->out, r->rundir, "model.h5", err);
+    return cli_outputs_check(&r->o.c, r->out, err);
 }
 
 // Runs the whole tool after option parsing; returns an exit status.
@@ -338,6 +370,10 @@ int main(int argc, char **argv) {
     model_meta_init(&r.meta);
     int rc = opts_parse(&r.o, argc, argv);
     if (rc == CLI_OK && r.o.resume) rc = resume_opts(&r.o, argc, argv);
+    if (rc == CLI_OK && lr_resolve(r.o.lr, r.o.model ? r.o.model : "") <= 0) {
+        cli_error(TOOL, "--lr: not a number in (0, 100) or auto (%s)", r.o.lr);
+        rc = CLI_USAGE;
+    }
     if (rc == CLI_HELP) return SC_EXIT_OK;
     if (rc != CLI_OK) return rc == CLI_USAGE ? SC_EXIT_USAGE : SC_EXIT_INPUT;
     return train_tool(&r, argc, argv);
