@@ -295,7 +295,7 @@ static int ewr_cb(h5io *io, const void *ctx) {
 
 // Writes m to path atomically, with a checksum (runtime/h5io.h: h5io_file_save).
 int export_write(const char *path, const sparse_model *m, const char *const *history, int nhistory,
-                 sc_err *err) {
-    ewr_ctx c = {m, history, nhistory};
+                 export_layer_size *sizes, sc_err *err) {
+    ewr_ctx c = {m, history, nhistory, sizes};
     return h5io_file_save(path, ewr_cb, &c, err);
 }
