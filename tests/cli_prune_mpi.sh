@@ -9,6 +9,10 @@
 # mpirun is missing or the build has no MPI.
 cd "$(dirname "$0")/.." || exit 1
 . tests/lib.sh
+# Under make test SANITIZE=1, Open MPI's components (dlopen'ed: their frames
+# cannot be suppressed by name) keep memory until exit, so the ranks run
+# without leak checks; the address and undefined-behaviour checks stay on.
+[ "${SANITIZE:-0}" = 1 ] && export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1  # up to 3 ranks on 2 cores
 PR="$BIN/prune --device cpu --quiet --data-dir $T/data"
