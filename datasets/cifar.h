@@ -1,7 +1,7 @@
 // CIFAR-10/100 readers in the official binary layouts, the seeded validation
 // split, per-channel statistics, and the synthetic CIFAR-format generator.
 //
-// Dataset specs (DESIGN.md section 8):
+// Dataset specs (the names the tools take; docs/cli.md):
 //   "cifar10"   <data_dir>/cifar-10-batches-bin/{data_batch_1..5,test_batch}.bin
 //               (records of 1 label byte + 3072 image bytes, 10000 per file)
 //   "cifar100"  <data_dir>/cifar-100-binary/{train,test}.bin

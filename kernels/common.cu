@@ -4,6 +4,7 @@
 
 #include "kernels/common_gpu.h"
 #include "kernels/device_gpu.h"
+#include "kernels/median.h"
 
 // cuBLAS workspace handed to the handle, so captured graphs allocate nothing.
 #define SC_CUBLAS_WS_BYTES ((size_t)32 << 20)
@@ -114,4 +115,37 @@ extern "C" int gpu_fill_uniform(const gpu_ctx *g, gpu_dtype dt, size_t n, void *
                         n, (T *)p, lo, hi, seed));
     cudaCheckLaunch(err);
     return 0;
+}
+
+// --- timing -------------------------------------------------------------------
+
+// Times `repeat` runs of fn between events after the warm-up; -1 on failure.
+static int gpu_time_runs(const gpu_ctx *g, gpu_run_fn fn, void *arg, int warmup, int repeat,
+                         cudaEvent_t ev[2], double *v, sc_err *err) {
+    for (int k = 0; k < warmup; k++) SC_TRY(fn(arg, err));
+    for (int k = 0; k < repeat; k++) {
+        float t = 0.0f;
+        cudaCheck(err, cudaEventRecord(ev[0], g->stream));
+        SC_TRY(fn(arg, err));
+        cudaCheck(err, cudaEventRecord(ev[1], g->stream));
+        cudaCheck(err, cudaEventSynchronize(ev[1]));
+        cudaCheck(err, cudaEventElapsedTime(&t, ev[0], ev[1]));
+        v[k] = t;
+    }
+    return 0;
+}
+
+// Median milliseconds of `repeat` timed runs of fn.
+extern "C" int gpu_time_median(const gpu_ctx *g, gpu_run_fn fn, void *arg, int warmup, int repeat,
+                               double *ms, sc_err *err) {
+    if (repeat < 1 || repeat > 1000) return sc_fail(err, "timing: %d runs (1 to 1000)", repeat);
+    double v[1000];
+    cudaEvent_t ev[2] = {NULL, NULL};
+    int rc = cudaEventCreate(&ev[0]) != cudaSuccess || cudaEventCreate(&ev[1]) != cudaSuccess
+                 ? sc_fail(err, "cudaEventCreate: %s", cudaGetErrorString(cudaGetLastError()))
+                 : gpu_time_runs(g, fn, arg, warmup, repeat, ev, v, err);
+    for (int k = 0; k < 2; k++)
+        if (ev[k]) cudaEventDestroy(ev[k]);
+    *ms = rc ? NAN : sc_median(v, repeat);
+    return rc;
 }

@@ -100,6 +100,14 @@ int gpu_convert(const gpu_ctx *g, size_t n, gpu_dtype sdt, const void *src, gpu_
                 void *dst, sc_err *err);
 
 // p (n) [dt] = uniform values in [lo, hi) from a hash of (seed, index).
+// One run of GPU work to time: queues it on the context's stream; 0 or -1.
+typedef int (*gpu_run_fn)(void *arg, sc_err *err);
+
+// Median milliseconds of `repeat` runs of fn (1..1000), each between two
+// CUDA events on g's stream, after `warmup` untimed runs; synchronises.
+int gpu_time_median(const gpu_ctx *g, gpu_run_fn fn, void *arg, int warmup, int repeat, double *ms,
+                    sc_err *err);
+
 int gpu_fill_uniform(const gpu_ctx *g, gpu_dtype dt, size_t n, void *p, float lo, float hi,
                      uint64_t seed, sc_err *err);
 

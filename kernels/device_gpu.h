@@ -6,6 +6,7 @@
 
 #if defined(SC_HAVE_CUDA) && defined(__CUDACC__)
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "kernels/common_gpu.h"
@@ -15,12 +16,16 @@
 // Widens an element to float.
 __device__ __forceinline__ float sc_tof(float x) { return x; }
 __device__ __forceinline__ float sc_tof(__half x) { return __half2float(x); }
+__device__ __forceinline__ float sc_tof(__nv_bfloat16 x) { return __bfloat162float(x); }
 
 // Narrows a float to element type T (round to nearest).
 template <typename T> __device__ __forceinline__ T sc_fromf(float x);
 template <> __device__ __forceinline__ float sc_fromf<float>(float x) { return x; }
 template <> __device__ __forceinline__ __half sc_fromf<__half>(float x) {
     return __float2half_rn(x);
+}
+template <> __device__ __forceinline__ __nv_bfloat16 sc_fromf<__nv_bfloat16>(float x) {
+    return __float2bfloat16_rn(x);
 }
 
 // --- 16-byte packs ----------------------------------------------------------

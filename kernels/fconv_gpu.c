@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "kernels/fconv_gpu.h"
-#include "kernels/median.h"
 
 #define FC_MAX_PLANS 32
 #define FC_NVIRT 3
@@ -339,27 +338,30 @@ int fconv_gpu_run(const gpu_ctx *g, fconv_gpu *c, const void *x, const void *w, 
     return fc_exec(g, c, c->pick, x, w, bias, z, y, ws, err);
 }
 
+// One plan on fixed buffers (the argument of fc_run_plan).
+typedef struct {
+    const gpu_ctx *g;
+    fconv_gpu *c;
+    int p;
+    const void *const *ptr;  // x, w, bias, z, y, ws
+} fc_timed;
+
+// Queues the plan once (a gpu_run_fn).
+static int fc_run_plan(void *arg, sc_err *err) {
+    const fc_timed *t = arg;
+    return fc_exec(t->g, t->c, t->p, t->ptr[0], t->ptr[1], t->ptr[2], t->ptr[3], (void *)t->ptr[4],
+                   (void *)t->ptr[5], err);
+}
+
 // Median milliseconds of `repeat` runs of plan p after two warm-up runs;
 // INFINITY when the plan fails to run.
-static double fc_time_plan(const gpu_ctx *g, fconv_gpu *c, int p, const void *const ptr[6],
-                           int repeat, cudaEvent_t ev[2]) {
-    double v[64];
+static double fc_time_plan(const gpu_ctx *g, fconv_gpu *c, int p, const void *const ptr[6], int repeat) {
+    fc_timed t = {g, c, p, ptr};
     sc_err e = {{0}};
+    double ms;
     repeat = repeat < 1 ? 1 : repeat > 64 ? 64 : repeat;
-    for (int k = 0; k < 2; k++)
-        if (fc_exec(g, c, p, ptr[0], ptr[1], ptr[2], ptr[3], (void *)ptr[4], (void *)ptr[5], &e))
-            return cudaGetLastError(), INFINITY;
-    for (int k = 0; k < repeat; k++) {
-        cudaEventRecord(ev[0], g->stream);
-        int rc = fc_exec(g, c, p, ptr[0], ptr[1], ptr[2], ptr[3], (void *)ptr[4], (void *)ptr[5], &e);
-        cudaEventRecord(ev[1], g->stream);
-        float t = 0.0f;
-        if (rc || cudaEventSynchronize(ev[1]) != cudaSuccess ||
-            cudaEventElapsedTime(&t, ev[0], ev[1]) != cudaSuccess)
-            return cudaGetLastError(), INFINITY;
-        v[k] = t;
-    }
-    return sc_median(v, repeat);
+    if (gpu_time_median(g, fc_run_plan, &t, 2, repeat, &ms, &e)) return cudaGetLastError(), INFINITY;
+    return ms;
 }
 
 // Keeps plan `keep` alone.
@@ -374,21 +376,14 @@ static void fc_keep(fconv_gpu *c, int keep) {
 int fconv_gpu_tune(const gpu_ctx *g, fconv_gpu *c, const void *x, const void *w, const void *bias,
                    const void *z, void *y, void *ws, size_t ws_max, int repeat, double *ms,
                    sc_err *err) {
-    cudaEvent_t ev[2];
-    cudaCheck(err, cudaEventCreate(&ev[0]));
-    if (cudaEventCreate(&ev[1]) != cudaSuccess) {
-        cudaEventDestroy(ev[0]);
-        return sc_fail(err, "cudaEventCreate failed");
-    }
     const void *ptr[6] = {x, w, bias, z, y, ws};
     int best = -1;
     double best_ms = INFINITY;
     for (int p = 0; p < c->nplans; p++) {
         if (c->ws[p] > ws_max) continue;
-        double t = fc_time_plan(g, c, p, ptr, repeat, ev);
+        double t = fc_time_plan(g, c, p, ptr, repeat);
         if (t < best_ms) best_ms = t, best = p;
     }
-    cudaEventDestroy(ev[0]), cudaEventDestroy(ev[1]);
     if (best < 0)
         return sc_fail(err, "none of the %d cuDNN plans of conv %dx%dx%dx%d ran", c->nplans, c->s.K,
                        c->s.C, c->s.R, c->s.S);

@@ -1,40 +1,20 @@
 // The channels-last dense engine's small ops (kernels/nhwc_ops_gpu.h):
 // grid-stride kernels over dense (n, h, w, c) tensors with the channel
 // innermost, so consecutive threads touch consecutive bytes.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <math.h>
 
 #include "kernels/device_gpu.h"
 #include "kernels/nhwc_ops_gpu.h"
 
-// --- element access for the three storage types ----------------------------------
-
-// Widens a bf16 element to float (fp32 and fp16 use sc_tof).
-__device__ __forceinline__ float nh_tof(float x) { return x; }
-__device__ __forceinline__ float nh_tof(__half x) { return __half2float(x); }
-__device__ __forceinline__ float nh_tof(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-// Narrows a float to T (round to nearest).
-template <typename T> __device__ __forceinline__ T nh_from(float x);
-template <> __device__ __forceinline__ float nh_from<float>(float x) { return x; }
-template <> __device__ __forceinline__ __half nh_from<__half>(float x) { return __float2half_rn(x); }
-template <> __device__ __forceinline__ __nv_bfloat16 nh_from<__nv_bfloat16>(float x) {
-    return __float2bfloat16_rn(x);
-}
-
-// Runs `body` with T bound to the element type of dt (fp32, fp16 or bf16).
+// Runs `body` with T bound to the element type of dt: bf16 here, fp32 and
+// fp16 through SC_DISPATCH.
 #define NH_DISPATCH(dt, ...)                                                            \
     do {                                                                                \
-        if ((dt) == GDT_F16) {                                                          \
-            typedef __half T;                                                           \
-            __VA_ARGS__;                                                                \
-        } else if ((dt) == GDT_BF16) {                                                  \
+        if ((dt) == GDT_BF16) {                                                         \
             typedef __nv_bfloat16 T;                                                    \
             __VA_ARGS__;                                                                \
         } else {                                                                        \
-            typedef float T;                                                            \
-            __VA_ARGS__;                                                                \
+            SC_DISPATCH(dt, __VA_ARGS__);                                               \
         }                                                                               \
     } while (0)
 
@@ -56,7 +36,7 @@ __global__ void nhwc_normalize_kernel(const uint8_t *img, int n, int h, int w, i
             const float m = ch == 0 ? m0 : ch == 1 ? m1 : m2, s = ch == 0 ? s0 : ch == 1 ? s1 : s2;
             v = ((float)img[(im * 3 + ch) * h * w + rc] / 255.0f - m) / s;
         }
-        y[i] = nh_from<T>(v);
+        y[i] = sc_fromf<T>(v);
     }
 }
 
@@ -64,14 +44,14 @@ __global__ void nhwc_normalize_kernel(const uint8_t *img, int n, int h, int w, i
 template <typename T>
 __global__ void nhwc_add_kernel(const T *a, const T *b, T *y, size_t count, int relu) {
     SC_GRID_LOOP(i, count) {
-        float v = nh_tof(a[i]) + nh_tof(b[i]);
-        y[i] = nh_from<T>(relu ? fmaxf(v, 0.0f) : v);
+        float v = sc_tof(a[i]) + sc_tof(b[i]);
+        y[i] = sc_fromf<T>(relu ? fmaxf(v, 0.0f) : v);
     }
 }
 
 // y = max(x, 0).
 template <typename T> __global__ void nhwc_relu_kernel(const T *x, T *y, size_t count) {
-    SC_GRID_LOOP(i, count) y[i] = nh_from<T>(fmaxf(nh_tof(x[i]), 0.0f));
+    SC_GRID_LOOP(i, count) y[i] = sc_fromf<T>(fmaxf(sc_tof(x[i]), 0.0f));
 }
 
 // y = x * scale[ch] + shift[ch] (then ReLU).
@@ -80,8 +60,8 @@ __global__ void nhwc_affine_kernel(const T *x, T *y, size_t count, int c, const 
                                    const float *shift, int relu) {
     SC_GRID_LOOP(i, count) {
         const int ch = (int)(i % c);
-        float v = nh_tof(x[i]) * scale[ch] + shift[ch];
-        y[i] = nh_from<T>(relu ? fmaxf(v, 0.0f) : v);
+        float v = sc_tof(x[i]) * scale[ch] + shift[ch];
+        y[i] = sc_fromf<T>(relu ? fmaxf(v, 0.0f) : v);
     }
 }
 
@@ -98,10 +78,10 @@ __global__ void nhwc_pool_kernel(const T *x, T *y, int n, int h, int w, int c, i
             for (int b = 0; b < k; b++) {
                 const int r = p * stride - pad + a, s = q * stride - pad + b;
                 if (r < 0 || r >= h || s < 0 || s >= w) continue;
-                const float v = nh_tof(x[((im * h + r) * w + s) * c + ch]);
+                const float v = sc_tof(x[((im * h + r) * w + s) * c + ch]);
                 m = avg ? m + v : fmaxf(m, v);
             }
-        y[i] = nh_from<T>(avg ? m / (float)(k * k) : (m == -INFINITY ? 0.0f : m));
+        y[i] = sc_fromf<T>(avg ? m / (float)(k * k) : (m == -INFINITY ? 0.0f : m));
     }
 }
 
@@ -112,19 +92,19 @@ __global__ void nhwc_gap_kernel(const T *x, T *y, int n, int hw, int c) {
         const size_t im = i / c;
         const int ch = (int)(i % c);
         float s = 0.0f;
-        for (int k = 0; k < hw; k++) s += nh_tof(x[(im * hw + k) * c + ch]);
-        y[i] = nh_from<T>(s / (float)hw);
+        for (int k = 0; k < hw; k++) s += sc_tof(x[(im * hw + k) * c + ch]);
+        y[i] = sc_fromf<T>(s / (float)hw);
     }
 }
 
 // y fp32 = x.
 template <typename T> __global__ void nhwc_to_f32_kernel(const T *x, float *y, size_t count) {
-    SC_GRID_LOOP(i, count) y[i] = nh_tof(x[i]);
+    SC_GRID_LOOP(i, count) y[i] = sc_tof(x[i]);
 }
 
 // y = x fp32 narrowed.
 template <typename T> __global__ void nhwc_from_f32_kernel(const float *x, T *y, size_t count) {
-    SC_GRID_LOOP(i, count) y[i] = nh_from<T>(x[i]);
+    SC_GRID_LOOP(i, count) y[i] = sc_fromf<T>(x[i]);
 }
 
 // --- launchers ------------------------------------------------------------------------

@@ -78,7 +78,7 @@ struct spk_cfg {
     int gd;              // tile: the default row groups per block divided by gd (0, 1: as
                          // is; listed only where the smaller band fits C in one chunk)
     int cw;              // pair: output columns per thread (2 or 4)
-    int big;             // pair: 1, 2: 512-thread blocks, one per SM, tile up to SPG_BIG_SMEM
+    int big;             // pair: 1, 2: 512-thread blocks, one per SM, tile up to the SM's shared memory less 8 KB
                          // (small planes: more output channels per staged chunk); 2 also
                          // loads each row's first records during the row before; 3, 4
                          // ("occ3", "occ4"): 256-thread blocks, 3 or 4 per SM (fewer

@@ -16,7 +16,7 @@
 
 // Tile caps by choice (the device's own limits may be lower: spg_smem_cap).
 #define SPG_TILE_SMEM (100 * 1024)  // two tiled blocks per SM
-#define SPG_BIG_SMEM (220 * 1024)   // one big pair block per SM
+#define SPG_BIG_HEADROOM (8 * 1024) // big pair blocks leave this much of the SM's shared memory
 #define SPG_MAX_SMEM (200 * 1024)   // ell and linear
 #define SPG_MAX_VARIANTS 256
 #ifdef SC_TEST_PLANT_WRONG  // test builds: each variant followed at the end by a wrong copy
@@ -207,13 +207,14 @@ static void spg_tile_family(const spconv_gpu *g, const spk_cfg *c, int *thr, int
     const int per_sm = big == 1 || big == 2 ? 1 : big >= 3 ? big : 2;
     *thr = per_sm == 1 ? 512 : 256;
     *slots = g->dev.sms * per_sm;
-    const long want = per_sm == 1 ? SPG_BIG_SMEM : per_sm == 2 ? SPG_TILE_SMEM : LONG_MAX;
+    const long big_tile = (long)g->dev.smem_sm - SPG_BIG_HEADROOM;  // 220 KB on Hopper
+    const long want = per_sm == 1 ? big_tile : per_sm == 2 ? SPG_TILE_SMEM : LONG_MAX;
     *cap = spg_smem_cap(g, per_sm, want);
 }
 
 // Layout of the tiled kernel for (rs, rb, nb) at batch n (SPK_TILE, and
 // SPK_PAIR with cw columns per unit; big pair blocks: 512 threads, one block
-// per SM, SPG_BIG_SMEM of tile; occ3 / occ4: the smaller tile caps);
+// per SM, the SM's shared memory less SPG_BIG_HEADROOM of tile; occ3 / occ4: the smaller tile caps);
 // -1 when it does not apply.
 static int spg_layout_tile(const spconv_gpu *g, int n, spk_cfg *c) {
     const spconv_desc *d = &g->d;

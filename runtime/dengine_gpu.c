@@ -8,7 +8,6 @@
 
 #include "kernels/fconv_gpu.h"
 #include "kernels/flinear_gpu.h"
-#include "kernels/median.h"
 #include "kernels/nhwc_ops_gpu.h"
 #include "runtime/dengine.h"
 #include "runtime/exec.h"
@@ -49,7 +48,6 @@ struct dengine {
     void *ws;             // workspace of the tuned plans
     size_t ws_bytes;
     cudaGraphExec_t graph;
-    cudaEvent_t ev[2];
 };
 
 // The precision's name.
@@ -152,7 +150,6 @@ static int de_buffers(dengine *e, sc_err *err) {
     cudaCheck(err, cudaMalloc((void **)&e->d_img, (size_t)e->n * nt->in_c * nt->in_h * nt->in_w));
     cudaCheck(err, cudaMalloc((void **)&e->d_logits, (size_t)e->n * nt->classes * sizeof(float)));
     cudaCheck(err, cudaMallocHost((void **)&e->h_logits, (size_t)e->n * nt->classes * sizeof(float)));
-    for (int k = 0; k < 2; k++) cudaCheck(err, cudaEventCreate(&e->ev[k]));
     return 0;
 }
 
@@ -399,8 +396,6 @@ void dengine_free(dengine *e) {
         if (e->owned[t]) cudaFree(e->t[t]);
     cudaFree(e->d_img), cudaFree(e->d_logits), cudaFree(e->ws);
     if (e->h_logits) cudaFreeHost(e->h_logits);
-    for (int k = 0; k < 2; k++)
-        if (e->ev[k]) cudaEventDestroy(e->ev[k]);
     gpu_ctx_free(&e->g);
     free(e->ops), free(e->cs), free(e->t), free(e->owned);
     free(e);
@@ -420,26 +415,16 @@ int dengine_forward(dengine *e, int m, const uint8_t *images, float *logits, sc_
     return 0;
 }
 
+// One replay of the engine's graph (a gpu_run_fn).
+static int de_replay(void *e_, sc_err *err) {
+    dengine *e = e_;
+    cudaCheck(err, cudaGraphLaunch(e->graph, e->g.stream));
+    return 0;
+}
+
 // Median of `repeat` graph replays after a warm-up.
 int dengine_time(dengine *e, int repeat, double *ms, sc_err *err) {
-    double *v = malloc((size_t)(repeat > 0 ? repeat : 1) * sizeof *v);
-    if (!v) return sc_fail(err, "out of memory");
-    for (int k = 0; k < 3; k++) cudaCheck(err, cudaGraphLaunch(e->graph, e->g.stream));
-    for (int k = 0; k < repeat; k++) {
-        float t = 0.0f;
-        if (cudaEventRecord(e->ev[0], e->g.stream) != cudaSuccess ||
-            cudaGraphLaunch(e->graph, e->g.stream) != cudaSuccess ||
-            cudaEventRecord(e->ev[1], e->g.stream) != cudaSuccess ||
-            cudaEventSynchronize(e->ev[1]) != cudaSuccess ||
-            cudaEventElapsedTime(&t, e->ev[0], e->ev[1]) != cudaSuccess) {
-            free(v);
-            return sc_fail(err, "timing the dense engine: %s", cudaGetErrorString(cudaGetLastError()));
-        }
-        v[k] = t;
-    }
-    *ms = repeat > 0 ? sc_median(v, repeat) : NAN;
-    free(v);
-    return 0;
+    return gpu_time_median(&e->g, de_replay, e, 3, repeat, ms, err) ? sc_wrap(err, "timing the dense engine") : 0;
 }
 
 // Tuned milliseconds of op i.

@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "kernels/deploy_ops_gpu.h"
-#include "kernels/median.h"
 #include "runtime/deploy_gpu_impl.h"
 #include "runtime/exec.h"
 
@@ -278,26 +277,15 @@ int deploy_gpu_forward(deploy_gpu *g, int n, const uint8_t *images, float *logit
     return 0;
 }
 
+// gpu_run as a gpu_run_fn.
+static int gpu_run_fn_(void *g, sc_err *err) { return gpu_run(g, err); }
+
 // Median milliseconds of `repeat` forward passes (graph replays) at n.
 int deploy_gpu_time(deploy_gpu *g, int n, int repeat, double *ms, int *graph, sc_err *err) {
     if (n != g->cur_n) return sc_fail(err, "timing at batch %d, the plan is tuned for %d", n, g->cur_n);
-    double *v = malloc((size_t)repeat * sizeof *v);
-    if (!v) return sc_fail(err, "out of memory");
-    int rc = 0;
-    for (int k = 0; k < 3 && !rc; k++) rc = gpu_run(g, err);  // warm-up
-    for (int k = 0; k < repeat && !rc; k++) {
-        float t = 0.0f;
-        if (cudaEventRecord(g->ev[0], g->g.stream) != cudaSuccess || gpu_run(g, err) ||
-            cudaEventRecord(g->ev[1], g->g.stream) != cudaSuccess ||
-            cudaEventSynchronize(g->ev[1]) != cudaSuccess ||
-            cudaEventElapsedTime(&t, g->ev[0], g->ev[1]) != cudaSuccess)
-            rc = err->msg[0] ? -1 : sc_fail(err, "timing the forward: %s", cudaGetErrorString(cudaGetLastError()));
-        v[k] = t;
-    }
-    *ms = rc ? NAN : sc_median(v, repeat);
+    int rc = gpu_time_median(&g->g, gpu_run_fn_, g, 3, repeat, ms, err);
     *graph = g->graph != NULL;
-    free(v);
-    return rc;
+    return rc ? sc_wrap(err, "timing the forward") : 0;
 }
 
 // Makes every conv op run its precision's dense baseline: the fastest dense
