@@ -238,9 +238,9 @@ static int fc_plan_build(fconv_gpu *c, const gpu_ctx *g, bdesc cfg, int64_t inde
 }
 
 // Asks the heuristics in `mode` for configurations and builds plans for
-// the acceptable ones until max_plans exist.
+// the acceptable ones (only engine `only` when >= 0) until max_plans exist.
 static int fc_plans_from(fconv_gpu *c, const gpu_ctx *g, cudnnBackendHeurMode_t mode, int max_plans,
-                         sc_err *err) {
+                         int64_t only, sc_err *err) {
     bdesc heur, cfgs[FC_MAX_PLANS];
     int64_t count = 0;
     cudnnCheck(err, cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur));
@@ -255,7 +255,7 @@ static int fc_plans_from(fconv_gpu *c, const gpu_ctx *g, cudnnBackendHeurMode_t 
                                            CUDNN_TYPE_BACKEND_DESCRIPTOR, ncfg, &count, cfgs);
     for (int64_t i = 0; !rc && i < count && i < ncfg && c->nplans < max_plans; i++) {
         int64_t index = -1, dup = 0;
-        if (!fc_cfg_acceptable(cfgs[i], &index)) continue;
+        if (!fc_cfg_acceptable(cfgs[i], &index) || (only >= 0 && index != only)) continue;
         for (int p = 0; p < c->nplans; p++) dup |= c->engine[p] == index;
         if (!dup) fc_plan_build(c, g, cfgs[i], index);
     }
@@ -273,7 +273,8 @@ void fconv_gpu_out(const fconv_shape *s, int *P, int *Q) {
 }
 
 // Builds the graph and the plans.
-fconv_gpu *fconv_gpu_create(const gpu_ctx *g, const fconv_shape *s, int max_plans, sc_err *err) {
+fconv_gpu *fconv_gpu_create(const gpu_ctx *g, const fconv_shape *s, int max_plans,
+                            int64_t engine, sc_err *err) {
     fconv_gpu *c = calloc(1, sizeof *c);
     if (!c) {
         sc_fail(err, "out of memory");
@@ -281,11 +282,12 @@ fconv_gpu *fconv_gpu_create(const gpu_ctx *g, const fconv_shape *s, int max_plan
     }
     c->s = *s, c->ms = NAN;
     fconv_gpu_out(s, &c->P, &c->Q);
-    max_plans = max_plans < 1 || max_plans > FC_MAX_PLANS ? FC_MAX_PLANS : max_plans;
+    max_plans = engine >= 0 ? 1 : max_plans < 1 || max_plans > FC_MAX_PLANS ? FC_MAX_PLANS : max_plans;
     int rc = c->P > 0 && c->Q > 0 ? 0 : sc_fail(err, "conv output is empty");
     if (!rc) rc = fc_graph(c, g, err);
-    if (!rc) rc = fc_plans_from(c, g, CUDNN_HEUR_MODE_A, max_plans, err);
-    if (!rc && c->nplans < max_plans) rc = fc_plans_from(c, g, CUDNN_HEUR_MODE_FALLBACK, max_plans, err);
+    if (!rc) rc = fc_plans_from(c, g, CUDNN_HEUR_MODE_A, max_plans, engine, err);
+    if (!rc && c->nplans < max_plans)
+        rc = fc_plans_from(c, g, CUDNN_HEUR_MODE_FALLBACK, max_plans, engine, err);
     if (!rc && c->nplans == 0)
         rc = sc_fail(err, "cuDNN has no engine for conv %dx%dx%dx%d stride %d on %dx%d (%s)", s->K,
                      s->C, s->R, s->S, s->stride, s->H, s->W,
@@ -391,6 +393,9 @@ int fconv_gpu_tune(const gpu_ctx *g, fconv_gpu *c, const void *x, const void *w,
     c->ms = *ms = best_ms;
     return 0;
 }
+
+// cuDNN's global index of the engine in use.
+int64_t fconv_gpu_engine(const fconv_gpu *c) { return c->engine[c->pick]; }
 
 // Engine index, workspace and tuned time.
 void fconv_gpu_describe(const fconv_gpu *c, char *buf, size_t len) {

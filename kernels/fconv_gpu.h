@@ -36,8 +36,13 @@ typedef struct fconv_gpu fconv_gpu;
 
 // Builds the operation graph and an execution plan for every engine
 // configuration cuDNN offers for it (at most max_plans; those that fail to
-// build are skipped). Fails when none builds.
-fconv_gpu *fconv_gpu_create(const gpu_ctx *g, const fconv_shape *s, int max_plans, sc_err *err);
+// build are skipped), or, with engine >= 0, for that engine alone (a layer
+// of the same shape as one already tuned). Fails when none builds.
+fconv_gpu *fconv_gpu_create(const gpu_ctx *g, const fconv_shape *s, int max_plans,
+                            int64_t engine, sc_err *err);
+
+// cuDNN's global index of the engine of the plan in use.
+int64_t fconv_gpu_engine(const fconv_gpu *c);
 
 // Output plane size.
 void fconv_gpu_out(const fconv_shape *s, int *P, int *Q);

@@ -107,6 +107,34 @@ template <typename T> __global__ void nhwc_from_f32_kernel(const float *x, T *y,
     SC_GRID_LOOP(i, count) y[i] = sc_fromf<T>(x[i]);
 }
 
+// y interior (bordered NCHW) = x (NHWC, cx channels); one thread per y element.
+template <typename T>
+__global__ void nhwc_to_bordered_kernel(const T *x, T *y, int n, int h, int w, int c, int cx, int b) {
+    const size_t total = (size_t)n * c * h * w;
+    const int hb = h + 2 * b, wb = w + 2 * b;
+    SC_GRID_LOOP(i, total) {
+        const int s = (int)(i % w), r = (int)(i / w % h);
+        const size_t plane = i / ((size_t)w * h);  // image * c + channel
+        const size_t im = plane / c, ch = plane % c;
+        y[(plane * hb + r + b) * wb + s + b] = x[((im * h + r) * w + s) * cx + ch];
+    }
+}
+
+// y (NHWC) = x interior (bordered NCHW) [+ z], then ReLU; one thread per y element.
+template <typename T>
+__global__ void bordered_to_nhwc_kernel(const T *x, const T *z, T *y, int n, int h, int w, int c,
+                                        int b, int relu) {
+    const size_t total = (size_t)n * h * w * c;
+    const int hb = h + 2 * b, wb = w + 2 * b;
+    SC_GRID_LOOP(i, total) {
+        const int ch = (int)(i % c), s = (int)(i / c % w), r = (int)(i / ((size_t)c * w) % h);
+        const size_t im = i / ((size_t)c * w * h);
+        float v = sc_tof(x[((im * c + ch) * hb + r + b) * wb + s + b]);
+        if (z) v += sc_tof(z[i]);
+        y[i] = sc_fromf<T>(relu ? fmaxf(v, 0.0f) : v);
+    }
+}
+
 // --- launchers ------------------------------------------------------------------------
 
 #define NH_LAUNCH(items) <<<sc_blocks(g, (items), NH_THREADS), NH_THREADS, 0, g->stream>>>
@@ -182,6 +210,26 @@ extern "C" int nhwc_to_f32_gpu(const gpu_ctx *g, gpu_dtype dt, size_t count, con
 extern "C" int nhwc_from_f32_gpu(const gpu_ctx *g, gpu_dtype dt, size_t count, const float *x,
                                  void *y, sc_err *err) {
     NH_DISPATCH(dt, nhwc_from_f32_kernel<T> NH_LAUNCH(count)(x, (T *)y, count));
+    cudaCheckLaunch(err);
+    return 0;
+}
+
+// NHWC to bordered NCHW.
+extern "C" int nhwc_to_bordered_gpu(const gpu_ctx *g, gpu_dtype dt, int n, int h, int w, int c,
+                                    int cx, const void *x, int b, void *y, sc_err *err) {
+    const size_t total = (size_t)n * c * h * w;
+    NH_DISPATCH(dt, nhwc_to_bordered_kernel<T> NH_LAUNCH(total)((const T *)x, (T *)y, n, h, w, c, cx, b));
+    cudaCheckLaunch(err);
+    return 0;
+}
+
+// Bordered NCHW to NHWC (+ residual, ReLU).
+extern "C" int bordered_to_nhwc_gpu(const gpu_ctx *g, gpu_dtype dt, int n, int h, int w, int c,
+                                    const void *x, int b, const void *z, int relu, void *y,
+                                    sc_err *err) {
+    const size_t total = (size_t)n * h * w * c;
+    NH_DISPATCH(dt, bordered_to_nhwc_kernel<T> NH_LAUNCH(total)((const T *)x, (const T *)z, (T *)y, n,
+                                                               h, w, c, b, relu));
     cudaCheckLaunch(err);
     return 0;
 }

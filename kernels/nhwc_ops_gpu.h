@@ -57,6 +57,18 @@ int nhwc_to_f32_gpu(const gpu_ctx *g, gpu_dtype dt, size_t count, const void *x,
 int nhwc_from_f32_gpu(const gpu_ctx *g, gpu_dtype dt, size_t count, const float *x, void *y,
                       sc_err *err);
 
+// --- layout conversions for kernels that work on bordered NCHW ---------------------
+
+// y interior (n, c, h + 2b, w + 2b) = channels [0, c) of x (n, h, w, cx),
+// cx >= c; y's border is not written (the caller keeps it zero).
+int nhwc_to_bordered_gpu(const gpu_ctx *g, gpu_dtype dt, int n, int h, int w, int c, int cx,
+                         const void *x, int b, void *y, sc_err *err);
+
+// y (n, h, w, c) = x interior (n, c, h + 2b, w + 2b), plus z (n, h, w, c)
+// when not NULL, then max(., 0) when relu.
+int bordered_to_nhwc_gpu(const gpu_ctx *g, gpu_dtype dt, int n, int h, int w, int c, const void *x,
+                         int b, const void *z, int relu, void *y, sc_err *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -37,6 +37,17 @@ dengine *dengine_create(const deploy_plan *p, dengine_prec prec, int n, const ui
                         int repeat, sc_err *err);
 void dengine_free(dengine *e);
 
+// The mixed fp16 plan: the fp16 engine in which every conv that the direct
+// sparse kernel runs faster, the NHWC <-> bordered NCHW conversions around it
+// included, runs sparse (checked against the engine's cuDNN output first,
+// then timed on the real input). force: every conv whose sparse path passes
+// its check runs sparse (tests).
+dengine *dengine_create_mixed(const deploy_plan *p, int n, const uint8_t *images, int repeat,
+                              int force, sc_err *err);
+
+// 1 when op i runs on the sparse kernel (mixed plans).
+int dengine_op_sparse(const dengine *e, int i);
+
 // Runs m <= n images; logits (m, classes) fp32 when not NULL.
 int dengine_forward(dengine *e, int m, const uint8_t *images, float *logits, sc_err *err);
 

@@ -10,6 +10,8 @@
 #include "kernels/flinear_gpu.h"
 #include "kernels/nhwc_ops_gpu.h"
 #include "runtime/dengine.h"
+#include "runtime/dengine_sparse.h"
+#include "runtime/half.h"
 #include "runtime/exec.h"
 
 #define DE_TUNE_WS ((size_t)256 << 20)
@@ -29,6 +31,7 @@ typedef struct {
     void *pre_pool;       // EO_CONV with a max pool after it: (n, P, Q, K) conv output
     float *scale, *shift; // DOP_AFFINE: device fp32 (c)
     double ms;            // tuned time, NAN when not timed
+    desparse *sp;         // mixed plans: the sparse path, when it runs the op
 } eng_op;
 
 struct dengine {
@@ -37,6 +40,8 @@ struct dengine {
     gpu_dtype dt;
     size_t esz;
     int n;                // the batch the engine is built for
+    int mixed;            // 0: dense; 1: sparse convs where faster; 2: wherever correct
+    void *check;          // mixed plans: (largest tensor) scratch for the sparse check
     gpu_ctx g;
     int *cs;              // per tensor: channels stored (the input is padded)
     void **t;             // per tensor (n, h, w, cs) device; aliases share
@@ -147,6 +152,9 @@ static int de_buffers(dengine *e, sc_err *err) {
     }
     for (int i = 0; i < p->nops; i++)
         if (p->ops[i].kind == DOP_COPY) e->t[p->ops[i].out] = e->t[p->ops[i].in];
+    size_t big = 0;
+    for (int t = 0; t < p->ntensors; t++) big = de_elems(e, t) > big ? de_elems(e, t) : big;
+    if (e->mixed) cudaCheck(err, cudaMalloc(&e->check, big * e->esz));
     cudaCheck(err, cudaMalloc((void **)&e->d_img, (size_t)e->n * nt->in_c * nt->in_h * nt->in_w));
     cudaCheck(err, cudaMalloc((void **)&e->d_logits, (size_t)e->n * nt->classes * sizeof(float)));
     cudaCheck(err, cudaMallocHost((void **)&e->h_logits, (size_t)e->n * nt->classes * sizeof(float)));
@@ -207,19 +215,41 @@ static int de_weights(dengine *e, int i, int cs, sc_err *err) {
 
 // --- per-op set-up ---------------------------------------------------------------------
 
-// Creates the fused convolution of op i (and its pre-pool buffer).
-static int de_conv(dengine *e, int i, sc_err *err) {
+// The fused convolution op i computes.
+static fconv_shape de_conv_shape(const dengine *e, int i) {
     const deploy_op *op = &e->p->ops[i];
-    eng_op *o = &e->ops[i];
     const spconv_desc *d = &op->desc;
-    fconv_shape s = {.n = e->n, .C = e->cs[op->in], .H = d->H, .W = d->W, .K = d->K, .R = d->R,
-                     .S = d->S, .stride = d->stride, .pad = d->pad, .residual = o->res >= 0,
-                     .relu = o->relu, .dt = e->dt};
-    SC_TRY(de_weights(e, i, s.C, err));
-    if (!(o->fc = fconv_gpu_create(&e->g, &s, DE_MAX_PLANS, err))) return sc_wrap(err, "%s", op->name);
+    return (fconv_shape){.n = e->n, .C = e->cs[op->in], .H = d->H, .W = d->W, .K = d->K,
+                         .R = d->R, .S = d->S, .stride = d->stride, .pad = d->pad,
+                         .residual = e->ops[i].res >= 0, .relu = e->ops[i].relu, .dt = e->dt};
+}
+
+// Uploads conv op i's weights and makes its pre-pool buffer (its cuDNN
+// plans are made when the tuning pass reaches it).
+static int de_conv(dengine *e, int i, sc_err *err) {
+    const spconv_desc *d = &e->p->ops[i].desc;
+    SC_TRY(de_weights(e, i, e->cs[e->p->ops[i].in], err));
     if (d->pool_k > 0)
-        cudaCheck(err, cudaMalloc(&o->pre_pool, (size_t)e->n * d->P * d->Q * d->K * e->esz));
+        cudaCheck(err, cudaMalloc(&e->ops[i].pre_pool, (size_t)e->n * d->P * d->Q * d->K * e->esz));
     return 0;
+}
+
+// Makes conv op i's plans: only the tuned engine of an earlier conv of the
+// same shape (*tune = 0), else every plan (*tune = 1).
+static int de_conv_plans(dengine *e, int i, int *tune, sc_err *err) {
+    const fconv_shape s = de_conv_shape(e, i);
+    for (int j = 0; j < i; j++) {
+        if (!e->ops[j].fc) continue;
+        const fconv_shape o = de_conv_shape(e, j);
+        if (memcmp(&o, &s, sizeof s)) continue;
+        sc_err why = {{0}};
+        e->ops[i].fc = fconv_gpu_create(&e->g, &s, DE_MAX_PLANS, fconv_gpu_engine(e->ops[j].fc), &why);
+        e->ops[i].ms = e->ops[j].ms;
+        break;
+    }
+    *tune = e->ops[i].fc == NULL;  // no twin, or its engine did not build here
+    if (*tune) e->ops[i].fc = fconv_gpu_create(&e->g, &s, DE_MAX_PLANS, -1, err);
+    return e->ops[i].fc ? 0 : sc_wrap(err, "%s", e->p->ops[i].name);
 }
 
 // Creates the cuBLASLt linear layer of op i.
@@ -283,21 +313,92 @@ static int de_small(dengine *e, int i, sc_err *err) {
     return sc_fail(err, "op %s: not a small op", op->name);
 }
 
+// Max |a - b| / max |b| of two fp16 device arrays of count elements (syncs).
+static int de_half_relerr(const dengine *e, const void *a, const void *b, size_t count, double *rel,
+                          sc_err *err) {
+    uint16_t *h = malloc(2 * count * sizeof *h);
+    if (!h) return sc_fail(err, "out of memory");
+    int rc = cudaStreamSynchronize(e->g.stream) != cudaSuccess ||
+             cudaMemcpy(h, a, count * 2, cudaMemcpyDeviceToHost) != cudaSuccess ||
+             cudaMemcpy(h + count, b, count * 2, cudaMemcpyDeviceToHost) != cudaSuccess;
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; !rc && i < count; i++) {
+        const double x = half_to_float(h[i]), y = half_to_float(h[count + i]), d = fabs(x - y);
+        if (!(d <= num)) num = d;  // NaN propagates
+        den = fabs(y) > den ? fabs(y) : den;
+    }
+    free(h);
+    *rel = den > 0 ? num / den : num;
+    return rc ? sc_fail(err, "checking a sparse layer: %s", cudaGetErrorString(cudaGetLastError())) : 0;
+}
+
+// Queues op i's sparse path into y.
+static int de_sparse_run(dengine *e, int i, desparse *sp, void *y, sc_err *err) {
+    const eng_op *o = &e->ops[i];
+    const int in = e->p->ops[i].in;
+    return desparse_run(&e->g, sp, e->t[in], e->cs[in], o->res >= 0 ? e->t[o->res] : NULL,
+                        o->res >= 0 ? o->relu : 0, y, err);
+}
+
+// One run of a sparse path into the check scratch (the argument of de_sparse_once).
+typedef struct {
+    dengine *e;
+    int i;
+    desparse *sp;
+} de_sparse_timed;
+
+// Queues the sparse path once (a gpu_run_fn).
+static int de_sparse_once(void *arg, sc_err *err) {
+    de_sparse_timed *t = arg;
+    return de_sparse_run(t->e, t->i, t->sp, t->e->check, err);
+}
+
+// Median milliseconds of `repeat` runs of op i's sparse path into the scratch.
+static int de_sparse_time(dengine *e, int i, desparse *sp, int repeat, double *ms, sc_err *err) {
+    de_sparse_timed t = {e, i, sp};
+    return gpu_time_median(&e->g, de_sparse_once, &t, 2, repeat < 1 ? 1 : repeat, ms, err);
+}
+
+// Mixed plans: builds op i's sparse path, checks it against the cuDNN
+// output already in the op's tensor (fp16 tolerance 3e-2 of the largest),
+// times it with its conversions and keeps it when faster (or forced). A
+// layer the sparse kernel cannot take stays on cuDNN.
+static int de_try_sparse(dengine *e, int i, int repeat, sc_err *err) {
+    eng_op *o = &e->ops[i];
+    sc_err why = {{0}};
+    desparse *sp = desparse_create(e->p, i, e->n, e->dt, &why);
+    if (!sp) return 0;
+    double rel = INFINITY, ms = INFINITY;
+    int rc = desparse_tune(&e->g, sp, e->t[e->p->ops[i].in], e->cs[e->p->ops[i].in], err);
+    if (!rc) rc = de_sparse_run(e, i, sp, e->check, err);
+    if (!rc) rc = de_half_relerr(e, e->check, e->t[o->out], de_elems(e, o->out), &rel, err);
+    if (!rc && rel <= 3e-2) rc = de_sparse_time(e, i, sp, repeat, &ms, err);
+    if (!rc && rel <= 3e-2 && (e->mixed == 2 || ms < o->ms)) o->sp = sp, o->ms = ms;
+    else desparse_free(sp);
+    return rc;
+}
+
 // Queues conv op i; with ws_max > 0 its plans are timed first (on the
-// real input) and the fastest kept.
+// real input) and the fastest kept (then, in mixed plans, the sparse path
+// is tried against it).
 static int de_conv_run(dengine *e, int i, void *ws, size_t ws_max, int repeat, sc_err *err) {
     const deploy_op *op = &e->p->ops[i];
     eng_op *o = &e->ops[i];
+    if (o->sp) return de_sparse_run(e, i, o->sp, e->t[o->out], err);
     void *y = o->pre_pool ? o->pre_pool : e->t[o->out];
     const void *z = o->res >= 0 ? e->t[o->res] : NULL;
-    if (ws_max) SC_TRY(fconv_gpu_tune(&e->g, o->fc, e->t[op->in], o->w, o->bias, z, y, ws, ws_max,
-                                      repeat, &o->ms, err));
+    int tune = 0;
+    if (ws_max) SC_TRY(de_conv_plans(e, i, &tune, err));
+    if (tune) SC_TRY(fconv_gpu_tune(&e->g, o->fc, e->t[op->in], o->w, o->bias, z, y, ws, ws_max,
+                                    repeat, &o->ms, err));
     SC_TRY(fconv_gpu_run(&e->g, o->fc, e->t[op->in], o->w, o->bias, z, y, ws ? ws : e->ws, err));
-    if (!o->pre_pool) return 0;
-    const spconv_desc *d = &op->desc;
-    const nhwc_geom gp = {e->n, d->P, d->Q, d->K}, gy = de_geom(e, o->out);
-    return nhwc_pool_gpu(&e->g, e->dt, &gp, o->pre_pool, d->pool_k, d->pool_stride, d->pool_pad, 0,
-                         gy.h, gy.w, e->t[o->out], err);
+    if (o->pre_pool) {
+        const spconv_desc *d = &op->desc;
+        const nhwc_geom gp = {e->n, d->P, d->Q, d->K}, gy = de_geom(e, o->out);
+        SC_TRY(nhwc_pool_gpu(&e->g, e->dt, &gp, o->pre_pool, d->pool_k, d->pool_stride, d->pool_pad, 0,
+                             gy.h, gy.w, e->t[o->out], err));
+    }
+    return ws_max && e->mixed ? de_try_sparse(e, i, repeat, err) : 0;
 }
 
 // Queues op i (tuning convolutions when ws_max > 0).
@@ -357,9 +458,9 @@ static int de_capture(dengine *e, sc_err *err) {
 
 // --- public API ---------------------------------------------------------------------------
 
-// Builds, tunes and captures the engine.
-dengine *dengine_create(const deploy_plan *p, dengine_prec prec, int n, const uint8_t *images,
-                        int repeat, sc_err *err) {
+// Builds, tunes and captures the engine (mixed: see dengine_create_mixed).
+static dengine *de_create(const deploy_plan *p, dengine_prec prec, int n, const uint8_t *images,
+                          int repeat, int mixed, sc_err *err) {
     sc_err why = {{0}};
     if (!exec_gpu_available(&why)) {
         sc_fail(err, "%s", why.msg);
@@ -370,7 +471,7 @@ dengine *dengine_create(const deploy_plan *p, dengine_prec prec, int n, const ui
         sc_fail(err, "out of memory");
         return NULL;
     }
-    e->p = p, e->prec = prec, e->n = n;
+    e->p = p, e->prec = prec, e->n = n, e->mixed = mixed;
     e->dt = prec == DE_FP16 ? GDT_F16 : prec == DE_BF16 ? GDT_BF16 : GDT_F32;
     e->esz = gpu_dtype_size(e->dt);
     if (gpu_ctx_init(&e->g, err) || de_analyse(e, err) || de_buffers(e, err) || de_setup(e, err) ||
@@ -382,6 +483,21 @@ dengine *dengine_create(const deploy_plan *p, dengine_prec prec, int n, const ui
     return e;
 }
 
+// Builds, tunes and captures the dense engine.
+dengine *dengine_create(const deploy_plan *p, dengine_prec prec, int n, const uint8_t *images,
+                        int repeat, sc_err *err) {
+    return de_create(p, prec, n, images, repeat, 0, err);
+}
+
+// The fp16 engine with sparse layers where they measure faster.
+dengine *dengine_create_mixed(const deploy_plan *p, int n, const uint8_t *images, int repeat,
+                              int force, sc_err *err) {
+    return de_create(p, DE_FP16, n, images, repeat, force ? 2 : 1, err);
+}
+
+// Whether op i runs sparse.
+int dengine_op_sparse(const dengine *e, int i) { return e->ops[i].sp != NULL; }
+
 // Frees the engine.
 void dengine_free(dengine *e) {
     if (!e) return;
@@ -389,12 +505,12 @@ void dengine_free(dengine *e) {
     if (e->graph) cudaGraphExecDestroy(e->graph);
     for (int i = 0; e->ops && i < e->p->nops; i++) {
         eng_op *o = &e->ops[i];
-        fconv_gpu_free(o->fc), flinear_gpu_free(o->fl);
+        fconv_gpu_free(o->fc), flinear_gpu_free(o->fl), desparse_free(o->sp);
         cudaFree(o->w), cudaFree(o->bias), cudaFree(o->pre_pool), cudaFree(o->scale), cudaFree(o->shift);
     }
     for (int t = 0; e->t && t < e->p->ntensors; t++)
         if (e->owned[t]) cudaFree(e->t[t]);
-    cudaFree(e->d_img), cudaFree(e->d_logits), cudaFree(e->ws);
+    cudaFree(e->d_img), cudaFree(e->d_logits), cudaFree(e->ws), cudaFree(e->check);
     if (e->h_logits) cudaFreeHost(e->h_logits);
     gpu_ctx_free(&e->g);
     free(e->ops), free(e->cs), free(e->t), free(e->owned);
@@ -433,7 +549,8 @@ double dengine_op_ms(const dengine *e, int i) { return e->ops[i].ms; }
 // What runs op i.
 void dengine_op_describe(const dengine *e, int i, char *buf, size_t len) {
     const eng_op *o = &e->ops[i];
-    if (o->fc) fconv_gpu_describe(o->fc, buf, len);
+    if (o->sp) desparse_describe(o->sp, buf, len);
+    else if (o->fc) fconv_gpu_describe(o->fc, buf, len);
     else if (o->fl) flinear_gpu_describe(o->fl, buf, len);
     else snprintf(buf, len, o->kind == EO_NONE ? "fused or aliased" : "nhwc_ops");
 }

@@ -16,6 +16,15 @@ dengine *dengine_create(const deploy_plan *p, dengine_prec prec, int n, const ui
     return NULL;
 }
 
+// Fails: no GPU in this build.
+dengine *dengine_create_mixed(const deploy_plan *p, int n, const uint8_t *images, int repeat,
+                              int force, sc_err *err) {
+    return dengine_create(p, DE_FP16, n, images, repeat, err);
+}
+
+// No sparse ops without an engine.
+int dengine_op_sparse(const dengine *e, int i) { return 0; }
+
 // Nothing to free.
 void dengine_free(dengine *e) { (void)e; }
 

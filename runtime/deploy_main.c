@@ -425,41 +425,64 @@ static int engine_accuracy(deploy_run *d, dengine *e, deploy_engine_result *er, 
     return rc;
 }
 
-// Builds the engine at batch n on img, and times it.
-static dengine *engine_build(deploy_run *d, dengine_prec k, int n, const uint8_t *img, double *ms,
-                             sc_err *err) {
-    dengine *e = dengine_create(d->p, k, n, img, 5, err);
+// Builds the engine (mixed: the mixed fp16 plan) at batch n on img, and times it.
+static dengine *engine_build(deploy_run *d, dengine_prec k, int mixed, int n, const uint8_t *img,
+                             double *ms, sc_err *err) {
+    dengine *e = mixed ? dengine_create_mixed(d->p, n, img, 5, 0, err) : dengine_create(d->p, k, n, img, 5, err);
     if (e && dengine_time(e, d->o.repeat, ms, err)) dengine_free(e), e = NULL;
     return e;
 }
 
-// One engine precision: build and time at the batch size, accuracy and
-// logits against the CPU, then build and time at batch 1.
-static int engine_prec(deploy_run *d, dengine_prec k, const float *ref_logits, int nref, sc_err *err) {
-    deploy_engine_result *er = &d->r.eng[k];
+// Lists the ops a mixed plan runs sparse into er.
+static void engine_sparse_ops(const deploy_run *d, const dengine *e, deploy_engine_result *er) {
+    size_t at = 0;
+    er->nsparse = 0, er->sparse[0] = 0;
+    for (int i = 0; i < d->p->nops; i++) {
+        if (!dengine_op_sparse(e, i)) continue;
+        er->nsparse++;
+        if (at < sizeof er->sparse)
+            at += (size_t)snprintf(er->sparse + at, sizeof er->sparse - at, "%s%s", at ? " " : "",
+                                   d->p->ops[i].name);
+    }
+}
+
+// One engine (a precision, or the mixed fp16 plan): build and time at the
+// batch size, accuracy and logits against the CPU, then build and time at
+// batch 1.
+static int engine_run(deploy_run *d, dengine_prec k, int mixed, deploy_engine_result *er,
+                      const float *ref_logits, int nref, sc_err *err) {
     const int classes = d->m->nt->classes;
-    log_line(stderr, d->o.c.quiet, "%s: dense %s engine", TOOL, dengine_prec_name(k));
+    const char *what = mixed ? "mixed fp16 plan" : dengine_prec_name(k);
+    log_line(stderr, d->o.c.quiet, "%s: %s%s", TOOL, mixed ? "" : "dense engine ", what);
     double t0 = progress_clock();
     uint8_t *img = batch_images(d, d->o.batch);
     float *lg = malloc((size_t)nref * classes * sizeof *lg);
     int rc = img && lg ? 0 : sc_fail(err, "out of memory");
-    dengine *e = rc ? NULL : engine_build(d, k, d->o.batch, img, &er->ms, err);
+    dengine *e = rc ? NULL : engine_build(d, k, mixed, d->o.batch, img, &er->ms, err);
     rc = e ? 0 : -1;
+    if (!rc) engine_sparse_ops(d, e, er);
     if (!rc) rc = dengine_forward(e, nref, test_image(d, 0), lg, err);
     if (!rc) er->logits_err = max_rel_err((size_t)nref * classes, lg, ref_logits);
     if (!rc) rc = engine_accuracy(d, e, er, err);
     dengine_free(e);
-    e = rc ? NULL : engine_build(d, k, 1, img, &er->lat_ms, err);
+    e = rc ? NULL : engine_build(d, k, mixed, 1, img, &er->lat_ms, err);
     rc = e ? 0 : -1;
     dengine_free(e);
     er->build_s = progress_clock() - t0;
     er->ran = rc == 0;
     if (er->ran)
-        log_line(stderr, d->o.c.quiet, "%s: dense %s engine: batch %d %.3f ms, batch 1 %.3f ms, test %.2f%%, "
-                 "top-1 = CPU on %ld of %ld", TOOL, dengine_prec_name(k), d->o.batch, er->ms, er->lat_ms,
+        log_line(stderr, d->o.c.quiet, "%s: %s: batch %d %.3f ms, batch 1 %.3f ms, test %.2f%%, "
+                 "top-1 = CPU on %ld of %ld", TOOL, what, d->o.batch, er->ms, er->lat_ms,
                  er->test_acc, er->agree, er->compared);
     free(img), free(lg);
     return rc;
+}
+
+// 1 when the fp16 sparse plan was asked for (then the mixed fp16 plan runs too).
+static int rep_has_fp16(const deploy_run *d) {
+    for (int i = 0; i < d->r.nprec; i++)
+        if (d->r.pr[i].prec == DP_FP16) return 1;
+    return 0;
 }
 
 // The GPU path: the CPU reference (check images and --reference images),
@@ -480,7 +503,10 @@ static int gpu_path(deploy_run *d, sc_err *err) {
         deploy_cpu_free(c);
     }
     for (int k = 0; k < DE_NPREC && !rc; k++)
-        if (engine_wanted(d, (dengine_prec)k)) rc = engine_prec(d, (dengine_prec)k, ref_logits, nref, err);
+        if (engine_wanted(d, (dengine_prec)k))
+            rc = engine_run(d, (dengine_prec)k, 0, &d->r.eng[k], ref_logits, nref, err);
+    if (!rc && d->r.eng[DE_FP16].ran && rep_has_fp16(d))
+        rc = engine_run(d, DE_FP16, 1, &d->r.mixed, ref_logits, nref, err);
     for (int i = 0; i < d->r.nprec && !rc; i++)
         rc = gpu_prec(d, ref, ref_logits, nref, &d->r.pr[i], err);
     free(ref_logits);

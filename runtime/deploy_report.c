@@ -216,6 +216,13 @@ static void rep_summary_engines(FILE *f, const deploy_report *r) {
         if (e->compared) fprintf(f, " (same top-1 as the CPU on %ld of %ld)", e->agree, e->compared);
         fprintf(f, ", logits within %.2g; built in %.1f s\n", e->logits_err, e->build_s);
     }
+    const deploy_engine_result *m = &r->mixed, *e = &r->eng[DE_FP16];
+    if (!m->ran) return;
+    fprintf(f, "mixed fp16 plan (the fp16 engine, each conv on the sparse kernel where that measures faster, "
+               "layout conversions included):\n  batch %d %.3f ms = %.2fx over the fp16 engine, batch 1 %.3f ms "
+               "= %.2fx; test accuracy %.2f%%; %d sparse layer%s%s%s\n",
+            r->batch, m->ms, e->ms / m->ms, m->lat_ms, e->lat_ms / m->lat_ms, m->test_acc, m->nsparse,
+            m->nsparse == 1 ? "" : "s", m->nsparse ? ": " : "", m->sparse);
 }
 
 // Prints accuracy and the end-to-end figures.
@@ -343,6 +350,20 @@ static void rep_json_engines(json_writer *j, const deploy_report *r) {
         json_object_end(j);
     }
     json_array_end(j);
+    const deploy_engine_result *m = &r->mixed, *e = &r->eng[DE_FP16];
+    if (!m->ran) return;
+    json_object_begin(j, "mixed_fp16");
+    json_add_number(j, "batch_ms", m->ms);
+    json_add_number(j, "batch1_ms", m->lat_ms);
+    json_add_number(j, "engine_speedup", e->ms / m->ms);
+    json_add_number(j, "engine_speedup_batch1", e->lat_ms / m->lat_ms);
+    json_add_number(j, "test_accuracy", m->test_acc);
+    json_add_int(j, "cpu_agreement_images", m->agree);
+    json_add_int(j, "cpu_compared_images", m->compared);
+    json_add_number(j, "logits_max_rel_err", m->logits_err);
+    json_add_int(j, "sparse_layers", m->nsparse);
+    json_add_string(j, "sparse_layer_names", m->sparse);
+    json_object_end(j);
 }
 
 // Writes the JSON summary into j.

@@ -34,6 +34,8 @@ typedef struct {
     long agree, compared;        // test images whose top-1 equals the CPU reference's
     double logits_err;           // max |gpu - cpu| / max |cpu| of the logits, check images
     double build_s;              // seconds to build and tune it (both batch sizes)
+    int nsparse;                 // mixed plan: convs run sparse at the batch size
+    char sparse[1024];           // mixed plan: their names, space-separated (truncated)
 } deploy_engine_result;
 
 // The whole run.
@@ -47,6 +49,7 @@ typedef struct {
     int nprec;
     deploy_prec_result pr[2];    // in the order run; pr[0] is the primary plan
     deploy_engine_result eng[DE_NPREC];  // the dense engine per precision (the yardstick)
+    deploy_engine_result mixed;  // the fp16 engine with sparse layers where they pay
     long cpu_images;             // test images run through the CPU plan (0: none)
     double cpu_acc;              // their top-1 accuracy, percent
     double cpu_ms, cpu_lat_ms;   // CPU plan: one batch, one image

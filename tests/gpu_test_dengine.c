@@ -77,10 +77,56 @@ static void test_residual_unfused(tctx *t) {
     tdm_fixture_free(&f);
 }
 
+// The mixed fp16 plan with every conv forced onto the sparse kernel (where
+// its check against cuDNN passes): the layout conversions, the residual add
+// and ReLU after the conversion, and fused pools give the CPU's logits.
+static void run_mixed(tctx *t, tdm_fixture *f, const char *name) {
+    for (int b1 = 0; b1 < 2; b1++) {
+        sc_err err = {{0}};
+        char what[96];
+        snprintf(what, sizeof what, "%s mixed batch %d", name, b1 ? 1 : NIMG);
+        dengine *e = dengine_create_mixed(f->p, b1 ? 1 : NIMG, f->img, 3, 1, &err);
+        CHECK(t, e != NULL, "%s: %s", what, err.msg);
+        if (!e) continue;
+        int sparse = 0;
+        for (int i = 0; i < f->p->nops; i++) sparse += dengine_op_sparse(e, i);
+        CHECK(t, sparse > 0, "%s: no layer ran sparse", what);
+        check_engine(t, f, e, what, b1 ? 1 : NIMG, DE_FP16);
+        dengine_free(e);
+    }
+}
+
+// Mixed plans on the residual net (fused adds) and LeNet (fused pools), 90% sparse.
+static void test_mixed(tctx *t) {
+    if (!gpu_here(t)) return;
+    tdm_fixture f;
+    tdm_opts o = {.fold_bn = 1, .fuse_relu = 1, .fuse_pool = 1, .sparsity = 0.9f};
+    if (tdm_fixture_make(t, &f, "res", RES_DESC, 13, 11, &o, 45) == 0) run_mixed(t, &f, "res");
+    tdm_fixture_free(&f);
+    if (tdm_fixture_make(t, &f, "lenet", NULL, 32, 32, &o, 46) == 0) run_mixed(t, &f, "lenet");
+    tdm_fixture_free(&f);
+}
+
+// Three convs of one shape (b, c, d) and two residual twins: later twins
+// reuse the first one's tuned cuDNN engine instead of building every plan.
+static void test_twins(tctx *t) {
+    if (!gpu_here(t)) return;
+    static const char *const TWIN_DESC =
+        "conv 8 3 pad=1 name=a\nrelu\nconv 8 3 pad=1 name=b\nrelu name=rb\n"
+        "conv 8 3 pad=1 name=c\nrelu\nconv 8 3 pad=1 name=d\nadd rb\nrelu name=rd\n"
+        "conv 8 3 pad=1 name=e\nadd rd\nrelu\ngap\nlinear classes name=fc\n";
+    tdm_fixture f;
+    tdm_opts o = {.fold_bn = 1, .fuse_relu = 1, .fuse_pool = 1, .sparsity = 0.2f};
+    if (tdm_fixture_make(t, &f, "twins", TWIN_DESC, 9, 7, &o, 44) == 0) run_all(t, &f, "twins");
+    tdm_fixture_free(&f);
+}
+
 int main(void) {
     tctx t = {.suite = "gpu_test_dengine"};
     RUN(&t, test_lenet);
     RUN(&t, test_residual);
     RUN(&t, test_residual_unfused);
+    RUN(&t, test_mixed);
+    RUN(&t, test_twins);
     return check_finish(&t);
 }
