@@ -134,6 +134,15 @@ $(BUILD)/obj/kernels/spconv_plan_plant.cu.o: kernels/spconv_plan.cu $(NVSTAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -DSC_TEST_PLANT_WRONG -c $< -o $@
 
+# The cuDNN plan tuner's test links a build whose first plan writes wrong values.
+$(BUILD)/obj/kernels/fconv_gpu_plant.o: kernels/fconv_gpu.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DSC_TEST_PLANT_WRONG -c $< -o $@
+
+$(BUILD)/tests/gpu_test_fconv: $(BUILD)/obj/tests/gpu_test_fconv.o $(BUILD)/obj/kernels/fconv_gpu_plant.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 $(BUILD)/tests/gpu_test_tune: $(BUILD)/obj/tests/gpu_test_tune.o \
                               $(BUILD)/obj/kernels/spconv_plan_plant.cu.o $(LIB)
 	@mkdir -p $(dir $@)

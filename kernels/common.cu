@@ -71,19 +71,19 @@ __global__ void convert_kernel(size_t n, const S *src, D *dst) {
     SC_GRID_LOOP(i, n) dst[i] = sc_fromf<D>(sc_tof(src[i]));
 }
 
-// dst (n) [ddt] = src (n) [sdt].
+// dst (n) [ddt] = src (n) [sdt] (through fp32; a copy when the types match).
 extern "C" int gpu_convert(const gpu_ctx *g, size_t n, gpu_dtype sdt, const void *src,
                            gpu_dtype ddt, void *dst, sc_err *err) {
     if (n == 0) return 0;
+    if (sdt == ddt) {
+        cudaCheck(err, cudaMemcpyAsync(dst, src, n * gpu_dtype_size(sdt), cudaMemcpyDeviceToDevice,
+                                       g->stream));
+        return 0;
+    }
     const int th = 256;
     const unsigned bl = sc_blocks(g, n, th);
-    if (sdt == GDT_F32 && ddt == GDT_F16)
-        convert_kernel<<<bl, th, 0, g->stream>>>(n, (const float *)src, (__half *)dst);
-    else if (sdt == GDT_F16 && ddt == GDT_F32)
-        convert_kernel<<<bl, th, 0, g->stream>>>(n, (const __half *)src, (float *)dst);
-    else
-        cudaCheck(err, cudaMemcpyAsync(dst, src, n * gpu_dtype_size(sdt),
-                                       cudaMemcpyDeviceToDevice, g->stream));
+    SC_DISPATCH3(sdt, typedef T S; SC_DISPATCH3(ddt, convert_kernel<<<bl, th, 0, g->stream>>>(
+                                                         n, (const S *)src, (T *)dst)));
     cudaCheckLaunch(err);
     return 0;
 }
@@ -111,7 +111,7 @@ __global__ void fill_uniform_kernel(size_t n, T *p, float lo, float hi, uint64_t
 extern "C" int gpu_fill_uniform(const gpu_ctx *g, gpu_dtype dt, size_t n, void *p, float lo,
                                 float hi, uint64_t seed, sc_err *err) {
     if (n == 0) return 0;
-    SC_DISPATCH(dt, fill_uniform_kernel<T><<<sc_blocks(g, n, 256), 256, 0, g->stream>>>(
+    SC_DISPATCH3(dt, fill_uniform_kernel<T><<<sc_blocks(g, n, 256), 256, 0, g->stream>>>(
                         n, (T *)p, lo, hi, seed));
     cudaCheckLaunch(err);
     return 0;

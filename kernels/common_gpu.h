@@ -95,11 +95,10 @@ void gpu_ctx_free(gpu_ctx *g);
 
 // --- utility launches -------------------------------------------------------
 
-// dst (n) [ddt] = src (n) [sdt], converted (fp32 <-> fp16 rounds to nearest).
+// dst (n) [ddt] = src (n) [sdt], converted through fp32 (fp32, fp16, bf16; rounds to nearest).
 int gpu_convert(const gpu_ctx *g, size_t n, gpu_dtype sdt, const void *src, gpu_dtype ddt,
                 void *dst, sc_err *err);
 
-// p (n) [dt] = uniform values in [lo, hi) from a hash of (seed, index).
 // One run of GPU work to time: queues it on the context's stream; 0 or -1.
 typedef int (*gpu_run_fn)(void *arg, sc_err *err);
 
@@ -108,6 +107,7 @@ typedef int (*gpu_run_fn)(void *arg, sc_err *err);
 int gpu_time_median(const gpu_ctx *g, gpu_run_fn fn, void *arg, int warmup, int repeat, double *ms,
                     sc_err *err);
 
+// p (n) [dt] = uniform values in [lo, hi) from a hash of (seed, index).
 int gpu_fill_uniform(const gpu_ctx *g, gpu_dtype dt, size_t n, void *p, float lo, float hi,
                      uint64_t seed, sc_err *err);
 

@@ -79,5 +79,17 @@ static inline unsigned sc_blocks(const gpu_ctx *g, size_t items, int threads) {
         }                                                                                  \
     } while (0)
 
+// Runs `body` with T bound to the element type of dt, bf16 included
+// (float, __half or __nv_bfloat16): for kernels written for all three.
+#define SC_DISPATCH3(dt, ...)                                                              \
+    do {                                                                                   \
+        if ((dt) == GDT_BF16) {                                                            \
+            typedef __nv_bfloat16 T;                                                       \
+            __VA_ARGS__;                                                                   \
+        } else {                                                                           \
+            SC_DISPATCH(dt, __VA_ARGS__);                                                  \
+        }                                                                                  \
+    } while (0)
+
 #endif
 #endif

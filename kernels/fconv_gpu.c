@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kernels/fconv_gpu.h"
+#include "kernels/nhwc_ops_gpu.h"
 
 #define FC_MAX_PLANS 32
 #define FC_NVIRT 3
@@ -27,6 +28,8 @@ struct fconv_gpu {
     size_t ws[FC_MAX_PLANS];     // workspace bytes per plan
     int64_t engine[FC_MAX_PLANS];// cuDNN's global engine index per plan
     double ms;                   // tuned time of the plan in use (NAN before tuning)
+    double err;                  // its max |y - CPU| / max |CPU| on the checked images
+    int rejected;                // plans that failed the check
     bdesc vpack;                 // variant pack of the last pointers, NULL when none
     const void *vp_ptr[6];       // x, w, bias, z, y, ws of vpack
 };
@@ -62,7 +65,7 @@ static int fc_tensor(bdesc *t, int64_t uid, cudnnDataType_t dt, int64_t n, int64
 static int fc_conv_desc(bdesc *cd, const fconv_shape *s, sc_err *err) {
     const cudnnDataType_t ct = CUDNN_DATA_FLOAT;
     const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
-    const int64_t dims = 2, pad[2] = {s->pad, s->pad}, str[2] = {s->stride, s->stride};
+    const int64_t dims = 2, pad[2] = {s->d.pad, s->d.pad}, str[2] = {s->d.stride, s->d.stride};
     const int64_t dil[2] = {1, 1};
     cudnnCheck(err, cudnnBackendCreateDescriptor(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, cd));
     BE_SET(err, *cd, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &ct);
@@ -132,31 +135,31 @@ static void fc_parts_free(fc_parts *q) {
 // Creates the real tensors (x, w, bias, z, y) of the graph.
 static int fc_real_tensors(fc_parts *q, const fconv_shape *s, int P, int Q, sc_err *err) {
     const cudnnDataType_t dt = fc_cudnn_type(s->dt);
-    SC_TRY(fc_tensor(&q->t[0], UID_X, dt, s->n, s->C, s->H, s->W, false, err));
-    SC_TRY(fc_tensor(&q->t[1], UID_W, dt, s->K, s->C, s->R, s->S, false, err));
-    SC_TRY(fc_tensor(&q->t[2], UID_B, dt, 1, s->K, 1, 1, false, err));
-    if (s->residual) SC_TRY(fc_tensor(&q->t[3], UID_Z, dt, s->n, s->K, P, Q, false, err));
-    return fc_tensor(&q->t[4], UID_Y, dt, s->n, s->K, P, Q, false, err);
+    SC_TRY(fc_tensor(&q->t[0], UID_X, dt, s->d.n, s->d.C, s->d.H, s->d.W, false, err));
+    SC_TRY(fc_tensor(&q->t[1], UID_W, dt, s->d.K, s->d.C, s->d.R, s->d.S, false, err));
+    SC_TRY(fc_tensor(&q->t[2], UID_B, dt, 1, s->d.K, 1, 1, false, err));
+    if (s->d.residual) SC_TRY(fc_tensor(&q->t[3], UID_Z, dt, s->d.n, s->d.K, P, Q, false, err));
+    return fc_tensor(&q->t[4], UID_Y, dt, s->d.n, s->d.K, P, Q, false, err);
 }
 
 // Creates conv -> +bias -> [+z] -> [ReLU]; the last op writes y.
 static int fc_ops(fc_parts *q, const fconv_shape *s, int P, int Q, sc_err *err) {
-    const int stages = 1 + s->residual + s->relu;  // pointwise ops after the conv
+    const int stages = 1 + s->d.residual + s->d.relu;  // pointwise ops after the conv
     bdesc cur;
-    SC_TRY(fc_tensor(&q->t[5], UID_VIRT, CUDNN_DATA_FLOAT, s->n, s->K, P, Q, true, err));
+    SC_TRY(fc_tensor(&q->t[5], UID_VIRT, CUDNN_DATA_FLOAT, s->d.n, s->d.K, P, Q, true, err));
     SC_TRY(fc_conv_desc(&q->cd, s, err));
     SC_TRY(fc_conv_op(&q->op[0], q->t[0], q->t[1], q->t[5], q->cd, err));
     cur = q->t[5];
     q->nop = 1;
     const cudnnPointwiseMode_t modes[3] = {CUDNN_POINTWISE_ADD, CUDNN_POINTWISE_ADD,
                                            CUDNN_POINTWISE_RELU_FWD};
-    const int use[3] = {1, s->residual, s->relu};
+    const int use[3] = {1, s->d.residual, s->d.relu};
     for (int k = 0, done = 0; k < 3; k++) {
         if (!use[k]) continue;
         done++;
         bdesc out = q->t[4];
         if (done < stages) {
-            SC_TRY(fc_tensor(&out, UID_VIRT + done, CUDNN_DATA_FLOAT, s->n, s->K, P, Q, true, err));
+            SC_TRY(fc_tensor(&out, UID_VIRT + done, CUDNN_DATA_FLOAT, s->d.n, s->d.K, P, Q, true, err));
             q->t[5 + done] = out;
         }
         bdesc b = k == 0 ? q->t[2] : k == 1 ? q->t[3] : NULL;
@@ -238,9 +241,9 @@ static int fc_plan_build(fconv_gpu *c, const gpu_ctx *g, bdesc cfg, int64_t inde
 }
 
 // Asks the heuristics in `mode` for configurations and builds plans for
-// the acceptable ones (only engine `only` when >= 0) until max_plans exist.
+// the acceptable ones until max_plans exist.
 static int fc_plans_from(fconv_gpu *c, const gpu_ctx *g, cudnnBackendHeurMode_t mode, int max_plans,
-                         int64_t only, sc_err *err) {
+                         sc_err *err) {
     bdesc heur, cfgs[FC_MAX_PLANS];
     int64_t count = 0;
     cudnnCheck(err, cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur));
@@ -255,7 +258,7 @@ static int fc_plans_from(fconv_gpu *c, const gpu_ctx *g, cudnnBackendHeurMode_t 
                                            CUDNN_TYPE_BACKEND_DESCRIPTOR, ncfg, &count, cfgs);
     for (int64_t i = 0; !rc && i < count && i < ncfg && c->nplans < max_plans; i++) {
         int64_t index = -1, dup = 0;
-        if (!fc_cfg_acceptable(cfgs[i], &index) || (only >= 0 && index != only)) continue;
+        if (!fc_cfg_acceptable(cfgs[i], &index)) continue;
         for (int p = 0; p < c->nplans; p++) dup |= c->engine[p] == index;
         if (!dup) fc_plan_build(c, g, cfgs[i], index);
     }
@@ -266,32 +269,24 @@ static int fc_plans_from(fconv_gpu *c, const gpu_ctx *g, cudnnBackendHeurMode_t 
 
 // --- public API -----------------------------------------------------------------------
 
-// Output plane size.
-void fconv_gpu_out(const fconv_shape *s, int *P, int *Q) {
-    *P = (s->H + 2 * s->pad - s->R) / s->stride + 1;
-    *Q = (s->W + 2 * s->pad - s->S) / s->stride + 1;
-}
-
 // Builds the graph and the plans.
-fconv_gpu *fconv_gpu_create(const gpu_ctx *g, const fconv_shape *s, int max_plans,
-                            int64_t engine, sc_err *err) {
+fconv_gpu *fconv_gpu_create(const gpu_ctx *g, const fconv_shape *s, int max_plans, sc_err *err) {
     fconv_gpu *c = calloc(1, sizeof *c);
     if (!c) {
         sc_fail(err, "out of memory");
         return NULL;
     }
     c->s = *s, c->ms = NAN;
-    fconv_gpu_out(s, &c->P, &c->Q);
-    max_plans = engine >= 0 ? 1 : max_plans < 1 || max_plans > FC_MAX_PLANS ? FC_MAX_PLANS : max_plans;
+    fconv_out(&s->d, &c->P, &c->Q);
+    max_plans = max_plans < 1 || max_plans > FC_MAX_PLANS ? FC_MAX_PLANS : max_plans;
     int rc = c->P > 0 && c->Q > 0 ? 0 : sc_fail(err, "conv output is empty");
     if (!rc) rc = fc_graph(c, g, err);
-    if (!rc) rc = fc_plans_from(c, g, CUDNN_HEUR_MODE_A, max_plans, engine, err);
-    if (!rc && c->nplans < max_plans)
-        rc = fc_plans_from(c, g, CUDNN_HEUR_MODE_FALLBACK, max_plans, engine, err);
+    if (!rc) rc = fc_plans_from(c, g, CUDNN_HEUR_MODE_A, max_plans, err);
+    if (!rc && c->nplans < max_plans) rc = fc_plans_from(c, g, CUDNN_HEUR_MODE_FALLBACK, max_plans, err);
     if (!rc && c->nplans == 0)
-        rc = sc_fail(err, "cuDNN has no engine for conv %dx%dx%dx%d stride %d on %dx%d (%s)", s->K,
-                     s->C, s->R, s->S, s->stride, s->H, s->W,
-                     s->residual ? "bias+add+act" : "bias+act");
+        rc = sc_fail(err, "cuDNN has no engine for conv %dx%dx%dx%d stride %d on %dx%d (%s)", s->d.K,
+                     s->d.C, s->d.R, s->d.S, s->d.stride, s->d.H, s->d.W,
+                     s->d.residual ? "bias+add+act" : "bias+act");
     if (rc) {
         fconv_gpu_free(c);
         return NULL;
@@ -315,7 +310,7 @@ static int fc_vpack(fconv_gpu *c, const void *const ptr[6], sc_err *err) {
     int64_t uids[5] = {UID_X, UID_W, UID_B, UID_Y, UID_Z};
     void *data[5] = {(void *)ptr[0], (void *)ptr[1], (void *)ptr[2], (void *)ptr[4], (void *)ptr[3]};
     void *ws = (void *)ptr[5];
-    const int64_t nb = c->s.residual ? 5 : 4;
+    const int64_t nb = c->s.d.residual ? 5 : 4;
     cudnnCheck(err, cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &c->vpack));
     BE_SET(err, c->vpack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, nb, uids);
     BE_SET(err, c->vpack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, nb, data);
@@ -331,6 +326,10 @@ static int fc_exec(const gpu_ctx *g, fconv_gpu *c, int p, const void *x, const v
     const void *ptr[6] = {x, w, bias, z, y, ws};
     SC_TRY(fc_vpack(c, ptr, err));
     cudnnCheck(err, cudnnBackendExecute(g->cudnn, c->plan[p], c->vpack));
+#ifdef SC_TEST_PLANT_WRONG
+    // test-only build: the first plan writes a wrong value over y's first elements
+    if (p == 0 && c->nplans > 1) cudaCheck(err, cudaMemsetAsync(y, 0x7b, 4, g->stream));
+#endif
     return 0;
 }
 
@@ -338,6 +337,97 @@ static int fc_exec(const gpu_ctx *g, fconv_gpu *c, int p, const void *x, const v
 int fconv_gpu_run(const gpu_ctx *g, fconv_gpu *c, const void *x, const void *w, const void *bias,
                   const void *z, void *y, void *ws, sc_err *err) {
     return fc_exec(g, c, c->pick, x, w, bias, z, y, ws, err);
+}
+
+// --- the check against the CPU reference -------------------------------------------
+
+// The tuner's check: the batch's first and last images of x (and z), the
+// weights and bias as fp32 on the host, the CPU's output for them, and the
+// tolerance of the storage type (relative to the largest output).
+typedef struct {
+    int m;                       // images checked (1 or 2)
+    size_t in_img, out_img, wn;  // floats per image of x, per image of y, of w
+    float *x, *w, *b, *z, *ref, *y;
+    float *dev;                  // device fp32 scratch for the casts
+    double tol;
+} fc_check;
+
+// Frees the check's buffers.
+static void fc_check_free(fc_check *k) {
+    free(k->x), free(k->w), free(k->b), free(k->z), free(k->ref), free(k->y);
+    cudaFree(k->dev);
+}
+
+// host[0, count) = fp32 of device src[first, first + count) of type dt (syncs).
+static int fc_fetch(const gpu_ctx *g, const fc_check *k, gpu_dtype dt, const void *src, size_t first,
+                    size_t count, float *host, sc_err *err) {
+    const char *at = (const char *)src + first * gpu_dtype_size(dt);
+    SC_TRY(nhwc_to_f32_gpu(g, dt, count, at, k->dev, err));
+    cudaCheck(err, cudaMemcpyAsync(host, k->dev, count * sizeof *host, cudaMemcpyDeviceToHost, g->stream));
+    cudaCheck(err, cudaStreamSynchronize(g->stream));
+    return 0;
+}
+
+// Fetches images 0 and (when two are checked) n-1 of an (n, ., ., .)
+// tensor of `img` elements per image into host.
+static int fc_fetch_images(const gpu_ctx *g, const fconv_gpu *c, const fc_check *k, const void *src,
+                           size_t img, float *host, sc_err *err) {
+    SC_TRY(fc_fetch(g, k, c->s.dt, src, 0, img, host, err));
+    return k->m < 2 ? 0 : fc_fetch(g, k, c->s.dt, src, (size_t)(c->s.d.n - 1) * img, img, host + img, err);
+}
+
+// Tolerance of max |y - CPU| / max |CPU| for a storage type: a few
+// roundings of the output (fp16 2^-11, bf16 2^-8; fp32 storage may run on
+// TF32 tensor cores, whose inputs keep 10 mantissa bits).
+static double fc_tolerance(gpu_dtype dt) {
+    return dt == GDT_F16 ? 2e-3 : dt == GDT_BF16 ? 1.6e-2 : 5e-3;
+}
+
+// Fetches the inputs of the checked images and computes the CPU's output.
+static int fc_check_init(const gpu_ctx *g, const fconv_gpu *c, const void *const ptr[6], fc_check *k,
+                         sc_err *err) {
+    const fconv_dims *d = &c->s.d;
+    memset(k, 0, sizeof *k);
+    k->m = d->n > 1 ? 2 : 1, k->tol = fc_tolerance(c->s.dt);
+    k->in_img = (size_t)d->H * d->W * d->C, k->out_img = (size_t)c->P * c->Q * d->K;
+    k->wn = (size_t)d->K * d->R * d->S * d->C;
+    size_t big = k->in_img > k->out_img ? k->in_img : k->out_img;
+    big = big > k->wn ? big : k->wn;
+    k->x = malloc(k->m * k->in_img * sizeof(float)), k->w = malloc(k->wn * sizeof(float));
+    k->b = malloc(d->K * sizeof(float)), k->z = malloc(k->m * k->out_img * sizeof(float));
+    k->ref = malloc(k->m * k->out_img * sizeof(float)), k->y = malloc(k->m * k->out_img * sizeof(float));
+    if (!k->x || !k->w || !k->b || !k->z || !k->ref || !k->y) return fc_check_free(k), sc_fail(err, "out of memory");
+    int rc = cudaMalloc((void **)&k->dev, big * sizeof(float)) != cudaSuccess
+                 ? sc_fail(err, "checking cuDNN plans: %s", cudaGetErrorString(cudaGetLastError())) : 0;
+    if (!rc) rc = fc_fetch_images(g, c, k, ptr[0], k->in_img, k->x, err);
+    if (!rc) rc = fc_fetch(g, k, c->s.dt, ptr[1], 0, k->wn, k->w, err);
+    if (!rc) rc = fc_fetch(g, k, c->s.dt, ptr[2], 0, (size_t)d->K, k->b, err);
+    if (!rc && d->residual) rc = fc_fetch_images(g, c, k, ptr[3], k->out_img, k->z, err);
+    if (rc) return fc_check_free(k), rc;
+    fconv_dims dm = *d;
+    dm.n = k->m;
+    fconv_cpu(&dm, k->m, k->x, k->w, k->b, k->z, k->ref);
+    return 0;
+}
+
+// Runs plan p once and sets *rel to max |y - CPU| / max |CPU| on the
+// checked images (infinite on a NaN or when the plan fails to run).
+static int fc_check_plan(const gpu_ctx *g, fconv_gpu *c, int p, const void *const ptr[6],
+                         const fc_check *k, double *rel, sc_err *err) {
+    sc_err why = {{0}};
+    *rel = INFINITY;
+    if (fc_exec(g, c, p, ptr[0], ptr[1], ptr[2], ptr[3], (void *)ptr[4], (void *)ptr[5], &why) ||
+        cudaStreamSynchronize(g->stream) != cudaSuccess)
+        return cudaGetLastError(), 0;  // a plan that cannot run is skipped, not fatal
+    SC_TRY(fc_fetch_images(g, c, k, ptr[4], k->out_img, k->y, err));
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < k->m * k->out_img; i++) {
+        const double e = fabs((double)k->y[i] - k->ref[i]);
+        if (!(e <= num)) num = e;  // NaN propagates
+        den = fabs(k->ref[i]) > den ? fabs(k->ref[i]) : den;
+    }
+    *rel = den > 0 ? num / den : num;
+    return 0;
 }
 
 // One plan on fixed buffers (the argument of fc_run_plan).
@@ -374,34 +464,45 @@ static void fc_keep(fconv_gpu *c, int keep) {
     c->nplans = 1, c->pick = 0;
 }
 
-// Times every plan and keeps the fastest.
+// Times every plan that matches the CPU reference (fconv_check) and keeps
+// the fastest.
 int fconv_gpu_tune(const gpu_ctx *g, fconv_gpu *c, const void *x, const void *w, const void *bias,
                    const void *z, void *y, void *ws, size_t ws_max, int repeat, double *ms,
                    sc_err *err) {
     const void *ptr[6] = {x, w, bias, z, y, ws};
-    int best = -1;
-    double best_ms = INFINITY;
-    for (int p = 0; p < c->nplans; p++) {
+    fc_check k;
+    SC_TRY(fc_check_init(g, c, ptr, &k, err));
+    int best = -1, rc = 0;
+    double best_ms = INFINITY, best_err = NAN;
+    c->rejected = 0;
+    for (int p = 0; p < c->nplans && !rc; p++) {
+        double e = INFINITY;
         if (c->ws[p] > ws_max) continue;
+        rc = fc_check_plan(g, c, p, ptr, &k, &e, err);
+        if (!rc && !(e <= k.tol)) c->rejected++;
+        if (rc || !(e <= k.tol)) continue;
         double t = fc_time_plan(g, c, p, ptr, repeat);
-        if (t < best_ms) best_ms = t, best = p;
+        if (t < best_ms) best_ms = t, best = p, best_err = e;
     }
+    fc_check_free(&k);
+    if (rc) return rc;
     if (best < 0)
-        return sc_fail(err, "none of the %d cuDNN plans of conv %dx%dx%dx%d ran", c->nplans, c->s.K,
-                       c->s.C, c->s.R, c->s.S);
+        return sc_fail(err, "none of the %d cuDNN plans of conv %dx%dx%dx%d ran and matched the CPU "
+                       "reference (%d did not match)", c->nplans, c->s.d.K, c->s.d.C, c->s.d.R,
+                       c->s.d.S, c->rejected);
     fc_keep(c, best);
-    c->ms = *ms = best_ms;
+    c->ms = *ms = best_ms, c->err = best_err;
     return 0;
 }
 
-// cuDNN's global index of the engine in use.
-int64_t fconv_gpu_engine(const fconv_gpu *c) { return c->engine[c->pick]; }
+// Plans the last tune rejected because they did not match the CPU reference.
+int fconv_gpu_rejected(const fconv_gpu *c) { return c->rejected; }
 
-// Engine index, workspace and tuned time.
+// Engine index, workspace, tuned time, check error and plans rejected.
 void fconv_gpu_describe(const fconv_gpu *c, char *buf, size_t len) {
-    snprintf(buf, len, "cuDNN graph engine %lld (conv+bias%s%s), ws %zu KB",
-             (long long)c->engine[c->pick], c->s.residual ? "+add" : "", c->s.relu ? "+relu" : "",
-             c->ws[c->pick] >> 10);
+    snprintf(buf, len, "cuDNN graph engine %lld (conv+bias%s%s), ws %zu KB, CPU check %.1e, %d rejected",
+             (long long)c->engine[c->pick], c->s.d.residual ? "+add" : "", c->s.d.relu ? "+relu" : "",
+             c->ws[c->pick] >> 10, c->err, c->rejected);
 }
 
 // Frees the plans, the variant pack and the graph.

@@ -3,9 +3,10 @@
 // channels-last tensors, in fp16, bf16 or fp32 storage with fp32
 // accumulation. The operation graph is conv -> add bias -> [add residual z]
 // -> [ReLU]; cuDNN's heuristics list the engine configurations that can run
-// it, and fconv_gpu_tune times each one on the real buffers and keeps the
+// it, and fconv_gpu_tune checks each one on the real buffers against the
+// CPU reference (kernels/fconv.h) and times those that match, keeping the
 // fastest (engines that reduce in reduced precision, or that down-convert
-// fp32 inputs, are left out).
+// fp32 inputs, are left out before that).
 //
 // Layouts: x (n, H, W, C), w (K, R, S, C), bias (K), z and y (n, P, Q, K),
 // all dense, device pointers, element type `dt`.
@@ -17,18 +18,15 @@
 #include <stddef.h>
 
 #include "kernels/common_gpu.h"
+#include "kernels/fconv.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-// What one fused convolution computes.
+// One fused convolution and the storage type of its tensors.
 typedef struct {
-    int n, C, H, W;       // batch, input channels, input plane
-    int K, R, S;          // output channels, kernel rows and columns
-    int stride, pad;      // the conv's stride and zero padding (both sides)
-    int residual;         // 1: add z before the activation
-    int relu;             // 1: ReLU last
+    fconv_dims d;         // geometry and epilogue (kernels/fconv.h)
     gpu_dtype dt;         // storage type of x, w, bias, z, y
 } fconv_shape;
 
@@ -36,23 +34,22 @@ typedef struct fconv_gpu fconv_gpu;
 
 // Builds the operation graph and an execution plan for every engine
 // configuration cuDNN offers for it (at most max_plans; those that fail to
-// build are skipped), or, with engine >= 0, for that engine alone (a layer
-// of the same shape as one already tuned). Fails when none builds.
-fconv_gpu *fconv_gpu_create(const gpu_ctx *g, const fconv_shape *s, int max_plans,
-                            int64_t engine, sc_err *err);
+// build are skipped). Fails when none builds.
+fconv_gpu *fconv_gpu_create(const gpu_ctx *g, const fconv_shape *s, int max_plans, sc_err *err);
 
-// cuDNN's global index of the engine of the plan in use.
-int64_t fconv_gpu_engine(const fconv_gpu *c);
-
-// Output plane size.
-void fconv_gpu_out(const fconv_shape *s, int *P, int *Q);
-
-// Times every plan on the given buffers (median of `repeat` after a
-// warm-up; ws_max bytes of workspace at ws) and keeps the fastest; *ms gets
-// its time. Plans needing more workspace than ws_max are skipped. Syncs.
+// Checks every plan on the given buffers against the CPU reference on the
+// batch's first and last images (max |y - CPU| within a few roundings of
+// the storage type, relative to the largest output), times those that
+// match (median of `repeat` after a warm-up; ws_max bytes of workspace at
+// ws) and keeps the fastest; *ms gets its time. Plans needing more
+// workspace than ws_max, failing to run or failing the check are skipped;
+// fails when none is left. Syncs.
 int fconv_gpu_tune(const gpu_ctx *g, fconv_gpu *c, const void *x, const void *w, const void *bias,
                    const void *z, void *y, void *ws, size_t ws_max, int repeat, double *ms,
                    sc_err *err);
+
+// Plans the last fconv_gpu_tune rejected for not matching the CPU reference.
+int fconv_gpu_rejected(const fconv_gpu *c);
 
 // Workspace bytes of the plan in use (the largest of all plans before tuning).
 size_t fconv_gpu_workspace(const fconv_gpu *c);
@@ -62,7 +59,7 @@ size_t fconv_gpu_workspace(const fconv_gpu *c);
 int fconv_gpu_run(const gpu_ctx *g, fconv_gpu *c, const void *x, const void *w, const void *bias,
                   const void *z, void *y, void *ws, sc_err *err);
 
-// One line: engine index, plans offered, workspace.
+// One line: engine index, workspace, check error, plans rejected by the check.
 void fconv_gpu_describe(const fconv_gpu *c, char *buf, size_t len);
 
 // Frees the plans and the graph (NULL is fine).

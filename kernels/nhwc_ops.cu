@@ -8,16 +8,6 @@
 
 // Runs `body` with T bound to the element type of dt: bf16 here, fp32 and
 // fp16 through SC_DISPATCH.
-#define NH_DISPATCH(dt, ...)                                                            \
-    do {                                                                                \
-        if ((dt) == GDT_BF16) {                                                         \
-            typedef __nv_bfloat16 T;                                                    \
-            __VA_ARGS__;                                                                \
-        } else {                                                                        \
-            SC_DISPATCH(dt, __VA_ARGS__);                                               \
-        }                                                                               \
-    } while (0)
-
 #define NH_THREADS 256
 
 // --- kernels ------------------------------------------------------------------------
@@ -144,7 +134,7 @@ extern "C" int nhwc_normalize_gpu(const gpu_ctx *g, gpu_dtype dt, int n, int h, 
                                   const uint8_t *img, const float mean[3], const float std[3],
                                   void *y, sc_err *err) {
     const size_t total = (size_t)n * h * w * cy;
-    NH_DISPATCH(dt, nhwc_normalize_kernel<T> NH_LAUNCH(total)(img, n, h, w, cy, mean[0], mean[1],
+    SC_DISPATCH3(dt, nhwc_normalize_kernel<T> NH_LAUNCH(total)(img, n, h, w, cy, mean[0], mean[1],
                                                               mean[2], std[0], std[1], std[2], (T *)y));
     cudaCheckLaunch(err);
     return 0;
@@ -153,7 +143,7 @@ extern "C" int nhwc_normalize_gpu(const gpu_ctx *g, gpu_dtype dt, int n, int h, 
 // y = a + b (+ReLU).
 extern "C" int nhwc_add_gpu(const gpu_ctx *g, gpu_dtype dt, size_t count, const void *a,
                             const void *b, void *y, int relu, sc_err *err) {
-    NH_DISPATCH(dt, nhwc_add_kernel<T> NH_LAUNCH(count)((const T *)a, (const T *)b, (T *)y, count, relu));
+    SC_DISPATCH3(dt, nhwc_add_kernel<T> NH_LAUNCH(count)((const T *)a, (const T *)b, (T *)y, count, relu));
     cudaCheckLaunch(err);
     return 0;
 }
@@ -161,7 +151,7 @@ extern "C" int nhwc_add_gpu(const gpu_ctx *g, gpu_dtype dt, size_t count, const 
 // y = max(x, 0).
 extern "C" int nhwc_relu_gpu(const gpu_ctx *g, gpu_dtype dt, size_t count, const void *x, void *y,
                              sc_err *err) {
-    NH_DISPATCH(dt, nhwc_relu_kernel<T> NH_LAUNCH(count)((const T *)x, (T *)y, count));
+    SC_DISPATCH3(dt, nhwc_relu_kernel<T> NH_LAUNCH(count)((const T *)x, (T *)y, count));
     cudaCheckLaunch(err);
     return 0;
 }
@@ -171,7 +161,7 @@ extern "C" int nhwc_affine_gpu(const gpu_ctx *g, gpu_dtype dt, const nhwc_geom *
                                const float *scale, const float *shift, void *y, int relu,
                                sc_err *err) {
     const size_t count = (size_t)gx->n * gx->h * gx->w * gx->c;
-    NH_DISPATCH(dt, nhwc_affine_kernel<T> NH_LAUNCH(count)((const T *)x, (T *)y, count, gx->c, scale,
+    SC_DISPATCH3(dt, nhwc_affine_kernel<T> NH_LAUNCH(count)((const T *)x, (T *)y, count, gx->c, scale,
                                                           shift, relu));
     cudaCheckLaunch(err);
     return 0;
@@ -182,7 +172,7 @@ extern "C" int nhwc_pool_gpu(const gpu_ctx *g, gpu_dtype dt, const nhwc_geom *gx
                              int k, int stride, int pad, int avg, int po, int qo, void *y,
                              sc_err *err) {
     const size_t total = (size_t)gx->n * po * qo * gx->c;
-    NH_DISPATCH(dt, nhwc_pool_kernel<T> NH_LAUNCH(total)((const T *)x, (T *)y, gx->n, gx->h, gx->w,
+    SC_DISPATCH3(dt, nhwc_pool_kernel<T> NH_LAUNCH(total)((const T *)x, (T *)y, gx->n, gx->h, gx->w,
                                                         gx->c, k, stride, pad, avg, po, qo));
     cudaCheckLaunch(err);
     return 0;
@@ -192,7 +182,7 @@ extern "C" int nhwc_pool_gpu(const gpu_ctx *g, gpu_dtype dt, const nhwc_geom *gx
 extern "C" int nhwc_gap_gpu(const gpu_ctx *g, gpu_dtype dt, const nhwc_geom *gx, const void *x,
                             void *y, sc_err *err) {
     const size_t total = (size_t)gx->n * gx->c;
-    NH_DISPATCH(dt, nhwc_gap_kernel<T> NH_LAUNCH(total)((const T *)x, (T *)y, gx->n, gx->h * gx->w,
+    SC_DISPATCH3(dt, nhwc_gap_kernel<T> NH_LAUNCH(total)((const T *)x, (T *)y, gx->n, gx->h * gx->w,
                                                        gx->c));
     cudaCheckLaunch(err);
     return 0;
@@ -201,7 +191,7 @@ extern "C" int nhwc_gap_gpu(const gpu_ctx *g, gpu_dtype dt, const nhwc_geom *gx,
 // Widens to fp32.
 extern "C" int nhwc_to_f32_gpu(const gpu_ctx *g, gpu_dtype dt, size_t count, const void *x,
                                float *y, sc_err *err) {
-    NH_DISPATCH(dt, nhwc_to_f32_kernel<T> NH_LAUNCH(count)((const T *)x, y, count));
+    SC_DISPATCH3(dt, nhwc_to_f32_kernel<T> NH_LAUNCH(count)((const T *)x, y, count));
     cudaCheckLaunch(err);
     return 0;
 }
@@ -209,7 +199,7 @@ extern "C" int nhwc_to_f32_gpu(const gpu_ctx *g, gpu_dtype dt, size_t count, con
 // Narrows from fp32.
 extern "C" int nhwc_from_f32_gpu(const gpu_ctx *g, gpu_dtype dt, size_t count, const float *x,
                                  void *y, sc_err *err) {
-    NH_DISPATCH(dt, nhwc_from_f32_kernel<T> NH_LAUNCH(count)(x, (T *)y, count));
+    SC_DISPATCH3(dt, nhwc_from_f32_kernel<T> NH_LAUNCH(count)(x, (T *)y, count));
     cudaCheckLaunch(err);
     return 0;
 }
@@ -218,7 +208,7 @@ extern "C" int nhwc_from_f32_gpu(const gpu_ctx *g, gpu_dtype dt, size_t count, c
 extern "C" int nhwc_to_bordered_gpu(const gpu_ctx *g, gpu_dtype dt, int n, int h, int w, int c,
                                     int cx, const void *x, int b, void *y, sc_err *err) {
     const size_t total = (size_t)n * c * h * w;
-    NH_DISPATCH(dt, nhwc_to_bordered_kernel<T> NH_LAUNCH(total)((const T *)x, (T *)y, n, h, w, c, cx, b));
+    SC_DISPATCH3(dt, nhwc_to_bordered_kernel<T> NH_LAUNCH(total)((const T *)x, (T *)y, n, h, w, c, cx, b));
     cudaCheckLaunch(err);
     return 0;
 }
@@ -228,7 +218,7 @@ extern "C" int bordered_to_nhwc_gpu(const gpu_ctx *g, gpu_dtype dt, int n, int h
                                     const void *x, int b, const void *z, int relu, void *y,
                                     sc_err *err) {
     const size_t total = (size_t)n * h * w * c;
-    NH_DISPATCH(dt, bordered_to_nhwc_kernel<T> NH_LAUNCH(total)((const T *)x, (const T *)z, (T *)y, n,
+    SC_DISPATCH3(dt, bordered_to_nhwc_kernel<T> NH_LAUNCH(total)((const T *)x, (const T *)z, (T *)y, n,
                                                                h, w, c, b, relu));
     cudaCheckLaunch(err);
     return 0;

@@ -32,6 +32,7 @@ typedef struct {
     float *scale, *shift; // DOP_AFFINE: device fp32 (c)
     double ms;            // tuned time, NAN when not timed
     desparse *sp;         // mixed plans: the sparse path, when it runs the op
+    size_t ws_off;        // EO_CONV: byte offset of its own workspace in the engine's
 } eng_op;
 
 struct dengine {
@@ -50,7 +51,7 @@ struct dengine {
     uint8_t *d_img;       // (n, 3, H, W) device
     float *d_logits;      // (n, classes) device
     float *h_logits;      // (n, classes) pinned host
-    void *ws;             // workspace of the tuned plans
+    void *ws;             // workspace of the tuned plans, one region per conv
     size_t ws_bytes;
     cudaGraphExec_t graph;
 };
@@ -219,9 +220,10 @@ static int de_weights(dengine *e, int i, int cs, sc_err *err) {
 static fconv_shape de_conv_shape(const dengine *e, int i) {
     const deploy_op *op = &e->p->ops[i];
     const spconv_desc *d = &op->desc;
-    return (fconv_shape){.n = e->n, .C = e->cs[op->in], .H = d->H, .W = d->W, .K = d->K,
-                         .R = d->R, .S = d->S, .stride = d->stride, .pad = d->pad,
-                         .residual = e->ops[i].res >= 0, .relu = e->ops[i].relu, .dt = e->dt};
+    return (fconv_shape){.d = {.n = e->n, .C = e->cs[op->in], .H = d->H, .W = d->W, .K = d->K,
+                               .R = d->R, .S = d->S, .stride = d->stride, .pad = d->pad,
+                               .residual = e->ops[i].res >= 0, .relu = e->ops[i].relu},
+                         .dt = e->dt};
 }
 
 // Uploads conv op i's weights and makes its pre-pool buffer (its cuDNN
@@ -234,22 +236,17 @@ static int de_conv(dengine *e, int i, sc_err *err) {
     return 0;
 }
 
-// Makes conv op i's plans: only the tuned engine of an earlier conv of the
-// same shape (*tune = 0), else every plan (*tune = 1).
-static int de_conv_plans(dengine *e, int i, int *tune, sc_err *err) {
+// Makes conv op i's plans and checks and times them on its real buffers,
+// keeping the fastest that matches the CPU (kernels/fconv_gpu.h).
+static int de_conv_tune(dengine *e, int i, const void *z, void *y, void *ws, size_t ws_max,
+                        int repeat, sc_err *err) {
+    eng_op *o = &e->ops[i];
     const fconv_shape s = de_conv_shape(e, i);
-    for (int j = 0; j < i; j++) {
-        if (!e->ops[j].fc) continue;
-        const fconv_shape o = de_conv_shape(e, j);
-        if (memcmp(&o, &s, sizeof s)) continue;
-        sc_err why = {{0}};
-        e->ops[i].fc = fconv_gpu_create(&e->g, &s, DE_MAX_PLANS, fconv_gpu_engine(e->ops[j].fc), &why);
-        e->ops[i].ms = e->ops[j].ms;
-        break;
-    }
-    *tune = e->ops[i].fc == NULL;  // no twin, or its engine did not build here
-    if (*tune) e->ops[i].fc = fconv_gpu_create(&e->g, &s, DE_MAX_PLANS, -1, err);
-    return e->ops[i].fc ? 0 : sc_wrap(err, "%s", e->p->ops[i].name);
+    if (!(o->fc = fconv_gpu_create(&e->g, &s, DE_MAX_PLANS, err)) ||
+        fconv_gpu_tune(&e->g, o->fc, e->t[e->p->ops[i].in], o->w, o->bias, z, y, ws, ws_max, repeat,
+                       &o->ms, err))
+        return sc_wrap(err, "%s", e->p->ops[i].name);
+    return 0;
 }
 
 // Creates the cuBLASLt linear layer of op i.
@@ -387,11 +384,9 @@ static int de_conv_run(dengine *e, int i, void *ws, size_t ws_max, int repeat, s
     if (o->sp) return de_sparse_run(e, i, o->sp, e->t[o->out], err);
     void *y = o->pre_pool ? o->pre_pool : e->t[o->out];
     const void *z = o->res >= 0 ? e->t[o->res] : NULL;
-    int tune = 0;
-    if (ws_max) SC_TRY(de_conv_plans(e, i, &tune, err));
-    if (tune) SC_TRY(fconv_gpu_tune(&e->g, o->fc, e->t[op->in], o->w, o->bias, z, y, ws, ws_max,
-                                    repeat, &o->ms, err));
-    SC_TRY(fconv_gpu_run(&e->g, o->fc, e->t[op->in], o->w, o->bias, z, y, ws ? ws : e->ws, err));
+    if (ws_max) SC_TRY(de_conv_tune(e, i, z, y, ws, ws_max, repeat, err));
+    SC_TRY(fconv_gpu_run(&e->g, o->fc, e->t[op->in], o->w, o->bias, z, y,
+                         ws ? ws : (char *)e->ws + o->ws_off, err));
     if (o->pre_pool) {
         const spconv_desc *d = &op->desc;
         const nhwc_geom gp = {e->n, d->P, d->Q, d->K}, gy = de_geom(e, o->out);
@@ -424,7 +419,10 @@ static int de_enqueue(dengine *e, void *ws, size_t ws_max, int repeat, sc_err *e
     return nhwc_to_f32_gpu(&e->g, e->dt, (size_t)e->n * nt->classes, e->t[p->output], e->d_logits, err);
 }
 
-// Runs the forward once tuning every conv, then sizes the shared workspace.
+// Runs the forward once tuning every conv, then gives every conv its own
+// zeroed workspace region (256-byte aligned): no plan sees another's
+// leftovers between graph replays (a plan that keeps counters in its
+// workspace and resets them itself finds them as it left them).
 static int de_tune(dengine *e, const uint8_t *images, int repeat, sc_err *err) {
     const net *nt = e->p->m->nt;
     void *ws = NULL;
@@ -436,10 +434,11 @@ static int de_tune(dengine *e, const uint8_t *images, int repeat, sc_err *err) {
     cudaFree(ws);
     for (int i = 0; !rc && i < e->p->nops; i++)
         if (e->ops[i].fc) {
-            size_t b = fconv_gpu_workspace(e->ops[i].fc);
-            e->ws_bytes = b > e->ws_bytes ? b : e->ws_bytes;
+            e->ops[i].ws_off = e->ws_bytes;
+            e->ws_bytes += (fconv_gpu_workspace(e->ops[i].fc) + 255) / 256 * 256;
         }
     if (!rc) cudaCheck(err, cudaMalloc(&e->ws, e->ws_bytes + 16));
+    if (!rc) cudaCheck(err, cudaMemset(e->ws, 0, e->ws_bytes + 16));  // as a fresh allocation for each plan
     return rc;
 }
 
