@@ -12,3 +12,4 @@ OP(AVGPOOL, avgpool)  // k x k window, stride, padding (pads count as zeros, div
 OP(GAP, gap)          // global average pool: (c, h, w) -> (c, 1, 1)
 OP(ADD, add)          // elementwise sum of the outputs of src and srcs[1] (same shape)
 OP(LINEAR, linear)    // fully connected; input flattened in (c, h, w) order
+OP(CONCAT, concat)    // channels of its input and of the named earlier layers, joined in order
