@@ -125,7 +125,8 @@ struct op_gpu {
     int fp32_head;           // as the last layer it writes fp32 logits (linear)
     // Per-layer buffers that do not depend on the batch size; NULL: none.
     int (*setup)(gx_exec *e, int i, sc_err *err);
-    // The multi-tensor segment of the layer's weight tensor (work copy layout).
+    // The multi-tensor segment of the layer's weight tensor (work copy
+    // layout); required when the kind owns a PT_WEIGHT tensor.
     void (*weight_seg)(gx_exec *e, int i, size_t offset, param_seg *q);
     // Per-batch-size plan of layer i for p->n images; grows *ws to the
     // workspace it needs. NULL: nothing to plan.
