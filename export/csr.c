@@ -2,6 +2,7 @@
 // offsets and value encoding for every conv and linear layer of a net (see
 // csr.h).
 #include "runtime/half.h"
+#include "runtime/ops.h"
 #include "export/csr.h"
 
 #include "export/codebook.h"
@@ -146,7 +147,7 @@ static sparse_model *csr_model_new(const net *nt, const char *dataset, sc_err *e
     }
     snprintf(m->dataset, sizeof m->dataset, "%s", dataset ? dataset : "");
     for (int i = 0; i < nt->nlayers; i++)
-        m->nlayers += nt->layers[i].kind == LK_CONV || nt->layers[i].kind == LK_LINEAR;
+        m->nlayers += op_of(nt->layers[i].kind)->sparse_geom != NULL;
     m->layers = calloc((size_t)(m->nlayers ? m->nlayers : 1), sizeof *m->layers);
     if (!m->layers) {
         sparse_model_free(m);
@@ -154,7 +155,7 @@ static sparse_model *csr_model_new(const net *nt, const char *dataset, sc_err *e
         return NULL;
     }
     for (int i = 0, n = 0; i < nt->nlayers; i++) {
-        if (nt->layers[i].kind != LK_CONV && nt->layers[i].kind != LK_LINEAR) continue;
+        if (!op_of(nt->layers[i].kind)->sparse_geom) continue;
         for (int c = 0; nt->layers[i].name[c]; c++)
             if (nt->layers[i].name[c] == '/') {
                 sparse_model_free(m);

@@ -1,6 +1,7 @@
 // Reports of the prune tool: per-layer table, history CSV/JSON, the plot.
 #include "report.h"
 #include "runtime/atomic.h"
+#include "runtime/ops.h"
 
 #include <errno.h>
 #include <math.h>
@@ -29,8 +30,7 @@ static void tensor_shape(const ptensor *p, char *out, size_t len) {
 // True for conv/linear weights (the rows of the table).
 static int is_weight(const net *nt, int t) {
     const ptensor *p = &nt->tensors[t];
-    layer_kind k = nt->layers[p->layer].kind;
-    return p->kind == PT_WEIGHT && (k == LK_CONV || k == LK_LINEAR);
+    return p->kind == PT_WEIGHT && op_of(nt->layers[p->layer].kind)->sparse_geom;
 }
 
 // The pattern geometry of tensor t under pat into g; 0 when pat is NULL,

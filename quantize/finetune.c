@@ -13,6 +13,7 @@
 #include "datasets/loader.h"
 #include "kernels/sgd.h"
 #include "runtime/half.h"
+#include "runtime/ops.h"
 #include "runtime/progress.h"
 #include "train/trainer.h"
 
@@ -406,10 +407,10 @@ int finetune_next_batch(loader *ld, int *epoch, exec_batch *b) {
 
 // --- batch-norm statistics --------------------------------------------------------
 
-// True when the net has a batch-norm layer.
+// True when the net has a layer with running statistics (batch norm).
 static int ft_has_bn(const net *nt) {
     for (int l = 0; l < nt->nlayers; l++)
-        if (nt->layers[l].kind == LK_BN) return 1;
+        if (op_of(nt->layers[l].kind)->running_stats) return 1;
     return 0;
 }
 

@@ -5,13 +5,14 @@
 // layers that would read a bordered tensor get a flattening copy, and each
 // conv's descriptor gets borders and (when needed) recomputed offsets.
 #include "runtime/deploy_plan.h"
+#include "runtime/ops.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
+typedef struct plan_builder {
     const sparse_model *m;
     const net *nt;
     deploy_plan *p;
@@ -61,8 +62,7 @@ static deploy_op *pb_op_add(plan_builder *b, deploy_op_kind kind, int i) {
 static int pb_sole_reader(const plan_builder *b, int i) {
     if (b->readers[i] != 1) return -1;
     for (int j = i + 1; j < b->nt->nlayers; j++) {
-        const layer *L = &b->nt->layers[j];
-        if (L->src == i || (L->kind == LK_ADD && L->src2 == i)) return j;
+        if (layer_reads(&b->nt->layers[j], i)) return j;
     }
     return -1;
 }
@@ -91,16 +91,15 @@ static int pb_index(plan_builder *b, sc_err *err) {
     const net *nt = b->nt;
     for (int i = 0; i < nt->nlayers; i++) {
         const layer *L = &nt->layers[i];
-        if (L->src >= i || (L->kind == LK_ADD && L->src2 >= i))
-            return sc_fail(err, "layer %s reads a later layer", L->name);
-        if (L->src >= 0) b->readers[L->src]++;
-        if (L->kind == LK_ADD && L->src2 >= 0) b->readers[L->src2]++;
+        for (int k = 0; k < L->nsrc; k++) {
+            if (L->srcs[k] >= i) return sc_fail(err, "layer %s reads a later layer", L->name);
+            if (L->srcs[k] >= 0) b->readers[L->srcs[k]]++;
+        }
         b->tensor_of[i] = b->sl_of[i] = -1;
     }
     for (int s = 0; s < b->m->nlayers; s++) {
         int li = b->m->layers[s].layer;
-        if (li < 0 || li >= nt->nlayers ||
-            (nt->layers[li].kind != LK_CONV && nt->layers[li].kind != LK_LINEAR))
+        if (li < 0 || li >= nt->nlayers || !op_of(nt->layers[li].kind)->sparse_geom)
             return sc_fail(err, "export layer %d names net layer %d, not a conv or linear", s, li);
         if (b->sl_of[li] >= 0) return sc_fail(err, "layer %s is exported twice", nt->layers[li].name);
         b->sl_of[li] = s;
@@ -170,7 +169,7 @@ static int pb_conv_fuse(plan_builder *b, int i, const sparse_layer *sl, deploy_o
 }
 
 // Adds the op of conv/linear layer i (with what the export fused into it).
-static int pb_conv(plan_builder *b, int i, sc_err *err) {
+int deploy_plan_conv(plan_builder *b, int i, sc_err *err) {
     const layer *L = &b->nt->layers[i];
     if (b->sl_of[i] < 0) return sc_fail(err, "the export lacks layer %s", L->name);
     const sparse_layer *sl = &b->m->layers[b->sl_of[i]];
@@ -201,12 +200,12 @@ static int pb_conv(plan_builder *b, int i, sc_err *err) {
 
 // Adds an elementwise op (add, relu, unfolded BN), fusing a ReLU that
 // alone reads an add or a BN.
-static int pb_elementwise(plan_builder *b, int i, deploy_op_kind kind, sc_err *err) {
+int deploy_plan_elementwise(plan_builder *b, int i, deploy_op_kind kind, sc_err *err) {
     const layer *L = &b->nt->layers[i];
     deploy_op *op = pb_op_add(b, kind, i);
     if (!op) return sc_fail(err, "out of memory");
     if ((op->in = pb_src(b, L->src, i, err)) < 0) return -1;
-    if (kind == DOP_ADD && (op->in2 = pb_src(b, L->src2, i, err)) < 0) return -1;
+    if (kind == DOP_ADD && (op->in2 = pb_src(b, L->srcs[1], i, err)) < 0) return -1;
     if (kind == DOP_AFFINE) {
         op->scale = malloc((size_t)L->c * sizeof *op->scale);
         op->shift = malloc((size_t)L->c * sizeof *op->shift);
@@ -229,7 +228,7 @@ static int pb_elementwise(plan_builder *b, int i, deploy_op_kind kind, sc_err *e
 }
 
 // Adds a pooling op (max, average, global average).
-static int pb_pool(plan_builder *b, int i, deploy_op_kind kind, sc_err *err) {
+int deploy_plan_pool(plan_builder *b, int i, deploy_op_kind kind, sc_err *err) {
     const layer *L = &b->nt->layers[i];
     deploy_op *op = pb_op_add(b, kind, i);
     if (!op) return sc_fail(err, "out of memory");
@@ -239,21 +238,17 @@ static int pb_pool(plan_builder *b, int i, deploy_op_kind kind, sc_err *err) {
     return op->out < 0 ? -1 : 0;
 }
 
-// Adds the ops of every layer not already covered by a fused op.
+// Adds the ops of every layer not already covered by a fused op, each
+// through its kind's deploy hook.
 static int pb_layers(plan_builder *b, sc_err *err) {
     const net *nt = b->nt;
     for (int i = 0; i < nt->nlayers; i++) {
         if (b->covered[i]) continue;
-        switch (nt->layers[i].kind) {
-        case LK_CONV:
-        case LK_LINEAR: SC_TRY(pb_conv(b, i, err)); break;
-        case LK_BN: SC_TRY(pb_elementwise(b, i, DOP_AFFINE, err)); break;
-        case LK_RELU: SC_TRY(pb_elementwise(b, i, DOP_RELU, err)); break;
-        case LK_ADD: SC_TRY(pb_elementwise(b, i, DOP_ADD, err)); break;
-        case LK_MAXPOOL: SC_TRY(pb_pool(b, i, DOP_MAXPOOL, err)); break;
-        case LK_AVGPOOL: SC_TRY(pb_pool(b, i, DOP_AVGPOOL, err)); break;
-        case LK_GAP: SC_TRY(pb_pool(b, i, DOP_GAP, err)); break;
-        }
+        const op_kind *op = op_of(nt->layers[i].kind);
+        if (!op->deploy)
+            return sc_fail(err, "layer %s: deploy cannot run a %s layer", nt->layers[i].name,
+                           op->name);
+        SC_TRY(op->deploy(b, i, err));
     }
     return 0;
 }

@@ -97,6 +97,20 @@ float *deploy_op_dense_weights(const deploy_plan *p, const deploy_op *op);
 // Fraction of zero weights over the model's prunable conv/linear layers.
 double deploy_plan_sparsity(const deploy_plan *p);
 
+// --- builders the layer kinds' deploy hooks call (runtime/ops.h) ------------
+
+struct plan_builder;
+
+// Adds the op of conv/linear layer i with what the export fused into it.
+int deploy_plan_conv(struct plan_builder *b, int i, sc_err *err);
+
+// Adds an elementwise op of `kind` (DOP_ADD, DOP_RELU, DOP_AFFINE) for layer
+// i, fusing a ReLU that alone reads an add or a BN.
+int deploy_plan_elementwise(struct plan_builder *b, int i, deploy_op_kind kind, sc_err *err);
+
+// Adds a pooling op of `kind` (DOP_MAXPOOL, DOP_AVGPOOL, DOP_GAP) for layer i.
+int deploy_plan_pool(struct plan_builder *b, int i, deploy_op_kind kind, sc_err *err);
+
 // --- the CPU path (deploy_cpu.c): also the reference for the GPU path --------
 
 typedef struct deploy_cpu deploy_cpu;

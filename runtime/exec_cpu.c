@@ -1,81 +1,18 @@
 // The CPU executor backend: runs a net with the plain-C reference kernels
-// (kernels/*_cpu.c), NCHW fp32. It keeps its own copies of the parameters,
-// masks and BN buffers (like a device would), one activation buffer per
-// layer (a ReLU that is the only reader of its source works in place), and a
-// small pool of gradient buffers reused along the backward pass.
-//
-// Everything is deterministic: the kernels write each element from one thread
-// in a fixed order, so the same inputs give bitwise-identical results.
+// through the CPU hooks of each layer kind's registry row (runtime/ops.h);
+// the state and its rules are described in runtime/exec_cpu_impl.h.
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec_backend.h"
+#include "exec_cpu_impl.h"
 #include "kernels/activation.h"
 #include "kernels/augment.h"
-#include "kernels/batchnorm.h"
-#include "kernels/conv2d.h"
-#include "kernels/linear.h"
 #include "kernels/loss.h"
-#include "kernels/pool.h"
 #include "kernels/sgd.h"
 
-typedef struct {
-    net *nt;
-    int max_batch;
-    size_t max_size;        // largest c*h*w over the layers
-    float *param, *mask;    // (nparam) own copies
-    float *buf;             // (nbuf) BN running statistics
-    float *grad;            // (nparam) last step's gradient, before masking and decay
-    float *mom;             // (nparam) optimizer momentum
-    float *input;           // (max_batch, in_c, in_h, in_w) normalised input
-    float **act;            // per layer (max_batch, c, h, w); may alias the source's
-    uint8_t *owns;          // per layer: act[i] was allocated for it
-    float **save_mean;      // per BN layer (c) batch mean, NULL for other layers
-    float **save_invstd;    // per BN layer (c) 1/sqrt(var + eps)
-    int *gslot;             // per layer: gradient buffer of its output, -1 = none flows
-    uint8_t (*gfirst)[2];   // per layer and input: its backward writes that slot first
-    int nslots;
-    float **slots;          // (nslots) gradient buffers, each (max_batch * max_size)
-    float *scratch;         // (max_batch * max_size) for gradients to be accumulated
-    float *work;            // conv scratch, the largest conv2d_cpu_workspace()
-    exec_stats stats;
-} cpu_exec;
-
-// --- small helpers ----------------------------------------------------------
-
-// Floats per image of layer i's output.
-static size_t layer_size(const layer *L) { return (size_t)L->c * L->h * L->w; }
-
-// Output of layer `src` (-1 = the normalised input).
-static float *cpu_src(cpu_exec *e, int src) { return src < 0 ? e->input : e->act[src]; }
-
-// Trainable tensor t's values, or NULL when t < 0.
-static float *cpu_param(cpu_exec *e, int t) {
-    return t < 0 ? NULL : e->param + e->nt->tensors[t].offset;
-}
-
-// Gradient of trainable tensor t, or NULL when t < 0.
-static float *cpu_grad(cpu_exec *e, int t) {
-    return t < 0 ? NULL : e->grad + e->nt->tensors[t].offset;
-}
-
-// BN buffer tensor t (running mean or var).
-static float *cpu_buf(cpu_exec *e, int t) { return e->buf + e->nt->tensors[t].offset; }
-
-// Convolution dimensions of layer L for a batch of n.
-static int cpu_conv_dims(const layer *L, int n, conv2d_dims *d) {
-    return conv2d_dims_init(d, n, L->in_c, L->in_h, L->in_w, L->c, L->k, L->k, L->stride,
-                            L->pad);
-}
-
-// Pooling dimensions of layer L for a batch of n.
-static int cpu_pool_dims(const layer *L, int n, pool_dims *d) {
-    return pool_dims_init(d, n, L->in_c, L->in_h, L->in_w, L->k, L->stride, L->pad);
-}
-
-// Allocates n floats, zeroed; NULL on failure.
-static float *cpu_alloc(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
+// The CPU hooks of layer L's kind.
+static const struct op_cpu *cpu_ops(const layer *L) { return op_of(L->kind)->cpu; }
 
 // --- plan: checks, in-place ReLUs, gradient buffers ---------------------------
 
@@ -86,45 +23,42 @@ static int cpu_plan_check(const net *nt, int max_batch, sc_err *err) {
         return sc_fail(err, "the CPU executor needs 3-channel input (got %d)", nt->in_c);
     if (nt->nlayers < 1) return sc_fail(err, "the net has no layers");
     const layer *last = &nt->layers[nt->nlayers - 1];
-    if (layer_size(last) != (size_t)nt->classes)
-        return sc_fail(err, "the last layer gives %zu outputs, not %d classes", layer_size(last),
-                       nt->classes);
+    if (cpu_layer_size(last) != (size_t)nt->classes)
+        return sc_fail(err, "the last layer gives %zu outputs, not %d classes",
+                       cpu_layer_size(last), nt->classes);
     for (int i = 0; i < nt->nlayers; i++) {
         const layer *L = &nt->layers[i];
-        conv2d_dims cd;
-        pool_dims pd;
-        if (L->src >= i || L->src < -1 || (L->kind == LK_ADD && (L->src2 >= i || L->src2 < -1)))
-            return sc_fail(err, "layer %s reads a later layer", L->name);
-        if (L->kind == LK_CONV && (cpu_conv_dims(L, max_batch, &cd) || L->weight < 0))
-            return sc_fail(err, "layer %s: bad convolution", L->name);
-        if ((L->kind == LK_MAXPOOL || L->kind == LK_AVGPOOL) && cpu_pool_dims(L, max_batch, &pd))
-            return sc_fail(err, "layer %s: bad pooling window", L->name);
-        if (L->kind == LK_LINEAR && L->weight < 0)
-            return sc_fail(err, "layer %s: linear layer without weights", L->name);
+        if (L->nsrc < 1 || L->nsrc > LAYER_MAX_IN || L->srcs[0] != L->src)
+            return sc_fail(err, "layer %s: bad input list", L->name);
+        for (int k = 0; k < L->nsrc; k++)
+            if (L->srcs[k] >= i || L->srcs[k] < -1)
+                return sc_fail(err, "layer %s reads a later layer", L->name);
+        if (cpu_ops(L)->check) SC_TRY(cpu_ops(L)->check(L, max_batch, err));
     }
     return 0;
 }
 
-// Points act[i] of every ReLU that is the sole reader of a non-ReLU layer at
-// that layer's buffer (its backward needs only the ReLU output); allocates the rest.
+// Points act[i] of every in-place layer (the ReLU) that is the sole reader
+// of a layer not in place at that layer's buffer (its backward needs only
+// its output); allocates the rest.
 static int cpu_plan_acts(cpu_exec *e, sc_err *err) {
     const net *nt = e->nt;
     int *readers = calloc((size_t)nt->nlayers, sizeof *readers);
     if (!readers) return sc_fail(err, "out of memory");
     for (int i = 0; i < nt->nlayers; i++) {
         const layer *L = &nt->layers[i];
-        if (L->src >= 0) readers[L->src]++;
-        if (L->kind == LK_ADD && L->src2 >= 0) readers[L->src2]++;
+        for (int k = 0; k < L->nsrc; k++)
+            if (L->srcs[k] >= 0) readers[L->srcs[k]]++;
     }
     int rc = 0;
     for (int i = 0; i < nt->nlayers && !rc; i++) {
         const layer *L = &nt->layers[i];
-        if (L->kind == LK_RELU && L->src >= 0 && readers[L->src] == 1 &&
-            nt->layers[L->src].kind != LK_RELU) {
+        if (cpu_ops(L)->inplace && L->nsrc == 1 && L->src >= 0 && readers[L->src] == 1 &&
+            !cpu_ops(&nt->layers[L->src])->inplace) {
             e->act[i] = e->act[L->src];
             continue;
         }
-        e->act[i] = cpu_alloc((size_t)e->max_batch * layer_size(L));
+        e->act[i] = cpu_alloc((size_t)e->max_batch * cpu_layer_size(L));
         e->owns[i] = 1;
         if (!e->act[i]) rc = sc_fail(err, "out of memory (activations of layer %s)", L->name);
     }
@@ -148,8 +82,8 @@ static int cpu_plan_grads(cpu_exec *e, sc_err *err) {
     for (int j = nt->nlayers - 1; j >= 0; j--) {
         if (e->gslot[j] < 0) continue;  // nothing downstream of j reaches the loss
         const layer *L = &nt->layers[j];
-        const int in[2] = {L->src, L->kind == LK_ADD ? L->src2 : -1};
-        for (int k = 0; k < 2; k++) {
+        const int *in = L->srcs;
+        for (int k = 0; k < L->nsrc; k++) {
             e->gfirst[j][k] = 0;
             if (in[k] < 0) continue;
             if (e->gslot[in[k]] < 0) {
@@ -169,21 +103,15 @@ static int cpu_plan_grads(cpu_exec *e, sc_err *err) {
     return 0;
 }
 
-// Allocates the BN saved statistics and the conv workspace.
+// Allocates every layer's own state (its row's setup) and the shared workspace.
 static int cpu_plan_scratch(cpu_exec *e, sc_err *err) {
     const net *nt = e->nt;
     size_t work = 0;
     for (int i = 0; i < nt->nlayers; i++) {
-        const layer *L = &nt->layers[i];
-        conv2d_dims d;
-        if (L->kind == LK_CONV && !cpu_conv_dims(L, e->max_batch, &d)) {
-            size_t w = conv2d_cpu_workspace(&d);
-            work = w > work ? w : work;
-        }
-        if (L->kind != LK_BN) continue;
-        e->save_mean[i] = cpu_alloc((size_t)L->c);
-        e->save_invstd[i] = cpu_alloc((size_t)L->c);
-        if (!e->save_mean[i] || !e->save_invstd[i]) return sc_fail(err, "out of memory");
+        const struct op_cpu *oc = cpu_ops(&nt->layers[i]);
+        size_t w = oc->workspace ? oc->workspace(&nt->layers[i], e->max_batch) : 0;
+        work = w > work ? w : work;
+        if (oc->setup) SC_TRY(oc->setup(e, i, err));
     }
     e->work = cpu_alloc(work);
     e->scratch = cpu_alloc((size_t)e->max_batch * e->max_size);
@@ -242,7 +170,8 @@ static void *cpu_create(net *nt, sc_precision prec, int max_batch, sc_err *err) 
     e->nt = nt;
     e->max_batch = max_batch;
     for (int i = 0; i < nt->nlayers; i++)
-        if (layer_size(&nt->layers[i]) > e->max_size) e->max_size = layer_size(&nt->layers[i]);
+        if (cpu_layer_size(&nt->layers[i]) > e->max_size)
+            e->max_size = cpu_layer_size(&nt->layers[i]);
     if (cpu_alloc_arrays(e, err) || cpu_plan_acts(e, err) || cpu_plan_grads(e, err) ||
         cpu_plan_scratch(e, err)) {
         cpu_destroy(e);
@@ -255,48 +184,6 @@ static void *cpu_create(net *nt, sc_precision prec, int max_batch, sc_err *err) 
 }
 
 // --- forward ----------------------------------------------------------------
-
-// Runs layer i forward on n images (train: batch-statistics BN).
-static void cpu_layer_forward(cpu_exec *e, int i, int n, int train) {
-    const layer *L = &e->nt->layers[i];
-    const float *x = cpu_src(e, L->src);  // (n, in_c, in_h, in_w)
-    float *y = e->act[i];                 // (n, c, h, w)
-    const size_t ny = (size_t)n * layer_size(L);
-    conv2d_dims cd;
-    pool_dims pd;
-    switch (L->kind) {
-    case LK_CONV:
-        cpu_conv_dims(L, n, &cd);
-        conv2d_forward_cpu(&cd, x, cpu_param(e, L->weight), cpu_param(e, L->bias), y, e->work);
-        break;
-    case LK_BN:
-        if (train)
-            batchnorm_forward_train_cpu(n, L->c, L->h * L->w, x, cpu_param(e, L->gamma),
-                                        cpu_param(e, L->beta), L->eps, L->momentum,
-                                        cpu_buf(e, L->mean), cpu_buf(e, L->var), y,
-                                        e->save_mean[i], e->save_invstd[i]);
-        else
-            batchnorm_forward_infer_cpu(n, L->c, L->h * L->w, x, cpu_param(e, L->gamma),
-                                        cpu_param(e, L->beta), cpu_buf(e, L->mean),
-                                        cpu_buf(e, L->var), L->eps, y);
-        break;
-    case LK_RELU: relu_forward_cpu(ny, x, y); break;
-    case LK_MAXPOOL:
-        cpu_pool_dims(L, n, &pd);
-        maxpool_forward_cpu(&pd, x, y);
-        break;
-    case LK_AVGPOOL:
-        cpu_pool_dims(L, n, &pd);
-        avgpool_forward_cpu(&pd, x, y);
-        break;
-    case LK_GAP: gap_forward_cpu(n, L->c, L->in_h * L->in_w, x, y); break;
-    case LK_ADD: add_forward_cpu(ny, x, cpu_src(e, L->src2), y); break;
-    case LK_LINEAR:
-        linear_forward_cpu(n, L->in_c * L->in_h * L->in_w, L->c, x, cpu_param(e, L->weight),
-                           cpu_param(e, L->bias), y);
-        break;
-    }
-}
 
 // Checks a batch, normalises its images into e->input and runs every layer.
 static int cpu_forward(cpu_exec *e, const exec_batch *b, int train, sc_err *err) {
@@ -311,90 +198,23 @@ static int cpu_forward(cpu_exec *e, const exec_batch *b, int train, sc_err *err)
                            b->labels[i], nt->classes);
     augment_normalize_cpu(b->n, nt->in_h, nt->in_w, b->images, b->dx, b->dy, b->flip,
                           nt->in_mean, nt->in_std, e->input);
-    for (int i = 0; i < nt->nlayers; i++) cpu_layer_forward(e, i, b->n, train);
+    for (int i = 0; i < nt->nlayers; i++) cpu_ops(&nt->layers[i])->forward(e, i, b->n, train);
     return 0;
 }
 
 // --- backward ---------------------------------------------------------------
 
-// Where layer j's backward writes the gradient of its input k: straight into
-// that input's buffer when it is the first writer, else into the scratch
-// buffer (to be added by cpu_grad_done). NULL when the input is the network's.
-static float *cpu_grad_target(cpu_exec *e, int j, int k) {
-    const layer *L = &e->nt->layers[j];
-    const int src = k ? L->src2 : L->src;
+// Where layer j's backward writes the gradient of its input k.
+float *cpu_grad_target(cpu_exec *e, int j, int k) {
+    const int src = e->nt->layers[j].srcs[k];
     if (src < 0) return NULL;
     return e->gfirst[j][k] ? e->slots[e->gslot[src]] : e->scratch;
 }
 
 // Adds the scratch buffer into input k's gradient when it was not the first writer.
-static void cpu_grad_done(cpu_exec *e, int j, int k, size_t count) {
-    const layer *L = &e->nt->layers[j];
-    const int src = k ? L->src2 : L->src;
+void cpu_grad_done(cpu_exec *e, int j, int k, size_t count) {
+    const int src = e->nt->layers[j].srcs[k];
     if (src >= 0 && !e->gfirst[j][k]) accumulate_cpu(count, e->scratch, e->slots[e->gslot[src]]);
-}
-
-// Conv and linear backward: parameter gradients, then the input gradient.
-static void cpu_layer_backward_affine(cpu_exec *e, int j, int n, const float *dy) {
-    const layer *L = &e->nt->layers[j];
-    const float *x = cpu_src(e, L->src);
-    float *dx = cpu_grad_target(e, j, 0);
-    float *dw = cpu_grad(e, L->weight), *db = cpu_grad(e, L->bias);
-    const float *w = cpu_param(e, L->weight);
-    const int in = L->in_c * L->in_h * L->in_w;
-    if (L->kind == LK_CONV) {
-        conv2d_dims d;
-        cpu_conv_dims(L, n, &d);
-        conv2d_backward_filter_cpu(&d, x, dy, dw, db, e->work);
-        if (dx) conv2d_backward_data_cpu(&d, dy, w, dx, e->work);
-    } else {
-        linear_backward_filter_cpu(n, in, L->c, x, dy, dw, db);
-        if (dx) linear_backward_data_cpu(n, in, L->c, dy, w, dx);
-    }
-    if (dx) cpu_grad_done(e, j, 0, (size_t)n * in);
-}
-
-// Runs layer j backward on n images: parameter gradients overwritten, input
-// gradients written or accumulated.
-static void cpu_layer_backward(cpu_exec *e, int j, int n) {
-    const layer *L = &e->nt->layers[j];
-    const float *dy = e->slots[e->gslot[j]];  // (n, c, h, w)
-    const float *x = cpu_src(e, L->src);
-    const size_t nx = (size_t)n * L->in_c * L->in_h * L->in_w;
-    float *dx = cpu_grad_target(e, j, 0);
-    pool_dims pd;
-    switch (L->kind) {
-    case LK_CONV:
-    case LK_LINEAR: cpu_layer_backward_affine(e, j, n, dy); return;
-    case LK_BN:
-        batchnorm_backward_cpu(n, L->c, L->h * L->w, x, dy, cpu_param(e, L->gamma),
-                               e->save_mean[j], e->save_invstd[j], dx ? dx : e->scratch,
-                               cpu_grad(e, L->gamma), cpu_grad(e, L->beta));
-        break;
-    case LK_RELU:
-        if (dx) relu_backward_cpu(nx, e->act[j], dy, dx);
-        break;
-    case LK_MAXPOOL:
-        cpu_pool_dims(L, n, &pd);
-        if (dx) maxpool_backward_cpu(&pd, x, dy, dx);
-        break;
-    case LK_AVGPOOL:
-        cpu_pool_dims(L, n, &pd);
-        if (dx) avgpool_backward_cpu(&pd, dy, dx);
-        break;
-    case LK_GAP:
-        if (dx) gap_backward_cpu(n, L->c, L->in_h * L->in_w, dy, dx);
-        break;
-    case LK_ADD:
-        for (int k = 0; k < 2; k++) {
-            float *t = cpu_grad_target(e, j, k);
-            if (!t) continue;
-            if (e->gfirst[j][k]) memcpy(t, dy, nx * sizeof *t);
-            else accumulate_cpu(nx, dy, e->slots[e->gslot[k ? L->src2 : L->src]]);
-        }
-        return;
-    }
-    if (dx) cpu_grad_done(e, j, 0, nx);
 }
 
 // --- train / eval -----------------------------------------------------------
@@ -420,7 +240,8 @@ static int cpu_train_step(void *st, const exec_batch *b, const exec_hparams *h, 
                                              h->label_smoothing, 1.0f / (float)b->n,
                                              e->slots[e->gslot[last]], &hits);
     for (int j = last; j >= 0; j--)
-        if (e->gslot[j] >= 0) cpu_layer_backward(e, j, b->n);
+        if (e->gslot[j] >= 0)
+            cpu_ops(&nt->layers[j])->backward(e, j, b->n, e->slots[e->gslot[j]]);
     sgd_step_cpu(nt->nparam, e->param, e->grad, e->mom, e->mask, h->lr, h->momentum,
                  h->weight_decay, h->nesterov);
     cpu_stats_add(e, loss, hits, b->n);

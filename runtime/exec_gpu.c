@@ -17,16 +17,21 @@ static int gx_check_net(const net *nt, int max_batch, sc_err *err) {
                        "(%d, %d, %d)", nt->classes, last->c, last->h, last->w);
     for (int i = 0; i < nt->nlayers; i++) {
         const layer *L = &nt->layers[i];
-        if (L->src >= i || L->src < -1 || (L->kind == LK_ADD && (L->src2 >= i || L->src2 < -1)))
-            return sc_fail(err, "layer %s reads a later layer", L->name);
-        if ((L->kind == LK_CONV || L->kind == LK_LINEAR) && L->weight < 0)
-            return sc_fail(err, "layer %s has no weights", L->name);
+        if (!op_of(L->kind)->gpu)
+            return sc_fail(err, "layer %s: the GPU executor cannot run a %s layer", L->name,
+                           op_of(L->kind)->name);
+        if (L->nsrc < 1 || L->nsrc > LAYER_MAX_IN || L->srcs[0] != L->src)
+            return sc_fail(err, "layer %s: bad input list", L->name);
+        for (int k = 0; k < L->nsrc; k++)
+            if (L->srcs[k] >= i || L->srcs[k] < -1)
+                return sc_fail(err, "layer %s reads a later layer", L->name);
     }
     return 0;
 }
 
 // Marks "bn, relu" and "bn, add, relu" runs whose inner outputs have no other
-// reader as fused groups (fp16 training only).
+// reader as fused groups (fp16 training only): cuDNN's fused BN kernels are
+// an optimisation of these particular kinds, so this rule names them.
 static void gx_find_groups(gx_exec *e, const int *readers) {
     const net *nt = e->nt;
     if (e->dt != GDT_F16) return;
@@ -40,7 +45,8 @@ static void gx_find_groups(gx_exec *e, const int *readers) {
         }
         if (i + 2 >= nt->nlayers || N1->kind != LK_ADD || readers[i + 1] != 1) continue;
         const layer *N2 = &nt->layers[i + 2];
-        if ((N1->src == i) == (N1->src2 == i) || N2->kind != LK_RELU || N2->src != i + 1) continue;
+        if ((N1->srcs[0] == i) == (N1->srcs[1] == i) || N2->kind != LK_RELU || N2->src != i + 1)
+            continue;
         e->gl[i].role = ROLE_HEAD, e->gl[i].fuse = BN_FUSE_ADD_RELU;
         e->gl[i + 1].role = ROLE_INNER;
         e->gl[i + 2].role = ROLE_TAIL, e->gl[i + 2].head = i;
@@ -48,17 +54,17 @@ static void gx_find_groups(gx_exec *e, const int *readers) {
 }
 
 // Counts the readers of every layer's output; input channel padding follows:
-// 8 (or SC_GPU_STEM_PAD) in fp16 when only convs read the input, else none.
+// 8 (or SC_GPU_STEM_PAD) in fp16 when only layers that read it padded (convs)
+// read the input, else none.
 static int gx_plan_roles(gx_exec *e, sc_err *err) {
     const net *nt = e->nt;
     int *readers = calloc((size_t)nt->nlayers, sizeof *readers), only_convs = 1;
     if (!readers) return sc_fail(err, "out of memory");
     for (int i = 0; i < nt->nlayers; i++) {
         const layer *L = &nt->layers[i];
-        const int in[2] = {L->src, L->kind == LK_ADD ? L->src2 : -2};
-        for (int k = 0; k < 2; k++) {
-            if (in[k] >= 0) readers[in[k]]++;
-            if (in[k] == -1 && L->kind != LK_CONV) only_convs = 0;
+        for (int k = 0; k < L->nsrc; k++) {
+            if (L->srcs[k] >= 0) readers[L->srcs[k]]++;
+            if (L->srcs[k] == -1 && !gx_ops(e, i)->reads_padded_input) only_convs = 0;
         }
     }
     const char *ev = getenv("SC_GPU_STEM_PAD");
@@ -71,25 +77,6 @@ static int gx_plan_roles(gx_exec *e, sc_err *err) {
 
 // --- allocation -------------------------------------------------------------
 
-// Work copies of a conv/linear layer's weights and their gradients.
-static int gx_alloc_work(gx_exec *e, int i, sc_err *err) {
-    const layer *L = &e->nt->layers[i];
-    gx_layer *G = &e->gl[i];
-    const size_t es = gpu_dtype_size(e->dt);
-    size_t cnt;
-    if (L->kind == LK_CONV) {
-        G->wc = L->src < 0 ? e->cpad : L->in_c;
-        cnt = (size_t)L->c * L->k * L->k * G->wc;
-        SC_TRY(gx_alloc(&G->gwork, cnt * es, err));
-    } else {
-        cnt = (size_t)L->c * L->in_c * L->in_h * L->in_w;
-        SC_TRY(gx_alloc(&G->gwork, cnt * sizeof(float), err));
-    }
-    SC_TRY(gx_alloc(&G->wwork, cnt * es, err));
-    cudaCheck(err, cudaMemset(G->gwork, 0, cnt * (L->kind == LK_CONV ? es : sizeof(float))));
-    return 0;
-}
-
 // Output, gradient and per-kind buffers of every layer.
 static int gx_alloc_layers(gx_exec *e, sc_err *err) {
     const net *nt = e->nt;
@@ -99,14 +86,10 @@ static int gx_alloc_layers(gx_exec *e, sc_err *err) {
         gx_layer *G = &e->gl[i];
         G->size = (size_t)L->c * L->h * L->w;
         if (G->size > e->max_size) e->max_size = G->size;
-        G->odt = (i == nt->nlayers - 1 && L->kind == LK_LINEAR) ? GDT_F32 : e->dt;
+        G->odt = (i == nt->nlayers - 1 && gx_ops(e, i)->fp32_head) ? GDT_F32 : e->dt;
         SC_TRY(gx_alloc(&G->out, (size_t)e->max_batch * G->size * gpu_dtype_size(G->odt), err));
         SC_TRY(gx_alloc(&G->grad, (size_t)e->max_batch * G->size * es, err));
-        if (L->kind == LK_CONV || L->kind == LK_LINEAR) SC_TRY(gx_alloc_work(e, i, err));
-        if (L->kind == LK_BN) {
-            SC_TRY(gx_alloc((void **)&G->save_mean, (size_t)L->c * sizeof(float), err));
-            SC_TRY(gx_alloc((void **)&G->save_invstd, (size_t)L->c * sizeof(float), err));
-        }
+        if (gx_ops(e, i)->setup) SC_TRY(gx_ops(e, i)->setup(e, i, err));
     }
     return 0;
 }
@@ -120,16 +103,10 @@ static int gx_segments(gx_exec *e, sc_err *err) {
     for (int t = 0; t < nt->ntensors; t++) {
         const ptensor *p = &nt->tensors[t];
         if (!p->trainable) continue;
-        const layer *L = &nt->layers[p->layer];
-        const gx_layer *G = &e->gl[p->layer];
         param_seg *q = &s[ns++];
         q->offset = p->offset;
-        if (p->kind == PT_WEIGHT && L->kind == LK_CONV) {
-            *q = (param_seg){SEG_WORK, p->offset, L->c, L->in_c, L->k * L->k, G->wc, e->dt,
-                             e->dt, G->wwork, G->gwork};
-        } else if (p->kind == PT_WEIGHT) {
-            *q = (param_seg){SEG_WORK, p->offset, L->c, L->in_c, L->in_h * L->in_w, L->in_c,
-                             e->dt, GDT_F32, G->wwork, G->gwork};
+        if (p->kind == PT_WEIGHT) {
+            gx_ops(e, p->layer)->weight_seg(e, p->layer, p->offset, q);
         } else {
             q->kind = SEG_DIRECT, q->k = (int)p->count, q->c = q->hw = q->cw = 1;
         }

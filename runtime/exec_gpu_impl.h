@@ -33,6 +33,7 @@ extern "C" {
 #endif
 #include "runtime/exec_backend.h"
 #include "runtime/exec_gpu.h"
+#include "runtime/ops.h"
 #ifdef __cplusplus
 }
 #endif
@@ -70,7 +71,7 @@ typedef struct {
 } gx_layer;
 
 // Per-batch-size state.
-typedef struct {
+typedef struct gx_plan {
     int n, backward;       // n = 0: unused slot
     conv_gpu **conv;       // per layer, shared between layers of equal shape
     unsigned char *owner;  // per layer: conv[i] is freed with this layer
@@ -89,7 +90,7 @@ typedef struct {
     cudaEvent_t other[5];
 } gx_prof;
 
-typedef struct {
+typedef struct gx_exec {
     net *nt;
     sc_precision prec;
     gpu_dtype dt;
@@ -117,7 +118,33 @@ typedef struct {
     gx_prof *prof;         // non-NULL while a profiled step runs
 } gx_exec;
 
+// The GPU executor's hooks in a layer kind's registry row (runtime/ops.h),
+// defined in runtime/op_<kind>_gpu.c.
+struct op_gpu {
+    int reads_padded_input;  // reads the network input with its channels padded (conv)
+    int fp32_head;           // as the last layer it writes fp32 logits (linear)
+    // Per-layer buffers that do not depend on the batch size; NULL: none.
+    int (*setup)(gx_exec *e, int i, sc_err *err);
+    // The multi-tensor segment of the layer's weight tensor (work copy
+    // layout); required when the kind owns a PT_WEIGHT tensor.
+    void (*weight_seg)(gx_exec *e, int i, size_t offset, param_seg *q);
+    // Per-batch-size plan of layer i for p->n images; grows *ws to the
+    // workspace it needs. NULL: nothing to plan.
+    int (*plan)(gx_exec *e, gx_plan *p, int i, size_t *ws, sc_err *err);
+    // Layer i forward on n images (train: training mode); a fused group's
+    // head runs the whole group.
+    int (*forward)(gx_exec *e, gx_plan *p, int i, int n, int train, sc_err *err);
+    // Layer i backward on n images: parameter gradients, then input
+    // gradients routed through gx_route (a fused group's head runs the group).
+    int (*backward)(gx_exec *e, gx_plan *p, int i, int n, sc_err *err);
+};
+
 // --- small helpers ----------------------------------------------------------
+
+// The GPU hooks of layer i's kind.
+static inline const struct op_gpu *gx_ops(const gx_exec *e, int i) {
+    return op_of(e->nt->layers[i].kind)->gpu;
+}
 
 // Output of layer src (-1 = the prepared input).
 static inline void *gx_out(gx_exec *e, int src) { return src < 0 ? e->input : e->gl[src].out; }
@@ -149,6 +176,22 @@ static inline int gx_alloc(void **p, size_t bytes, sc_err *err) {
     if (rc != cudaSuccess)
         return sc_fail(err, "GPU allocation of %zu bytes failed: %s", bytes, cudaGetErrorString(rc));
     return 0;
+}
+
+// Gradient buffer of input src and whether it already holds a contribution
+// (*acc); marks it written. NULL for the network input.
+static inline void *gx_route(gx_exec *e, int src, int *acc) {
+    *acc = 0;
+    if (src < 0) return NULL;
+    *acc = e->gseen[src];
+    e->gseen[src] = 1;
+    return e->gl[src].grad;
+}
+
+// Adds scratch buffer k into dst when the target needed accumulation.
+static inline int gx_settle(gx_exec *e, int k, void *dst, int acc, size_t count, sc_err *err) {
+    if (!dst || !acc) return 0;
+    return accumulate_gpu(&e->g, e->dt, count, e->scratch[k], dst, 1, err);
 }
 
 // Records a profiling event when profiling.

@@ -2,9 +2,8 @@
 // shapes, lays out parameter tensors in flat buffers, initialises weights.
 #include "net.h"
 #include "atomic.h"
+#include "ops.h"
 
-#include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,16 +17,8 @@
 
 // --- parsing helpers --------------------------------------------------------
 
-typedef struct {
-    char kind[16];
-    int npos;
-    char pos[4][64];
-    int nkv;
-    char key[8][16], val[8][64];
-} desc_line;
-
 // Splits one description line into kind, positionals and key=value pairs.
-static int line_split(char *text, desc_line *dl, int lineno, sc_err *err) {
+static int line_split(char *text, op_line *dl, int lineno, sc_err *err) {
     memset(dl, 0, sizeof *dl);
     char *save = NULL;
     char *tok = strtok_r(text, " \t\r", &save);
@@ -50,49 +41,8 @@ static int line_split(char *text, desc_line *dl, int lineno, sc_err *err) {
     return 1;
 }
 
-// Parses a strictly positive-or-zero integer in [lo, hi].
-static int parse_int(const char *s, int lo, int hi, int *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return -1;
-    *out = (int)v;
-    return 0;
-}
-
-// Looks up key in the line's options; returns its value or NULL.
-static const char *kv_get(const desc_line *dl, const char *key) {
-    for (int i = 0; i < dl->nkv; i++)
-        if (!strcmp(dl->key[i], key)) return dl->val[i];
-    return NULL;
-}
-
-// Reads an optional integer option with a default.
-static int kv_int(const desc_line *dl, const char *key, int def, int lo, int hi, int *out,
-                  int lineno, sc_err *err) {
-    const char *v = kv_get(dl, key);
-    *out = def;
-    if (v && parse_int(v, lo, hi, out))
-        return sc_fail(err, "line %d: %s=%s is not an integer in [%d, %d]", lineno, key, v, lo, hi);
-    return 0;
-}
-
-// Reads an optional float option with a default.
-static int kv_float(const desc_line *dl, const char *key, float def, float *out, int lineno,
-                    sc_err *err) {
-    const char *v = kv_get(dl, key);
-    *out = def;
-    if (!v) return 0;
-    char *end;
-    double d = strtod(v, &end);
-    if (end == v || *end || !isfinite(d) || d < 0 || d > 1)
-        return sc_fail(err, "line %d: %s=%s is not a number in [0, 1]", lineno, key, v);
-    *out = (float)d;
-    return 0;
-}
-
 // Checks that every option on the line is one the layer kind accepts.
-static int kv_check(const desc_line *dl, const char *allowed, int lineno, sc_err *err) {
+static int kv_check(const op_line *dl, const char *allowed, int lineno, sc_err *err) {
     for (int i = 0; i < dl->nkv; i++) {
         char pat[20];
         snprintf(pat, sizeof pat, " %s ", dl->key[i]);
@@ -104,22 +54,18 @@ static int kv_check(const desc_line *dl, const char *allowed, int lineno, sc_err
 
 // --- building ---------------------------------------------------------------
 
-typedef struct {
+struct op_build {
     net *nt;
     int cap_layers, cap_tensors;
-} builder;
+};
+typedef op_build builder;
 
-// Index of the layer called name, -1 for "input", -2 when unknown.
-static int layer_find(const net *nt, const char *name) {
-    if (!strcmp(name, "input")) return -1;
-    for (int i = nt->nlayers - 1; i >= 0; i--)
-        if (!strcmp(nt->layers[i].name, name)) return i;
-    return -2;
-}
+// The net being built.
+net *op_build_net(op_build *b) { return b->nt; }
 
 // Adds a parameter tensor of the given dims to the layout; returns its index.
-static int tensor_add(builder *b, int layer, const char *suffix, ptensor_kind kind, int ndim,
-                      const int *dims, sc_err *err) {
+int op_tensor_add(builder *b, int layer, const char *suffix, ptensor_kind kind, int ndim,
+                  const int *dims, sc_err *err) {
     net *nt = b->nt;
     if (nt->ntensors == b->cap_tensors) {
         int cap = b->cap_tensors ? 2 * b->cap_tensors : 64;
@@ -157,118 +103,27 @@ static int tensor_add(builder *b, int layer, const char *suffix, ptensor_kind ki
     return nt->ntensors++;
 }
 
-// Output size of a window op; -1 when empty.
-static int window_out(int in, int k, int stride, int pad) {
-    int span = in + 2 * pad - k;
-    return span < 0 ? -1 : span / stride + 1;
-}
-
-// Fills the conv/pool specific fields of a layer and its output shape.
-static int layer_window(layer *L, const desc_line *dl, int is_conv, int lineno, sc_err *err) {
-    int need = is_conv ? 2 : 1;
-    if (dl->npos != need)
-        return sc_fail(err, "line %d: %s needs %s", lineno, dl->kind,
-                       is_conv ? "out-channels and kernel size" : "a window size");
-    int ch = L->in_c;
-    if (is_conv && parse_int(dl->pos[0], 1, 65536, &ch))
-        return sc_fail(err, "line %d: bad channel count (%s)", lineno, dl->pos[0]);
-    if (parse_int(dl->pos[need - 1], 1, 64, &L->k))
-        return sc_fail(err, "line %d: bad kernel size (%s)", lineno, dl->pos[need - 1]);
-    SC_TRY(kv_int(dl, "stride", is_conv ? 1 : L->k, 1, 64, &L->stride, lineno, err));
-    SC_TRY(kv_int(dl, "pad", 0, 0, 64, &L->pad, lineno, err));
-    if (!is_conv && L->pad * 2 > L->k)
-        return sc_fail(err, "line %d: pad %d larger than half the window %d", lineno, L->pad, L->k);
-    L->c = ch;
-    L->h = window_out(L->in_h, L->k, L->stride, L->pad);
-    L->w = window_out(L->in_w, L->k, L->stride, L->pad);
-    if (L->h < 1 || L->w < 1)
-        return sc_fail(err, "line %d: %s output would be empty (input %dx%d)", lineno, dl->kind,
-                       L->in_h, L->in_w);
-    return 0;
+// Parses the kind-specific part of one layer line into L through its
+// registry row, then adds the tensors the layer owns.
+static int layer_parse(builder *b, layer *L, const op_line *dl, int lineno, sc_err *err) {
+    const int k = op_lookup(dl->kind);
+    if (k < 0) return sc_fail(err, "line %d: unknown layer kind (%s)", lineno, dl->kind);
+    L->kind = (layer_kind)k;
+    L->c = L->in_c, L->h = L->in_h, L->w = L->in_w;
+    SC_TRY(kv_check(dl, op_of(L->kind)->options, lineno, err));
+    return op_of(L->kind)->parse(b->nt, L, dl, lineno, err);
 }
 
 // Adds the tensors a layer owns (weights, biases, BN parameters).
-static int layer_tensors(builder *b, int li, const desc_line *dl, int lineno, sc_err *err) {
+static int layer_tensors(builder *b, int li, const op_line *dl, int lineno, sc_err *err) {
     layer *L = &b->nt->layers[li];
-    int bias = 0;
     L->weight = L->bias = L->gamma = L->beta = L->mean = L->var = -1;
-    if (L->kind == LK_CONV || L->kind == LK_LINEAR) {
-        SC_TRY(kv_int(dl, "bias", 1, 0, 1, &bias, lineno, err));
-        int cdims[4] = {L->c, L->in_c, L->k, L->k};
-        long long fan = (long long)L->in_c * L->in_h * L->in_w;  // bounded by NET_MAX_ACT
-        int ldims[2] = {L->c, (int)fan};
-        int w = L->kind == LK_CONV ? tensor_add(b, li, "weight", PT_WEIGHT, 4, cdims, err)
-                                   : tensor_add(b, li, "weight", PT_WEIGHT, 2, ldims, err);
-        if (w < 0) return -1;
-        b->nt->layers[li].weight = w;
-        if (bias) {
-            int bi = tensor_add(b, li, "bias", PT_BIAS, 1, &L->c, err);
-            if (bi < 0) return -1;
-            b->nt->layers[li].bias = bi;
-        }
-    } else if (L->kind == LK_BN) {
-        const ptensor_kind kinds[4] = {PT_GAMMA, PT_BETA, PT_MEAN, PT_VAR};
-        const char *names[4] = {"gamma", "beta", "mean", "var"};
-        int idx[4];
-        for (int i = 0; i < 4; i++)
-            if ((idx[i] = tensor_add(b, li, names[i], kinds[i], 1, &L->c, err)) < 0) return -1;
-        L = &b->nt->layers[li];
-        L->gamma = idx[0], L->beta = idx[1], L->mean = idx[2], L->var = idx[3];
-    }
-    return 0;
-}
-
-// Parses the kind-specific part of one layer line into L.
-static int layer_parse(net *nt, layer *L, const desc_line *dl, int lineno, sc_err *err) {
-    const char *k = dl->kind;
-    L->c = L->in_c, L->h = L->in_h, L->w = L->in_w;
-    if (!strcmp(k, "conv") || !strcmp(k, "maxpool") || !strcmp(k, "avgpool")) {
-        int conv = !strcmp(k, "conv");
-        L->kind = conv ? LK_CONV : !strcmp(k, "maxpool") ? LK_MAXPOOL : LK_AVGPOOL;
-        SC_TRY(kv_check(dl, conv ? " stride pad bias name from " : " stride pad name from ",
-                        lineno, err));
-        return layer_window(L, dl, conv, lineno, err);
-    }
-    if (!strcmp(k, "bn")) {
-        L->kind = LK_BN;
-        SC_TRY(kv_check(dl, " eps momentum name from ", lineno, err));
-        SC_TRY(kv_float(dl, "eps", 1e-5f, &L->eps, lineno, err));
-        return kv_float(dl, "momentum", 0.1f, &L->momentum, lineno, err);
-    }
-    if (!strcmp(k, "relu") || !strcmp(k, "gap")) {
-        L->kind = k[0] == 'r' ? LK_RELU : LK_GAP;
-        if (L->kind == LK_GAP) L->h = L->w = 1;
-        return kv_check(dl, " name from ", lineno, err);
-    }
-    if (!strcmp(k, "add")) {
-        L->kind = LK_ADD;
-        SC_TRY(kv_check(dl, " name from ", lineno, err));
-        if (dl->npos != 1) return sc_fail(err, "line %d: add needs the name of a layer", lineno);
-        L->src2 = layer_find(nt, dl->pos[0]);
-        if (L->src2 == -2) return sc_fail(err, "line %d: add: no layer called %s", lineno, dl->pos[0]);
-        int c2 = L->src2 < 0 ? nt->in_c : nt->layers[L->src2].c;
-        int h2 = L->src2 < 0 ? nt->in_h : nt->layers[L->src2].h;
-        int w2 = L->src2 < 0 ? nt->in_w : nt->layers[L->src2].w;
-        if (c2 != L->in_c || h2 != L->in_h || w2 != L->in_w)
-            return sc_fail(err, "line %d: add: shapes differ (%dx%dx%d vs %dx%dx%d)", lineno,
-                           L->in_c, L->in_h, L->in_w, c2, h2, w2);
-        return 0;
-    }
-    if (!strcmp(k, "linear")) {
-        L->kind = LK_LINEAR;
-        SC_TRY(kv_check(dl, " bias name from ", lineno, err));
-        if (dl->npos != 1) return sc_fail(err, "line %d: linear needs an output size", lineno);
-        if (!strcmp(dl->pos[0], "classes")) L->c = nt->classes;
-        else if (parse_int(dl->pos[0], 1, 1 << 20, &L->c))
-            return sc_fail(err, "line %d: bad output size (%s)", lineno, dl->pos[0]);
-        L->h = L->w = 1;
-        return 0;
-    }
-    return sc_fail(err, "line %d: unknown layer kind (%s)", lineno, k);
+    const op_kind *op = op_of(L->kind);
+    return op->tensors ? op->tensors(b, li, dl, lineno, err) : 0;
 }
 
 // Appends one parsed line as a layer: source, name, shape, tensors.
-static int layer_append(builder *b, const desc_line *dl, int lineno, sc_err *err) {
+static int layer_append(builder *b, const op_line *dl, int lineno, sc_err *err) {
     net *nt = b->nt;
     if (nt->nlayers == b->cap_layers) {
         int cap = b->cap_layers ? 2 * b->cap_layers : 32;
@@ -283,21 +138,19 @@ static int layer_append(builder *b, const desc_line *dl, int lineno, sc_err *err
     layer *L = &nt->layers[li];
     memset(L, 0, sizeof *L);
     L->src = li - 1;
-    L->src2 = -1;
-    const char *from = kv_get(dl, "from");
-    if (from && (L->src = layer_find(nt, from)) == -2)
+    const char *from = op_kv_get(dl, "from");
+    if (from && (L->src = op_layer_find(nt, from)) == -2)
         return sc_fail(err, "line %d: from=%s: no such layer", lineno, from);
-    L->in_c = L->src < 0 ? nt->in_c : nt->layers[L->src].c;
-    L->in_h = L->src < 0 ? nt->in_h : nt->layers[L->src].h;
-    L->in_w = L->src < 0 ? nt->in_w : nt->layers[L->src].w;
-    SC_TRY(layer_parse(nt, L, dl, lineno, err));
+    L->nsrc = 1, L->srcs[0] = L->src;
+    op_src_shape(nt, L->src, &L->in_c, &L->in_h, &L->in_w);
+    SC_TRY(layer_parse(b, L, dl, lineno, err));
     if ((long long)L->c * L->h * L->w > NET_MAX_ACT)
         return sc_fail(err, "line %d: output of %dx%dx%d values is too large (over %lld)", lineno,
                        L->c, L->h, L->w, NET_MAX_ACT);
-    const char *name = kv_get(dl, "name");
+    const char *name = op_kv_get(dl, "name");
     if (name) snprintf(L->name, sizeof L->name, "%s", name);
     else snprintf(L->name, sizeof L->name, "%s%d", dl->kind, li + 1);
-    if (layer_find(nt, L->name) != -2 || !strcmp(L->name, "input"))
+    if (op_layer_find(nt, L->name) != -2 || !strcmp(L->name, "input"))
         return sc_fail(err, "line %d: duplicate layer name (%s)", lineno, L->name);
     nt->nlayers++;
     return layer_tensors(b, li, dl, lineno, err);
@@ -350,7 +203,7 @@ static int desc_parse(builder *b, const char *desc, sc_err *err) {
         lineno++;
         char *hash = strchr(line, '#');
         if (hash) *hash = 0;
-        desc_line dl;
+        op_line dl;
         int got = line_split(line, &dl, lineno, err);
         if (got < 0) rc = -1;
         else if (got > 0) rc = layer_append(b, &dl, lineno, err);
@@ -438,21 +291,17 @@ net *net_create(const char *arch, int in_c, int in_h, int in_w, int classes, sc_
 
 // --- weights and queries ----------------------------------------------------
 
-// Kaiming normal (fan_out) for conv, PyTorch's default uniform for linear.
+// Weights and biases as each kind's registry row draws them (conv: Kaiming
+// normal, fan_out; linear: PyTorch's default uniform), gamma and var 1,
+// beta and mean 0.
 void net_init_weights(net *nt, rng *r) {
     for (int t = 0; t < nt->ntensors; t++) {
         ptensor *p = &nt->tensors[t];
         const layer *L = &nt->layers[p->layer];
         float *d = net_tensor_data(nt, t);
-        int fan_in = L->in_c * (L->kind == LK_CONV ? L->k * L->k : L->in_h * L->in_w);
-        float bound = 1.0f / sqrtf((float)fan_in);
         for (size_t i = 0; i < p->count; i++) {
             switch (p->kind) {
-            case PT_WEIGHT:
-                d[i] = L->kind == LK_CONV ? rng_normal(r) * sqrtf(2.0f / (float)(L->c * L->k * L->k))
-                                          : (2 * rng_uniform(r) - 1) * bound;
-                break;
-            case PT_BIAS: d[i] = (2 * rng_uniform(r) - 1) * bound; break;
+            case PT_WEIGHT: case PT_BIAS: d[i] = op_of(L->kind)->init(L, p, r); break;
             case PT_GAMMA: case PT_VAR: d[i] = 1.0f; break;
             case PT_BETA: case PT_MEAN: d[i] = 0.0f; break;
             }
@@ -504,13 +353,19 @@ double net_sparsity(const net *nt) {
     return total ? (double)zero / (double)total : 0.0;
 }
 
-// Multiply-accumulates of one image's forward pass (conv and linear).
+// Multiply-accumulates of one image's forward pass (as the registry counts them).
 double net_macs(const net *nt) {
     double macs = 0;
     for (int i = 0; i < nt->nlayers; i++) {
         const layer *L = &nt->layers[i];
-        if (L->kind == LK_CONV) macs += (double)L->c * L->h * L->w * L->in_c * L->k * L->k;
-        else if (L->kind == LK_LINEAR) macs += (double)L->c * L->in_c * L->in_h * L->in_w;
+        if (op_of(L->kind)->macs) macs += op_of(L->kind)->macs(L);
     }
     return macs;
+}
+
+// How many of layer L's inputs are layer i's output.
+int layer_reads(const layer *L, int i) {
+    int n = 0;
+    for (int k = 0; k < L->nsrc; k++) n += L->srcs[k] == i;
+    return n;
 }

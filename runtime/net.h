@@ -14,22 +14,24 @@
 
 // --- layers -----------------------------------------------------------------
 
+// Layer kinds: one per row of the op registry (runtime/ops_list.h, whose
+// comments say what each computes; runtime/ops.h holds each kind's hooks).
+
 typedef enum {
-    LK_CONV,     // 2-D convolution, k x k kernel, stride, zero padding, optional bias
-    LK_BN,       // batch norm over channels (spatial), gamma/beta + running stats
-    LK_RELU,     // max(x, 0)
-    LK_MAXPOOL,  // k x k window, stride, padding (pads never win)
-    LK_AVGPOOL,  // k x k window, stride, padding (pads count as zeros, divisor k*k)
-    LK_GAP,      // global average pool: (c, h, w) -> (c, 1, 1)
-    LK_ADD,      // elementwise sum of the outputs of src and src2 (same shape)
-    LK_LINEAR,   // fully connected; input flattened in (c, h, w) order
+#define OP(ID, name) LK_##ID,
+#include "ops_list.h"
+#undef OP
+    LK_COUNT
 } layer_kind;
+
+#define LAYER_MAX_IN 8   // inputs of one layer
 
 typedef struct {
     layer_kind kind;
     char name[32];       // unique within the net, e.g. "conv1", "layer2.0.bn2"
     int src;             // layer whose output feeds this one; -1 = network input
-    int src2;            // LK_ADD: the other input; -1 otherwise
+    int nsrc;            // inputs read (1; add and concat read more)
+    int srcs[LAYER_MAX_IN];  // every input in order, srcs[0] == src
     int in_c, in_h, in_w;  // input shape per image
     int c, h, w;         // output shape per image
     int k, stride, pad;  // conv/pool window, stride, padding
@@ -107,5 +109,8 @@ double net_sparsity(const net *nt);
 
 // Multiply-accumulate count of one image's forward pass.
 double net_macs(const net *nt);
+
+// How many of layer L's inputs are layer i's output (-1: the network input).
+int layer_reads(const layer *L, int i);
 
 #endif

@@ -7,6 +7,7 @@
 #include "sparse_model.h"
 #include "h5io.h"
 #include "half.h"
+#include "ops.h"
 
 #include <hdf5.h>
 #include <math.h>
@@ -30,8 +31,7 @@ static int sm_readers(const net *nt, int i, int *only) {
     int n = 0;
     *only = -1;
     for (int j = 0; j < nt->nlayers; j++) {
-        const layer *L = &nt->layers[j];
-        int here = (L->src == i) + (L->kind == LK_ADD && L->src2 == i);
+        int here = layer_reads(&nt->layers[j], i);
         if (here) *only = j;
         n += here;
     }
@@ -43,14 +43,7 @@ static int sm_readers(const net *nt, int i, int *only) {
 void sparse_layer_fusion(const net *nt, int li, sparse_layer *l) {
     const layer *L = &nt->layers[li];
     l->layer = li;
-    l->is_linear = L->kind == LK_LINEAR;
-    l->K = L->c;
-    l->C = l->is_linear ? L->in_c * L->in_h * L->in_w : L->in_c;
-    l->R = l->S = l->is_linear ? 1 : L->k;
-    l->stride = l->is_linear ? 1 : L->stride;
-    l->pad = l->is_linear ? 0 : L->pad;
-    l->H = l->is_linear ? 1 : L->in_h, l->W = l->is_linear ? 1 : L->in_w;
-    l->P = L->h, l->Q = L->w;
+    op_of(L->kind)->sparse_geom(L, l);
     l->bn = l->relu_layer = l->pool_layer = -1;
     l->relu = l->pool_k = l->pool_stride = l->pool_pad = 0;
     int next, last = li;
@@ -87,7 +80,7 @@ static const sparse_layer *sm_folding(const sparse_model *m, int bn) {
 // 1 when tensor t is stored in /params (not conv/linear, not a folded BN's).
 int sparse_model_tensor_in_params(const sparse_model *m, int t) {
     const layer *L = &m->nt->layers[m->nt->tensors[t].layer];
-    if (L->kind == LK_CONV || L->kind == LK_LINEAR) return 0;
+    if (op_of(L->kind)->sparse_geom) return 0;
     return !(L->kind == LK_BN && sm_folding(m, m->nt->tensors[t].layer));
 }
 
@@ -454,11 +447,11 @@ static int sio_layer_read(sio *io, hid_t layers, sparse_model *m, sparse_layer *
 static int sio_layers_read(sio *io, sparse_model *m) {
     const net *nt = m->nt;
     for (int i = 0; i < nt->nlayers; i++)
-        m->nlayers += nt->layers[i].kind == LK_CONV || nt->layers[i].kind == LK_LINEAR;
+        m->nlayers += op_of(nt->layers[i].kind)->sparse_geom != NULL;
     m->layers = calloc((size_t)(m->nlayers ? m->nlayers : 1), sizeof *m->layers);
     if (!m->layers) return sc_fail(io->err, "out of memory (%s)", io->path);
     for (int i = 0, n = 0; i < nt->nlayers; i++)
-        if (nt->layers[i].kind == LK_CONV || nt->layers[i].kind == LK_LINEAR)
+        if (op_of(nt->layers[i].kind)->sparse_geom)
             sparse_layer_fusion(nt, i, &m->layers[n++]);
     hid_t g = h5io_group_open(io, io->file, "", "layers");
     if (g < 0) return -1;

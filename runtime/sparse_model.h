@@ -27,7 +27,7 @@
 
 typedef enum { SV_FP32 = 0, SV_FP16 = 1, SV_CODEBOOK4 = 2 } sparse_vtype;
 
-typedef struct {
+typedef struct sparse_layer {
     int layer;             // index of the conv or linear layer in nt->layers
     int bn;                // index of the BN layer folded into it, -1 when none
     int is_linear;         // 1: linear layer (R = S = 1, H = W = 1, C = in features)

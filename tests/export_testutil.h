@@ -277,7 +277,7 @@ static inline float *tex_csr_forward(const sparse_model *m, int n, const uint8_t
         const layer *O = l ? &nt->layers[l->out_layer] : L;
         float *y = malloc((size_t)n * O->c * O->h * O->w * sizeof *y);
         if (l) tex_spconv(l, n, x, y);
-        else tex_plain(nt, L, n, x, L->kind == LK_ADD ? (L->src2 < 0 ? in : act[L->src2]) : NULL, y);
+        else tex_plain(nt, L, n, x, L->kind == LK_ADD ? (L->srcs[1] < 0 ? in : act[L->srcs[1]]) : NULL, y);
         act[l ? l->out_layer : i] = y;
     }
     float *out = act[nt->nlayers - 1];

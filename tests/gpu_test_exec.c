@@ -2,7 +2,7 @@
 // exec.h, on a small residual net with BN (projection shortcut, both BN
 // fusion patterns, an input gradient that two layers accumulate, pooling) and
 // on LeNet (a linear layer reading a 16x5x5 map, so the NHWC flatten order
-// matters):
+// matters) and on a net with channel concatenations:
 //   - one train step at lr = 0: loss, hits, every parameter's gradient
 //     (exec_read_grad, unscaled) and the BN running statistics;
 //   - three steps at lr > 0 (the second and third replay a CUDA graph): the
@@ -39,6 +39,15 @@ static const char *RESNET_DESC =
     "conv 32 3 pad=1 bias=1 name=b2.c2\nbn name=b2.bn2\nadd b2.scbn name=b2.add\n"
     "relu name=b2.out\navgpool 3 stride=1 pad=1 name=ap\nmaxpool 2 name=mp\ngap name=pool\n"
     "linear classes name=fc\n";
+
+// DenseNet-style joins with BN (concat, tests/test_concat.c): a concat read
+// by the next conv and by a later concat, one that reads a ReLU output twice
+// (its gradient accumulated from both slices), a BN over concatenated channels.
+static const char *CONCAT_DESC =
+    "conv 8 3 pad=1 bias=0 name=c0\nbn\nrelu name=r0\n"
+    "conv 6 3 pad=1 bias=0\nbn\nrelu\nconcat r0 name=d1\n"
+    "conv 6 3 pad=1\nrelu\nconcat d1 r0 r0 name=d2\nbn\n"
+    "conv 12 1 stride=2\nrelu\ngap\nlinear classes\n";
 
 // --- helpers ----------------------------------------------------------------
 
@@ -271,6 +280,17 @@ static void test_resnet_fp16(tctx *t) {
     eval_case(t, RESNET_DESC, 16, PREC_FP16);
 }
 
+// Concat net in both precisions: gradients, steps, eval.
+static void test_concat(tctx *t) {
+    if (!gpu_here(t)) return;
+    for (int p = 0; p < 2; p++) {
+        const sc_precision prec = p ? PREC_FP16 : PREC_FP32;
+        grad_case(t, CONCAT_DESC, 16, prec);
+        steps_case(t, CONCAT_DESC, 16, prec);
+        eval_case(t, CONCAT_DESC, 16, prec);
+    }
+}
+
 // LeNet in fp32: gradients, steps, eval.
 static void test_lenet_fp32(tctx *t) {
     if (!gpu_here(t)) return;
@@ -298,6 +318,7 @@ static void test_masks(tctx *t) {
 int main(void) {
     tctx t = {.suite = "gpu_test_exec"};
     RUN(&t, test_resnet_fp32);
+    RUN(&t, test_concat);
     RUN(&t, test_resnet_fp16);
     RUN(&t, test_lenet_fp32);
     RUN(&t, test_lenet_fp16);

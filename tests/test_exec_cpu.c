@@ -1,7 +1,7 @@
 // Tests of the CPU executor backend (runtime/exec_cpu.c) through exec.h:
 // whole-net gradients against finite differences of the executor's own loss
-// (a residual net without BN through eval, one with BN through zero-lr train
-// steps), LeNet overfitting one batch, masks keeping weights and momentum at
+// (a residual net without BN and a net with concats through eval, one with
+// BN through zero-lr train steps), LeNet overfitting one batch, masks keeping weights and momentum at
 // exactly zero, bitwise determinism across executors, eval statistics and
 // the host copies. Soft targets (exec_batch.soft): the loss kernel against
 // the formula and against the hard-label loss for one-hot targets, the
@@ -176,9 +176,30 @@ static const char *DESC_BN =
     "gap\n"
     "linear classes\n";
 
+// DenseNet-style joins: a concat of a conv, a ReLU output that it reads twice
+// and the network input (gradients accumulated into one buffer and dropped
+// for the input), then a concat through from= of two earlier outputs.
+static const char *DESC_CONCAT =
+    "conv 4 3 pad=1 name=c1\n"
+    "relu name=r1\n"
+    "conv 3 3 pad=1 name=c2\n"
+    "concat r1 input r1 name=j\n"       // 3 + 4 + 3 + 4 channels
+    "conv 4 1 name=c3\n"
+    "concat c2 j from=c3\n"             // 4 + 3 + 14
+    "maxpool 2\n"
+    "conv 5 3 pad=1\n"
+    "gap\n"
+    "linear classes\n";
+
 // Gradients of the plain residual net against finite differences of eval losses.
 static void test_grad_plain(tctx *t) {
     int n = grad_check(t, DESC_PLAIN, 0, 1, 0);
+    CHECK(t, n > 400, "only %d parameters checked", n);
+}
+
+// Gradients of the concat net against finite differences of eval losses.
+static void test_grad_concat(tctx *t) {
+    int n = grad_check(t, DESC_CONCAT, 0, 4, 0);
     CHECK(t, n > 400, "only %d parameters checked", n);
 }
 
@@ -532,6 +553,7 @@ static void test_copies_and_errors(tctx *t) {
 int main(void) {
     tctx t = {.suite = "test_exec_cpu"};
     RUN(&t, test_grad_plain);
+    RUN(&t, test_grad_concat);
     RUN(&t, test_grad_bn);
     RUN(&t, test_grad_soft);
     RUN(&t, test_soft_xent_kernel);
