@@ -76,7 +76,7 @@ expect_fail "output dir missing" 1 '^export: .*directory does not exist' $EX "$D
 out=$($EX --runs "$T/runs" --json "$T/e.json" 2>"$T/err"); rc=$?
 if [ $rc -eq 0 ] && [ -f "$D/model.csr.h5" ] && [ ! -s "$T/err" ]; then ok "default input and output"
 else bad "default input and output" "exit $rc: $(cat "$T/err")"; fi
-grep -qE '^b\.conv2 +16x16x3x3 +[0-9]+ +[0-9.]+% +[0-9]+ +[0-9]+ +0 +64 +[0-9]+ +9280 +[0-9.]+x$' <<<"$out" \
+grep -qE '^b\.conv2 +16x16x3x3 +[0-9]+ +[0-9.]+% +[0-9]+ +[0-9]+ +0 +64 +[0-9]+ +9280 +[0-9.]+x  csr$' <<<"$out" \
     && grep -qE 'file [0-9]+ bytes vs dense fp32 [0-9]+ bytes' <<<"$out" \
     && ok "summary table" || bad "summary table" "$out"
 for k in tool dataset model output sparsity seconds layers file_bytes dense_fp32_bytes ratio_to_dense indices values codebook bias; do

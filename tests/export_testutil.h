@@ -198,6 +198,15 @@ static inline double *tex_folded(const net *nt, int li, int bn, double **bias) {
     return w;
 }
 
+// Loads path and checks the error mentions the file and `want`.
+static inline void expect_load_error(tctx *t, const char *path, const char *want) {
+    sc_err err = {{0}};
+    sparse_model *m = sparse_model_load(path, &err);
+    CHECK(t, !m, "%s loaded (expected: %s)", path, want);
+    CHECK(t, strstr(err.msg, want) && strstr(err.msg, path), "message '%s' lacks '%s' or the file", err.msg, want);
+    sparse_model_free(m);
+}
+
 // --- a direct forward pass from the CSR rows ----------------------------------
 
 // One sparse layer on n inputs x (n, C, H, W): the conv through offsets into
