@@ -152,8 +152,26 @@ static inline int tex_same_layout(const sparse_model *a, const sparse_model *b) 
     return 1;
 }
 
+// 1 when the loaded model b has the built model a's block structure (BSR
+// layers): block size, indptr, indices, values and codes of every layer.
+static inline int tex_same_blocks(const sparse_model *a, const sparse_model *b) {
+    for (int i = 0; i < a->nlayers && i < b->nlayers; i++) {
+        const sparse_bsr *x = &a->layers[i].bsr, *y = &b->layers[i].bsr;
+        const size_t n = (size_t)x->nblocks * x->kb * x->cb, rows = x->kb ? (size_t)(a->layers[i].K / x->kb) : 0;
+        if (x->kb != y->kb || x->cb != y->cb || x->nblocks != y->nblocks ||
+            (x->kb && (memcmp(x->indptr, y->indptr, (rows + 1) * 8) ||
+                       memcmp(x->indices, y->indices, (size_t)x->nblocks * 4) ||
+                       memcmp(x->values, y->values, n * 4) || (!x->codes) != (!y->codes) ||
+                       (x->codes && memcmp(x->codes, y->codes, (n + 1) / 2))))) {
+            fprintf(stderr, "layer %d: the loaded blocks differ from the built ones\n", i);
+            return 0;
+        }
+    }
+    return 1;
+}
+
 // Exports nt to path (build + write) with cfg and loads it back, checking
-// that the loaded layout is the built one; NULL on failure (message on
+// that the loaded layout (and block structure) is the built one; NULL on failure (message on
 // stderr). info may be NULL.
 static inline sparse_model *tex_roundtrip(const net *nt, const export_cfg *cfg, const char *path,
                                           export_info *info) {
@@ -168,7 +186,7 @@ static inline sparse_model *tex_roundtrip(const net *nt, const export_cfg *cfg, 
     }
     sparse_model *ld = sparse_model_load(path, &err);
     if (!ld) fprintf(stderr, "sparse_model_load: %s\n", err.msg);
-    if (ld && !tex_same_layout(m, ld)) {
+    if (ld && (!tex_same_layout(m, ld) || !tex_same_blocks(m, ld))) {
         sparse_model_free(ld);
         ld = NULL;
     }
