@@ -1,8 +1,9 @@
 // The HDF5 writer of export files: root attributes, /net, /history, /params
 // (tensors that were not folded) and one compact CSR group per conv/linear
 // layer (real non-zeros only, narrow column indices, 4-bit codes, shuffle +
-// deflate), written to a temporary file that is synced and renamed over the
-// target.
+// deflate), or a BSR group of its kept blocks (layers on their block grid;
+// the file is then format_version 3), written to a temporary file that is
+// synced and renamed over the target.
 #include "runtime/half.h"
 #include "export/export_io.h"
 #include "runtime/h5io.h"

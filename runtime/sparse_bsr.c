@@ -30,7 +30,7 @@ void sparse_bsr_free(sparse_bsr *b) {
 // --- padded CSR -> blocks -----------------------------------------------------
 
 // Real entries per block column of block row bi into cnt (bcols, zeroed
-// first); 0, or -1 when an entry's block column is out of range.
+// first).
 static void bsr_count(const sparse_layer *l, int kb, int cb, int bi, long *cnt, int bcols) {
     memset(cnt, 0, (size_t)bcols * sizeof *cnt);
     for (size_t k = (size_t)bi * kb; k < (size_t)(bi + 1) * kb; k++)

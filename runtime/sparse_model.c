@@ -2,8 +2,9 @@
 // folded net, and the loader of the HDF5 file `export` writes. Every part of
 // the file is checked against the graph rebuilt from the stored description:
 // geometry, fusion, row pointers, ascending column indices in range, codes
-// inside the codebook, finite values; the padded kernel layout is derived
-// from the compact CSR (runtime/sparse_layout.c).
+// inside the codebook, finite values, BSR block sizes; the padded kernel
+// layout is derived from the compact CSR (runtime/sparse_layout.c), for a
+// BSR layer from its blocks (runtime/sparse_bsr.c).
 #include "sparse_model.h"
 #include "h5io.h"
 #include "half.h"

@@ -1,6 +1,7 @@
 // An exported model in memory: the file `export` writes (docs/export-format.md)
 // loaded for the deploy runtime. The file holds each conv and linear layer
-// as compact CSR (real non-zeros only); in memory every layer is held as
+// as compact CSR (real non-zeros only) or, when pruned on blocks, as BSR of
+// its kept blocks (kept in memory too: sparse_bsr); in memory every layer is held as
 // CSR, one row per output channel, with batch norm folded into its weights
 // and bias, every row padded to the layer's maximum number of non-zeros, and
 // the column indices also given as offsets into the zero-padded input (Park
