@@ -18,7 +18,6 @@ QU="$BIN/quantize --device cpu --quiet --data-dir $T/data --dataset $T/small --b
 EX="$BIN/export -q"
 DP="$BIN/deploy --device cpu --quiet --data-dir $T/data --chart none --test-images 300"
 PY=/usr/bin/python3
-DECODE=${BIN%/bin}/helpers/export_decode
 
 # values FILE DSET: the numbers of a dataset, one a line (h5dump's DATA block).
 values() {
@@ -45,19 +44,6 @@ version() { h5dump -a /format_version "$1" 2>/dev/null | sed -n 's/.*(0): \([0-9
 
 # json_str FILE KEY: the first string value of "KEY" in a JSON file.
 json_str() { grep -oE "\"$2\": *\"[^\"]*\"" "$1" | head -n 1 | sed -E 's/.*: *"//; s/"$//'; }
-
-# py_check NAME EXPORT MODEL: the documented reader against the model and the toolkit's decode.
-py_check() {
-    local out line
-    if [ ! -x "$PY" ]; then SKIP=$((SKIP + 1)); echo "skip $1: no $PY"; return; fi
-    "$DECODE" "$2" >"$T/decoded.txt" || { bad "$1" "export_decode failed on $2"; return; }
-    out=$("$PY" tests/export_check.py "$2" "$3" "$T/decoded.txt" 2>&1)
-    line=$(grep -E '[0-9]+ passed, [0-9]+ failed' <<<"$out" | tail -n 1)
-    if grep -qE ' 0 passed, 0 failed, 1 skipped' <<<"$line"; then
-        SKIP=$((SKIP + 1)); echo "skip $1: $(head -n 1 <<<"$out") (h5py or scipy missing)"
-    elif grep -qE ' [1-9][0-9]* passed, 0 failed' <<<"$line"; then ok "$1 ($line)"
-    else bad "$1" "$out"; fi
-}
 
 # A tiny net whose channels take 16x8 and 8x1 unchanged (the stem, 3 input
 # channels, is never pruned; the head of 10 classes narrows the blocks).

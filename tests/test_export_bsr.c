@@ -25,61 +25,13 @@
 
 static char g_dir[256];  // the temporary directory of this run (set once in main)
 
-// Odd shapes: a 3-channel stem (12 outputs), a strided conv of 12 -> 20
-// channels with BN and ReLU fused, a 1x1 conv with its own bias (20 -> 8), a
-// linear head of 8 -> 10 classes.
-static const char *const BSR_DESC =
-    "conv 12 3 pad=1 bias=0 name=conv1\nbn name=bn1\nrelu name=relu1\n"
-    "conv 20 3 stride=2 pad=1 bias=0 name=c2\nbn name=bn2\nrelu name=relu2\n"
-    "conv 8 1 name=c3\nrelu name=relu3\ngap name=gap\nlinear classes name=fc\n";
-
 // Path of a file in the temporary directory.
 static const char *tpath(char *buf, size_t len, const char *name) {
     snprintf(buf, len, "%s/%s", g_dir, name);
     return buf;
 }
 
-// --- nets pruned on blocks ------------------------------------------------------
-
-// How one layer's blocks are pruned.
-typedef enum { BP_RANDOM, BP_NONE_KEPT, BP_ALL_KEPT, BP_EMPTY_ROW } bp_mode;
-
-// Prunes weight tensor t of nt on p's blocks: each block kept with
-// probability keep (BP_RANDOM; BP_EMPTY_ROW also prunes the first block row),
-// none or all kept; pruned weights are zeroed.
-static void block_prune(net *nt, int t, const sc_pattern *p, float keep, bp_mode mode, rng *g) {
-    sc_pattern_geom geo;
-    sc_pattern_geom_of(p, nt, t, &geo);
-    float *w = net_tensor_data(nt, t), *mk = net_tensor_mask(nt, t);
-    size_t *idx = malloc(geo.unit_size * sizeof *idx);
-    const size_t per_row = geo.units / (size_t)(geo.K / geo.kb);  // blocks of a block row
-    for (size_t u = 0; u < geo.units; u++) {
-        int kept = mode == BP_ALL_KEPT || (mode != BP_NONE_KEPT && rng_uniform(g) < keep);
-        if (mode == BP_EMPTY_ROW && u < per_row) kept = 0;
-        sc_pattern_unit_entries(&geo, u, idx);
-        for (size_t j = 0; j < geo.unit_size; j++) {
-            mk[idx[j]] = kept ? 1.0f : 0.0f;
-            if (!kept) w[idx[j]] = 0.0f;
-        }
-    }
-    free(idx);
-}
-
-// A random BSR_DESC net on 9x7 images pruned on pattern p: conv1 all kept,
-// c2 with its first block row empty, c3 with no block (none_c3) or random
-// blocks, fc random.
-static net *bsr_net(const sc_pattern *p, float keep, int none_c3, uint64_t seed) {
-    net *nt = tex_net("bsrnet", BSR_DESC, 9, 7, 10);
-    if (!nt) return NULL;
-    tex_randomize(nt, seed, 0.0f, 0);
-    rng g;
-    rng_seed(&g, seed, 5);
-    const bp_mode modes[4] = {BP_ALL_KEPT, BP_EMPTY_ROW, none_c3 ? BP_NONE_KEPT : BP_RANDOM, BP_RANDOM};
-    for (int i = 0, n = 0; i < nt->nlayers; i++)
-        if (nt->layers[i].kind == LK_CONV || nt->layers[i].kind == LK_LINEAR)
-            block_prune(nt, nt->layers[i].weight, p, keep, modes[n++ % 4], &g);
-    return nt;
-}
+// --- quantized nets ------------------------------------------------------------
 
 // Snaps the kept weights of every conv/linear weight to a 16-entry fp16
 // codebook and records quantize's form (k-means codebooks with indices).
@@ -240,7 +192,7 @@ static void test_roundtrip(tctx *t) {
                 sc_err err = {{0}};
                 sc_pattern p;
                 CHECK(t, sc_pattern_parse(pats[pi], &p, &err) == 0, "%s", err.msg);
-                net *nt = bsr_net(&p, d ? 0.1f : 0.5f, d, 100 + 10 * pi + v);
+                net *nt = tex_block_net(&p, d ? 0.1f : 0.5f, d, 100 + 10 * pi + v);
                 quant_model *q = v == 2 ? bsr_quant(nt) : NULL;
                 export_cfg cfg = {.half = v == 1, .quant = q};
                 char what[96];
@@ -259,7 +211,7 @@ static void test_kept_zeros(tctx *t) {
     sc_err err = {{0}};
     sc_pattern p;
     sc_pattern_parse("4x4", &p, &err);
-    net *nt = bsr_net(&p, 0.6f, 0, 31);
+    net *nt = tex_block_net(&p, 0.6f, 0, 31);
     int zeroed = 0;
     for (int i = 0; i < nt->nlayers; i++) {
         if (nt->layers[i].kind != LK_CONV) continue;
@@ -295,7 +247,7 @@ static void test_fallbacks(tctx *t) {
     sc_err err = {{0}};
     sc_pattern p;
     sc_pattern_parse("4x4", &p, &err);
-    net *nt = bsr_net(&p, 0.5f, 0, 41);
+    net *nt = tex_block_net(&p, 0.5f, 0, 41);
     const int c2 = nt->layers[3].weight;  // c2: (20, 12, 3, 3), blocks 4x4
     char notice[320];
     float *mk = net_tensor_mask(nt, c2), *w = net_tensor_data(nt, c2);
@@ -316,7 +268,7 @@ static void test_fallbacks(tctx *t) {
              bsr_count(nt, "unstructured", (export_cfg){0}, NULL, 0) == 0, "N:M or unstructured wrote BSR");
     net_free(nt);
     // derived codebooks (--codebook on): a kept zero has no code
-    nt = bsr_net(&p, 0.5f, 0, 43);
+    nt = tex_block_net(&p, 0.5f, 0, 43);
     quant_model_free(bsr_quant(nt));  // at most 16 distinct values per layer
     export_cfg on = {.codebook = EXPORT_CB_ON};
     CHECK(t, bsr_count(nt, "4x4", on, notice, sizeof notice) == 4, "derived codebooks: %s", notice);
@@ -334,7 +286,7 @@ static void test_build_refusals(tctx *t) {
     sc_err err = {{0}};
     sc_pattern p;
     sc_pattern_parse("4x4", &p, &err);
-    net *nt = bsr_net(&p, 0.5f, 0, 51);
+    net *nt = tex_block_net(&p, 0.5f, 0, 51);
     export_cfg cfg = {.pattern = &p};
     export_info info;
     sparse_model *m = export_build(nt, "", &cfg, &info, &err);
@@ -360,7 +312,7 @@ static void test_bad_files(tctx *t) {
     sc_err err = {{0}};
     sc_pattern pat;
     sc_pattern_parse("4x4", &pat, &err);
-    net *nt = bsr_net(&pat, 0.5f, 0, 61);
+    net *nt = tex_block_net(&pat, 0.5f, 0, 61);
     quant_model *q = bsr_quant(nt);
     export_cfg cfg = {.pattern = &pat, .quant = q};
     sparse_model *m = tex_roundtrip(nt, &cfg, tpath(good, sizeof good, "good.h5"), NULL);
