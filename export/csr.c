@@ -5,6 +5,7 @@
 #include "runtime/ops.h"
 #include "export/csr.h"
 
+#include "export/bsr.h"
 #include "export/codebook.h"
 
 #include <math.h>
@@ -14,14 +15,13 @@
 
 // --- layer scan ---------------------------------------------------------------
 
-// Counts non-zeros per row: l->nnz and l->nnz_row.
-static void csr_scan(const net *nt, sparse_layer *l) {
-    const float *w = net_tensor_data(nt, nt->layers[l->layer].weight);  // (K, cols)
+// Counts the stored entries (keep, (K, cols)) per row: l->nnz and l->nnz_row.
+static void csr_scan(const float *keep, sparse_layer *l) {
     const size_t cols = (size_t)l->C * l->R * l->S;
     l->nnz = 0, l->nnz_row = 0;
     for (size_t k = 0; k < (size_t)l->K; k++) {
         int n = 0;
-        for (size_t c = 0; c < cols; c++) n += w[k * cols + c] != 0.0f;
+        for (size_t c = 0; c < cols; c++) n += keep[k * cols + c] != 0.0f;
         l->nnz += n;
         if (n > l->nnz_row) l->nnz_row = n;
     }
@@ -45,11 +45,12 @@ static void csr_fold(const net *nt, const sparse_layer *l, double *scale, double
     }
 }
 
-// Encodes entry j of row k, column col (unfolded weight w): values[j] and,
-// for codebook layers, its code and padding bit.
+// Encodes entry j of row k, column col (unfolded weight w; real: a stored
+// entry, else padding): values[j] and, for codebook layers, its code and
+// padding bit.
 static int csr_encode(sparse_layer *l, const export_codebook *cb, size_t j, int k, int col,
-                      float w, double scale, const char *name, sc_err *err) {
-    if (w == 0.0f) {
+                      float w, int real, double scale, const char *name, sc_err *err) {
+    if (!real) {
         l->pad_mask[j / 8] |= (uint8_t)(1u << (j % 8));
         l->values[j] = 0.0f;
         return 0;
@@ -72,36 +73,45 @@ static int csr_encode(sparse_layer *l, const export_codebook *cb, size_t j, int 
     return 0;
 }
 
-// Builds rows, offsets and values of one layer (after csr_scan).
-static int csr_rows(const net *nt, sparse_layer *l, const export_codebook *cb,
+// Builds rows, offsets and values of one layer (after csr_scan) from its
+// stored entries keep (K, cols).
+static int csr_rows(const net *nt, sparse_layer *l, const export_codebook *cb, const float *keep,
                     const double *scale, uint32_t *scratch, sc_err *err) {
     const char *name = nt->layers[l->layer].name;
     const float *w = net_tensor_data(nt, nt->layers[l->layer].weight);  // (K, cols)
     const int cols = l->C * l->R * l->S;
     for (int k = 0; k < l->K; k++) {
-        const float *row = w + (size_t)k * cols;
+        const float *row = w + (size_t)k * cols, *kr = keep + (size_t)k * cols;
         const size_t base = (size_t)k * l->nnz_row;
-        sparse_row_columns(row, cols, l->R * l->S, l->nnz_row, l->indices + base, scratch);
+        sparse_row_columns(kr, cols, l->R * l->S, l->nnz_row, l->indices + base, scratch);
         for (size_t j = base; j < base + (size_t)l->nnz_row; j++) {
             const int col = l->indices[j];
             int64_t off = sparse_layer_offset(l, col);
             if (off > INT32_MAX)
                 return sc_fail(err, "layer %s: input offset %lld exceeds int32", name, (long long)off);
             l->offsets[j] = (int32_t)off;
-            SC_TRY(csr_encode(l, cb, j, k, col, row[col], scale[k], name, err));
+            SC_TRY(csr_encode(l, cb, j, k, col, row[col], kr[col] != 0.0f, scale[k], name, err));
         }
     }
     return 0;
 }
 
-// Builds one layer's CSR; cb says whether (and how) it is a codebook layer.
-static int csr_layer(const net *nt, sparse_layer *l, const export_codebook *cb, int half,
-                     sc_err *err) {
+// Builds one layer's CSR (and its blocks when stored as BSR); cb says
+// whether (and how) it is a codebook layer.
+static int csr_layer(const net *nt, sparse_layer *l, const export_codebook *cb,
+                     const export_cfg *cfg, export_info *info, sc_err *err) {
     const int cols = l->C * l->R * l->S;
-    l->vtype = cb->use ? SV_CODEBOOK4 : half ? SV_FP16 : SV_FP32;
+    l->vtype = cb->use ? SV_CODEBOOK4 : cfg->half ? SV_FP16 : SV_FP32;
     double *scale = malloc((size_t)l->K * sizeof *scale), *shift = malloc((size_t)l->K * sizeof *shift);
     uint32_t *scratch = malloc((3 * (size_t)cols + 3) * sizeof *scratch);  // (3*cols + 3)
-    int rc = !scale || !shift || !scratch ? sc_fail(err, "out of memory") : 0;
+    float *keep = malloc(((size_t)l->K * cols + 1) * sizeof *keep);      // (K, cols)
+    int rc = !scale || !shift || !scratch || !keep ? sc_fail(err, "out of memory") : 0, kb = 0, bc = 0;
+    char why[sizeof info->bsr_notice] = "";
+    if (rc == 0)
+        rc = export_bsr_plan(nt, l, cfg->csr_only ? NULL : cfg->pattern, cb, keep, &kb, &bc, why,
+                             sizeof why, err);
+    if (why[0] && !info->bsr_notice[0]) memcpy(info->bsr_notice, why, sizeof why);
+    if (rc == 0) csr_scan(keep, l);
     if (rc == 0) rc = sparse_layer_alloc(l, err);
     if (rc == 0) {
         csr_fold(nt, l, scale, shift);
@@ -112,9 +122,11 @@ static int csr_layer(const net *nt, sparse_layer *l, const export_codebook *cb, 
             for (int k = 0; k < l->K; k++)  // quantize's row scale times the BN scale
                 l->row_scale[k] = (float)(scale[k] * (cb->qscale ? cb->qscale[k] : 1.0));
         }
-        rc = csr_rows(nt, l, cb, scale, scratch, err);
+        rc = csr_rows(nt, l, cb, keep, scale, scratch, err);
     }
-    free(scale), free(shift), free(scratch);
+    if (rc == 0 && kb > 0) rc = sparse_bsr_build(l, kb, bc, err);
+    info->bsr_layers += rc == 0 && kb > 0;
+    free(scale), free(shift), free(scratch), free(keep);
     return rc;
 }
 
@@ -137,7 +149,7 @@ static net *csr_net_copy(const net *nt, sc_err *err) {
     return c;
 }
 
-// Allocates the model with the graph copy and every layer's fusion and scan.
+// Allocates the model with the graph copy and every layer's fusion.
 static sparse_model *csr_model_new(const net *nt, const char *dataset, sc_err *err) {
     sparse_model *m = calloc(1, sizeof *m);
     if (!m || !(m->nt = csr_net_copy(nt, err))) {
@@ -162,8 +174,7 @@ static sparse_model *csr_model_new(const net *nt, const char *dataset, sc_err *e
                 sc_fail(err, "layer name not usable in HDF5 ('%s')", nt->layers[i].name);
                 return NULL;
             }
-        sparse_layer_fusion(nt, i, &m->layers[n]);
-        csr_scan(nt, &m->layers[n++]);
+        sparse_layer_fusion(nt, i, &m->layers[n++]);
     }
     return m;
 }
@@ -176,7 +187,7 @@ static int csr_build_all(const net *nt, sparse_model *m, const export_cfg *cfg, 
     int rc = export_codebook_plan(nt, m, cfg, cbs, info, err);
     m->vtype = info->codebook_layers ? SV_CODEBOOK4 : cfg->half ? SV_FP16 : SV_FP32;
     for (int i = 0; rc == 0 && i < m->nlayers; i++)
-        rc = csr_layer(nt, &m->layers[i], &cbs[i], cfg->half, err);
+        rc = csr_layer(nt, &m->layers[i], &cbs[i], cfg, info, err);
     free(cbs);
     if (rc == 0) rc = sparse_model_fill_net(m, err);
     return rc;

@@ -1,8 +1,9 @@
 // The HDF5 writer of export files: root attributes, /net, /history, /params
 // (tensors that were not folded) and one compact CSR group per conv/linear
 // layer (real non-zeros only, narrow column indices, 4-bit codes, shuffle +
-// deflate), written to a temporary file that is synced and renamed over the
-// target.
+// deflate), or a BSR group of its kept blocks (layers on their block grid;
+// the file is then format_version 3), written to a temporary file that is
+// synced and renamed over the target.
 #include "runtime/half.h"
 #include "export/export_io.h"
 #include "runtime/h5io.h"
@@ -17,7 +18,8 @@
 #include <string.h>
 
 #define EXPORT_FORMAT "sparsecnn-export"
-#define EXPORT_FORMAT_VERSION 2
+#define EXPORT_FORMAT_VERSION 2      // files of CSR layers only
+#define EXPORT_FORMAT_VERSION_BSR 3  // files with a BSR layer (older readers refuse them)
 
 #define EWR_FILTER_MIN 1024   // raw bytes from which a dataset is chunked, shuffled, deflated
 #define EWR_CHUNK_MAX (1 << 20)  // elements per chunk at most
@@ -34,15 +36,20 @@ static int ewr_dset1(ewr *io, hid_t loc, const char *name, hid_t ftype, hid_t mt
     return h5io_dset_write(io, loc, name, ftype, mtype, 1, dims, buf);
 }
 
-// Dataset creation properties for n values of ftype: chunked, shuffled
-// (values wider than a byte) and deflated from EWR_FILTER_MIN raw bytes on.
-static hid_t ewr_dcpl(ewr *io, hid_t ftype, size_t n) {
+// Dataset creation properties for ndim dims of ftype: chunked (whole rows
+// of the trailing dims, up to EWR_CHUNK_MAX values), shuffled (values wider
+// than a byte) and deflated from EWR_FILTER_MIN raw bytes on.
+static hid_t ewr_dcpl(ewr *io, hid_t ftype, int ndim, const hsize_t *dims) {
     hid_t p = -1;
     const size_t size = H5Tget_size(ftype);
+    size_t n = 1, inner = 1;
+    for (int i = 0; i < ndim; i++) n *= (size_t)dims[i], inner *= i ? (size_t)dims[i] : 1;
     H5IO_CHECK(io, p = H5Pcreate(H5P_DATASET_CREATE));
     if (n * size < EWR_FILTER_MIN) return p;
-    hsize_t chunk[1] = {(hsize_t)(n < EWR_CHUNK_MAX ? n : EWR_CHUNK_MAX)};
-    H5IO_CHECK(io, H5Pset_chunk(p, 1, chunk));
+    hsize_t chunk[3] = {0, ndim > 1 ? dims[1] : 1, ndim > 2 ? dims[2] : 1};
+    const size_t rows = EWR_CHUNK_MAX / inner ? EWR_CHUNK_MAX / inner : 1;
+    chunk[0] = (hsize_t)(dims[0] < rows ? dims[0] : rows);
+    H5IO_CHECK(io, H5Pset_chunk(p, ndim, chunk));
     if (size > 1) H5IO_CHECK(io, H5Pset_shuffle(p));
     H5IO_CHECK(io, H5Pset_deflate(p, EWR_DEFLATE));
     return p;
@@ -51,15 +58,16 @@ fail:
     return -1;
 }
 
-// Writes n values as a filtered 1-D dataset (ewr_dcpl) and adds the bytes
-// it takes in the file to *stored.
-static int ewr_packed(ewr *io, hid_t loc, const char *name, hid_t ftype, hid_t mtype, size_t n,
-                      const void *buf, size_t *stored) {
-    hsize_t dims[1] = {(hsize_t)n};
-    hid_t sp = -1, d = -1, dcpl = ewr_dcpl(io, ftype, n);
+// Writes a filtered dataset of ndim (1 to 3) dims (ewr_dcpl) and adds the
+// bytes it takes in the file to *stored.
+static int ewr_packed_nd(ewr *io, hid_t loc, const char *name, hid_t ftype, hid_t mtype, int ndim,
+                         const hsize_t *dims, const void *buf, size_t *stored) {
+    size_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= (size_t)dims[i];
+    hid_t sp = -1, d = -1, dcpl = ewr_dcpl(io, ftype, ndim, dims);
     int rc = dcpl < 0 ? -1 : 0;
     if (rc == 0) {
-        H5IO_CHECK(io, sp = H5Screate_simple(1, dims, NULL));
+        H5IO_CHECK(io, sp = H5Screate_simple(ndim, dims, NULL));
         H5IO_CHECK(io, d = H5Dcreate2(loc, name, ftype, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT));
         if (n) H5IO_CHECK(io, H5Dwrite(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf));
         H5IO_CHECK(io, H5Dflush(d));  // chunks leave the cache: the storage size is final
@@ -75,14 +83,24 @@ done:
     return rc;
 }
 
-// Writes n floats as a filtered IEEE half dataset (rounded to nearest even).
-static int ewr_packed_half(ewr *io, hid_t loc, const char *name, size_t n, const float *v,
-                           size_t *stored) {
+// Writes n values as a filtered 1-D dataset.
+static int ewr_packed(ewr *io, hid_t loc, const char *name, hid_t ftype, hid_t mtype, size_t n,
+                      const void *buf, size_t *stored) {
+    hsize_t dims[1] = {(hsize_t)n};
+    return ewr_packed_nd(io, loc, name, ftype, mtype, 1, dims, buf, stored);
+}
+
+// Writes floats as a filtered IEEE half dataset of ndim dims (rounded to
+// nearest even).
+static int ewr_packed_half(ewr *io, hid_t loc, const char *name, int ndim, const hsize_t *dims,
+                           const float *v, size_t *stored) {
+    size_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= (size_t)dims[i];
     uint16_t *h = malloc((n ? n : 1) * sizeof *h);  // (n)
     if (!h) return sc_fail(io->err, "out of memory (%s)", io->path);
     for (size_t i = 0; i < n; i++) h[i] = half_from_float(v[i]);
     hid_t t = h5io_half_type(io);
-    int rc = t < 0 ? -1 : ewr_packed(io, loc, name, t, t, n, h, stored);
+    int rc = t < 0 ? -1 : ewr_packed_nd(io, loc, name, t, t, ndim, dims, h, stored);
     if (t >= 0) H5IO_CLOSE(io, H5Tclose, t, rc);
     free(h);
     return rc;
@@ -140,9 +158,11 @@ static int ewr_compact_make(ewr *io, const sparse_layer *l, ewr_compact *c) {
 static int ewr_layer_attrs(ewr *io, hid_t g, const sparse_model *m, const sparse_layer *l) {
     const long long shape[2] = {l->K, (long long)l->C * l->R * l->S};
     const int k[2] = {l->R, l->S};
-    SC_TRY(h5io_attr_str(io, g, "encoding-type", "csr_matrix"));
+    const int bsr = l->bsr.kb > 0, block[2] = {l->bsr.kb, l->bsr.cb};
+    SC_TRY(h5io_attr_str(io, g, "encoding-type", bsr ? "bsr_matrix" : "csr_matrix"));
     SC_TRY(h5io_attr_str(io, g, "encoding-version", "0.1.0"));
     SC_TRY(h5io_attr_write(io, g, "shape", H5T_STD_I64LE, H5T_NATIVE_LLONG, 2, shape));
+    if (bsr) SC_TRY(h5io_attr_write(io, g, "blocksize", H5T_STD_I32LE, H5T_NATIVE_INT, 2, block));
     SC_TRY(h5io_attr_str(io, g, "kind", l->is_linear ? "linear" : "conv"));
     SC_TRY(h5io_attr_write(io, g, "k", H5T_STD_I32LE, H5T_NATIVE_INT, 2, k));
     const char *names[] = {"stride", "pad", "in_c", "in_h", "in_w", "out_c", "out_h", "out_w"};
@@ -161,12 +181,13 @@ static int ewr_layer_attrs(ewr *io, hid_t g, const sparse_model *m, const sparse
 
 // Writes a codebook layer's codes, codebook (fp16 when every entry is
 // fp16-exact, else fp32) and row scales.
-static int ewr_layer_codes(ewr *io, hid_t g, const sparse_layer *l, const ewr_compact *c,
+static int ewr_layer_codes(ewr *io, hid_t g, const sparse_layer *l, const uint8_t *codes,
                            export_layer_size *sz) {
     SC_TRY(ewr_packed(io, g, "codes", H5T_STD_U8LE, H5T_NATIVE_UINT8, ((size_t)l->nnz + 1) / 2,
-                      c->codes, &sz->values));
+                      codes, &sz->values));
+    const hsize_t ncb[1] = {(hsize_t)l->ncodebook};
     if (export_codebook_half_exact(l->codebook, l->ncodebook))
-        SC_TRY(ewr_packed_half(io, g, "codebook", (size_t)l->ncodebook, l->codebook, &sz->codebook));
+        SC_TRY(ewr_packed_half(io, g, "codebook", 1, ncb, l->codebook, &sz->codebook));
     else
         SC_TRY(ewr_packed(io, g, "codebook", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT,
                           (size_t)l->ncodebook, l->codebook, &sz->codebook));
@@ -185,9 +206,28 @@ static int ewr_layer_data(ewr *io, hid_t g, const sparse_layer *l, const ewr_com
     SC_TRY(ewr_packed(io, g, "indices", ewr_index_type(cols), H5T_NATIVE_INT32, nnz, c->indices,
                       &sz->indices));
     SC_TRY(ewr_packed(io, g, "bias", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, K, l->bias, &sz->bias));
-    if (l->vtype == SV_CODEBOOK4) return ewr_layer_codes(io, g, l, c, sz);
-    if (l->vtype == SV_FP16) return ewr_packed_half(io, g, "data", nnz, c->values, &sz->values);
+    if (l->vtype == SV_CODEBOOK4) return ewr_layer_codes(io, g, l, c->codes, sz);
+    const hsize_t dims[1] = {(hsize_t)nnz};
+    if (l->vtype == SV_FP16) return ewr_packed_half(io, g, "data", 1, dims, c->values, &sz->values);
     return ewr_packed(io, g, "data", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, nnz, c->values, &sz->values);
+}
+
+// Writes a BSR layer's datasets from l->bsr: indptr over the block rows,
+// the block columns, bias, and data (nblocks, kb, cb) in fp32 or fp16 or
+// the codebook form (codes of the block entries in data order).
+static int ewr_layer_bsr(ewr *io, hid_t g, const sparse_layer *l, export_layer_size *sz) {
+    const sparse_bsr *b = &l->bsr;
+    const size_t rows = (size_t)(l->K / b->kb), nb = (size_t)b->nblocks;
+    const long long bcols = (long long)l->R * l->S * (l->C / b->cb);
+    SC_TRY(ewr_packed(io, g, "indptr", nb > INT32_MAX ? H5T_STD_I64LE : H5T_STD_I32LE,
+                      H5T_NATIVE_INT64, rows + 1, b->indptr, &sz->indices));
+    SC_TRY(ewr_packed(io, g, "indices", ewr_index_type(bcols), H5T_NATIVE_INT32, nb, b->indices,
+                      &sz->indices));
+    SC_TRY(ewr_packed(io, g, "bias", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, (size_t)l->K, l->bias, &sz->bias));
+    if (l->vtype == SV_CODEBOOK4) return ewr_layer_codes(io, g, l, b->codes, sz);
+    const hsize_t dims[3] = {(hsize_t)nb, (hsize_t)b->kb, (hsize_t)b->cb};
+    if (l->vtype == SV_FP16) return ewr_packed_half(io, g, "data", 3, dims, b->values, &sz->values);
+    return ewr_packed_nd(io, g, "data", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 3, dims, b->values, &sz->values);
 }
 
 // Writes one layer's group (attributes and compact arrays).
@@ -196,6 +236,11 @@ static int ewr_layer(ewr *io, hid_t g, const sparse_model *m, const sparse_layer
     ewr_compact c = {0};
     memset(sz, 0, sizeof *sz);
     int rc = ewr_layer_attrs(io, g, m, l);
+    if (rc == 0 && l->bsr.kb > 0) {
+        if ((long)l->bsr.nblocks * l->bsr.kb * l->bsr.cb != l->nnz)
+            return sc_fail(io->err, "layer has %ld blocks for %ld entries", l->bsr.nblocks, l->nnz);
+        return ewr_layer_bsr(io, g, l, sz);
+    }
     if (rc == 0) rc = ewr_compact_make(io, l, &c);
     if (rc == 0) rc = ewr_layer_data(io, g, l, &c, sz);
     ewr_compact_free(&c);
@@ -229,7 +274,9 @@ static int ewr_root(ewr *io, const sparse_model *m) {
     const net *nt = m->nt;
     hid_t r = io->file;
     SC_TRY(h5io_attr_str(io, r, "format", EXPORT_FORMAT));
-    SC_TRY(h5io_attr_int(io, r, "format_version", EXPORT_FORMAT_VERSION));
+    int bsr = 0;
+    for (int i = 0; i < m->nlayers; i++) bsr |= m->layers[i].bsr.kb > 0;
+    SC_TRY(h5io_attr_int(io, r, "format_version", bsr ? EXPORT_FORMAT_VERSION_BSR : EXPORT_FORMAT_VERSION));
     SC_TRY(h5io_attr_str(io, r, "arch", nt->arch));
     SC_TRY(h5io_attr_str(io, r, "dataset", m->dataset));
     SC_TRY(h5io_attr_int(io, r, "classes", nt->classes));

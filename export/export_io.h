@@ -1,8 +1,9 @@
 // The HDF5 writer of export files (layout in docs/export-format.md; the
 // loader is runtime/sparse_model.c). Each conv/linear layer is a group
 // /layers/<name> holding its compact CSR in the scipy/anndata convention
-// (data, indices, indptr, attribute shape) plus bias, the codebook form and
-// the layer's geometry and fusion attributes. Writes are atomic: a
+// (data, indices, indptr, attribute shape), or its blocks as a scipy
+// bsr_matrix (layers with sparse_layer.bsr; also blocksize), plus bias, the
+// codebook form and the layer's geometry and fusion attributes. Writes are atomic: a
 // temporary file in the same directory, fsync, rename.
 #ifndef SC_EXPORT_IO_H
 #define SC_EXPORT_IO_H

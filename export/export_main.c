@@ -1,7 +1,8 @@
 // The `export` tool: turns a trained, pruned and optionally quantized model
 // into the compact CSR file the deploy runtime loads (docs/export-format.md):
-// BN folded, real non-zeros only, narrow column indices, values in fp32,
-// fp16 or 4-bit codebook indices, HDF5 shuffle + deflate. Prints a per-layer
+// BN folded, real non-zeros only (layers pruned on KxC blocks: BSR of their
+// kept blocks), narrow column indices, values in fp32, fp16 or 4-bit
+// codebook indices, HDF5 shuffle + deflate. Prints a per-layer
 // size table and the file size against dense fp32.
 #include <limits.h>
 #include <stdio.h>
@@ -14,6 +15,7 @@
 #include "runtime/cli.h"
 #include "runtime/json.h"
 #include "runtime/model_io.h"
+#include "runtime/pattern.h"
 #include "runtime/progress.h"
 #include "runtime/quant_io.h"
 #include "runtime/rundir.h"
@@ -24,7 +26,7 @@
 
 typedef struct {
     cli_common c;
-    const char *output, *codebook, *runs;
+    const char *output, *codebook, *runs, *bsr;
     int half;
     const char *model;   // positional, or NULL: the latest run's
 } export_opts;
@@ -41,13 +43,17 @@ static int opts_parse(export_opts *o, int argc, char **argv) {
          .choices = "auto|on|off",
          .help = "4-bit codebook indices: auto for the layers quantize gave <= 16 k-means centroids,\n"
                  "on for every layer (else derived from its <= 16 distinct values), or off"},
+        {.name = "bsr", .type = OPT_CHOICE, .dst = &o->bsr, .def = "auto", .choices = "auto|off",
+         .help = "block layers as scipy BSR: auto for the layers pruned on a KxC pattern whose mask\n"
+                 "is on its block grid (prune --pattern), off: every layer as CSR"},
         {.name = "runs", .type = OPT_STRING, .dst = &o->runs, .def = "runs", .metavar = "DIR",
          .help = "root of the run directories"},
     };
     cli_spec spec = {.tool = TOOL, .usage = "export [options] [MODEL]",
                      .summary = "Writes a model's conv and linear layers as compact CSR (BN folded, real non-zeros\n"
-                                "only, narrow indices, 4-bit codes after quantize, compressed) into an HDF5 file\n"
-                                "for the deploy runtime, which derives its kernel layouts at load time. MODEL:\n"
+                                "only, narrow indices, 4-bit codes after quantize, compressed; layers pruned on\n"
+                                "KxC blocks as BSR of their kept blocks) into an HDF5 file for the deploy\n"
+                                "runtime, which derives its kernel layouts at load time. MODEL:\n"
                                 "a model file (default: the latest run's model.quant.h5, else model.pruned.h5,\n"
                                 "else model.h5). Runs on the CPU (--device is unused).",
                      .opts = opts, .nopts = (int)(sizeof opts / sizeof *opts), .min_pos = 0,
@@ -104,6 +110,11 @@ static int build(export_run *r, sc_err *err) {
                       .codebook = (export_cb_mode)cli_choice_index("auto|on|off", r->o.codebook)};
     if (cfg.codebook != EXPORT_CB_OFF) SC_TRY(quant_load(r->in, r->nt, &r->quant, err));
     cfg.quant = r->quant;
+    sc_pattern pat;
+    if (sc_pattern_parse(r->meta.pattern[0] ? r->meta.pattern : NULL, &pat, err) != 0)
+        return sc_wrap(err, "pattern attribute of %s", r->in);
+    cfg.pattern = &pat;
+    cfg.csr_only = !strcmp(r->o.bsr, "off");
     r->m = export_build(r->nt, r->meta.dataset, &cfg, &r->info, err);
     if (!r->m) return sc_wrap(err, "%s", r->in);
     r->sizes = calloc((size_t)(r->m->nlayers ? r->m->nlayers : 1), sizeof *r->sizes);
@@ -121,11 +132,13 @@ static int build(export_run *r, sc_err *err) {
 
 // Appends the export line to the history and writes the file.
 static int write_out(export_run *r, sc_err *err) {
-    char line[PATH_MAX + 256];
+    char line[PATH_MAX + 256], bsr[48] = "";
+    if (r->info.bsr_layers) snprintf(bsr, sizeof bsr, " (%d as BSR blocks)", r->info.bsr_layers);
     snprintf(line, sizeof line,
-             "export: %s values, %d layers, %lld of %lld weights non-zero%s, from %s",
-             sparse_vtype_name(r->m->vtype), r->m->nlayers, r->nnz, r->total,
-             r->info.pruned ? "" : " (not pruned: dense rows)", r->in);
+             "export: %s values, %d layers%s, %lld of %lld weights %s%s, from %s",
+             sparse_vtype_name(r->m->vtype), r->m->nlayers, bsr, r->nnz, r->total,
+             r->info.bsr_layers ? "stored" : "non-zero", r->info.pruned ? "" : " (not pruned: dense rows)",
+             r->in);
     SC_TRY(model_meta_add_history(&r->meta, line, err));
     SC_TRY(export_write(r->out, r->m, (const char *const *)r->meta.history, r->meta.nhistory,
                         r->sizes, err));
@@ -155,33 +168,40 @@ static long long dense_bytes(const sparse_layer *l) {
     return 4 * ((long long)l->K * l->C * l->R * l->S + l->K);
 }
 
+// A layer's storage: "csr", or "bsr KBxCB" with its block.
+static void layout_fmt(const sparse_layer *l, char *out, size_t len) {
+    if (l->bsr.kb > 0) snprintf(out, len, "bsr %dx%d", l->bsr.kb, l->bsr.cb);
+    else snprintf(out, len, "csr");
+}
+
 // Prints one row of the size table.
 static void table_row(const char *name, const char *shape, long nnz, double sparsity,
-                      const export_layer_size *s, long long dense) {
+                      const export_layer_size *s, long long dense, const char *layout) {
     const size_t b = size_total(s);
-    printf("%-24s %-16s %10ld %8.2f%% %9zu %9zu %8zu %7zu %10zu %11lld %7.1fx\n", name, shape, nnz,
+    printf("%-24s %-16s %10ld %8.2f%% %9zu %9zu %8zu %7zu %10zu %11lld %7.1fx%s%s\n", name, shape, nnz,
            sparsity, s->indices, s->values, s->codebook, s->bias, b, dense,
-           b ? (double)dense / (double)b : 0.0);
+           b ? (double)dense / (double)b : 0.0, layout[0] ? "  " : "", layout);
 }
 
 // Prints the per-layer size table, the totals and the closing line.
 static void table_print(const export_run *r) {
     const sparse_model *m = r->m;
-    printf("%-24s %-16s %10s %9s %9s %9s %8s %7s %10s %11s %8s\n", "layer", "shape", "nnz",
-           "sparsity", "indices", "values", "codebook", "bias", "bytes", "dense_fp32", "ratio");
+    printf("%-24s %-16s %10s %9s %9s %9s %8s %7s %10s %11s %8s  %s\n", "layer", "shape", "nnz",
+           "sparsity", "indices", "values", "codebook", "bias", "bytes", "dense_fp32", "ratio", "layout");
     export_layer_size tot = {0};
     for (int i = 0; i < m->nlayers; i++) {
         const sparse_layer *l = &m->layers[i];
         const export_layer_size *s = &r->sizes[i];
-        char shape[64];
+        char shape[64], layout[48];
         shape_fmt(l, shape, sizeof shape);
+        layout_fmt(l, layout, sizeof layout);
         double cells = (double)l->K * l->C * l->R * l->S;
         table_row(m->nt->layers[l->layer].name, shape, l->nnz, 100.0 - pct((double)l->nnz, cells), s,
-                  dense_bytes(l));
+                  dense_bytes(l), layout);
         tot.indices += s->indices, tot.values += s->values, tot.codebook += s->codebook, tot.bias += s->bias;
     }
     table_row("total", "", (long)r->nnz, 100.0 - pct((double)r->nnz, (double)r->total), &tot,
-              r->dense_bytes);
+              r->dense_bytes, "");
     printf("exported %s (%s): %d layers, sparsity %.2f%% (pruned layers %.2f%%), values %s; "
            "file %lld bytes vs dense fp32 %lld bytes (%.2fx, %.1fx smaller); %s\n",
            m->nt->arch, m->dataset[0] ? m->dataset : "unknown dataset", m->nlayers,
@@ -213,6 +233,14 @@ static void json_layer(json_writer *j, const sparse_model *m, const sparse_layer
     json_add_string(j, "name", m->nt->layers[l->layer].name);
     json_add_string(j, "kind", l->is_linear ? "linear" : "conv");
     json_add_string(j, "values", sparse_vtype_name(l->vtype));
+    json_add_string(j, "layout", l->bsr.kb > 0 ? "bsr" : "csr");
+    if (l->bsr.kb > 0) {
+        json_array_begin(j, "blocksize");
+        json_add_int(j, NULL, l->bsr.kb);
+        json_add_int(j, NULL, l->bsr.cb);
+        json_array_end(j);
+        json_add_int(j, "blocks", l->bsr.nblocks);
+    }
     json_array_begin(j, "shape");
     json_add_int(j, NULL, l->K);
     json_add_int(j, NULL, (long long)l->C * l->R * l->S);
@@ -243,6 +271,8 @@ static int summary_json(const export_run *r, sc_err *err) {
     json_add_string(&j, "values", sparse_vtype_name(r->m->vtype));
     json_add_bool(&j, "pruned", r->info.pruned);
     json_add_string(&j, "notice", r->info.notice[0] ? r->info.notice : NULL);
+    json_add_int(&j, "bsr_layers", r->info.bsr_layers);
+    json_add_string(&j, "bsr_notice", r->info.bsr_notice[0] ? r->info.bsr_notice : NULL);
     json_add_number(&j, "sparsity", net_sparsity(r->nt));
     json_add_number(&j, "weight_sparsity", r->total ? 1.0 - (double)r->nnz / r->total : 0.0);
     json_add_int(&j, "nnz", r->nnz);
@@ -271,6 +301,7 @@ static int export_tool(export_run *r) {
     if (!rc && !r->info.pruned)
         log_line(stderr, r->o.c.quiet, "export: model is not pruned; exporting dense rows (%s)", r->in);
     if (!rc && r->info.notice[0]) log_line(stderr, r->o.c.quiet, "export: %s", r->info.notice);
+    if (!rc && r->info.bsr_notice[0]) log_line(stderr, r->o.c.quiet, "export: %s", r->info.bsr_notice);
     if (!rc) rc = write_out(r, &err);
     r->seconds = progress_clock() - r->t0;
     if (!rc) table_print(r);

@@ -2,12 +2,15 @@
 // folded net, and the loader of the HDF5 file `export` writes. Every part of
 // the file is checked against the graph rebuilt from the stored description:
 // geometry, fusion, row pointers, ascending column indices in range, codes
-// inside the codebook, finite values; the padded kernel layout is derived
-// from the compact CSR (runtime/sparse_layout.c).
+// inside the codebook, finite values, BSR block sizes; the padded kernel
+// layout is derived from the compact CSR (runtime/sparse_layout.c), for a
+// BSR layer from its blocks (runtime/sparse_bsr.c).
 #include "sparse_model.h"
 #include "h5io.h"
 #include "half.h"
 #include "ops.h"
+
+#include <stdint.h>
 
 #include <hdf5.h>
 #include <math.h>
@@ -16,7 +19,8 @@
 #include <string.h>
 
 #define SPARSE_FORMAT "sparsecnn-export"
-#define SPARSE_FORMAT_VERSION 2
+#define SPARSE_FORMAT_VERSION_MIN 2  // compact CSR layers
+#define SPARSE_FORMAT_VERSION 3      // and BSR layers (a file without one is written as 2)
 
 // Name of a value type as stored in the file.
 const char *sparse_vtype_name(sparse_vtype v) {
@@ -129,6 +133,7 @@ void sparse_model_free(sparse_model *m) {
         sparse_layer *l = &m->layers[i];
         free(l->indices), free(l->offsets), free(l->values), free(l->bias), free(l->codes);
         free(l->pad_mask), free(l->row_scale);
+        sparse_bsr_free(&l->bsr);
     }
     free(m->layers);
     net_free(m->nt);
@@ -415,10 +420,127 @@ static int sio_layer_arrays(sio *io, hid_t g, const char *where, sparse_layer *l
     return sparse_layer_expand(l, p, idx, vals, l->vtype == SV_CODEBOOK4 ? codes : NULL, io->err);
 }
 
-// Reads one layer's group after its attributes were checked.
-static int sio_layer_body(sio *io, hid_t g, const char *where, sparse_layer *l, sparse_vtype vt) {
+// --- HDF5 reading: BSR layers ------------------------------------------------
+
+// Fails unless dataset where/name has exactly the dims want (rank dimensions).
+static int sio_dims(sio *io, hid_t g, const char *where, const char *name, int rank,
+                    const hsize_t *want) {
+    hid_t d = h5io_dset_open(io, g, where, name), sp = d >= 0 ? H5Dget_space(d) : -1;
+    hsize_t dims[4] = {0};
+    int nd = sp >= 0 ? H5Sget_simple_extent_ndims(sp) : -1, ok = nd == rank;
+    if (ok && H5Sget_simple_extent_dims(sp, dims, NULL) < 0) ok = 0;
+    for (int i = 0; ok && i < rank; i++) ok = dims[i] == want[i];
+    if (sp >= 0) H5Sclose(sp);
+    if (d >= 0) H5Dclose(d);
+    if (d < 0) return -1;
+    if (!ok)
+        return sc_fail(io->err, "%s: %s/%s is not of shape (%llu, %llu, %llu)", io->path, where, name,
+                       (unsigned long long)want[0], (unsigned long long)want[1],
+                       (unsigned long long)want[2]);
+    return 0;
+}
+
+// Reads the blocksize and nnz of a BSR layer: blocks that tile the layer's
+// channels, nnz a whole number of blocks.
+static int sio_bsr_shape(sio *io, hid_t g, const char *where, sparse_layer *l) {
+    long long bs[2];
+    SC_TRY(sio_attr_nums(io, g, where, "blocksize", H5T_NATIVE_LLONG, 2, bs));
+    if (bs[0] < 1 || bs[1] < 1 || bs[0] > l->K || bs[1] > l->C || l->K % bs[0] || l->C % bs[1])
+        return sc_fail(io->err, "%s attribute blocksize (%lld, %lld) does not tile %d output x %d "
+                       "input channels (%s)", where, bs[0], bs[1], l->K, l->C, io->path);
+    l->bsr.kb = (int)bs[0], l->bsr.cb = (int)bs[1];
+    const long cells = (long)l->K * l->C * l->R * l->S, blk = (long)bs[0] * bs[1];
+    SC_TRY(sio_int(io, g, where, "nnz", 0, cells < INT32_MAX ? cells : INT32_MAX, &l->nnz));
+    if (l->nnz % blk)
+        return sc_fail(io->err, "%s attribute nnz = %ld is not a whole number of %lld x %lld blocks (%s)",
+                       where, l->nnz, bs[0], bs[1], io->path);
+    l->bsr.nblocks = l->nnz / blk;
+    return 0;
+}
+
+// Reads and checks the block rows' indptr and the block columns (ascending
+// within a block row, in range); sets l->nnz_row to the longest row.
+static int sio_bsr_index(sio *io, hid_t g, const char *where, sparse_layer *l) {
+    sparse_bsr *b = &l->bsr;
+    const int rows = l->K / b->kb;
+    const int32_t bcols = l->R * l->S * (l->C / b->cb);
+    b->indptr = malloc(((size_t)rows + 1) * sizeof *b->indptr);
+    b->indices = malloc(((size_t)b->nblocks + 1) * sizeof *b->indices);
+    if (!b->indptr || !b->indices) return sc_fail(io->err, "out of memory (%s)", io->path);
+    SC_TRY(h5io_dset_read_num(io, g, where, "indptr", H5T_NATIVE_INT64, (size_t)rows + 1, b->indptr));
+    SC_TRY(h5io_dset_read_num(io, g, where, "indices", H5T_NATIVE_INT32, (size_t)b->nblocks, b->indices));
+    const int64_t *p = b->indptr;
+    int64_t most = 0;
+    for (int i = 0; i <= rows; i++) {
+        const int64_t len = i ? p[i] - p[i - 1] : p[0];
+        if ((i == 0 && p[0] != 0) || (i && (len < 0 || len > bcols)) || (i == rows && p[i] != b->nblocks))
+            return sc_fail(io->err, "%s: %s/indptr[%d] = %lld is not a block row start (rows of 0 to %d "
+                           "blocks from 0 to %ld)", io->path, where, i, (long long)p[i], bcols, b->nblocks);
+        if (i && len > most) most = len;
+        for (int64_t j = i ? p[i - 1] : 0; i && j < p[i]; j++)
+            if (b->indices[j] < 0 || b->indices[j] >= bcols || (j > p[i - 1] && b->indices[j] <= b->indices[j - 1]))
+                return sc_fail(io->err, "%s: %s/indices[%lld] = %d is out of range [0, %d) or not "
+                               "ascending in block row %d", io->path, where, (long long)j, b->indices[j],
+                               bcols, i - 1);
+    }
+    l->nnz_row = (int)(most * b->cb);
+    return 0;
+}
+
+// Decodes the 4-bit codes of a BSR codebook layer into its block values.
+static void sio_bsr_decode(sparse_layer *l) {
+    sparse_bsr *b = &l->bsr;
+    for (int i = 0; i < l->K / b->kb; i++)
+        for (int64_t e = b->indptr[i] * b->kb * b->cb; e < b->indptr[i + 1] * b->kb * b->cb; e++) {
+            const int code = (b->codes[e / 2] >> (4 * (e % 2))) & 15;
+            b->values[e] = l->codebook[code] * l->row_scale[i * b->kb + (int)((e / b->cb) % b->kb)];
+        }
+}
+
+// Reads the block values: data (nblocks, kb, cb), or the codebook form.
+static int sio_bsr_values(sio *io, hid_t g, const char *where, sparse_layer *l) {
+    sparse_bsr *b = &l->bsr;
+    const size_t n = (size_t)l->nnz;
+    b->values = malloc((n ? n : 1) * sizeof *b->values);
+    b->codes = l->vtype == SV_CODEBOOK4 ? calloc(n / 2 + 1, 1) : NULL;
+    if (!b->values || (l->vtype == SV_CODEBOOK4 && !b->codes))
+        return sc_fail(io->err, "out of memory (%s)", io->path);
+    if (l->vtype != SV_CODEBOOK4) {
+        const hsize_t dims[3] = {(hsize_t)b->nblocks, (hsize_t)b->kb, (hsize_t)b->cb};
+        SC_TRY(sio_dims(io, g, where, "data", 3, dims));
+        return sio_finite(io, g, where, "data", n, b->values);
+    }
+    SC_TRY(sio_layer_codes(io, g, where, l, b->codes));
+    sio_bsr_decode(l);
+    return 0;
+}
+
+// Reads a BSR layer (encoding-type bsr_matrix) and derives its padded CSR.
+static int sio_bsr_body(sio *io, hid_t g, const char *where, sparse_layer *l) {
+    SC_TRY(sio_bsr_shape(io, g, where, l));
+    SC_TRY(sio_bsr_index(io, g, where, l));
+    SC_TRY(sparse_layer_alloc(l, io->err));
+    SC_TRY(sio_finite(io, g, where, "bias", (size_t)l->K, l->bias));
+    SC_TRY(sio_bsr_values(io, g, where, l));
+    const size_t n = (size_t)l->nnz + 1, cols = (size_t)l->C * l->R * l->S;
+    int64_t *p = malloc(((size_t)l->K + 1) * sizeof *p);  // (K + 1)
+    int32_t *idx = malloc(n * sizeof *idx);                // (nnz)
+    float *vals = malloc(n * sizeof *vals);                // (nnz)
+    int32_t *scratch = malloc((cols + 1) * sizeof *scratch);  // (cols)
+    uint8_t *codes = l->vtype == SV_CODEBOOK4 ? calloc(n / 2 + 1, 1) : NULL;  // ((nnz + 1) / 2)
+    int rc = !p || !idx || !vals || !scratch || (l->vtype == SV_CODEBOOK4 && !codes)
+                 ? sc_fail(io->err, "out of memory (%s)", io->path) : 0;
+    if (rc == 0) {
+        sparse_bsr_to_csr(l, p, idx, vals, codes, scratch);
+        rc = sparse_layer_expand(l, p, idx, vals, codes, io->err);
+    }
+    free(p), free(idx), free(vals), free(scratch), free(codes);
+    return rc;
+}
+
+// Reads a CSR layer's body (encoding-type csr_matrix).
+static int sio_csr_body(sio *io, hid_t g, const char *where, sparse_layer *l) {
     SC_TRY(sio_int(io, g, where, "nnz", 0, (long)l->K * l->C * l->R * l->S, &l->nnz));
-    SC_TRY(sio_layer_vtype(io, g, where, l, vt));
     const size_t n = (size_t)l->nnz + 1;
     int64_t *p = malloc(((size_t)l->K + 1) * sizeof *p);  // (K + 1)
     int32_t *idx = malloc(n * sizeof *idx);                // (nnz)
@@ -430,6 +552,25 @@ static int sio_layer_body(sio *io, hid_t g, const char *where, sparse_layer *l, 
     return rc;
 }
 
+// Reads one layer's group after its attributes were checked: its value
+// type, then a CSR or (format version 3 on) a BSR body.
+static int sio_layer_body(sio *io, hid_t g, const char *where, sparse_layer *l, const sparse_model *m) {
+    SC_TRY(sio_layer_vtype(io, g, where, l, m->vtype));
+    char *enc = sio_str(io, g, where, "encoding-type", 1);
+    if (!enc) return -1;
+    const int bsr = !strcmp(enc, "bsr_matrix"), csr = !strcmp(enc, "csr_matrix");
+    int rc = 0;
+    if (!bsr && !csr)
+        rc = sc_fail(io->err, "%s attribute encoding-type is '%s', not csr_matrix or bsr_matrix (%s)",
+                     where, enc, io->path);
+    else if (bsr && m->version < 3)
+        rc = sc_fail(io->err, "%s is a bsr_matrix in a format version %d file (BSR needs version 3) (%s)",
+                     where, m->version, io->path);
+    free(enc);
+    if (rc) return rc;
+    return bsr ? sio_bsr_body(io, g, where, l) : sio_csr_body(io, g, where, l);
+}
+
 // Reads /layers/<name> of one conv or linear layer.
 static int sio_layer_read(sio *io, hid_t layers, sparse_model *m, sparse_layer *l) {
     const char *name = m->nt->layers[l->layer].name;
@@ -438,7 +579,7 @@ static int sio_layer_read(sio *io, hid_t layers, sparse_model *m, sparse_layer *
     hid_t g = h5io_group_open(io, layers, "/layers", name);
     if (g < 0) return -1;
     int rc = sio_layer_attrs(io, g, where, l);
-    if (rc == 0) rc = sio_layer_body(io, g, where, l, m->vtype);
+    if (rc == 0) rc = sio_layer_body(io, g, where, l, m);
     H5Gclose(g);
     return rc;
 }
@@ -495,10 +636,11 @@ static int sio_format(sio *io, sparse_model *m) {
     if (!ok) return -1;
     long ver;
     SC_TRY(sio_int(io, io->file, "/", "format_version", -(1L << 30), 1L << 30, &ver));
-    if (ver != SPARSE_FORMAT_VERSION)
+    if (ver < SPARSE_FORMAT_VERSION_MIN || ver > SPARSE_FORMAT_VERSION)
         return sc_fail(io->err, "%s: export format version %ld is not read by this build (it reads "
-                       "version %d): run export again on the model", io->path, ver,
-                       SPARSE_FORMAT_VERSION);
+                       "versions %d and %d): run export again on the model", io->path, ver,
+                       SPARSE_FORMAT_VERSION_MIN, SPARSE_FORMAT_VERSION);
+    m->version = (int)ver;
     char *vt = sio_str(io, io->file, "/", "values", 1);
     if (!vt) return -1;
     m->vtype = !strcmp(vt, "fp16") ? SV_FP16 : !strcmp(vt, "codebook4") ? SV_CODEBOOK4 : SV_FP32;

@@ -1,6 +1,7 @@
 // An exported model in memory: the file `export` writes (docs/export-format.md)
 // loaded for the deploy runtime. The file holds each conv and linear layer
-// as compact CSR (real non-zeros only); in memory every layer is held as
+// as compact CSR (real non-zeros only) or, when pruned on blocks, as BSR of
+// its kept blocks (kept in memory too: sparse_bsr); in memory every layer is held as
 // CSR, one row per output channel, with batch norm folded into its weights
 // and bias, every row padded to the layer's maximum number of non-zeros, and
 // the column indices also given as offsets into the zero-padded input (Park
@@ -26,6 +27,24 @@
 #include "net.h"
 
 typedef enum { SV_FP32 = 0, SV_FP16 = 1, SV_CODEBOOK4 = 2 } sparse_vtype;
+
+// The block structure of a layer stored as BSR (docs/export-format.md): the
+// (K, R*S*C) matrix with its columns in (r, s, c) order, cut into blocks of
+// kb rows x cb columns (kb divides K, cb divides C, so a block is kb output
+// channels x cb input channels at one kernel tap), the kept blocks only, in
+// scipy's bsr_matrix convention. Every entry of a kept block is a real entry
+// of the layer (also in its padded CSR). For the block-sparse kernels.
+typedef struct {
+    int kb, cb;            // block rows x columns; 0 x 0 when the layer is not BSR
+    long nblocks;          // kept blocks
+    int64_t *indptr;       // (K/kb + 1) first block of each block row
+    int32_t *indices;      // (nblocks) block column j, ascending within a block row: the
+                           // block holds tap t = j*cb / C (t = r*S + s) and input channels
+                           // j*cb % C .. + cb - 1 of output channels [kb*i, kb*(i+1))
+    float *values;         // (nblocks, kb, cb) the entries decoded as sparse_layer.values
+    uint8_t *codes;        // codebook layers: the 4-bit code of every entry in values
+                           // order, two per byte, low nibble first; else NULL
+} sparse_bsr;
 
 typedef struct sparse_layer {
     int layer;             // index of the conv or linear layer in nt->layers
@@ -66,6 +85,8 @@ typedef struct sparse_layer {
     int pool_layer;        // index of the fused max pool in nt->layers, -1 when none
     int out_layer;         // last layer fused into this one (the layer itself, its BN, ReLU
                            // or pool): the sparse op's output is that layer's output
+    sparse_bsr bsr;        // the block structure when the layer is stored as BSR (bsr.kb
+                           // > 0): the same entries as the padded CSR above
 } sparse_layer;
 
 typedef struct {
@@ -78,6 +99,7 @@ typedef struct {
     char dataset[256];     // dataset the model was trained on
     sparse_vtype vtype;    // the file's value type: SV_CODEBOOK4 when some layer has a
                            // codebook (see sparse_layer.vtype), else SV_FP32 or SV_FP16
+    int version;           // format_version of the file it was loaded from (0: built)
     int nlayers;
     sparse_layer *layers;  // every conv and linear layer, in nt->layers order
 } sparse_model;
@@ -132,6 +154,28 @@ int sparse_layer_alloc(sparse_layer *l, sc_err *err);
 // offsets, values, pad_mask and codes (sparse_row_columns padding).
 int sparse_layer_expand(sparse_layer *l, const int64_t *indptr, const int32_t *idx,
                         const float *vals, const uint8_t *codes, sc_err *err);
+
+// --- BSR layers (runtime/sparse_bsr.c) --------------------------------------
+
+// Column of the (K, R*S*C) matrix (taps outer, channels inner) of column col
+// = c*R*S + t of the (K, C*R*S) one, and back.
+int32_t sparse_col_krsc(const sparse_layer *l, int32_t col);
+int32_t sparse_col_kcrs(const sparse_layer *l, int32_t col);
+
+// Fills l->bsr with blocks of kb x cb from l's padded CSR (built): fails
+// unless kb divides K, cb divides C and the real entries are exactly whole
+// blocks of that grid (then l->bsr is left empty).
+int sparse_bsr_build(sparse_layer *l, int kb, int cb, sc_err *err);
+
+// The compact CSR of l->bsr (read from a file; l->codebook and row_scale set
+// for codebook layers): every block entry, columns ascending. indptr (K +
+// 1), idx and vals (bsr.nblocks*kb*cb), codes (half that, rounded up,
+// zeroed; codebook layers only, else NULL); sets l->nnz and l->nnz_row.
+void sparse_bsr_to_csr(sparse_layer *l, int64_t *indptr, int32_t *idx, float *vals,
+                       uint8_t *codes, int32_t *scratch);
+
+// Frees l->bsr's arrays and empties it.
+void sparse_bsr_free(sparse_bsr *b);
 
 // Index of the first NaN or infinity of v (n values), or -1.
 long sparse_first_nonfinite(const float *v, size_t n);

@@ -10,7 +10,8 @@ and run as it is) and compared with the dense BN-folded weights computed
 here from the model's /params and /buffers (the BN to fold is found from the
 network description, independently of the export); also checked: indptr,
 ascending indices in the narrowest type, the folded bias, exactly the
-model's non-zeros, and for codebook layers that the codebook and codes are
+model's non-zeros (BSR layers: exactly its kept blocks, read by scipy as a
+bsr_matrix of the stored block size), and for codebook layers that the codebook and codes are
 quantize's (/quant), with row scales (quantize --row-scale) row_scale =
 quantize's scale times the BN scale, the decoded fp32 values being the
 model's weights bit for bit where no BN is folded. DECODED.txt, the
@@ -89,14 +90,14 @@ def dense_folded(model, layers, i):
 
 
 def doc_reader():
-    """read_layer from the Python snippet of docs/export-format.md, run as written."""
+    """read_layer and dense_weights from the Python snippet of docs/export-format.md, run as written."""
     import os
     doc = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "export-format.md")
     text = open(doc, encoding="utf-8").read()
     block = [b for b in text.split("```python\n")[1:] if "def read_layer" in b][0].split("```")[0]
     scope = {}
-    exec(block.split("\nwith h5py.File")[0], scope)  # the imports and read_layer
-    return scope["read_layer"]
+    exec(block.split("\nwith h5py.File")[0], scope)  # the imports, read_layer and dense_weights
+    return scope["read_layer"], scope["dense_weights"]
 
 
 def layer_codes(g, n):
@@ -142,32 +143,74 @@ def check_quant(g, model, name, rows, idx, code, scale, bn):
     return bad
 
 
+def block_size(g):
+    """(kb, cb) of a BSR layer, (1, 1) for CSR."""
+    if g.attrs["encoding-type"] != "bsr_matrix":
+        return 1, 1
+    return tuple(int(v) for v in g.attrs["blocksize"])
+
+
+def entries(g, shape, ptr, idx):
+    """Row and (c, r, s) column of every stored entry, in the stored order."""
+    if g.attrs["encoding-type"] != "bsr_matrix":
+        return np.repeat(np.arange(shape[0]), np.diff(ptr)), idx
+    kb, cb = block_size(g)
+    c, rs = int(g.attrs["in_c"]), int(np.prod(g.attrs["k"]))
+    brow = np.repeat(np.arange(len(ptr) - 1), np.diff(ptr))
+    rows = np.broadcast_to(brow[:, None, None] * kb + np.arange(kb)[None, :, None], (len(idx), kb, cb)).ravel()
+    col = np.broadcast_to(idx[:, None, None] * cb + np.arange(cb)[None, None, :], (len(idx), kb, cb)).ravel()
+    return rows, (col % c) * rs + col // c  # col = t*C + channel
+
+
 def check_index(g, shape, ptr, idx):
-    """Problems of indptr and indices (range, order, narrowest type)."""
+    """Problems of indptr and indices (range, order, narrowest type) over
+    rows (CSR) or block rows (BSR); the stored entries' rows and columns."""
     bad = []
-    if ptr[0] != 0 or ptr[-1] != int(g.attrs["nnz"]) or (np.diff(ptr) < 0).any():
+    kb, cb = block_size(g)
+    nrows, ncols = shape[0] // kb, shape[1] // cb
+    if len(ptr) != nrows + 1 or ptr[0] != 0 or ptr[-1] * kb * cb != int(g.attrs["nnz"]) or (np.diff(ptr) < 0).any():
         bad.append("indptr does not run from 0 to nnz")
-    rows = np.repeat(np.arange(shape[0]), np.diff(ptr))
+    rows = np.repeat(np.arange(nrows), np.diff(ptr))
     step = np.diff(idx.astype(np.int64))
-    if ((step <= 0) & (rows[1:] == rows[:-1])).any() or (idx >= shape[1]).any():
+    if ((step <= 0) & (rows[1:] == rows[:-1])).any() or (idx >= ncols).any():
         bad.append("indices not ascending within a row or out of range")
-    want = np.uint8 if shape[1] <= 256 else np.uint16 if shape[1] <= 65536 else np.int32
+    want = np.uint8 if ncols <= 256 else np.uint16 if ncols <= 65536 else np.int32
     if g["indices"].dtype != want:
         bad.append(f"indices are {g['indices'].dtype}, the narrowest type is {np.dtype(want)}")
-    return bad, rows
+    return bad, entries(g, shape, ptr, idx)
 
 
-def check_layer(g, model, layers, i, tol, read_layer, dec):
+def check_stored(g, model, name, raw, rows, idx):
+    """Problems of the stored entries: CSR exactly the model's non-zeros;
+    BSR exactly the model's kept weights (the mask's whole blocks), which
+    hold every non-zero."""
+    if g.attrs["encoding-type"] != "bsr_matrix":
+        if int(g.attrs["nnz"]) != np.count_nonzero(raw) or np.count_nonzero(raw[rows, idx]) != len(idx):
+            return ["the rows do not hold exactly the model's non-zeros"]
+        return []
+    key = f"masks/{name}.weight"  # none for a weight that is never pruned (all kept)
+    mask = model[key][()].reshape(raw.shape) if key in model else np.ones(raw.shape)
+    if int(g.attrs["nnz"]) != np.count_nonzero(mask) or not mask[rows, idx].all() \
+            or np.count_nonzero(raw[rows, idx]) != np.count_nonzero(raw):
+        return ["the blocks do not hold exactly the model's kept weights"]
+    return []
+
+
+def check_layer(g, model, layers, i, tol, reader, dec):
     """List of problems of one layer group (empty when it is right)."""
     bad = []
+    read_layer, dense_weights = reader
     shape = tuple(int(v) for v in g.attrs["shape"])
-    if g.attrs["encoding-type"] != "csr_matrix" or g.attrs["encoding-version"] != "0.1.0":
-        bad.append("not an anndata csr_matrix")
+    enc = g.attrs["encoding-type"]
+    if enc not in ("csr_matrix", "bsr_matrix") or g.attrs["encoding-version"] != "0.1.0":
+        bad.append("neither an anndata csr_matrix nor a bsr_matrix")
     m, b = read_layer(g)  # the documented reader
+    if enc == "bsr_matrix" and (m.format != "bsr" or m.blocksize != block_size(g)):
+        bad.append("scipy did not read a BSR matrix of the stored block size")
     want, bias, bn, scale = dense_folded(model, layers, i)
     if want.shape != shape:
         return [f"shape {shape}, model {want.shape}"]
-    got = m.toarray().astype(np.float64)
+    got = dense_weights(g, m).reshape(shape).astype(np.float64)
     err = np.abs(got - want).max() / max(np.abs(want).max(), 1e-30) if want.size else 0.0
     if err > tol:
         bad.append(f"scipy CSR differs from the folded weights (rel err {err:.3g} > {tol})")
@@ -176,14 +219,13 @@ def check_layer(g, model, layers, i, tol, read_layer, dec):
     if np.abs(b - bias).max(initial=0) > 1e-5 * max(1.0, np.abs(bias).max(initial=0)):
         bad.append("bias differs from the folded bias")
     ptr, idx = g["indptr"][()], g["indices"][()].astype(np.int64)
-    more, rows = check_index(g, shape, ptr, idx)
+    more, (rows, idx) = check_index(g, shape, ptr, idx)
     bad += more
     raw = model[f"params/{layers[i]['name']}.weight"][()].reshape(shape[0], -1)
-    if int(g.attrs["nnz"]) != np.count_nonzero(raw) or np.count_nonzero(raw[rows, idx]) != len(idx):
-        bad.append("the rows do not hold exactly the model's non-zeros")
+    bad += check_stored(g, model, layers[i]["name"], raw, rows, idx)
     if dec is not None:
         dw, db = dec.get(layers[i]["name"], (None, None))
-        if dw is None or not np.array_equal(dw, m.toarray()) or not np.array_equal(db, b):
+        if dw is None or not np.array_equal(dw, dense_weights(g, m).reshape(shape)) or not np.array_equal(db, b):
             bad.append("the documented reader differs from the toolkit's decode")
     if g.attrs["values"] == "codebook4":
         code = layer_codes(g, len(idx))
@@ -198,7 +240,7 @@ def main():
         print(f"usage: {NAME} EXPORT MODEL [DECODED]", file=sys.stderr)
         sys.exit(2)
     passed = failed = 0
-    read_layer = doc_reader()
+    reader = doc_reader()
     dec = decoded(sys.argv[3]) if len(sys.argv) == 4 else None
     with h5py.File(sys.argv[1], "r") as ex, h5py.File(sys.argv[2], "r") as model:
         layers = parse_desc(model["net/description"].asstr()[()])
@@ -207,18 +249,23 @@ def main():
         if ex.attrs["format"] != "sparsecnn-export" or sorted(ex["layers"]) != sorted(layers[i]["name"] for i in convs):
             print("FAIL file: not an export of this model's layers")
             failed += 1
+        nbsr = sum(g.attrs["encoding-type"] == "bsr_matrix" for g in ex["layers"].values())
+        if int(ex.attrs["format_version"]) != (3 if nbsr else 2):
+            print(f"FAIL file: format_version {int(ex.attrs['format_version'])} with {nbsr} BSR layers")
+            failed += 1
         for i in convs:
             name = layers[i]["name"]
             g = ex[f"layers/{name}"]
             tol = 1e-6 if g.attrs["values"] == "fp32" else 1e-3
-            bad = check_layer(g, model, layers, i, tol, read_layer, dec)
+            bad = check_layer(g, model, layers, i, tol, reader, dec)
             if bad:
                 print(f"FAIL {name}: " + "; ".join(bad))
                 failed += 1
             else:
-                print(f"ok   {name} ({g.attrs['values']}, nnz {int(g.attrs['nnz'])}{', = toolkit decode' if dec else ''})")
+                enc = "bsr %dx%d" % block_size(g) if g.attrs["encoding-type"] == "bsr_matrix" else "csr"
+                print(f"ok   {name} ({enc}, {g.attrs['values']}, nnz {int(g.attrs['nnz'])}{', = toolkit decode' if dec else ''})")
                 passed += 1
-        print(f"  {sys.argv[1]}: values {vt}, {len(convs)} layers")
+        print(f"  {sys.argv[1]}: values {vt}, {len(convs)} layers, {nbsr} BSR")
     summary(passed, failed, 0)
 
 

@@ -1,4 +1,5 @@
-// Test scaffolding of the export tool: random pruned nets with random BN
+// Test scaffolding of the export tool: random pruned nets (also pruned on
+// KxC blocks, for BSR layers) with random BN
 // statistics, a temporary directory, the dense CPU executor's logits, an
 // independent BN folding in double precision, and a direct forward pass of
 // an exported model from its CSR rows and offsets (what a sparse kernel
@@ -20,6 +21,8 @@
 #include "kernels/pool.h"
 #include "runtime/exec.h"
 #include "runtime/net.h"
+#include "runtime/pattern.h"
+#include "runtime/rng.h"
 #include "runtime/sparse_model.h"
 #include "tests/testutil.h"
 
@@ -130,6 +133,56 @@ static inline int tex_pred_diff(const float *a, const float *b, int n, int class
     return diff;
 }
 
+// --- nets pruned on blocks (BSR layers) ---------------------------------------
+
+// Odd shapes: a 3-channel stem (12 outputs), a strided conv of 12 -> 20
+// channels with BN and ReLU fused, a 1x1 conv with its own bias (20 -> 8), a
+// linear head of 8 -> 10 classes.
+static const char *const TEX_BLOCK_DESC =
+    "conv 12 3 pad=1 bias=0 name=conv1\nbn name=bn1\nrelu name=relu1\n"
+    "conv 20 3 stride=2 pad=1 bias=0 name=c2\nbn name=bn2\nrelu name=relu2\n"
+    "conv 8 1 name=c3\nrelu name=relu3\ngap name=gap\nlinear classes name=fc\n";
+
+// How one layer's blocks are pruned.
+typedef enum { BP_RANDOM, BP_NONE_KEPT, BP_ALL_KEPT, BP_EMPTY_ROW } bp_mode;
+
+// Prunes weight tensor t of nt on p's blocks: each block kept with
+// probability keep (BP_RANDOM; BP_EMPTY_ROW also prunes the first block row),
+// none or all kept; pruned weights are zeroed.
+static inline void tex_block_prune(net *nt, int t, const sc_pattern *p, float keep, bp_mode mode, rng *g) {
+    sc_pattern_geom geo;
+    sc_pattern_geom_of(p, nt, t, &geo);
+    float *w = net_tensor_data(nt, t), *mk = net_tensor_mask(nt, t);
+    size_t *idx = malloc(geo.unit_size * sizeof *idx);
+    const size_t per_row = geo.units / (size_t)(geo.K / geo.kb);  // blocks of a block row
+    for (size_t u = 0; u < geo.units; u++) {
+        int kept = mode == BP_ALL_KEPT || (mode != BP_NONE_KEPT && rng_uniform(g) < keep);
+        if (mode == BP_EMPTY_ROW && u < per_row) kept = 0;
+        sc_pattern_unit_entries(&geo, u, idx);
+        for (size_t j = 0; j < geo.unit_size; j++) {
+            mk[idx[j]] = kept ? 1.0f : 0.0f;
+            if (!kept) w[idx[j]] = 0.0f;
+        }
+    }
+    free(idx);
+}
+
+// A random TEX_BLOCK_DESC net on 9x7 images pruned on pattern p: conv1 all kept,
+// c2 with its first block row empty, c3 with no block (none_c3) or random
+// blocks, fc random.
+static inline net *tex_block_net(const sc_pattern *p, float keep, int none_c3, uint64_t seed) {
+    net *nt = tex_net("bsrnet", TEX_BLOCK_DESC, 9, 7, 10);
+    if (!nt) return NULL;
+    tex_randomize(nt, seed, 0.0f, 0);
+    rng g;
+    rng_seed(&g, seed, 5);
+    const bp_mode modes[4] = {BP_ALL_KEPT, BP_EMPTY_ROW, none_c3 ? BP_NONE_KEPT : BP_RANDOM, BP_RANDOM};
+    for (int i = 0, n = 0; i < nt->nlayers; i++)
+        if (nt->layers[i].kind == LK_CONV || nt->layers[i].kind == LK_LINEAR)
+            tex_block_prune(nt, nt->layers[i].weight, p, keep, modes[n++ % 4], &g);
+    return nt;
+}
+
 // --- exporting ----------------------------------------------------------------
 
 // 1 when the loaded model b has the built model a's padded layout: nnz_row,
@@ -152,8 +205,26 @@ static inline int tex_same_layout(const sparse_model *a, const sparse_model *b) 
     return 1;
 }
 
+// 1 when the loaded model b has the built model a's block structure (BSR
+// layers): block size, indptr, indices, values and codes of every layer.
+static inline int tex_same_blocks(const sparse_model *a, const sparse_model *b) {
+    for (int i = 0; i < a->nlayers && i < b->nlayers; i++) {
+        const sparse_bsr *x = &a->layers[i].bsr, *y = &b->layers[i].bsr;
+        const size_t n = (size_t)x->nblocks * x->kb * x->cb, rows = x->kb ? (size_t)(a->layers[i].K / x->kb) : 0;
+        if (x->kb != y->kb || x->cb != y->cb || x->nblocks != y->nblocks ||
+            (x->kb && (memcmp(x->indptr, y->indptr, (rows + 1) * 8) ||
+                       memcmp(x->indices, y->indices, (size_t)x->nblocks * 4) ||
+                       memcmp(x->values, y->values, n * 4) || (!x->codes) != (!y->codes) ||
+                       (x->codes && memcmp(x->codes, y->codes, (n + 1) / 2))))) {
+            fprintf(stderr, "layer %d: the loaded blocks differ from the built ones\n", i);
+            return 0;
+        }
+    }
+    return 1;
+}
+
 // Exports nt to path (build + write) with cfg and loads it back, checking
-// that the loaded layout is the built one; NULL on failure (message on
+// that the loaded layout (and block structure) is the built one; NULL on failure (message on
 // stderr). info may be NULL.
 static inline sparse_model *tex_roundtrip(const net *nt, const export_cfg *cfg, const char *path,
                                           export_info *info) {
@@ -168,7 +239,7 @@ static inline sparse_model *tex_roundtrip(const net *nt, const export_cfg *cfg, 
     }
     sparse_model *ld = sparse_model_load(path, &err);
     if (!ld) fprintf(stderr, "sparse_model_load: %s\n", err.msg);
-    if (ld && !tex_same_layout(m, ld)) {
+    if (ld && (!tex_same_layout(m, ld) || !tex_same_blocks(m, ld))) {
         sparse_model_free(ld);
         ld = NULL;
     }
@@ -196,6 +267,15 @@ static inline double *tex_folded(const net *nt, int li, int bn, double **bias) {
         (*bias)[k] = sh;
     }
     return w;
+}
+
+// Loads path and checks the error mentions the file and `want`.
+static inline void expect_load_error(tctx *t, const char *path, const char *want) {
+    sc_err err = {{0}};
+    sparse_model *m = sparse_model_load(path, &err);
+    CHECK(t, !m, "%s loaded (expected: %s)", path, want);
+    CHECK(t, strstr(err.msg, want) && strstr(err.msg, path), "message '%s' lacks '%s' or the file", err.msg, want);
+    sparse_model_free(m);
 }
 
 // --- a direct forward pass from the CSR rows ----------------------------------

@@ -20,6 +20,23 @@ expect_fail() {
     else ok "$name"; fi
 }
 
+# py_check NAME EXPORT MODEL: runs tests/export_check.py (the documented
+# h5py + scipy reader of docs/export-format.md against the model and against
+# the toolkit's own decode of the file, build/helpers/export_decode) with
+# python PY (default /usr/bin/python3) and records its result; a skip when
+# python, h5py or scipy is missing. Needs a scratch directory T.
+py_check() {
+    local out line py=${PY:-/usr/bin/python3}
+    if [ ! -x "$py" ]; then SKIP=$((SKIP + 1)); echo "skip $1: no $py"; return; fi
+    "${BIN%/bin}/helpers/export_decode" "$2" >"$T/decoded.txt" || { bad "$1" "export_decode failed on $2"; return; }
+    out=$("$py" tests/export_check.py "$2" "$3" "$T/decoded.txt" 2>&1)
+    line=$(grep -E '[0-9]+ passed, [0-9]+ failed' <<<"$out" | tail -n 1)
+    if grep -qE ' 0 passed, 0 failed, 1 skipped' <<<"$line"; then
+        SKIP=$((SKIP + 1)); echo "skip $1: $(head -n 1 <<<"$out") (h5py or scipy missing)"
+    elif grep -qE ' [1-9][0-9]* passed, 0 failed' <<<"$line"; then ok "$1 ($line)"
+    else bad "$1" "$out"; fi
+}
+
 # summary: print the closing line and return the status.
 summary() {
     echo "$(basename "$0"): $PASS passed, $FAIL failed, $SKIP skipped"

@@ -286,71 +286,6 @@ static void test_codebook_modes(tctx *t) {
 
 // --- damaged and foreign files ------------------------------------------------------
 
-// Loads path and checks the error mentions the file and `want`.
-static void expect_load_error(tctx *t, const char *path, const char *want) {
-    sc_err err = {{0}};
-    sparse_model *m = sparse_model_load(path, &err);
-    CHECK(t, !m, "%s loaded (expected: %s)", path, want);
-    CHECK(t, strstr(err.msg, want) && strstr(err.msg, path), "message '%s' lacks '%s' or the file", err.msg, want);
-    sparse_model_free(m);
-}
-
-// Copies file a to b.
-static int copy_file(const char *a, const char *b) {
-    FILE *f = fopen(a, "rb"), *g = fopen(b, "wb");
-    char buf[65536];
-    size_t n;
-    int rc = f && g ? 0 : -1;
-    while (rc == 0 && (n = fread(buf, 1, sizeof buf, f)) > 0) rc = fwrite(buf, 1, n, g) == n ? 0 : -1;
-    if (f) fclose(f);
-    if (g) fclose(g);
-    return rc;
-}
-
-// Adds `delta` to element `at` of an int32 dataset of a copy of the file.
-static void tamper_int(const char *path, const char *dset, int at, int delta) {
-    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT), d = H5Dopen2(f, dset, H5P_DEFAULT);
-    hid_t sp = H5Dget_space(d);
-    hssize_t n = H5Sget_simple_extent_npoints(sp);
-    int *v = malloc((size_t)n * sizeof *v);
-    H5Dread(d, H5T_NATIVE_INT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v);
-    v[at] += delta;
-    H5Dwrite(d, H5T_NATIVE_INT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v);
-    free(v);
-    H5Sclose(sp), H5Dclose(d), tamper_close(f);
-}
-
-// Sets element `at` of a float dataset (any float type) of a file to NaN.
-static void tamper_nan(const char *path, const char *dset, int at) {
-    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT), d = H5Dopen2(f, dset, H5P_DEFAULT);
-    hid_t sp = H5Dget_space(d);
-    hssize_t n = H5Sget_simple_extent_npoints(sp);
-    float *v = malloc((size_t)n * sizeof *v);
-    H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v);
-    v[at] = NAN;
-    H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v);
-    free(v);
-    H5Sclose(sp), H5Dclose(d), tamper_close(f);
-}
-
-// Replaces string attribute name of object obj with value.
-static void tamper_attr(const char *path, const char *obj, const char *name, const char *value) {
-    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT), o = H5Oopen(f, obj, H5P_DEFAULT);
-    H5Adelete(o, name);
-    hid_t t = H5Tcopy(H5T_C_S1), sp = H5Screate(H5S_SCALAR);
-    H5Tset_size(t, H5T_VARIABLE);
-    hid_t a = H5Acreate2(o, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
-    H5Awrite(a, t, &value);
-    H5Aclose(a), H5Sclose(sp), H5Tclose(t), H5Oclose(o), tamper_close(f);
-}
-
-// Removes a link from a copy of the file.
-static void tamper_delete(const char *path, const char *link) {
-    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
-    H5Ldelete(f, link, H5P_DEFAULT);
-    tamper_close(f);
-}
-
 // A codebook file with a NaN in a codebook or a row scale is refused.
 static void test_bad_codebook(tctx *t) {
     char good[512], p[512];
@@ -362,10 +297,10 @@ static void test_bad_codebook(tctx *t) {
     CHECK(t, m && m->layers[1].vtype == SV_CODEBOOK4, "codebook export failed");
     sparse_model_free(m);
     quant_model_free(q);
-    copy_file(good, tpath(p, sizeof p, "cb_nan1.h5"));
+    tamper_copy(good, tpath(p, sizeof p, "cb_nan1.h5"));
     tamper_nan(p, "/layers/b.conv1/codebook", 3);
     expect_load_error(t, p, "tensor /layers/b.conv1/codebook holds NaN/Inf at index 3");
-    copy_file(good, tpath(p, sizeof p, "cb_nan2.h5"));
+    tamper_copy(good, tpath(p, sizeof p, "cb_nan2.h5"));
     tamper_nan(p, "/layers/b.conv2/row_scale", 4);
     expect_load_error(t, p, "tensor /layers/b.conv2/row_scale holds NaN/Inf at index 4");
     net_free(nt);
@@ -400,12 +335,12 @@ static void test_bad_files(tctx *t) {
         {"activation", "attribute activation is 'none'"},
         {"missing", "lacks /layers/fc"},
         {"indptr", "/layers/c3/indptr[1] = "},
-        {"version", "export format version 1 is not read by this build (it reads version 2)"},
+        {"version", "export format version 1 is not read by this build (it reads versions 2 and 3)"},
         {"data NaN", "tensor /layers/b.conv2/data holds NaN/Inf at index 5"},
         {"bias NaN", "tensor /layers/fc/bias holds NaN/Inf at index 2"}};
     for (int i = 0; i < 8; i++) {
         snprintf(p, sizeof p, "%s/tampered%d.h5", g_dir, i);
-        copy_file(good, p);
+        tamper_copy(good, p);
         if (i == 0) tamper_int(p, "/layers/b.conv1/indices", 1, 1000);
         if (i == 1) tamper_int(p, "/layers/b.conv1/indices", 1, -1000);
         if (i == 2) tamper_attr(p, "/layers/conv1", "activation", "none");

@@ -2,7 +2,7 @@
 # Regenerates the seed corpus of tests/fuzz/corpus/ with the built tools
 # (BIN, default build/bin): a tiny network description, a 40-image CIFAR-100
 # folder, and the model, quantized model and export file of that network
-# trained for one epoch on it. Seeds stay small so each fuzz run is fast.
+# trained for one epoch on it (and pruned on 4x2 blocks: a BSR export). Seeds stay small so each fuzz run is fast.
 set -eu
 cd "$(dirname "$0")/../.."
 BIN=${BIN:-build/bin}
@@ -20,4 +20,8 @@ head -c $((6 * 3074)) "$T/data/synthetic/train.bin" >$C/fuzz_cifar/six.bin
 "$BIN/train" --device cpu --quiet --model $C/fuzz_desc/tiny.txt --epochs 1 --batch 8 --val-size 8 "$T/tiny" -o $C/fuzz_model/tiny.h5 >/dev/null
 "$BIN/quantize" --device cpu --quiet --centroids 4 --kmeans-weight none --batch 8 $C/fuzz_model/tiny.h5 -o $C/fuzz_quant/tiny.h5 >/dev/null
 "$BIN/export" --quiet $C/fuzz_quant/tiny.h5 -o $C/fuzz_export/tiny.h5 >/dev/null
+# the same net pruned on 4x2 blocks: an export with BSR layers (format_version 3)
+"$BIN/prune" --device cpu --quiet --from $C/fuzz_model/tiny.h5 --pattern 4x2 --method oneshot --target-sparsity 0.5 \
+    --epochs 0.5 --batch 8 --val-size 8 "$T/tiny" -o "$T/blocks.h5" >/dev/null
+"$BIN/export" --quiet "$T/blocks.h5" -o $C/fuzz_export/tiny_bsr.h5 >/dev/null
 ls -l $C/*/
