@@ -10,9 +10,12 @@
 // Inputs, weights and z are rounded to the storage type first and the CPU
 // reference runs on the rounded values (bias stays fp32, as in the kernel).
 //
-// Tolerance per element: 1.01 u |want| + 1e-5 sum |terms| (u = 2^-11 fp16,
+// Tolerance per element: 1.01 u |want| + 5e-5 sum |terms| (u = 2^-11 fp16,
 // 2^-8 bf16: the rounding of the output; the second term: fp32 sums in
-// another order). One line per case, then "N passed, N failed, N skipped".
+// another order, and tensor cores truncate rather than round when they add
+// (Fasi et al., "Numerical behavior of NVIDIA tensor cores", 2021): up to
+// about 2^-22 of the sum per addition, a few dozen k-steps here). One line
+// per case, then "N passed, N failed, N skipped".
 // Skipped without a GPU.
 //
 // --time: median times (cudaEvent, after a warm-up) of a resnet18 layer
@@ -34,7 +37,7 @@
 #include "tests/check.h"
 
 #define GUARD_EL 64  // poisoned elements after every output
-#define TOL_ABS 1e-5
+#define TOL_ABS 5e-5
 #define WS_BYTES ((size_t)256 << 20)
 
 // --- device buffers -------------------------------------------------------------------
