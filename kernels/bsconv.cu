@@ -9,6 +9,25 @@
 #include "kernels/device_gpu.h"
 #include "kernels/nhwc_ops_gpu.h"
 
+// --- asynchronous copies (sm_80 cp.async) -------------------------------------------
+
+// Starts a 16-byte copy global -> shared; valid 0 writes 16 zero bytes instead
+// (src-size 0: nothing is read from src).
+__device__ __forceinline__ void bsk_cp16(void *dst, const void *src, int valid) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
+                 "r"(valid ? 16 : 0)
+                 : "memory");
+}
+
+// Closes the group of copies started since the last commit.
+__device__ __forceinline__ void bsk_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+// Waits until at most N groups of this thread's copies are still in flight.
+template <int N> __device__ __forceinline__ void bsk_cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 using namespace nvcuda;
 
 #define BSK_WARPS 4                 // warps per CTA
@@ -23,7 +42,7 @@ struct bsconv_gpu {
     gpu_dtype dt;
     int np, ngroups, ncols, vec, vec_out;  // from the packed layout; vec_out: every group
                                            // starts at a multiple of 8 channels and K % 8 == 0
-    int variant;                           // pixel rows per CTA: 128 << variant
+    int variant;                           // bsk_variant_of: pixel tile, pipelining
     bsconv_group *grp;                     // device (ngroups)
     uint32_t *cols;                        // device (ncols)
     void *vals;                            // device (ncols * np) of dt, fragment order
@@ -46,17 +65,17 @@ struct bsk_args {
 
 // --- the kernel -----------------------------------------------------------------------
 
-// Shared memory of one CTA with ROWS pixel rows.
-template <typename T, int ROWS> struct bsk_smem {
-    T a[ROWS * BSK_LDA];            // the gathered A tile of one k-step (ROWS x 16)
+// Shared memory of one CTA with ROWS pixel rows and NBUF A tiles.
+template <typename T, int ROWS, int NBUF> struct bsk_smem {
+    T a[NBUF][ROWS * BSK_LDA];         // gathered A tiles of one k-step each (ROWS x 16)
     float out[BSK_WARPS][BSK_FM * 8];  // one accumulator fragment per warp, for the epilogue
     int h0[ROWS], w0[ROWS], img[ROWS];  // window origin of each pixel row; img -1: past the end
 };
 
 // Window origin of the CTA's pixel rows.
-template <typename T, int ROWS>
-__device__ __forceinline__ void bsk_pixels(const bsk_args &a, int m0, bsk_smem<T, ROWS> &sm) {
-    for (int i = threadIdx.x; i < ROWS; i += BSK_THREADS) {
+template <typename SM>
+__device__ __forceinline__ void bsk_pixels(const bsk_args &a, int m0, int rows, SM &sm) {
+    for (int i = threadIdx.x; i < rows; i += BSK_THREADS) {
         const int m = m0 + i;
         if (m >= a.npq) {
             sm.img[i] = -1, sm.h0[i] = 0, sm.w0[i] = 0;
@@ -69,37 +88,50 @@ __device__ __forceinline__ void bsk_pixels(const bsk_args &a, int m0, bsk_smem<T
 }
 
 // Element offset in x of column `code` for pixel row i, or -1 when it reads padding.
-template <typename T, int ROWS>
-__device__ __forceinline__ long long bsk_src(const bsk_args &a, const bsk_smem<T, ROWS> &sm, int i,
-                                             uint32_t code) {
+template <typename SM>
+__device__ __forceinline__ long long bsk_src(const bsk_args &a, const SM &sm, int i, uint32_t code) {
     if (code == BSCONV_PAD || sm.img[i] < 0) return -1;
     const int h = sm.h0[i] + (int)(code & 255u), w = sm.w0[i] + (int)(code >> 8 & 255u);
     if (h < 0 || h >= a.H || w < 0 || w >= a.W) return -1;
     return (((long long)sm.img[i] * a.H + h) * a.W + w) * a.C + (code >> 16);
 }
 
-// Gathers the A tile of the k-step at packed column col: 16-byte runs of 8 channels.
-template <typename T, int ROWS>
-__device__ __forceinline__ void bsk_gather_vec(const bsk_args &a, int col, bsk_smem<T, ROWS> &sm) {
+// Gathers the A tile (into sa) of the k-step at packed column col: 16-byte
+// runs of 8 channels, synchronously or (ASYNC) by cp.async left in flight.
+template <typename T, int ROWS, bool ASYNC, typename SM>
+__device__ __forceinline__ void bsk_gather_vec(const bsk_args &a, int col, const SM &sm, T *sa) {
     const T *x = (const T *)a.x;
     for (int i = threadIdx.x; i < ROWS * 2; i += BSK_THREADS) {
         const int row = i >> 1, half = i & 1;
         const long long src = bsk_src(a, sm, row, __ldg(a.cols + col + half * 8));
+        T *dst = sa + row * BSK_LDA + half * 8;
+        if (ASYNC) {
+            bsk_cp16(dst, src >= 0 ? x + src : x, src >= 0);
+            continue;
+        }
         uint4 v = make_uint4(0u, 0u, 0u, 0u);
         if (src >= 0) v = __ldg(reinterpret_cast<const uint4 *>(x + src));
-        *reinterpret_cast<uint4 *>(sm.a + row * BSK_LDA + half * 8) = v;
+        *reinterpret_cast<uint4 *>(dst) = v;
     }
 }
 
-// Gathers the A tile of the k-step at packed column col, one element at a time.
-template <typename T, int ROWS>
-__device__ __forceinline__ void bsk_gather_scalar(const bsk_args &a, int col, bsk_smem<T, ROWS> &sm) {
+// Gathers the A tile (into sa) of the k-step at packed column col, one element at a time.
+template <typename T, int ROWS, typename SM>
+__device__ __forceinline__ void bsk_gather_scalar(const bsk_args &a, int col, const SM &sm, T *sa) {
     const T *x = (const T *)a.x;
     for (int i = threadIdx.x; i < ROWS * BSCONV_KSTEP; i += BSK_THREADS) {
         const int row = i / BSCONV_KSTEP, k = i % BSCONV_KSTEP;
         const long long src = bsk_src(a, sm, row, __ldg(a.cols + col + k));
-        sm.a[row * BSK_LDA + k] = src >= 0 ? x[src] : sc_fromf<T>(0.0f);
+        sa[row * BSK_LDA + k] = src >= 0 ? x[src] : sc_fromf<T>(0.0f);
     }
+}
+
+// Starts the gather of k-step tile (col) into sa: cp.async when PIPE and the
+// layer gathers vectors (the caller commits and waits), else synchronous.
+template <typename T, int ROWS, bool PIPE, typename SM>
+__device__ __forceinline__ void bsk_gather(const bsk_args &a, int col, const SM &sm, T *sa) {
+    if (a.vec) bsk_gather_vec<T, ROWS, PIPE>(a, col, sm, sa);
+    else bsk_gather_scalar<T, ROWS>(a, col, sm, sa);
 }
 
 // Writes 8 (or nj < 8) channels from k of output pixel m: act(v + bias [+ z]).
@@ -123,40 +155,79 @@ __device__ __forceinline__ void bsk_write(const bsk_args &a, int m, int k, int n
     }
 }
 
+// acc += the warp's rows of A tile sa x the weights of the k-step at packed column col.
+template <typename T, int MF, int NF, typename ACC>
+__device__ __forceinline__ void bsk_mma(const T *sa, const T *vals, int col, int warp, ACC &acc) {
+    wmma::fragment<wmma::matrix_a, BSK_FM, 8, 16, T, wmma::row_major> fa[MF];
+#pragma unroll
+    for (int i = 0; i < MF; i++)
+        wmma::load_matrix_sync(fa[i], sa + (warp * MF + i) * BSK_FM * BSK_LDA, BSK_LDA);
+#pragma unroll
+    for (int f = 0; f < NF; f++) {
+        wmma::fragment<wmma::matrix_b, BSK_FM, 8, 16, T, wmma::row_major> fb;
+        wmma::load_matrix_sync(fb, vals + ((size_t)(col / BSCONV_KSTEP) * NF + f) * 128, 8);
+#pragma unroll
+        for (int i = 0; i < MF; i++) wmma::mma_sync(acc[i][f], fa[i], fb, acc[i][f]);
+    }
+}
+
+// The k-steps one after another: gather, sync, multiply, sync.
+template <typename T, int MF, int NF, typename SM, typename ACC>
+__device__ __forceinline__ void bsk_steps_plain(const bsk_args &a, const bsconv_group &g, SM &sm,
+                                                int warp, ACC &acc) {
+    constexpr int ROWS = BSK_WARPS * MF * BSK_FM;
+    for (int t = 0; t < g.steps; t++) {
+        const int col = g.col0 + t * BSCONV_KSTEP;
+        __syncthreads();  // the pixel table is written; the previous tile is consumed
+        bsk_gather<T, ROWS, false>(a, col, sm, sm.a[0]);
+        __syncthreads();
+        bsk_mma<T, MF, NF>(sm.a[0], (const T *)a.vals, col, warp, acc);
+    }
+}
+
+// The k-steps double-buffered: the gather of step t + 1 (cp.async for vector
+// layers) is under way while step t multiplies.
+template <typename T, int MF, int NF, typename SM, typename ACC>
+__device__ __forceinline__ void bsk_steps_pipe(const bsk_args &a, const bsconv_group &g, SM &sm,
+                                               int warp, ACC &acc) {
+    constexpr int ROWS = BSK_WARPS * MF * BSK_FM;
+    if (g.steps == 0) return;
+    __syncthreads();  // the pixel table is written
+    bsk_gather<T, ROWS, true>(a, g.col0, sm, sm.a[0]);
+    bsk_cp_commit();
+    for (int t = 0; t < g.steps; t++) {
+        const int col = g.col0 + t * BSCONV_KSTEP;
+        if (t + 1 < g.steps) {  // the other tile was consumed before the last sync
+            bsk_gather<T, ROWS, true>(a, col + BSCONV_KSTEP, sm, sm.a[(t + 1) & 1]);
+            bsk_cp_commit();
+            bsk_cp_wait<1>();
+        } else {
+            bsk_cp_wait<0>();
+        }
+        __syncthreads();  // tile t is complete for every thread
+        bsk_mma<T, MF, NF>(sm.a[t & 1], (const T *)a.vals, col, warp, acc);
+        __syncthreads();  // tile t is consumed before step t + 1 gathers into it
+    }
+}
+
 // One CTA: ROWS = BSK_WARPS * MF * 32 output pixels x the NF * 8 channels of
 // group blockIdx.y; warp w owns pixel rows [w * MF * 32, (w + 1) * MF * 32).
-template <typename T, int MF, int NF>
+// PIPE: double-buffered k-steps.
+template <typename T, int MF, int NF, bool PIPE>
 __global__ void __launch_bounds__(BSK_THREADS) bsk_kernel(bsk_args a) {
     constexpr int ROWS = BSK_WARPS * MF * BSK_FM;
-    __shared__ __align__(128) bsk_smem<T, ROWS> sm;
+    __shared__ __align__(128) bsk_smem<T, ROWS, PIPE ? 2 : 1> sm;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const bsconv_group g = a.grp[blockIdx.y];
     const int m0 = blockIdx.x * ROWS;
-    bsk_pixels<T, ROWS>(a, m0, sm);
+    bsk_pixels(a, m0, ROWS, sm);
     wmma::fragment<wmma::accumulator, BSK_FM, 8, 16, float> acc[MF][NF];
 #pragma unroll
     for (int i = 0; i < MF; i++)
 #pragma unroll
         for (int f = 0; f < NF; f++) wmma::fill_fragment(acc[i][f], 0.0f);
-    const T *vals = (const T *)a.vals;
-    for (int t = 0; t < g.steps; t++) {
-        const int col = g.col0 + t * BSCONV_KSTEP;
-        __syncthreads();  // the pixel table is written; the previous tile is consumed
-        if (a.vec) bsk_gather_vec<T, ROWS>(a, col, sm);
-        else bsk_gather_scalar<T, ROWS>(a, col, sm);
-        __syncthreads();
-        wmma::fragment<wmma::matrix_a, BSK_FM, 8, 16, T, wmma::row_major> fa[MF];
-#pragma unroll
-        for (int i = 0; i < MF; i++)
-            wmma::load_matrix_sync(fa[i], sm.a + (warp * MF + i) * BSK_FM * BSK_LDA, BSK_LDA);
-#pragma unroll
-        for (int f = 0; f < NF; f++) {
-            wmma::fragment<wmma::matrix_b, BSK_FM, 8, 16, T, wmma::row_major> fb;
-            wmma::load_matrix_sync(fb, vals + ((size_t)(col / BSCONV_KSTEP) * NF + f) * 128, 8);
-#pragma unroll
-            for (int i = 0; i < MF; i++) wmma::mma_sync(acc[i][f], fa[i], fb, acc[i][f]);
-        }
-    }
+    if (PIPE) bsk_steps_pipe<T, MF, NF>(a, g, sm, warp, acc);
+    else bsk_steps_plain<T, MF, NF>(a, g, sm, warp, acc);
 #pragma unroll
     for (int i = 0; i < MF; i++)
 #pragma unroll
@@ -176,32 +247,43 @@ __global__ void __launch_bounds__(BSK_THREADS) bsk_kernel(bsk_args a) {
 
 // --- launch ---------------------------------------------------------------------------
 
-// Shared memory bytes of a CTA of variant v for element type size 2.
-static size_t bsk_smem_bytes(int v) {
-    return v == 0 ? sizeof(bsk_smem<__half, BSK_WARPS * 1 * BSK_FM>)
-                  : sizeof(bsk_smem<__half, BSK_WARPS * 2 * BSK_FM>);
+// Pixel tile (MF: 32-row fragments per warp) and pipelining of variant v.
+static void bsk_variant_of(int v, int *mf, bool *pipe) {
+    *mf = v & 1 ? 2 : 1;
+    *pipe = v >= 2;
 }
 
-// Launches the kernel for element type T with the layer's pixel tile and group width.
+// Shared memory bytes of a CTA of variant v (16-bit elements).
+static size_t bsk_smem_bytes(int v) {
+    constexpr int R1 = BSK_WARPS * BSK_FM, R2 = 2 * R1;
+    const size_t sz[4] = {sizeof(bsk_smem<__half, R1, 1>), sizeof(bsk_smem<__half, R2, 1>),
+                          sizeof(bsk_smem<__half, R1, 2>), sizeof(bsk_smem<__half, R2, 2>)};
+    return sz[v];
+}
+
+// Launches kernel<T, MF, NF, PIPE> for the layer's group width.
+template <typename T, int MF, bool PIPE>
+static void bsk_launch_nf(const gpu_ctx *g, const bsconv_gpu *b, const bsk_args &a, dim3 grid) {
+    switch (b->np / 8) {
+    case 1: bsk_kernel<T, MF, 1, PIPE><<<grid, BSK_THREADS, 0, g->stream>>>(a); break;
+    case 2: bsk_kernel<T, MF, 2, PIPE><<<grid, BSK_THREADS, 0, g->stream>>>(a); break;
+    case 4: bsk_kernel<T, MF, 4, PIPE><<<grid, BSK_THREADS, 0, g->stream>>>(a); break;
+    default: bsk_kernel<T, MF, 8, PIPE><<<grid, BSK_THREADS, 0, g->stream>>>(a); break;
+    }
+}
+
+// Launches the kernel for element type T with the layer's variant.
 template <typename T>
 static void bsk_launch(const gpu_ctx *g, const bsconv_gpu *b, const bsk_args &a) {
-    const int rows = BSK_WARPS * BSK_FM << b->variant;
+    int mf;
+    bool pipe;
+    bsk_variant_of(b->variant, &mf, &pipe);
+    const int rows = BSK_WARPS * BSK_FM * mf;
     const dim3 grid((unsigned)((a.npq + rows - 1) / rows), (unsigned)b->ngroups);
-#define BSK_GO(MF, NF) bsk_kernel<T, MF, NF><<<grid, BSK_THREADS, 0, g->stream>>>(a)
-#define BSK_NF(MF)                      \
-    switch (b->np / 8) {                \
-    case 1: BSK_GO(MF, 1); break;       \
-    case 2: BSK_GO(MF, 2); break;       \
-    case 4: BSK_GO(MF, 4); break;       \
-    default: BSK_GO(MF, 8); break;      \
-    }
-    if (b->variant == 0) {
-        BSK_NF(1)
-    } else {
-        BSK_NF(2)
-    }
-#undef BSK_NF
-#undef BSK_GO
+    if (mf == 1 && !pipe) bsk_launch_nf<T, 1, false>(g, b, a, grid);
+    else if (mf == 2 && !pipe) bsk_launch_nf<T, 2, false>(g, b, a, grid);
+    else if (mf == 1) bsk_launch_nf<T, 1, true>(g, b, a, grid);
+    else bsk_launch_nf<T, 2, true>(g, b, a, grid);
 }
 
 // True when p is 16-byte aligned (NULL counts as aligned).
@@ -243,7 +325,8 @@ extern "C" int bsconv_gpu_set_variant(const gpu_ctx *g, bsconv_gpu *b, int v, sc
 // The variant in use.
 extern "C" int bsconv_gpu_variant(const bsconv_gpu *b) { return b->variant; }
 
-// The larger tile when it still gives every SM two CTAs, else the smaller one.
+// The larger tile when it still gives every SM two CTAs, else the smaller
+// one (both unpipelined: the default until measurements say otherwise).
 static int bsk_pick_variant(const gpu_ctx *g, const bsconv_gpu *b) {
     const long long npq = (long long)b->s.n * b->P * b->Q, rows = 2LL * BSK_WARPS * BSK_FM;
     return (npq + rows - 1) / rows * b->ngroups >= 2LL * g->dev.sms ? 1 : 0;
@@ -328,8 +411,9 @@ extern "C" double bsconv_gpu_macs(const bsconv_gpu *b) {
 extern "C" void bsconv_gpu_describe(const bsconv_gpu *b, char *buf, size_t len) {
     snprintf(buf, len, "block %dx%d, %d blocks, %d groups of %d channels, %d columns, %s, %d pixels/CTA%s",
              b->kb, b->cb, b->nblocks, b->ngroups, b->np, b->ncols,
-             b->dt == GDT_BF16 ? "bf16" : "fp16", BSK_WARPS * BSK_FM << b->variant,
-             b->vec ? ", vector gather" : "");
+             b->dt == GDT_BF16 ? "bf16" : "fp16", BSK_WARPS * BSK_FM * (b->variant & 1 ? 2 : 1),
+             b->vec ? (b->variant >= 2 ? ", cp.async double-buffered vector gather" : ", vector gather")
+                    : (b->variant >= 2 ? ", double-buffered scalar gather" : ", scalar gather"));
 }
 
 // Frees the device arrays.

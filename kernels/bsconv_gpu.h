@@ -11,7 +11,8 @@
 // k-step of 16, weights narrowed to fp16/bf16 in fragment order). A CTA
 // computes 128 or 256 output pixels x one group: per k-step it gathers the
 // pixels' input values of those 16 columns from x into shared memory (16-byte
-// vectors when cb is a multiple of 8, zeros outside the image), multiplies
+// vectors when cb is a multiple of 8, zeros outside the image; optionally
+// double-buffered with cp.async), multiplies
 // them with the group's weights by WMMA 32x8x16 fragments (one per 8
 // channels), and the epilogue adds bias (fp32) and z, applies the ReLU and
 // writes the group's channels of y. run only launches (capturable).
@@ -35,10 +36,13 @@ typedef struct bsconv_gpu bsconv_gpu;
 bsconv_gpu *bsconv_gpu_create(const gpu_ctx *g, const bsconv_shape *s, const bsconv_bsr *w,
                               const float *bias, gpu_dtype dt, sc_err *err);
 
-// Tile variants (pixels per CTA: 0 -> 128, 1 -> 256); create picks one by
-// the grid's size, bsconv_gpu_set_variant sets another (for a tuner). -1
-// when v is out of range or its tile does not fit the device.
-#define BSCONV_GPU_VARIANTS 2
+// Kernel variants: 0 and 1 gather a k-step's A tile and multiply it in turn
+// with 128 (0) or 256 (1) pixels per CTA; 2 and 3 are the same tiles with
+// two A buffers, the next tile's gather (cp.async for vector layers) under
+// way while the current one multiplies. create picks 0 or 1 by the grid's
+// size; bsconv_gpu_set_variant sets another (for a tuner): -1 when v is out
+// of range or its shared memory does not fit the device.
+#define BSCONV_GPU_VARIANTS 4
 int bsconv_gpu_set_variant(const gpu_ctx *g, bsconv_gpu *b, int v, sc_err *err);
 int bsconv_gpu_variant(const bsconv_gpu *b);
 

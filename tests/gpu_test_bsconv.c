@@ -3,8 +3,9 @@
 // multiples of the block but not of 64 (and C = 3, 12: the scalar gather);
 // strides 1 and 2; 1x1, 3x3; blocks 8x1, 16x1, 16x8, 32x8, 8x8, 4x4 (rows
 // merged) and 72x8 (sliced); an empty block row; block sparsity 0%, 50%,
-// 95%, 99%, 100%; bias, residual and ReLU on and off; fp16 and bf16; both
-// pixel tiles; x misaligned (scalar gather of a vector layer) and y == z.
+// 95%, 99%, 100%; bias, residual and ReLU on and off; fp16 and bf16; every
+// kernel variant (two pixel tiles, plain and double-buffered); x misaligned
+// (scalar gather of a vector layer) and y == z.
 // Outputs are poisoned (all bits set: NaN in fp16 and bf16) with a guard
 // zone after the end, so an unwritten element or a write past the end fails.
 // Inputs, weights and z are rounded to the storage type first and the CPU
@@ -20,7 +21,7 @@
 //
 // --time: median times (cudaEvent, after a warm-up) of a resnet18 layer
 // (n 128, 64 -> 64, 32x32, 3x3, pad 1, bias + ReLU) at 90% and 95% block
-// sparsity, blocks 16x8 and 8x1, fp16 and bf16, each pixel tile, next to the
+// sparsity, blocks 16x8 and 8x1, fp16 and bf16, each kernel variant, next to the
 // dense fused cuDNN conv (kernels/fconv_gpu.h) of the same layer; each
 // layer is checked on its first two images before it is timed.
 #include <stdint.h>
@@ -240,13 +241,14 @@ static void run_all(tctx *t, env *e) {
                     const run_opts o = {dts[d], v, 0, 0, 0, 0};
                     count(t, run_case(e, &c, 1000 + 10 * si + pi, &o));
                 }
-    for (int d = 0; d < 2; d++) {  // vector layers through the scalar gather; in-place residual
-        const run_opts mis = {dts[d], 1, 1, 0, 0, 0}, inpl = {dts[d], 0, 0, 1, 0, 0};
-        bsc_case c0 = make_case(0, 1), c3 = make_case(3, 2);
-        count(t, run_case(e, &c0, 77, &mis));
-        c3.residual = 1;
-        count(t, run_case(e, &c3, 78, &inpl));
-    }
+    for (int d = 0; d < 2; d++)  // vector layers through the scalar gather; in-place residual
+        for (int v = 0; v < BSCONV_GPU_VARIANTS; v++) {
+            const run_opts mis = {dts[d], v, 1, 0, 0, 0}, inpl = {dts[d], v, 0, 1, 0, 0};
+            bsc_case c0 = make_case(0, 1), c3 = make_case(3, 2);
+            count(t, run_case(e, &c0, 77, &mis));
+            c3.residual = 1;
+            count(t, run_case(e, &c3, 78, &inpl));
+        }
 }
 
 // The comparison fails when the kernel does not run (poisoned output) or one element is off.
@@ -305,7 +307,7 @@ static int time_check(env *e, bsc_layer *L, gpu_dtype dt, const void *dy) {
     return ok && w <= 1.0;
 }
 
-// Times the block-sparse layer of case c in dt, every pixel tile; 1 when it checks.
+// Times the block-sparse layer of case c in dt, every kernel variant; 1 when it checks.
 static int time_layer(env *e, const bsc_case *c, gpu_dtype dt, double dense_ms) {
     bsc_layer L;
     bsc_make(c, 4242, &L);
@@ -321,9 +323,9 @@ static int time_layer(env *e, const bsc_case *c, gpu_dtype dt, double dense_ms) 
              gpu_time_median(&e->g, timed_bsconv, &a, 10, 50, &ms, &e->err) == 0;
         bsconv_gpu_describe(b, desc, sizeof desc);
         if (ok)
-            printf("time %s block %dx%d sparsity %.2f: %.4f ms median of 50 (%s), %.1f useful TFLOP/s, "
+            printf("time %s block %dx%d sparsity %.2f variant %d: %.4f ms median of 50 (%s), %.1f useful TFLOP/s, "
                    "dense cuDNN / this = %.2f\n",
-                   dt == GDT_BF16 ? "bf16" : "fp16", c->kb, c->cb, c->sparsity, ms, desc,
+                   dt == GDT_BF16 ? "bf16" : "fp16", c->kb, c->cb, c->sparsity, v, ms, desc,
                    2.0 * bsconv_gpu_macs(b) * c->n / (ms * 1e9), dense_ms / ms);
         if (ok) ok = time_check(e, &L, dt, dy);
     }
