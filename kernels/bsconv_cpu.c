@@ -100,18 +100,39 @@ static float bsc_dot(const bsconv_shape *s, const bsconv_bsr *w, const float *x,
     return acc;
 }
 
+// What a walk over the output pixels reads and writes.
+typedef struct {
+    const bsconv_shape *s;
+    const bsconv_bsr *w;       // the BSR walk
+    const bsconv_packed *pk;   // the packed walk
+    const float *bias, *x, *z;
+    float *y;
+} bsc_walk;
+
+// Writes the K outputs of pixel (im, p, q), which start at element o.
+typedef void (*bsc_pixel_fn)(const bsc_walk *wk, int im, int p, int q, size_t o);
+
+// Calls fn for every output pixel.
+static void bsc_each_pixel(const bsc_walk *wk, bsc_pixel_fn fn) {
+    int P, Q;
+    bsconv_out_size(wk->s, &P, &Q);
+    for (int im = 0; im < wk->s->n; im++)
+        for (int p = 0; p < P; p++)
+            for (int q = 0; q < Q; q++) fn(wk, im, p, q, (((size_t)im * P + p) * Q + q) * wk->s->K);
+}
+
+// One pixel over the BSR blocks, one output channel at a time.
+static void bsc_pixel_bsr(const bsc_walk *wk, int im, int p, int q, size_t o) {
+    for (int k = 0; k < wk->s->K; k++)
+        wk->y[o + k] = bsc_epi(wk->s, bsc_dot(wk->s, wk->w, wk->x, im, p, q, k), wk->bias, wk->z,
+                               o + k, k);
+}
+
 // y = act(conv(x, w) + bias [+ z]) over the BSR blocks, one output element at a time.
 void bsconv_forward_cpu(const bsconv_shape *s, const bsconv_bsr *w, const float *bias,
                         const float *x, const float *z, float *y) {
-    int P, Q;
-    bsconv_out_size(s, &P, &Q);
-    for (int im = 0; im < s->n; im++)
-        for (int p = 0; p < P; p++)
-            for (int q = 0; q < Q; q++) {
-                const size_t o = (((size_t)im * P + p) * Q + q) * s->K;
-                for (int k = 0; k < s->K; k++)
-                    y[o + k] = bsc_epi(s, bsc_dot(s, w, x, im, p, q, k), bias, z, o + k, k);
-            }
+    const bsc_walk wk = {s, w, NULL, bias, x, z, y};
+    bsc_each_pixel(&wk, bsc_pixel_bsr);
 }
 
 // --- the packed layout --------------------------------------------------------------
@@ -280,21 +301,20 @@ static void bsc_packed_dot(const bsconv_shape *s, const bsconv_packed *pk, const
     }
 }
 
+// One pixel over the packed groups.
+static void bsc_pixel_packed(const bsc_walk *wk, int im, int p, int q, size_t o) {
+    for (int gi = 0; gi < wk->pk->ngroups; gi++) {
+        const bsconv_group *g = &wk->pk->grp[gi];
+        float acc[BSCONV_NMAX] = {0};
+        bsc_packed_dot(wk->s, wk->pk, g, wk->x, im, p, q, acc);
+        for (int j = 0; j < g->nk; j++)
+            wk->y[o + g->k0 + j] = bsc_epi(wk->s, acc[j], wk->bias, wk->z, o + g->k0 + j, g->k0 + j);
+    }
+}
+
 // The kernel's loop over the packed layout, in plain C.
 void bsconv_packed_forward_cpu(const bsconv_shape *s, const bsconv_packed *pk, const float *bias,
                                const float *x, const float *z, float *y) {
-    int P, Q;
-    bsconv_out_size(s, &P, &Q);
-    for (int im = 0; im < s->n; im++)
-        for (int p = 0; p < P; p++)
-            for (int q = 0; q < Q; q++) {
-                const size_t o = (((size_t)im * P + p) * Q + q) * s->K;
-                for (int gi = 0; gi < pk->ngroups; gi++) {
-                    const bsconv_group *g = &pk->grp[gi];
-                    float acc[BSCONV_NMAX] = {0};
-                    bsc_packed_dot(s, pk, g, x, im, p, q, acc);
-                    for (int j = 0; j < g->nk; j++)
-                        y[o + g->k0 + j] = bsc_epi(s, acc[j], bias, z, o + g->k0 + j, g->k0 + j);
-                }
-            }
+    const bsc_walk wk = {s, NULL, pk, bias, x, z, y};
+    bsc_each_pixel(&wk, bsc_pixel_packed);
 }
