@@ -38,7 +38,7 @@ using namespace nvcuda;
 
 struct bsconv_gpu {
     bsconv_shape s;
-    int P, Q, kb, cb, nblocks;
+    int P, Q, Po, Qo, win, kb, cb, nblocks;  // conv plane, y plane, pool window (1: none)
     gpu_dtype dt;
     int np, ngroups, ncols, vec, vec_out;  // from the packed layout; vec_out: every group
                                            // starts at a multiple of 8 channels and K % 8 == 0
@@ -57,8 +57,10 @@ struct bsk_args {
     const bsconv_group *grp;
     const uint32_t *cols;
     const void *vals;
-    int H, W, C, K, P, Q, stride, pad, relu;
-    int npq;      // output pixels n * P * Q
+    int H, W, C, K, stride, pad, relu;
+    int Po, Qo, win;  // y plane and pool window side (1: no pool)
+    int npq;      // GEMM rows: conv pixels n * Po * Qo * win * win, each pool window's
+                  // win * win pixels consecutive
     int vec;      // gather 16-byte vectors (cb % 8 == 0 and x 16-byte aligned)
     int vec_out;  // 16-byte epilogue loads and stores
 };
@@ -72,17 +74,20 @@ template <typename T, int ROWS, int NBUF> struct bsk_smem {
     int h0[ROWS], w0[ROWS], img[ROWS];  // window origin of each pixel row; img -1: past the end
 };
 
-// Window origin of the CTA's pixel rows.
+// Window origin of the CTA's pixel rows: row m is conv pixel (m % win^2) of
+// the pool window of y pixel m / win^2 (without a pool, conv pixel m).
 template <typename SM>
 __device__ __forceinline__ void bsk_pixels(const bsk_args &a, int m0, int rows, SM &sm) {
+    const int ww = a.win * a.win;
     for (int i = threadIdx.x; i < rows; i += BSK_THREADS) {
         const int m = m0 + i;
         if (m >= a.npq) {
             sm.img[i] = -1, sm.h0[i] = 0, sm.w0[i] = 0;
             continue;
         }
-        const int q = m % a.Q, p = m / a.Q % a.P;
-        sm.img[i] = m / (a.P * a.Q);
+        const int pm = m / ww, wi = m % ww;
+        const int q = pm % a.Qo * a.win + wi % a.win, p = pm / a.Qo % a.Po * a.win + wi / a.win;
+        sm.img[i] = pm / (a.Po * a.Qo);
         sm.h0[i] = p * a.stride - a.pad, sm.w0[i] = q * a.stride - a.pad;
     }
 }
@@ -134,25 +139,56 @@ __device__ __forceinline__ void bsk_gather(const bsk_args &a, int col, const SM 
     else bsk_gather_scalar<T, ROWS>(a, col, sm, sa);
 }
 
-// Writes 8 (or nj < 8) channels from k of output pixel m: act(v + bias [+ z]).
+// v[j] = act(v[j] + bias[k + j] [+ z[o + j]]) for j < nj (8: z read as one vector).
 template <typename T>
-__device__ __forceinline__ void bsk_write(const bsk_args &a, int m, int k, int nj, float *v) {
-    const size_t o = (size_t)m * a.K + k;
-    for (int j = 0; j < nj; j++) v[j] += a.bias ? __ldg(a.bias + k + j) : 0.0f;
+__device__ __forceinline__ void bsk_act(const bsk_args &a, size_t o, int k, int nj, float *v) {
+    sc_pack<T> zp;
+    const bool zvec = a.z && a.vec_out && nj == 8;
+    if (zvec) zp.raw = *reinterpret_cast<const uint4 *>((const T *)a.z + o);
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        if (j >= nj) break;
+        float r = v[j] + (a.bias ? __ldg(a.bias + k + j) : 0.0f);
+        if (a.z) r += sc_tof(zvec ? zp.v[j] : ((const T *)a.z)[o + j]);
+        v[j] = a.relu ? fmaxf(r, 0.0f) : r;
+    }
+}
+
+// y[o + j] = v[j] for j < nj (8: one vector store).
+template <typename T> __device__ __forceinline__ void bsk_store(const bsk_args &a, size_t o, int nj, const float *v) {
     if (a.vec_out && nj == 8) {
-        sc_pack<T> zp, yp;
-        if (a.z) zp.raw = *reinterpret_cast<const uint4 *>((const T *)a.z + o);
-        for (int j = 0; j < 8; j++) {
-            const float r = v[j] + (a.z ? sc_tof(zp.v[j]) : 0.0f);
-            yp.v[j] = sc_fromf<T>(a.relu ? fmaxf(r, 0.0f) : r);
-        }
+        sc_pack<T> yp;
+#pragma unroll
+        for (int j = 0; j < 8; j++) yp.v[j] = sc_fromf<T>(v[j]);
         *reinterpret_cast<uint4 *>((T *)a.y + o) = yp.raw;
         return;
     }
-    for (int j = 0; j < nj; j++) {
-        const float r = v[j] + (a.z ? sc_tof(((const T *)a.z)[o + j]) : 0.0f);
-        ((T *)a.y)[o + j] = sc_fromf<T>(a.relu ? fmaxf(r, 0.0f) : r);
-    }
+    for (int j = 0; j < nj; j++) ((T *)a.y)[o + j] = sc_fromf<T>(v[j]);
+}
+
+// v = the max of v over the win * win consecutive lanes of a pool window
+// (lane groups aligned to win * win, a power of two dividing 32).
+__device__ __forceinline__ void bsk_pool_lanes(int win, float *v) {
+    for (int off = 1; off < win * win; off <<= 1)
+#pragma unroll
+        for (int j = 0; j < 8; j++) v[j] = fmaxf(v[j], __shfl_xor_sync(0xffffffffu, v[j], off));
+}
+
+// Writes the 8-channel column f of the warp's pixel-row fragment i from
+// sm.out: act, pool over lanes, the window's first lane stores y pixel m / win^2.
+template <typename T, typename SM>
+__device__ __forceinline__ void bsk_epilogue(const bsk_args &a, const bsconv_group &g, SM &sm,
+                                             int m, int f, int warp, int lane) {
+    const int j0 = f * 8, ww = a.win * a.win;
+    if (j0 >= g.nk) return;  // the same for the whole warp
+    const int nj = min(8, g.nk - j0), k = g.k0 + j0;
+    const size_t o = (size_t)(m / ww) * a.K + k;
+    float v[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) v[j] = sm.out[warp][lane * 8 + j];
+    if (m < a.npq) bsk_act<T>(a, o, k, nj, v);
+    if (ww > 1) bsk_pool_lanes(a.win, v);  // every lane takes part
+    if (m < a.npq && m % ww == 0) bsk_store<T>(a, o, nj, v);
 }
 
 // acc += the warp's rows of A tile sa x the weights of the k-step at packed column col.
@@ -234,13 +270,7 @@ __global__ void __launch_bounds__(BSK_THREADS) bsk_kernel(bsk_args a) {
         for (int f = 0; f < NF; f++) {
             wmma::store_matrix_sync(sm.out[warp], acc[i][f], 8, wmma::mem_row_major);
             __syncwarp();
-            const int m = m0 + (warp * MF + i) * BSK_FM + lane, j0 = f * 8;
-            if (m < a.npq && j0 < g.nk) {
-                float v[8];
-#pragma unroll
-                for (int j = 0; j < 8; j++) v[j] = sm.out[warp][lane * 8 + j];
-                bsk_write<T>(a, m, g.k0 + j0, min(8, g.nk - j0), v);
-            }
+            bsk_epilogue<T>(a, g, sm, m0 + (warp * MF + i) * BSK_FM + lane, f, warp, lane);
             __syncwarp();
         }
 }
@@ -295,9 +325,10 @@ extern "C" int bsconv_gpu_run(const gpu_ctx *g, const bsconv_gpu *b, const void 
     const bsconv_shape *s = &b->s;
     bsk_args a;
     a.x = x, a.z = z, a.y = y, a.bias = b->bias, a.grp = b->grp, a.cols = b->cols, a.vals = b->vals;
-    a.H = s->H, a.W = s->W, a.C = s->C, a.K = s->K, a.P = b->P, a.Q = b->Q;
+    if (z && b->win > 1) return sc_fail(err, "block-sparse conv: no residual with a pool");
+    a.H = s->H, a.W = s->W, a.C = s->C, a.K = s->K, a.Po = b->Po, a.Qo = b->Qo, a.win = b->win;
     a.stride = s->stride, a.pad = s->pad, a.relu = s->relu;
-    a.npq = s->n * b->P * b->Q;
+    a.npq = s->n * b->Po * b->Qo * b->win * b->win;
     a.vec = b->vec && bsk_al16(x);
     a.vec_out = b->vec_out && bsk_al16(y) && bsk_al16(z);
     if (b->dt == GDT_BF16) bsk_launch<__nv_bfloat16>(g, b, a);
@@ -315,7 +346,7 @@ extern "C" int bsconv_gpu_set_variant(const gpu_ctx *g, bsconv_gpu *b, int v, sc
     if (bsk_smem_bytes(v) > (size_t)g->dev.smem_block)
         return sc_fail(err, "block-sparse conv: variant %d needs %zu bytes of shared memory (%d)", v,
                        bsk_smem_bytes(v), g->dev.smem_block);
-    if ((long long)b->s.n * b->P * b->Q > INT32_MAX - 2 * BSK_WARPS * BSK_FM)
+    if ((long long)b->s.n * b->Po * b->Qo * b->win * b->win > INT32_MAX - 2 * BSK_WARPS * BSK_FM)
         return sc_fail(err, "block-sparse conv: too many output pixels (%d x %d x %d)", b->s.n,
                        b->P, b->Q);
     b->variant = v;
@@ -328,7 +359,8 @@ extern "C" int bsconv_gpu_variant(const bsconv_gpu *b) { return b->variant; }
 // The larger tile when it still gives every SM two CTAs, else the smaller
 // one (both unpipelined: the default until measurements say otherwise).
 static int bsk_pick_variant(const gpu_ctx *g, const bsconv_gpu *b) {
-    const long long npq = (long long)b->s.n * b->P * b->Q, rows = 2LL * BSK_WARPS * BSK_FM;
+    const long long npq = (long long)b->s.n * b->Po * b->Qo * b->win * b->win;
+    const long long rows = 2LL * BSK_WARPS * BSK_FM;
     return (npq + rows - 1) / rows * b->ngroups >= 2LL * g->dev.sms ? 1 : 0;
 }
 
@@ -364,6 +396,8 @@ static void bsk_fill(bsconv_gpu *b, const bsconv_shape *s, const bsconv_bsr *w,
     b->s = *s, b->dt = dt, b->kb = w->kb, b->cb = w->cb;
     b->nblocks = w->indptr[s->K / w->kb];
     bsconv_out_size(s, &b->P, &b->Q);
+    bsconv_y_size(s, &b->Po, &b->Qo);
+    b->win = s->pool > 1 ? s->pool : 1;
     b->np = p->np, b->ngroups = p->ngroups, b->ncols = p->ncols, b->vec = p->vec;
     b->vec_out = s->K % 8 == 0;
     for (int i = 0; i < p->ngroups; i++) b->vec_out &= p->grp[i].k0 % 8 == 0;
@@ -404,7 +438,7 @@ extern "C" bsconv_gpu *bsconv_gpu_create(const gpu_ctx *g, const bsconv_shape *s
 
 // Multiply-adds of the non-zero weights per image.
 extern "C" double bsconv_gpu_macs(const bsconv_gpu *b) {
-    return (double)b->nblocks * b->kb * b->cb * b->P * b->Q;
+    return (double)b->nblocks * b->kb * b->cb * b->Po * b->Qo * b->win * b->win;
 }
 
 // One line describing the layer.

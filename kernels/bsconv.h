@@ -5,8 +5,9 @@
 // in KRSC column order (column (r*S + s)*C + c) stored as BSR (scipy's
 // bsr_matrix) with blocks of kb output channels x cb input channels at one
 // kernel tap. Activations are dense channels-last: x (n, H, W, C), the
-// residual z and the output y (n, P, Q, K), as in the dense engine
-// (kernels/fconv_gpu.h). y = act(conv(x, w) + bias [+ z]).
+// residual z and the output y (n, Po, Qo, K), as in the dense engine
+// (kernels/fconv_gpu.h). y = pool(act(conv(x, w) + bias [+ z])), the pool
+// optional (and then no z).
 //
 // This header: the layer description, its validation, the plain-C reference
 // (fp32 arithmetic; a caller comparing with fp16/bf16 storage rounds the
@@ -26,7 +27,9 @@ typedef struct {
     int n, C, H, W;   // batch, input channels, input plane
     int K, R, S;      // output channels, kernel rows and columns (R, S <= 255)
     int stride, pad;  // the conv's stride and zero padding (both sides)
-    int relu;         // 1: ReLU last (after bias and residual)
+    int relu;         // 1: ReLU after bias and residual
+    int pool;         // 0 or 1: none; 2 or 4: max pool of pool x pool windows with stride
+                      // pool, no padding, after the ReLU (no residual then)
 } bsconv_shape;
 
 // A block-sparse (K, R*S*C) weight matrix in BSR form. Block row i holds
@@ -42,16 +45,21 @@ typedef struct {
     const float *data;       // (indptr[K/kb], kb, cb)
 } bsconv_bsr;
 
-// Output plane size: P = (H + 2 pad - R) / stride + 1, Q likewise.
+// Conv output plane size: P = (H + 2 pad - R) / stride + 1, Q likewise.
 void bsconv_out_size(const bsconv_shape *s, int *P, int *Q);
 
-// Checks the shape (positive sizes, P, Q >= 1, R, S <= 255, C <= 65535) and
-// the BSR structure against it (kb divides K, cb divides C, indptr and
-// indices in range, no repeated block column in a row). 0 or -1.
+// Output plane size of y: P / pool, Q / pool (rounded down) with a pool, else P, Q.
+void bsconv_y_size(const bsconv_shape *s, int *Po, int *Qo);
+
+// Checks the shape (positive sizes, P, Q >= 1, R, S <= 255, C <= 65535, pool
+// 0, 1, 2 or 4 and at most P, Q) and the BSR structure against it (kb
+// divides K, cb divides C, indptr and indices in range, no repeated block
+// column in a row). 0 or -1.
 int bsconv_check(const bsconv_shape *s, const bsconv_bsr *w, sc_err *err);
 
-// y (n, P, Q, K) = act(conv(x, w) + bias [+ z]) in fp32 for x (n, H, W, C);
-// bias (K) or NULL, z (n, P, Q, K) or NULL; w must pass bsconv_check.
+// y (n, Po, Qo, K) = pool(act(conv(x, w) + bias [+ z])) in fp32 for x (n,
+// H, W, C); bias (K) or NULL, z (n, Po, Qo, K) or NULL (NULL with a pool);
+// w must pass bsconv_check.
 void bsconv_forward_cpu(const bsconv_shape *s, const bsconv_bsr *w, const float *bias,
                         const float *x, const float *z, float *y);
 

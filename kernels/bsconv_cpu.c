@@ -1,6 +1,7 @@
 // Block-sparse convolution in plain C (kernels/bsconv.h): validation, the
 // fp32 reference over the BSR structure, and the packed layout of the CUDA
 // kernel with a plain-C walk over it.
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,15 @@ void bsconv_out_size(const bsconv_shape *s, int *P, int *Q) {
     *Q = (s->W + 2 * s->pad - s->S) / s->stride + 1;
 }
 
+// Output plane size of y.
+void bsconv_y_size(const bsconv_shape *s, int *Po, int *Qo) {
+    bsconv_out_size(s, Po, Qo);
+    if (s->pool > 1) *Po /= s->pool, *Qo /= s->pool;
+}
+
+// Pool window side (1: no pool).
+static int bsc_win(const bsconv_shape *s) { return s->pool > 1 ? s->pool : 1; }
+
 // Checks the sizes of the shape; 0 or -1.
 static int bsc_check_shape(const bsconv_shape *s, sc_err *err) {
     if (s->n < 1 || s->C < 1 || s->H < 1 || s->W < 1 || s->K < 1 || s->R < 1 || s->S < 1 ||
@@ -28,6 +38,11 @@ static int bsc_check_shape(const bsconv_shape *s, sc_err *err) {
     if (s->H + 2 * s->pad < s->R || s->W + 2 * s->pad < s->S)
         return sc_fail(err, "block-sparse conv: kernel %dx%d larger than the padded input %dx%d",
                        s->R, s->S, s->H + 2 * s->pad, s->W + 2 * s->pad);
+    int P, Q;
+    bsconv_out_size(s, &P, &Q);
+    if (s->pool < 0 || s->pool == 3 || s->pool > 4 || P < bsc_win(s) || Q < bsc_win(s))
+        return sc_fail(err, "block-sparse conv: pool %d (0, 1, 2 or 4, at most the %dx%d output)",
+                       s->pool, P, Q);
     return 0;
 }
 
@@ -109,26 +124,33 @@ typedef struct {
     float *y;
 } bsc_walk;
 
-// Writes the K outputs of pixel (im, p, q), which start at element o.
-typedef void (*bsc_pixel_fn)(const bsc_walk *wk, int im, int p, int q, size_t o);
+// Writes the K outputs of y pixel (im, po, qo), which start at element o.
+typedef void (*bsc_pixel_fn)(const bsc_walk *wk, int im, int po, int qo, size_t o);
 
-// Calls fn for every output pixel.
+// Calls fn for every pixel of y.
 static void bsc_each_pixel(const bsc_walk *wk, bsc_pixel_fn fn) {
-    int P, Q;
-    bsconv_out_size(wk->s, &P, &Q);
+    int Po, Qo;
+    bsconv_y_size(wk->s, &Po, &Qo);
     for (int im = 0; im < wk->s->n; im++)
-        for (int p = 0; p < P; p++)
-            for (int q = 0; q < Q; q++) fn(wk, im, p, q, (((size_t)im * P + p) * Q + q) * wk->s->K);
+        for (int p = 0; p < Po; p++)
+            for (int q = 0; q < Qo; q++) fn(wk, im, p, q, (((size_t)im * Po + p) * Qo + q) * wk->s->K);
 }
 
-// One pixel over the BSR blocks, one output channel at a time.
-static void bsc_pixel_bsr(const bsc_walk *wk, int im, int p, int q, size_t o) {
-    for (int k = 0; k < wk->s->K; k++)
-        wk->y[o + k] = bsc_epi(wk->s, bsc_dot(wk->s, wk->w, wk->x, im, p, q, k), wk->bias, wk->z,
-                               o + k, k);
+// One y pixel over the BSR blocks, one output channel at a time (the max
+// over the pool window of the conv pixels' activations).
+static void bsc_pixel_bsr(const bsc_walk *wk, int im, int po, int qo, size_t o) {
+    const int win = bsc_win(wk->s);
+    for (int k = 0; k < wk->s->K; k++) {
+        float m = -INFINITY;
+        for (int a = 0; a < win * win; a++) {
+            const float acc = bsc_dot(wk->s, wk->w, wk->x, im, po * win + a / win, qo * win + a % win, k);
+            m = fmaxf(m, bsc_epi(wk->s, acc, wk->bias, wk->z, o + k, k));
+        }
+        wk->y[o + k] = m;
+    }
 }
 
-// y = act(conv(x, w) + bias [+ z]) over the BSR blocks, one output element at a time.
+// y = pool(act(conv(x, w) + bias [+ z])) over the BSR blocks, one output element at a time.
 void bsconv_forward_cpu(const bsconv_shape *s, const bsconv_bsr *w, const float *bias,
                         const float *x, const float *z, float *y) {
     const bsc_walk wk = {s, w, NULL, bias, x, z, y};
@@ -301,14 +323,20 @@ static void bsc_packed_dot(const bsconv_shape *s, const bsconv_packed *pk, const
     }
 }
 
-// One pixel over the packed groups.
-static void bsc_pixel_packed(const bsc_walk *wk, int im, int p, int q, size_t o) {
+// One y pixel over the packed groups (the max over the pool window).
+static void bsc_pixel_packed(const bsc_walk *wk, int im, int po, int qo, size_t o) {
+    const int win = bsc_win(wk->s);
     for (int gi = 0; gi < wk->pk->ngroups; gi++) {
         const bsconv_group *g = &wk->pk->grp[gi];
-        float acc[BSCONV_NMAX] = {0};
-        bsc_packed_dot(wk->s, wk->pk, g, wk->x, im, p, q, acc);
-        for (int j = 0; j < g->nk; j++)
-            wk->y[o + g->k0 + j] = bsc_epi(wk->s, acc[j], wk->bias, wk->z, o + g->k0 + j, g->k0 + j);
+        float m[BSCONV_NMAX];
+        for (int j = 0; j < g->nk; j++) m[j] = -INFINITY;
+        for (int a = 0; a < win * win; a++) {
+            float acc[BSCONV_NMAX] = {0};
+            bsc_packed_dot(wk->s, wk->pk, g, wk->x, im, po * win + a / win, qo * win + a % win, acc);
+            for (int j = 0; j < g->nk; j++)
+                m[j] = fmaxf(m[j], bsc_epi(wk->s, acc[j], wk->bias, wk->z, o + g->k0 + j, g->k0 + j));
+        }
+        for (int j = 0; j < g->nk; j++) wk->y[o + g->k0 + j] = m[j];
     }
 }
 

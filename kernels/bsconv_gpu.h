@@ -1,6 +1,6 @@
 // Block-sparse convolution on tensor cores (GPU builds only): the semantics
-// of kernels/bsconv.h, y = act(conv(x, w) + bias [+ z]), with x, z, y dense
-// channels-last (n, H, W, C) / (n, P, Q, K) tensors in fp16 or bf16 storage
+// of kernels/bsconv.h, y = pool(act(conv(x, w) + bias [+ z])), with x, z, y
+// dense channels-last (n, H, W, C) / (n, Po, Qo, K) tensors in fp16 or bf16 storage
 // and fp32 accumulation, the weights a BSR matrix of kb x cb blocks (Chen et
 // al., "Efficient tensor core-based GPU kernels for structured sparsity
 // under reduced precision", SC'21).
@@ -15,7 +15,10 @@
 // double-buffered with cp.async), multiplies
 // them with the group's weights by WMMA 32x8x16 fragments (one per 8
 // channels), and the epilogue adds bias (fp32) and z, applies the ReLU and
-// writes the group's channels of y. run only launches (capturable).
+// writes the group's channels of y. With a max pool, the pixel rows are
+// ordered window by window (4 or 16 consecutive rows per y pixel) and the
+// epilogue takes the max across those lanes before one of them stores.
+// run only launches (capturable).
 #ifndef SC_KERNELS_BSCONV_GPU_H
 #define SC_KERNELS_BSCONV_GPU_H
 
@@ -46,14 +49,15 @@ bsconv_gpu *bsconv_gpu_create(const gpu_ctx *g, const bsconv_shape *s, const bsc
 int bsconv_gpu_set_variant(const gpu_ctx *g, bsconv_gpu *b, int v, sc_err *err);
 int bsconv_gpu_variant(const bsconv_gpu *b);
 
-// Queues y (n, P, Q, K) = act(conv(x, w) + bias [+ z]) on g's stream for x
-// (n, H, W, C); z NULL: no residual. Device pointers of the layer's dtype;
-// y must not overlap x (it may be z).
+// Queues y (n, Po, Qo, K) = pool(act(conv(x, w) + bias [+ z])) on g's
+// stream for x (n, H, W, C); z NULL: no residual (NULL with a pool, else
+// -1). Device pointers of the layer's dtype; y must not overlap x (it may be z).
 int bsconv_gpu_run(const gpu_ctx *g, const bsconv_gpu *b, const void *x, const void *z, void *y,
                    sc_err *err);
 
-// Multiply-adds of the non-zero weights per image: blocks x kb x cb x P x Q
-// (useful FLOP/s = 2 x this x n / time).
+// Multiply-adds of the non-zero weights per image: blocks x kb x cb x the
+// conv pixels computed (P x Q, or the pooled windows' pixels; useful FLOP/s =
+// 2 x this x n / time).
 double bsconv_gpu_macs(const bsconv_gpu *b);
 
 // One line: block, groups, channels per group, packed columns, variant.

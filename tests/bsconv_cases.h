@@ -24,6 +24,7 @@ typedef struct {
     double sparsity;  // fraction of the K/kb x R*S*C/cb blocks that are zero
     int empty_row;    // 1: block row (K/kb)/2 has no block
     int bias, residual, relu;
+    int pool;         // 0: none; 2 or 4: max pool after the ReLU (no residual)
 } bsc_case;
 
 // A generated layer and its tensors (host floats).
@@ -33,18 +34,20 @@ typedef struct {
     int32_t *indptr, *indices;
     float *data;      // (nblocks, kb, cb)
     float *bias;      // (K) or NULL
-    float *x, *z;     // (n, H, W, C); (n, P, Q, K) or NULL
-    int P, Q;
+    float *x, *z;     // (n, H, W, C); (n, Po, Qo, K) or NULL
+    int P, Q;         // conv output plane
+    int Po, Qo;       // y plane (after the pool)
     size_t nx, ny;    // element counts of x and y
     int nblocks;
 } bsc_layer;
 
 // One line naming a case (for the test output).
 static inline void bsc_case_name(const bsc_case *c, char *buf, size_t len) {
-    snprintf(buf, len, "n%d C%d %dx%d K%d %dx%d s%d p%d blk%dx%d sp%.2f%s%s%s%s", c->n, c->C, c->H,
+    snprintf(buf, len, "n%d C%d %dx%d K%d %dx%d s%d p%d blk%dx%d sp%.2f%s%s%s%s%s", c->n, c->C, c->H,
              c->W, c->K, c->R, c->S, c->stride, c->pad, c->kb, c->cb, c->sparsity,
              c->empty_row ? " empty-row" : "", c->bias ? " bias" : "",
-             c->residual ? " res" : "", c->relu ? " relu" : "");
+             c->residual ? " res" : "", c->relu ? " relu" : "",
+             c->pool == 2 ? " pool2" : c->pool == 4 ? " pool4" : "");
 }
 
 // Uniform float in [lo, hi).
@@ -94,23 +97,25 @@ static inline void bsc_make(const bsc_case *c, uint64_t seed, bsc_layer *L) {
     memset(L, 0, sizeof *L);
     rng r;
     rng_seed(&r, seed, 7);
-    L->s = (bsconv_shape){c->n, c->C, c->H, c->W, c->K, c->R, c->S, c->stride, c->pad, c->relu};
+    L->s = (bsconv_shape){c->n, c->C, c->H, c->W, c->K, c->R, c->S, c->stride, c->pad, c->relu,
+                          c->pool};
     L->w.kb = c->kb, L->w.cb = c->cb;
     bsconv_out_size(&L->s, &L->P, &L->Q);
+    bsconv_y_size(&L->s, &L->Po, &L->Qo);
     const int nbr = c->K / c->kb, ncb = c->R * c->S * c->C / c->cb;
     uint8_t *keep = malloc((size_t)nbr * ncb);
     bsc_choose_blocks(&r, c, nbr, ncb, keep);
     bsc_build_bsr(&r, L, nbr, ncb, keep);
     free(keep);
     L->nx = (size_t)c->n * c->H * c->W * c->C;
-    L->ny = (size_t)c->n * L->P * L->Q * c->K;
+    L->ny = (size_t)c->n * L->Po * L->Qo * c->K;
     L->x = malloc(L->nx * sizeof *L->x);
     for (size_t i = 0; i < L->nx; i++) L->x[i] = bsc_unif(&r, -1.0f, 1.0f);
     if (c->bias) {
         L->bias = malloc((size_t)c->K * sizeof *L->bias);
         for (int k = 0; k < c->K; k++) L->bias[k] = bsc_unif(&r, -0.5f, 0.5f);
     }
-    if (c->residual) {
+    if (c->residual && c->pool < 2) {
         L->z = malloc(L->ny * sizeof *L->z);
         for (size_t i = 0; i < L->ny; i++) L->z[i] = bsc_unif(&r, -1.0f, 1.0f);
     }
@@ -137,28 +142,41 @@ static inline float *bsc_dense_weights(const bsc_layer *L) {
     return wd;
 }
 
-// Dense direct conv in double: y = act(conv(x, wd) + bias [+ z]), NHWC/KRSC;
-// with absval, every term is taken by magnitude and no ReLU is applied (the
-// scale of the sum, for tolerances).
+// Dense direct conv in double at conv pixel (im, p, q), channel k, y
+// element o: act(conv(x, wd) + bias [+ z]); with absval, every term is taken
+// by magnitude and no ReLU is applied (the scale of the sum, for tolerances).
+static inline double bsc_dense_at(const bsc_layer *L, const float *wd, int absval, int im, int p,
+                                  int q, int k, size_t o) {
+    const bsconv_shape *s = &L->s;
+    double acc = L->bias ? (absval ? fabs(L->bias[k]) : L->bias[k]) : 0.0;
+    for (int r = 0; r < s->R; r++)
+        for (int t = 0; t < s->S; t++) {
+            const int h = p * s->stride - s->pad + r, w = q * s->stride - s->pad + t;
+            if (h < 0 || h >= s->H || w < 0 || w >= s->W) continue;
+            const float *xp = L->x + (((size_t)im * s->H + h) * s->W + w) * s->C;
+            const float *wp = wd + (((size_t)k * s->R + r) * s->S + t) * s->C;
+            for (int c = 0; c < s->C; c++)
+                acc += absval ? fabs((double)wp[c] * xp[c]) : (double)wp[c] * xp[c];
+        }
+    if (L->z) acc += absval ? fabs(L->z[o]) : L->z[o];
+    return !absval && s->relu && acc < 0.0 ? 0.0 : acc;
+}
+
+// y = pool(act(conv(x, wd) + bias [+ z])) in double, NHWC/KRSC, by
+// bsc_dense_at (absval: the largest scale over each pool window).
 static inline void bsc_dense_conv(const bsc_layer *L, const float *wd, int absval, double *y) {
     const bsconv_shape *s = &L->s;
+    const int win = s->pool > 1 ? s->pool : 1;
     for (int im = 0; im < s->n; im++)
-        for (int p = 0; p < L->P; p++)
-            for (int q = 0; q < L->Q; q++)
+        for (int p = 0; p < L->Po; p++)
+            for (int q = 0; q < L->Qo; q++)
                 for (int k = 0; k < s->K; k++) {
-                    const size_t o = (((size_t)im * L->P + p) * L->Q + q) * s->K + k;
-                    double acc = L->bias ? (absval ? fabs(L->bias[k]) : L->bias[k]) : 0.0;
-                    for (int r = 0; r < s->R; r++)
-                        for (int t = 0; t < s->S; t++) {
-                            const int h = p * s->stride - s->pad + r, w = q * s->stride - s->pad + t;
-                            if (h < 0 || h >= s->H || w < 0 || w >= s->W) continue;
-                            const float *xp = L->x + (((size_t)im * s->H + h) * s->W + w) * s->C;
-                            const float *wp = wd + (((size_t)k * s->R + r) * s->S + t) * s->C;
-                            for (int c = 0; c < s->C; c++)
-                                acc += absval ? fabs((double)wp[c] * xp[c]) : (double)wp[c] * xp[c];
-                        }
-                    if (L->z) acc += absval ? fabs(L->z[o]) : L->z[o];
-                    y[o] = !absval && s->relu && acc < 0.0 ? 0.0 : acc;
+                    const size_t o = (((size_t)im * L->Po + p) * L->Qo + q) * s->K + k;
+                    double m = -INFINITY;
+                    for (int a = 0; a < win * win; a++)
+                        m = fmax(m, bsc_dense_at(L, wd, absval, im, p * win + a / win,
+                                                 q * win + a % win, k, o));
+                    y[o] = m;
                 }
 }
 

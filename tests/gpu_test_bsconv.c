@@ -3,7 +3,8 @@
 // multiples of the block but not of 64 (and C = 3, 12: the scalar gather);
 // strides 1 and 2; 1x1, 3x3; blocks 8x1, 16x1, 16x8, 32x8, 8x8, 4x4 (rows
 // merged) and 72x8 (sliced); an empty block row; block sparsity 0%, 50%,
-// 95%, 99%, 100%; bias, residual and ReLU on and off; fp16 and bf16; every
+// 95%, 99%, 100%; bias, residual and ReLU on and off; 2x2 and 4x4 max
+// pools; fp16 and bf16; every
 // kernel variant (two pixel tiles, plain and double-buffered); x misaligned
 // (scalar gather of a vector layer) and y == z.
 // Outputs are poisoned (all bits set: NaN in fp16 and bf16) with a guard
@@ -198,16 +199,18 @@ static int run_case(env *e, const bsc_case *c, uint64_t seed, const run_opts *o)
 // Shapes and blocks; sparsity and epilogue are varied over them.
 static const bsc_case SHAPES[] = {
     // n  C   H   W   K   R  S st pad kb cb
-    {3, 64, 9, 9, 48, 3, 3, 1, 1, 16, 8, 0.0, 0, 0, 0, 0},
-    {2, 32, 11, 7, 80, 3, 3, 2, 1, 8, 1, 0.0, 0, 0, 0, 0},
-    {5, 48, 13, 13, 16, 1, 1, 1, 0, 16, 1, 0.0, 0, 0, 0, 0},
-    {3, 24, 10, 9, 40, 1, 1, 2, 0, 8, 8, 0.0, 0, 0, 0, 0},
-    {1, 16, 7, 7, 96, 3, 3, 1, 0, 32, 8, 0.0, 0, 0, 0, 0},
-    {2, 3, 15, 15, 16, 3, 3, 1, 1, 8, 1, 0.0, 0, 0, 0, 0},    // first layer: C = 3
-    {2, 12, 6, 5, 20, 3, 3, 1, 1, 4, 4, 0.0, 0, 0, 0, 0},     // kb < 8, C and K not multiples of 8
-    {1, 16, 6, 6, 144, 3, 3, 1, 1, 72, 8, 0.0, 0, 0, 0, 0},   // kb > 64: sliced block rows
-    {1, 64, 8, 8, 64, 3, 3, 1, 1, 16, 8, 0.0, 0, 0, 0, 0},    // batch 1
-    {3, 40, 9, 9, 24, 3, 3, 2, 1, 8, 8, 0.0, 0, 0, 0, 0},
+    {3, 64, 9, 9, 48, 3, 3, 1, 1, 16, 8, 0.0, 0, 0, 0, 0, 0},
+    {2, 32, 11, 7, 80, 3, 3, 2, 1, 8, 1, 0.0, 0, 0, 0, 0, 0},
+    {5, 48, 13, 13, 16, 1, 1, 1, 0, 16, 1, 0.0, 0, 0, 0, 0, 0},
+    {3, 24, 10, 9, 40, 1, 1, 2, 0, 8, 8, 0.0, 0, 0, 0, 0, 0},
+    {1, 16, 7, 7, 96, 3, 3, 1, 0, 32, 8, 0.0, 0, 0, 0, 0, 0},
+    {2, 3, 15, 15, 16, 3, 3, 1, 1, 8, 1, 0.0, 0, 0, 0, 0, 0},    // first layer: C = 3
+    {2, 12, 6, 5, 20, 3, 3, 1, 1, 4, 4, 0.0, 0, 0, 0, 0, 0},     // kb < 8, C and K not multiples of 8
+    {1, 16, 6, 6, 144, 3, 3, 1, 1, 72, 8, 0.0, 0, 0, 0, 0, 0},   // kb > 64: sliced block rows
+    {1, 64, 8, 8, 64, 3, 3, 1, 1, 16, 8, 0.0, 0, 0, 0, 0, 0},    // batch 1
+    {3, 40, 9, 9, 24, 3, 3, 2, 1, 8, 8, 0.0, 0, 0, 0, 0, 0},
+    {2, 32, 9, 11, 32, 3, 3, 1, 1, 16, 8, 0.0, 0, 0, 0, 0, 2},   // 2x2 max pool, odd plane
+    {1, 16, 9, 9, 24, 1, 1, 1, 0, 8, 1, 0.0, 0, 0, 0, 0, 4},     // 4x4 max pool
 };
 #define NSHAPES ((int)(sizeof SHAPES / sizeof SHAPES[0]))
 static const double SPARSITY[] = {0.0, 0.5, 0.95, 0.99, 1.0};
@@ -219,7 +222,7 @@ static bsc_case make_case(int si, int pi) {
     c.sparsity = SPARSITY[pi];
     c.empty_row = pi == 1 || pi == 2;
     c.bias = (si + pi) % 3 != 0;
-    c.residual = (si + pi) % 2;
+    c.residual = c.pool < 2 && (si + pi) % 2;
     c.relu = (si / 2 + pi) % 2;
     return c;
 }
@@ -249,6 +252,22 @@ static void run_all(tctx *t, env *e) {
             c3.residual = 1;
             count(t, run_case(e, &c3, 78, &inpl));
         }
+}
+
+// run refuses a residual with a pool.
+static void reject_pool_residual(tctx *t, env *e) {
+    bsc_layer L;
+    bsc_case c = SHAPES[NSHAPES - 2];
+    c.sparsity = 0.5;
+    bsc_make(&c, 80, &L);
+    void *buf = dnew(e, L.nx * 2 + L.ny * 2);
+    bsconv_gpu *b = buf ? bsconv_gpu_create(&e->g, &L.s, &L.w, L.bias, GDT_F16, &e->err) : NULL;
+    const int rc = b ? bsconv_gpu_run(&e->g, b, buf, buf, (uint16_t *)buf + L.nx, &e->err) : 0;
+    printf("%s pool with a residual refused: %s\n", b && rc == -1 ? "ok  " : "FAIL", e->err.msg);
+    count(t, b && rc == -1);
+    bsconv_gpu_free(b);
+    dfree_all(e);
+    bsc_free(&L);
 }
 
 // The comparison fails when the kernel does not run (poisoned output) or one element is off.
@@ -289,7 +308,7 @@ static int timed_fconv(void *arg, sc_err *err) {
 static int time_check(env *e, bsc_layer *L, gpu_dtype dt, const void *dy) {
     bsconv_shape s2 = L->s;
     s2.n = 2;
-    const size_t n2 = (size_t)2 * L->P * L->Q * L->s.K;
+    const size_t n2 = (size_t)2 * L->Po * L->Qo * L->s.K;
     float *got = malloc(n2 * sizeof *got), *want = malloc(n2 * sizeof *want);
     double *wd = malloc(n2 * sizeof *wd), *scale = malloc(n2 * sizeof *scale);
     int ok = dget(e, dt, dy, n2, got) == 0;
@@ -366,7 +385,7 @@ static void time_all(tctx *t, env *e) {
     const double sps[2] = {0.90, 0.95};
     printf("device: %s (%d SMs)\n", e->g.dev.name, e->g.dev.sms);
     for (int d = 0; d < 2; d++) {
-        bsc_case c = {128, 64, 32, 32, 64, 3, 3, 1, 1, 0, 0, 0.0, 0, 1, 0, 1};
+        bsc_case c = {128, 64, 32, 32, 64, 3, 3, 1, 1, 0, 0, 0.0, 0, 1, 0, 1, 0};
         const double dense = time_dense(e, &c, dts[d]);
         for (int bi = 0; bi < 2; bi++)
             for (int si = 0; si < 2; si++) {
@@ -400,6 +419,7 @@ int main(int argc, char **argv) {
         time_all(&t, &e);
     } else {
         run_all(&t, &e);
+        reject_pool_residual(&t, &e);
         self_check(&t, &e);
     }
     gpu_ctx_free(&e.g);

@@ -3,7 +3,7 @@
 // awkward shapes: strides 1 and 2, 1x1 and 3x3 (and 5x3) kernels, padding,
 // blocks 8x1, 16x1, 16x8, 32x8, narrow (2x1, 3x3, 4x4, 1x1) and wide (72x8,
 // 128x8) ones, C not a multiple of 8, empty block rows, block sparsity
-// 0% to 100%, bias / residual / ReLU on and off. The packed layout of the
+// 0% to 100%, bias / residual / ReLU on and off, 2x2 and 4x4 max pools. The packed layout of the
 // CUDA kernel (bsconv_pack) is walked in plain C on the same cases, its
 // invariants are checked, bad layers are rejected, and the comparison is
 // shown to catch a planted error.
@@ -23,19 +23,22 @@
 
 // The cases both walks are checked on.
 static const bsc_case CASES[] = {
-    // n  C   H   W   K  R  S st pad kb cb  sparsity empty bias res relu
-    {2, 16, 7, 5, 16, 3, 3, 1, 1, 8, 1, 0.5, 0, 1, 0, 1},
-    {3, 24, 9, 9, 32, 3, 3, 2, 1, 16, 8, 0.5, 1, 1, 1, 1},
-    {1, 32, 6, 11, 48, 1, 1, 1, 0, 16, 1, 0.9, 0, 0, 1, 0},
-    {2, 16, 8, 7, 64, 1, 1, 2, 0, 32, 8, 0.5, 0, 1, 0, 0},
-    {1, 12, 5, 6, 10, 3, 3, 1, 1, 2, 1, 0.3, 1, 1, 1, 1},   // kb < 8: merged rows
-    {2, 9, 7, 7, 12, 3, 3, 2, 1, 4, 3, 0.5, 0, 1, 0, 1},    // C, cb not multiples of 8
-    {1, 12, 5, 5, 8, 5, 3, 1, 2, 4, 4, 0.0, 0, 0, 0, 1},    // dense, 5x3
-    {1, 16, 6, 6, 144, 3, 3, 1, 1, 72, 8, 0.6, 1, 1, 1, 0}, // kb > 64: slices
-    {1, 8, 4, 5, 128, 1, 1, 1, 0, 128, 8, 0.0, 0, 1, 0, 1}, // one 128-wide block row
-    {2, 16, 5, 5, 24, 3, 3, 1, 1, 8, 8, 1.0, 0, 1, 1, 1},   // all blocks pruned
-    {1, 16, 9, 7, 16, 3, 3, 2, 0, 8, 1, 0.95, 0, 1, 0, 0},
-    {1, 3, 11, 11, 8, 3, 3, 1, 1, 1, 1, 0.5, 0, 1, 0, 1},   // first layer, 1x1 blocks
+    // n  C   H   W   K  R  S st pad kb cb  sparsity empty bias res relu pool
+    {2, 16, 7, 5, 16, 3, 3, 1, 1, 8, 1, 0.5, 0, 1, 0, 1, 0},
+    {3, 24, 9, 9, 32, 3, 3, 2, 1, 16, 8, 0.5, 1, 1, 1, 1, 0},
+    {1, 32, 6, 11, 48, 1, 1, 1, 0, 16, 1, 0.9, 0, 0, 1, 0, 0},
+    {2, 16, 8, 7, 64, 1, 1, 2, 0, 32, 8, 0.5, 0, 1, 0, 0, 0},
+    {1, 12, 5, 6, 10, 3, 3, 1, 1, 2, 1, 0.3, 1, 1, 1, 1, 0},   // kb < 8: merged rows
+    {2, 9, 7, 7, 12, 3, 3, 2, 1, 4, 3, 0.5, 0, 1, 0, 1, 0},    // C, cb not multiples of 8
+    {1, 12, 5, 5, 8, 5, 3, 1, 2, 4, 4, 0.0, 0, 0, 0, 1, 0},    // dense, 5x3
+    {1, 16, 6, 6, 144, 3, 3, 1, 1, 72, 8, 0.6, 1, 1, 1, 0, 0}, // kb > 64: slices
+    {1, 8, 4, 5, 128, 1, 1, 1, 0, 128, 8, 0.0, 0, 1, 0, 1, 0}, // one 128-wide block row
+    {2, 16, 5, 5, 24, 3, 3, 1, 1, 8, 8, 1.0, 0, 1, 1, 1, 0},   // all blocks pruned
+    {1, 16, 9, 7, 16, 3, 3, 2, 0, 8, 1, 0.95, 0, 1, 0, 0, 0},
+    {1, 3, 11, 11, 8, 3, 3, 1, 1, 1, 1, 0.5, 0, 1, 0, 1, 0},   // first layer, 1x1 blocks
+    {2, 16, 9, 7, 16, 3, 3, 1, 1, 8, 8, 0.5, 0, 1, 0, 1, 2},    // 2x2 max pool, odd plane
+    {1, 12, 10, 9, 20, 3, 3, 1, 1, 4, 4, 0.3, 1, 1, 0, 0, 2},   // pool without ReLU, kb < 8
+    {1, 8, 9, 9, 16, 1, 1, 1, 0, 16, 1, 0.5, 0, 1, 0, 1, 4},    // 4x4 max pool
 };
 #define NCASES ((int)(sizeof CASES / sizeof CASES[0]))
 
@@ -136,7 +139,7 @@ static void expect_reject(tctx *t, const char *what, const bsconv_shape *s, cons
 
 // Bad blocks, indices, indptr and shapes are refused with a message.
 static void test_check_rejects(tctx *t) {
-    const bsconv_shape s = {1, 16, 5, 5, 16, 3, 3, 1, 1, 0};
+    const bsconv_shape s = {1, 16, 5, 5, 16, 3, 3, 1, 1, 0, 0};
     int32_t indptr[3] = {0, 1, 2}, indices[2] = {0, 17};
     float data[2 * 8 * 8] = {0};
     bsconv_bsr w = {8, 8, indptr, indices, data};
@@ -164,6 +167,10 @@ static void test_check_rejects(tctx *t) {
     expect_reject(t, "stride 0", &sb, &w);
     sb = s, sb.H = 1, sb.pad = 0;
     expect_reject(t, "kernel larger than the input", &sb, &w);
+    sb = s, sb.pool = 3;
+    expect_reject(t, "3x3 pool", &sb, &w);
+    sb = s, sb.pool = 4, sb.H = 3;  // P = 3
+    expect_reject(t, "4x4 pool of a 3-row output", &sb, &w);
 }
 
 // The comparison fails on a planted error: one packed weight changed, one
