@@ -364,29 +364,36 @@ static int bsk_pick_variant(const gpu_ctx *g, const bsconv_gpu *b) {
     return (npq + rows - 1) / rows * b->ngroups >= 2LL * g->dev.sms ? 1 : 0;
 }
 
-// Copies n bytes to a new device buffer at *d (n may be 0).
-static int bsk_put(void **d, const void *h, size_t n, sc_err *err) {
+// Queues a copy of n host bytes to a new device buffer at *d on g's stream (n may be 0).
+static int bsk_put(const gpu_ctx *g, void **d, const void *h, size_t n, sc_err *err) {
     cudaCheck(err, cudaMalloc(d, n ? n : 16));
-    if (n) cudaCheck(err, cudaMemcpy(*d, h, n, cudaMemcpyHostToDevice));
+    if (n) cudaCheck(err, cudaMemcpyAsync(*d, h, n, cudaMemcpyHostToDevice, g->stream));
     return 0;
 }
 
-// Uploads the packed arrays and the bias; the values narrowed to b->dt.
-static int bsk_upload(const gpu_ctx *g, bsconv_gpu *b, const bsconv_packed *p, const float *bias,
-                      sc_err *err) {
-    SC_TRY(bsk_put((void **)&b->grp, p->grp, (size_t)p->ngroups * sizeof *p->grp, err));
-    SC_TRY(bsk_put((void **)&b->cols, p->cols, (size_t)p->ncols * sizeof *p->cols, err));
+// Uploads the packed arrays and the bias, the values narrowed to b->dt on
+// the device (fp32 staging buffer at *tmp); everything queued on g's stream.
+static int bsk_upload_async(const gpu_ctx *g, bsconv_gpu *b, const bsconv_packed *p,
+                            const float *bias, float **tmp, sc_err *err) {
+    SC_TRY(bsk_put(g, (void **)&b->grp, p->grp, (size_t)p->ngroups * sizeof *p->grp, err));
+    SC_TRY(bsk_put(g, (void **)&b->cols, p->cols, (size_t)p->ncols * sizeof *p->cols, err));
     const size_t nv = (size_t)p->ncols * p->np;
     cudaCheck(err, cudaMalloc(&b->vals, nv ? nv * 2 : 16));
-    if (bias) SC_TRY(bsk_put((void **)&b->bias, bias, (size_t)b->s.K * sizeof *bias, err));
+    if (bias) SC_TRY(bsk_put(g, (void **)&b->bias, bias, (size_t)b->s.K * sizeof *bias, err));
     if (!nv) return 0;
+    SC_TRY(bsk_put(g, (void **)tmp, p->vals, nv * sizeof **tmp, err));
+    return nhwc_from_f32_gpu(g, b->dt, nv, *tmp, b->vals, err);
+}
+
+// Uploads the layer and waits for the copies (the host arrays may go then).
+static int bsk_upload(const gpu_ctx *g, bsconv_gpu *b, const bsconv_packed *p, const float *bias,
+                      sc_err *err) {
     float *tmp = NULL;
-    SC_TRY(bsk_put((void **)&tmp, p->vals, nv * sizeof *tmp, err));
-    int rc = nhwc_from_f32_gpu(g, b->dt, nv, tmp, b->vals, err);
+    int rc = bsk_upload_async(g, b, p, bias, &tmp, err);
     const cudaError_t e = cudaStreamSynchronize(g->stream);
     cudaFree(tmp);
     if (!rc && e != cudaSuccess)
-        rc = sc_fail(err, "block-sparse conv: narrowing the weights: %s", cudaGetErrorString(e));
+        rc = sc_fail(err, "block-sparse conv: uploading the layer: %s", cudaGetErrorString(e));
     return rc;
 }
 

@@ -80,7 +80,7 @@ static int dput(env *e, gpu_dtype dt, float *h, size_t n, void *d) {
     float *tmp = NULL;
     if (!n) return 0;
     cudaCheck(&e->err, cudaMalloc((void **)&tmp, n * sizeof *h));
-    int rc = cudaMemcpy(tmp, h, n * sizeof *h, cudaMemcpyHostToDevice) != cudaSuccess ||
+    int rc = cudaMemcpyAsync(tmp, h, n * sizeof *h, cudaMemcpyHostToDevice, e->g.stream) != cudaSuccess ||
              nhwc_from_f32_gpu(&e->g, dt, n, tmp, d, &e->err) ||
              nhwc_to_f32_gpu(&e->g, dt, n, d, tmp, &e->err) ||
              cudaStreamSynchronize(e->g.stream) != cudaSuccess ||
