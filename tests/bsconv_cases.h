@@ -195,4 +195,38 @@ static inline double bsc_worst(const float *got, const double *want, const doubl
     return worst;
 }
 
+// The GPU test's shapes and blocks (tests/gpu_test_bsconv.c): odd n, H, W;
+// K and C multiples of the block but not of 64, C = 3 and 12 (scalar
+// gathers), kb < 8 (merged rows) and kb > 64 (sliced rows), batch 1, 2x2 and
+// 4x4 pools; each at the sparsities below with the epilogue varied.
+#define BSC_GPU_SHAPES 12
+#define BSC_GPU_SPARSITIES 5
+
+// Case (shape si, sparsity index pi) of the GPU test.
+static inline bsc_case bsc_gpu_case(int si, int pi) {
+    static const bsc_case SHAPES[BSC_GPU_SHAPES] = {
+        // n  C   H   W   K   R  S st pad kb cb
+        {3, 64, 9, 9, 48, 3, 3, 1, 1, 16, 8, 0.0, 0, 0, 0, 0, 0},
+        {2, 32, 11, 7, 80, 3, 3, 2, 1, 8, 1, 0.0, 0, 0, 0, 0, 0},
+        {5, 48, 13, 13, 16, 1, 1, 1, 0, 16, 1, 0.0, 0, 0, 0, 0, 0},
+        {3, 24, 10, 9, 40, 1, 1, 2, 0, 8, 8, 0.0, 0, 0, 0, 0, 0},
+        {1, 16, 7, 7, 96, 3, 3, 1, 0, 32, 8, 0.0, 0, 0, 0, 0, 0},
+        {2, 3, 15, 15, 16, 3, 3, 1, 1, 8, 1, 0.0, 0, 0, 0, 0, 0},    // first layer: C = 3
+        {2, 12, 6, 5, 20, 3, 3, 1, 1, 4, 4, 0.0, 0, 0, 0, 0, 0},     // kb < 8, C and K not multiples of 8
+        {1, 16, 6, 6, 144, 3, 3, 1, 1, 72, 8, 0.0, 0, 0, 0, 0, 0},   // kb > 64: sliced block rows
+        {1, 64, 8, 8, 64, 3, 3, 1, 1, 16, 8, 0.0, 0, 0, 0, 0, 0},    // batch 1
+        {3, 40, 9, 9, 24, 3, 3, 2, 1, 8, 8, 0.0, 0, 0, 0, 0, 0},
+        {2, 32, 9, 11, 32, 3, 3, 1, 1, 16, 8, 0.0, 0, 0, 0, 0, 2},   // 2x2 max pool, odd plane
+        {1, 16, 9, 9, 24, 1, 1, 1, 0, 8, 1, 0.0, 0, 0, 0, 0, 4},     // 4x4 max pool
+    };
+    static const double SPARSITY[BSC_GPU_SPARSITIES] = {0.0, 0.5, 0.95, 0.99, 1.0};
+    bsc_case c = SHAPES[si];
+    c.sparsity = SPARSITY[pi];
+    c.empty_row = pi == 1 || pi == 2;
+    c.bias = (si + pi) % 3 != 0;
+    c.residual = c.pool < 2 && (si + pi) % 2;
+    c.relu = (si / 2 + pi) % 2;
+    return c;
+}
+
 #endif

@@ -196,37 +196,6 @@ static int run_case(env *e, const bsc_case *c, uint64_t seed, const run_opts *o)
 
 // --- the cases ------------------------------------------------------------------------
 
-// Shapes and blocks; sparsity and epilogue are varied over them.
-static const bsc_case SHAPES[] = {
-    // n  C   H   W   K   R  S st pad kb cb
-    {3, 64, 9, 9, 48, 3, 3, 1, 1, 16, 8, 0.0, 0, 0, 0, 0, 0},
-    {2, 32, 11, 7, 80, 3, 3, 2, 1, 8, 1, 0.0, 0, 0, 0, 0, 0},
-    {5, 48, 13, 13, 16, 1, 1, 1, 0, 16, 1, 0.0, 0, 0, 0, 0, 0},
-    {3, 24, 10, 9, 40, 1, 1, 2, 0, 8, 8, 0.0, 0, 0, 0, 0, 0},
-    {1, 16, 7, 7, 96, 3, 3, 1, 0, 32, 8, 0.0, 0, 0, 0, 0, 0},
-    {2, 3, 15, 15, 16, 3, 3, 1, 1, 8, 1, 0.0, 0, 0, 0, 0, 0},    // first layer: C = 3
-    {2, 12, 6, 5, 20, 3, 3, 1, 1, 4, 4, 0.0, 0, 0, 0, 0, 0},     // kb < 8, C and K not multiples of 8
-    {1, 16, 6, 6, 144, 3, 3, 1, 1, 72, 8, 0.0, 0, 0, 0, 0, 0},   // kb > 64: sliced block rows
-    {1, 64, 8, 8, 64, 3, 3, 1, 1, 16, 8, 0.0, 0, 0, 0, 0, 0},    // batch 1
-    {3, 40, 9, 9, 24, 3, 3, 2, 1, 8, 8, 0.0, 0, 0, 0, 0, 0},
-    {2, 32, 9, 11, 32, 3, 3, 1, 1, 16, 8, 0.0, 0, 0, 0, 0, 2},   // 2x2 max pool, odd plane
-    {1, 16, 9, 9, 24, 1, 1, 1, 0, 8, 1, 0.0, 0, 0, 0, 0, 4},     // 4x4 max pool
-};
-#define NSHAPES ((int)(sizeof SHAPES / sizeof SHAPES[0]))
-static const double SPARSITY[] = {0.0, 0.5, 0.95, 0.99, 1.0};
-#define NSP ((int)(sizeof SPARSITY / sizeof SPARSITY[0]))
-
-// Shape si at sparsity index pi with its epilogue flags.
-static bsc_case make_case(int si, int pi) {
-    bsc_case c = SHAPES[si];
-    c.sparsity = SPARSITY[pi];
-    c.empty_row = pi == 1 || pi == 2;
-    c.bias = (si + pi) % 3 != 0;
-    c.residual = c.pool < 2 && (si + pi) % 2;
-    c.relu = (si / 2 + pi) % 2;
-    return c;
-}
-
 // Counts a case's result into t.
 static void count(tctx *t, int pass) {
     if (pass) t->passed++;
@@ -236,18 +205,18 @@ static void count(tctx *t, int pass) {
 // Every shape x sparsity x storage type x pixel tile, then the special runs.
 static void run_all(tctx *t, env *e) {
     const gpu_dtype dts[2] = {GDT_F16, GDT_BF16};
-    for (int si = 0; si < NSHAPES; si++)
-        for (int pi = 0; pi < NSP; pi++)
+    for (int si = 0; si < BSC_GPU_SHAPES; si++)
+        for (int pi = 0; pi < BSC_GPU_SPARSITIES; pi++)
             for (int d = 0; d < 2; d++)
                 for (int v = 0; v < BSCONV_GPU_VARIANTS; v++) {
-                    const bsc_case c = make_case(si, pi);
+                    const bsc_case c = bsc_gpu_case(si, pi);
                     const run_opts o = {dts[d], v, 0, 0, 0, 0};
                     count(t, run_case(e, &c, 1000 + 10 * si + pi, &o));
                 }
     for (int d = 0; d < 2; d++)  // vector layers through the scalar gather; in-place residual
         for (int v = 0; v < BSCONV_GPU_VARIANTS; v++) {
             const run_opts mis = {dts[d], v, 1, 0, 0, 0}, inpl = {dts[d], v, 0, 1, 0, 0};
-            bsc_case c0 = make_case(0, 1), c3 = make_case(3, 2);
+            bsc_case c0 = bsc_gpu_case(0, 1), c3 = bsc_gpu_case(3, 2);
             count(t, run_case(e, &c0, 77, &mis));
             c3.residual = 1;
             count(t, run_case(e, &c3, 78, &inpl));
@@ -257,8 +226,7 @@ static void run_all(tctx *t, env *e) {
 // run refuses a residual with a pool.
 static void reject_pool_residual(tctx *t, env *e) {
     bsc_layer L;
-    bsc_case c = SHAPES[NSHAPES - 2];
-    c.sparsity = 0.5;
+    bsc_case c = bsc_gpu_case(BSC_GPU_SHAPES - 2, 1);
     bsc_make(&c, 80, &L);
     void *buf = dnew(e, L.nx * 2 + L.ny * 2);
     bsconv_gpu *b = buf ? bsconv_gpu_create(&e->g, &L.s, &L.w, L.bias, GDT_F16, &e->err) : NULL;
@@ -272,7 +240,7 @@ static void reject_pool_residual(tctx *t, env *e) {
 
 // The comparison fails when the kernel does not run (poisoned output) or one element is off.
 static void self_check(tctx *t, env *e) {
-    const bsc_case c = make_case(0, 1);
+    const bsc_case c = bsc_gpu_case(0, 1);
     const run_opts unrun = {GDT_F16, 0, 0, 0, 1, 0}, planted = {GDT_F16, 0, 0, 0, 0, 1};
     printf("self-check (the next two lines must say caught):\n");
     const int a = run_case(e, &c, 79, &unrun), b = run_case(e, &c, 79, &planted);
