@@ -1,0 +1,74 @@
+// Block-sparse convolution on tensor cores (GPU builds only): the semantics
+// of kernels/bsconv.h, y = pool(act(conv(x, w) + bias [+ z])), with x, z, y
+// dense channels-last (n, H, W, C) / (n, Po, Qo, K) tensors in fp16 or bf16 storage
+// and fp32 accumulation, the weights a BSR matrix of kb x cb blocks (Chen et
+// al., "Efficient tensor core-based GPU kernels for structured sparsity
+// under reduced precision", SC'21).
+//
+// An implicit GEMM over the non-zero columns only: bsconv_gpu_create packs
+// the BSR once (bsconv_pack: output channels in groups of up to 64, each
+// with the list of its non-zero (r, s, c) columns padded to the MMA's
+// k-step of 16, weights narrowed to fp16/bf16 in fragment order). A CTA
+// computes 128 or 256 output pixels x one group: per k-step it gathers the
+// pixels' input values of those 16 columns from x into shared memory (16-byte
+// vectors when cb is a multiple of 8, zeros outside the image; optionally
+// double-buffered with cp.async), multiplies
+// them with the group's weights by WMMA 32x8x16 fragments (one per 8
+// channels), and the epilogue adds bias (fp32) and z, applies the ReLU and
+// writes the group's channels of y. With a max pool, the pixel rows are
+// ordered window by window (4 or 16 consecutive rows per y pixel) and the
+// epilogue takes the max across those lanes before one of them stores.
+// run only launches (capturable).
+#ifndef SC_KERNELS_BSCONV_GPU_H
+#define SC_KERNELS_BSCONV_GPU_H
+
+#ifdef SC_HAVE_CUDA
+
+#include "kernels/common_gpu.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+#include "kernels/bsconv.h"
+
+typedef struct bsconv_gpu bsconv_gpu;
+
+// Checks and packs layer (s, w) and uploads it for storage type dt (GDT_F16
+// or GDT_BF16) on g's device; bias: host (K) floats or NULL. s->n is the
+// batch bsconv_gpu_run computes. Synchronises g's stream. NULL on failure.
+bsconv_gpu *bsconv_gpu_create(const gpu_ctx *g, const bsconv_shape *s, const bsconv_bsr *w,
+                              const float *bias, gpu_dtype dt, sc_err *err);
+
+// Kernel variants: 0 and 1 gather a k-step's A tile and multiply it in turn
+// with 128 (0) or 256 (1) pixels per CTA; 2 and 3 are the same tiles with
+// two A buffers, the next tile's gather (cp.async for vector layers) under
+// way while the current one multiplies. create picks 0 or 1 by the grid's
+// size; bsconv_gpu_set_variant sets another (for a tuner): -1 when v is out
+// of range or its shared memory does not fit the device.
+#define BSCONV_GPU_VARIANTS 4
+int bsconv_gpu_set_variant(const gpu_ctx *g, bsconv_gpu *b, int v, sc_err *err);
+int bsconv_gpu_variant(const bsconv_gpu *b);
+
+// Queues y (n, Po, Qo, K) = pool(act(conv(x, w) + bias [+ z])) on g's
+// stream for x (n, H, W, C); z NULL: no residual (NULL with a pool, else
+// -1). Device pointers of the layer's dtype; y must not overlap x (it may be z).
+int bsconv_gpu_run(const gpu_ctx *g, const bsconv_gpu *b, const void *x, const void *z, void *y,
+                   sc_err *err);
+
+// Multiply-adds of the non-zero weights per image: blocks x kb x cb x the
+// conv pixels computed (P x Q, or the pooled windows' pixels; useful FLOP/s =
+// 2 x this x n / time).
+double bsconv_gpu_macs(const bsconv_gpu *b);
+
+// One line: block, groups, channels per group, packed columns, variant.
+void bsconv_gpu_describe(const bsconv_gpu *b, char *buf, size_t len);
+
+// Frees the device arrays (NULL is fine).
+void bsconv_gpu_free(bsconv_gpu *b);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif  // SC_HAVE_CUDA
+#endif

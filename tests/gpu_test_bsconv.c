@@ -1,0 +1,396 @@
+// The block-sparse tensor-core conv (kernels/bsconv_gpu.h) against its CPU
+// reference (kernels/bsconv.h) on random layers: odd n, H, W; K and C
+// multiples of the block but not of 64 (and C = 3, 12: the scalar gather);
+// strides 1 and 2; 1x1, 3x3; blocks 8x1, 16x1, 16x8, 32x8, 8x8, 4x4 (rows
+// merged) and 72x8 (sliced); an empty block row; block sparsity 0%, 50%,
+// 95%, 99%, 100%; bias, residual and ReLU on and off; 2x2 and 4x4 max
+// pools; fp16 and bf16; every
+// kernel variant (two pixel tiles, plain and double-buffered); x misaligned
+// (scalar gather of a vector layer) and y == z.
+// Outputs are poisoned (all bits set: NaN in fp16 and bf16) with a guard
+// zone after the end, so an unwritten element or a write past the end fails.
+// Inputs, weights and z are rounded to the storage type first and the CPU
+// reference runs on the rounded values (bias stays fp32, as in the kernel).
+//
+// Tolerance per element: 1.01 u |want| + 5e-5 sum |terms| (u = 2^-11 fp16,
+// 2^-8 bf16: the rounding of the output; the second term: fp32 sums in
+// another order, and tensor cores truncate rather than round when they add
+// (Fasi et al., "Numerical behavior of NVIDIA tensor cores", 2021): up to
+// about 2^-22 of the sum per addition, a few dozen k-steps here). One line
+// per case, then "N passed, N failed, N skipped".
+// Skipped without a GPU.
+//
+// --time: median times (cudaEvent, after a warm-up) of a resnet18 layer
+// (n 128, 64 -> 64, 32x32, 3x3, pad 1, bias + ReLU) at 90% and 95% block
+// sparsity, blocks 16x8 and 8x1, fp16 and bf16, each kernel variant, next to the
+// dense fused cuDNN conv (kernels/fconv_gpu.h) of the same layer; each
+// layer is checked on its first two images before it is timed.
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/bsconv.h"
+#include "kernels/bsconv_gpu.h"
+#include "kernels/fconv_gpu.h"
+#include "kernels/nhwc_ops_gpu.h"
+#include "runtime/exec.h"
+#include "tests/bsconv_cases.h"
+#include "tests/check.h"
+
+#define GUARD_EL 64  // poisoned elements after every output
+#define TOL_ABS 5e-5
+#define WS_BYTES ((size_t)256 << 20)
+
+// --- device buffers -------------------------------------------------------------------
+
+// The context and the device buffers of one case (freed together).
+typedef struct {
+    gpu_ctx g;
+    sc_err err;
+    void *p[16];
+    int np;
+} env;
+
+// A device buffer of `bytes` (+ 16) with all bits set; NULL on failure.
+static void *dnew(env *e, size_t bytes) {
+    void *d = NULL;
+    if (e->np == 16 || cudaMalloc(&d, bytes + 16) != cudaSuccess) {
+        sc_fail(&e->err, "cudaMalloc %zu bytes failed", bytes);
+        return NULL;
+    }
+    e->p[e->np++] = d;
+    if (cudaMemset(d, 0xFF, bytes + 16) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) {
+        sc_fail(&e->err, "cudaMemset failed");
+        return NULL;
+    }
+    return d;
+}
+
+// Frees every buffer of the case.
+static void dfree_all(env *e) {
+    cudaDeviceSynchronize();
+    for (int i = 0; i < e->np; i++) cudaFree(e->p[i]);
+    e->np = 0;
+}
+
+// Converts n host floats to dt at d (a device buffer) and rounds the host
+// copy to the stored values; 0 or -1.
+static int dput(env *e, gpu_dtype dt, float *h, size_t n, void *d) {
+    float *tmp = NULL;
+    if (!n) return 0;
+    cudaCheck(&e->err, cudaMalloc((void **)&tmp, n * sizeof *h));
+    int rc = cudaMemcpyAsync(tmp, h, n * sizeof *h, cudaMemcpyHostToDevice, e->g.stream) != cudaSuccess ||
+             nhwc_from_f32_gpu(&e->g, dt, n, tmp, d, &e->err) ||
+             nhwc_to_f32_gpu(&e->g, dt, n, d, tmp, &e->err) ||
+             cudaStreamSynchronize(e->g.stream) != cudaSuccess ||
+             cudaMemcpy(h, tmp, n * sizeof *h, cudaMemcpyDeviceToHost) != cudaSuccess;
+    cudaFree(tmp);
+    if (rc && !e->err.msg[0]) sc_fail(&e->err, "upload of %zu values failed", n);
+    return rc ? -1 : 0;
+}
+
+// A new device copy of n host floats in dt (host rounded in place); NULL on failure.
+static void *dnew_put(env *e, gpu_dtype dt, float *h, size_t n) {
+    void *d = dnew(e, n * 2);
+    return d && dput(e, dt, h, n, d) == 0 ? d : NULL;
+}
+
+// Rounds n host floats to dt through the device.
+static int hround(env *e, gpu_dtype dt, float *h, size_t n) {
+    void *d = dnew(e, n * 2);
+    return d ? dput(e, dt, h, n, d) : -1;
+}
+
+// Downloads n elements of dt at d into host floats (waits for the stream).
+static int dget(env *e, gpu_dtype dt, const void *d, size_t n, float *h) {
+    float *tmp = NULL;
+    cudaCheck(&e->err, cudaStreamSynchronize(e->g.stream));
+    cudaCheck(&e->err, cudaMalloc((void **)&tmp, n * sizeof *h + 16));
+    int rc = nhwc_to_f32_gpu(&e->g, dt, n, d, tmp, &e->err) ||
+             cudaStreamSynchronize(e->g.stream) != cudaSuccess ||
+             cudaMemcpy(h, tmp, n * sizeof *h, cudaMemcpyDeviceToHost) != cudaSuccess;
+    cudaFree(tmp);
+    if (rc && !e->err.msg[0]) sc_fail(&e->err, "download of %zu values failed", n);
+    return rc ? -1 : 0;
+}
+
+// 1 when the GUARD_EL 16-bit elements after d[n] still have all bits set.
+static int guard_intact(const void *d, size_t n) {
+    uint16_t g[GUARD_EL];
+    if (cudaMemcpy(g, (const uint16_t *)d + n, sizeof g, cudaMemcpyDeviceToHost) != cudaSuccess)
+        return 0;
+    for (int i = 0; i < GUARD_EL; i++)
+        if (g[i] != 0xFFFFu) return 0;
+    return 1;
+}
+
+// Unit roundoff of a storage type.
+static double unit_round(gpu_dtype dt) { return dt == GDT_BF16 ? 1.0 / 256 : 1.0 / 2048; }
+
+// --- one case -------------------------------------------------------------------------
+
+// How a case runs besides its layer.
+typedef struct {
+    gpu_dtype dt;
+    int variant;
+    int misalign;  // 1: x one element past a 16-byte boundary (scalar gather)
+    int inplace;   // 1: y is z's buffer
+    int skip_run;  // 1: do not launch (the self-check: the poisoned output must fail)
+    int plant;     // 1: change one downloaded element (the self-check)
+} run_opts;
+
+// The GPU part of a case: uploads, runs, downloads y into got; 0 or -1.
+static int gpu_part(env *e, bsc_layer *L, const run_opts *o, float *got) {
+    void *dx = dnew(e, (L->nx + 1) * 2), *dz = NULL, *dy;
+    if (!dx) return -1;
+    void *x = o->misalign ? (void *)((uint16_t *)dx + 1) : dx;
+    int rc = dput(e, o->dt, L->x, L->nx, x);
+    if (!rc && L->z && !(dz = dnew_put(e, o->dt, L->z, L->ny))) rc = -1;
+    dy = o->inplace ? dz : dnew(e, (L->ny + GUARD_EL) * 2);
+    if (rc || !dy) return -1;
+    bsconv_gpu *b = bsconv_gpu_create(&e->g, &L->s, &L->w, L->bias, o->dt, &e->err);
+    if (!b) return -1;
+    rc = bsconv_gpu_set_variant(&e->g, b, o->variant, &e->err);
+    if (!rc && !o->skip_run) rc = bsconv_gpu_run(&e->g, b, x, dz, dy, &e->err);
+    if (!rc) rc = dget(e, o->dt, dy, L->ny, got);
+    if (!rc && !o->inplace && !guard_intact(dy, L->ny)) rc = sc_fail(&e->err, "write past the end of y");
+    bsconv_gpu_free(b);
+    return rc;
+}
+
+// Runs case c under o and compares with the CPU reference; prints one line;
+// returns 1 when it passes.
+static int run_case(env *e, const bsc_case *c, uint64_t seed, const run_opts *o) {
+    bsc_layer L;
+    char name[200];
+    bsc_case_name(c, name, sizeof name);
+    bsc_make(c, seed, &L);
+    e->err.msg[0] = 0;
+    float *got = malloc((L.ny + 1) * sizeof *got), *want = malloc((L.ny + 1) * sizeof *want);
+    double *wantd = malloc((L.ny + 1) * sizeof *wantd), *scale = malloc((L.ny + 1) * sizeof *scale);
+    int rc = hround(e, o->dt, L.data, (size_t)L.nblocks * c->kb * c->cb);
+    if (!rc) rc = gpu_part(e, &L, o, got);  // rounds x and z in place
+    double worst = INFINITY;
+    size_t at = 0;
+    if (!rc) {
+        if (o->plant) got[L.ny / 3] += 0.05f * (1.0f + fabsf(got[L.ny / 3]));
+        bsconv_forward_cpu(&L.s, &L.w, L.bias, L.x, L.z, want);
+        float *wd = bsc_dense_weights(&L);
+        bsc_dense_conv(&L, wd, 1, scale);
+        free(wd);
+        for (size_t i = 0; i < L.ny; i++) wantd[i] = want[i];
+        worst = bsc_worst(got, wantd, scale, L.ny, 1.01 * unit_round(o->dt), TOL_ABS, &at);
+    }
+    const int pass = !rc && worst <= 1.0, expect_fail = o->skip_run || o->plant;
+    printf("%s %s v%d%s%s %s: ", pass ? "ok  " : expect_fail ? "caught" : "FAIL", o->dt == GDT_BF16 ? "bf16" : "fp16",
+           o->variant, o->misalign ? " misaligned-x" : "", o->inplace ? " y=z" : "", name);
+    if (rc) printf("error: %s\n", e->err.msg);
+    else printf("worst %.3g of tolerance (y[%zu] = %.6g, want %.6g)\n", worst, at, got[at], want[at]);
+    fflush(stdout);
+    dfree_all(e);
+    free(got), free(want), free(wantd), free(scale);
+    bsc_free(&L);
+    return pass;
+}
+
+// --- the cases ------------------------------------------------------------------------
+
+// Counts a case's result into t.
+static void count(tctx *t, int pass) {
+    if (pass) t->passed++;
+    else t->failed++;
+}
+
+// Every shape x sparsity x storage type x pixel tile, then the special runs.
+static void run_all(tctx *t, env *e) {
+    const gpu_dtype dts[2] = {GDT_F16, GDT_BF16};
+    for (int si = 0; si < BSC_GPU_SHAPES; si++)
+        for (int pi = 0; pi < BSC_GPU_SPARSITIES; pi++)
+            for (int d = 0; d < 2; d++)
+                for (int v = 0; v < BSCONV_GPU_VARIANTS; v++) {
+                    const bsc_case c = bsc_gpu_case(si, pi);
+                    const run_opts o = {dts[d], v, 0, 0, 0, 0};
+                    count(t, run_case(e, &c, 1000 + 10 * si + pi, &o));
+                }
+    for (int d = 0; d < 2; d++)  // vector layers through the scalar gather; in-place residual
+        for (int v = 0; v < BSCONV_GPU_VARIANTS; v++) {
+            const run_opts mis = {dts[d], v, 1, 0, 0, 0}, inpl = {dts[d], v, 0, 1, 0, 0};
+            bsc_case c0 = bsc_gpu_case(0, 1), c3 = bsc_gpu_case(3, 2);
+            count(t, run_case(e, &c0, 77, &mis));
+            c3.residual = 1;
+            count(t, run_case(e, &c3, 78, &inpl));
+        }
+}
+
+// run refuses a residual with a pool.
+static void reject_pool_residual(tctx *t, env *e) {
+    bsc_layer L;
+    bsc_case c = bsc_gpu_case(BSC_GPU_SHAPES - 2, 1);
+    bsc_make(&c, 80, &L);
+    void *buf = dnew(e, L.nx * 2 + L.ny * 2);
+    bsconv_gpu *b = buf ? bsconv_gpu_create(&e->g, &L.s, &L.w, L.bias, GDT_F16, &e->err) : NULL;
+    const int rc = b ? bsconv_gpu_run(&e->g, b, buf, buf, (uint16_t *)buf + L.nx, &e->err) : 0;
+    printf("%s pool with a residual refused: %s\n", b && rc == -1 ? "ok  " : "FAIL", e->err.msg);
+    count(t, b && rc == -1);
+    bsconv_gpu_free(b);
+    dfree_all(e);
+    bsc_free(&L);
+}
+
+// The comparison fails when the kernel does not run (poisoned output) or one element is off.
+static void self_check(tctx *t, env *e) {
+    const bsc_case c = bsc_gpu_case(0, 1);
+    const run_opts unrun = {GDT_F16, 0, 0, 0, 1, 0}, planted = {GDT_F16, 0, 0, 0, 0, 1};
+    printf("self-check (the next two lines must say caught):\n");
+    const int a = run_case(e, &c, 79, &unrun), b = run_case(e, &c, 79, &planted);
+    printf("%s self-check: an unwritten output and a changed element are caught\n",
+           !a && !b ? "ok  " : "FAIL");
+    count(t, !a && !b);
+}
+
+// --- timing -----------------------------------------------------------------------------
+
+// One timed launch.
+typedef struct {
+    const gpu_ctx *g;
+    bsconv_gpu *b;
+    fconv_gpu *fc;
+    const void *x, *w, *bias, *z;
+    void *y, *ws;
+} timed;
+
+// Queues one block-sparse conv.
+static int timed_bsconv(void *arg, sc_err *err) {
+    timed *a = arg;
+    return bsconv_gpu_run(a->g, a->b, a->x, a->z, a->y, err);
+}
+
+// Queues one dense cuDNN conv.
+static int timed_fconv(void *arg, sc_err *err) {
+    timed *a = arg;
+    return fconv_gpu_run(a->g, a->fc, a->x, a->w, a->bias, a->z, a->y, a->ws, err);
+}
+
+// Checks the first two images of a timed layer against the CPU reference; 1 when they agree.
+static int time_check(env *e, bsc_layer *L, gpu_dtype dt, const void *dy) {
+    bsconv_shape s2 = L->s;
+    s2.n = 2;
+    const size_t n2 = (size_t)2 * L->Po * L->Qo * L->s.K;
+    float *got = malloc(n2 * sizeof *got), *want = malloc(n2 * sizeof *want);
+    double *wd = malloc(n2 * sizeof *wd), *scale = malloc(n2 * sizeof *scale);
+    int ok = dget(e, dt, dy, n2, got) == 0;
+    bsconv_forward_cpu(&s2, &L->w, L->bias, L->x, NULL, want);
+    const bsconv_shape keep = L->s;
+    L->s = s2;
+    float *wdense = bsc_dense_weights(L);
+    bsc_dense_conv(L, wdense, 1, scale);
+    L->s = keep;
+    for (size_t i = 0; i < n2; i++) wd[i] = want[i];
+    size_t at;
+    const double w = ok ? bsc_worst(got, wd, scale, n2, 1.01 * unit_round(dt), TOL_ABS, &at) : INFINITY;
+    printf("  check (2 images): worst %.3g of tolerance\n", w);
+    free(got), free(want), free(wd), free(scale), free(wdense);
+    return ok && w <= 1.0;
+}
+
+// Times the block-sparse layer of case c in dt, every kernel variant; 1 when it checks.
+static int time_layer(env *e, const bsc_case *c, gpu_dtype dt, double dense_ms) {
+    bsc_layer L;
+    bsc_make(c, 4242, &L);
+    int ok = hround(e, dt, L.data, (size_t)L.nblocks * c->kb * c->cb) == 0;
+    void *dx = ok ? dnew_put(e, dt, L.x, L.nx) : NULL, *dy = dnew(e, L.ny * 2);
+    bsconv_gpu *b = dx && dy ? bsconv_gpu_create(&e->g, &L.s, &L.w, L.bias, dt, &e->err) : NULL;
+    ok = b != NULL;
+    for (int v = 0; ok && v < BSCONV_GPU_VARIANTS; v++) {
+        timed a = {&e->g, b, NULL, dx, NULL, NULL, NULL, dy, NULL};
+        double ms = NAN;
+        char desc[200];
+        ok = bsconv_gpu_set_variant(&e->g, b, v, &e->err) == 0 &&
+             gpu_time_median(&e->g, timed_bsconv, &a, 10, 50, &ms, &e->err) == 0;
+        bsconv_gpu_describe(b, desc, sizeof desc);
+        if (ok)
+            printf("time %s block %dx%d sparsity %.2f variant %d: %.4f ms median of 50 (%s), %.1f useful TFLOP/s, "
+                   "dense cuDNN / this = %.2f\n",
+                   dt == GDT_BF16 ? "bf16" : "fp16", c->kb, c->cb, c->sparsity, v, ms, desc,
+                   2.0 * bsconv_gpu_macs(b) * c->n / (ms * 1e9), dense_ms / ms);
+        if (ok) ok = time_check(e, &L, dt, dy);
+    }
+    if (!ok) printf("FAIL time %dx%d %.2f: %s\n", c->kb, c->cb, c->sparsity, e->err.msg);
+    bsconv_gpu_free(b);
+    dfree_all(e);
+    bsc_free(&L);
+    return ok;
+}
+
+// Times the dense fused cuDNN conv (bias + ReLU) of the layer in dt; NAN on failure.
+static double time_dense(env *e, const bsc_case *c, gpu_dtype dt) {
+    const fconv_shape fs = {c->n, c->C, c->H, c->W, c->K, c->R, c->S, c->stride, c->pad, 0, 1, dt};
+    const size_t nx = (size_t)c->n * c->H * c->W * c->C, nw = (size_t)c->K * c->R * c->S * c->C;
+    const size_t ny = (size_t)c->n * c->H * c->W * c->K;  // stride 1, same padding
+    void *dx = dnew(e, nx * 2), *dw = dnew(e, nw * 2), *db = dnew(e, (size_t)c->K * 2),
+         *dy = dnew(e, ny * 2), *ws = dnew(e, WS_BYTES);
+    fconv_gpu *fc = dx && dw && db && dy && ws ? fconv_gpu_create(&e->g, &fs, 12, &e->err) : NULL;
+    double ms = NAN;
+    int rc = !fc || gpu_fill_uniform(&e->g, dt, nx, dx, -1.0f, 1.0f, 1, &e->err) ||
+             gpu_fill_uniform(&e->g, dt, nw, dw, -0.1f, 0.1f, 2, &e->err) ||
+             gpu_fill_uniform(&e->g, dt, (size_t)c->K, db, -0.5f, 0.5f, 3, &e->err) ||
+             fconv_gpu_tune(&e->g, fc, dx, dw, db, NULL, dy, ws, WS_BYTES, 20, &ms, &e->err);
+    timed a = {&e->g, NULL, fc, dx, dw, db, NULL, dy, ws};
+    if (!rc) rc = gpu_time_median(&e->g, timed_fconv, &a, 10, 50, &ms, &e->err);
+    if (rc) printf("dense cuDNN conv %s: failed: %s\n", dt == GDT_BF16 ? "bf16" : "fp16", e->err.msg);
+    else printf("time %s dense cuDNN fused conv+bias+ReLU: %.4f ms median of 50\n",
+                dt == GDT_BF16 ? "bf16" : "fp16", ms);
+    fconv_gpu_free(fc);
+    dfree_all(e);
+    return rc ? NAN : ms;
+}
+
+// The --time mode: resnet18's 64 -> 64 layer at batch 128.
+static void time_all(tctx *t, env *e) {
+    const gpu_dtype dts[2] = {GDT_F16, GDT_BF16};
+    const int blocks[2][2] = {{16, 8}, {8, 1}};
+    const double sps[2] = {0.90, 0.95};
+    printf("device: %s (%d SMs)\n", e->g.dev.name, e->g.dev.sms);
+    for (int d = 0; d < 2; d++) {
+        bsc_case c = {128, 64, 32, 32, 64, 3, 3, 1, 1, 0, 0, 0.0, 0, 1, 0, 1, 0};
+        const double dense = time_dense(e, &c, dts[d]);
+        for (int bi = 0; bi < 2; bi++)
+            for (int si = 0; si < 2; si++) {
+                c.kb = blocks[bi][0], c.cb = blocks[bi][1], c.sparsity = sps[si];
+                count(t, time_layer(e, &c, dts[d], dense));
+            }
+    }
+}
+
+int main(int argc, char **argv) {
+    tctx t = {.suite = "gpu_test_bsconv"};
+    const int timing = argc > 1 && !strcmp(argv[1], "--time");
+    sc_err why = {{0}};
+    if (argc > 1 && !timing) {
+        fprintf(stderr, "usage: gpu_test_bsconv [--time]\n");
+        return 2;
+    }
+    if (!exec_gpu_available(&why)) {
+        printf("  skip gpu_test_bsconv: %s\n", why.msg);
+        t.skipped = 1;
+        return check_finish(&t);
+    }
+    env e;
+    memset(&e, 0, sizeof e);
+    if (gpu_ctx_init(&e.g, &e.err)) {
+        printf("FAIL gpu_ctx_init: %s\n", e.err.msg);
+        t.failed = 1;
+        return check_finish(&t);
+    }
+    if (timing) {
+        time_all(&t, &e);
+    } else {
+        run_all(&t, &e);
+        reject_pool_residual(&t, &e);
+        self_check(&t, &e);
+    }
+    gpu_ctx_free(&e.g);
+    printf("%s: %d PASS, %d FAIL\n", timing ? "timing checks" : "cases", t.passed, t.failed);
+    return check_finish(&t);
+}

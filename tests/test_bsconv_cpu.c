@@ -1,0 +1,218 @@
+// The block-sparse conv's plain-C reference (kernels/bsconv.h) against an
+// independent dense direct convolution in double, on random layers of
+// awkward shapes: strides 1 and 2, 1x1 and 3x3 (and 5x3) kernels, padding,
+// blocks 8x1, 16x1, 16x8, 32x8, narrow (2x1, 3x3, 4x4, 1x1) and wide (72x8,
+// 128x8) ones, C not a multiple of 8, empty block rows, block sparsity
+// 0% to 100%, bias / residual / ReLU on and off, 2x2 and 4x4 max pools. The packed layout of the
+// CUDA kernel (bsconv_pack) is walked in plain C on the same cases, its
+// invariants are checked, bad layers are rejected, and the comparison is
+// shown to catch a planted error.
+//
+// Tolerance: fp32 accumulation against double, |err| <= 1e-5 * sum |terms|.
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/bsconv.h"
+#include "tests/bsconv_cases.h"
+#include "tests/check.h"
+
+#define TOL_ABS 1e-5
+
+// The cases both walks are checked on.
+static const bsc_case CASES[] = {
+    // n  C   H   W   K  R  S st pad kb cb  sparsity empty bias res relu pool
+    {2, 16, 7, 5, 16, 3, 3, 1, 1, 8, 1, 0.5, 0, 1, 0, 1, 0},
+    {3, 24, 9, 9, 32, 3, 3, 2, 1, 16, 8, 0.5, 1, 1, 1, 1, 0},
+    {1, 32, 6, 11, 48, 1, 1, 1, 0, 16, 1, 0.9, 0, 0, 1, 0, 0},
+    {2, 16, 8, 7, 64, 1, 1, 2, 0, 32, 8, 0.5, 0, 1, 0, 0, 0},
+    {1, 12, 5, 6, 10, 3, 3, 1, 1, 2, 1, 0.3, 1, 1, 1, 1, 0},   // kb < 8: merged rows
+    {2, 9, 7, 7, 12, 3, 3, 2, 1, 4, 3, 0.5, 0, 1, 0, 1, 0},    // C, cb not multiples of 8
+    {1, 12, 5, 5, 8, 5, 3, 1, 2, 4, 4, 0.0, 0, 0, 0, 1, 0},    // dense, 5x3
+    {1, 16, 6, 6, 144, 3, 3, 1, 1, 72, 8, 0.6, 1, 1, 1, 0, 0}, // kb > 64: slices
+    {1, 8, 4, 5, 128, 1, 1, 1, 0, 128, 8, 0.0, 0, 1, 0, 1, 0}, // one 128-wide block row
+    {2, 16, 5, 5, 24, 3, 3, 1, 1, 8, 8, 1.0, 0, 1, 1, 1, 0},   // all blocks pruned
+    {1, 16, 9, 7, 16, 3, 3, 2, 0, 8, 1, 0.95, 0, 1, 0, 0, 0},
+    {1, 3, 11, 11, 8, 3, 3, 1, 1, 1, 1, 0.5, 0, 1, 0, 1, 0},   // first layer, 1x1 blocks
+    {2, 16, 9, 7, 16, 3, 3, 1, 1, 8, 8, 0.5, 0, 1, 0, 1, 2},    // 2x2 max pool, odd plane
+    {1, 12, 10, 9, 20, 3, 3, 1, 1, 4, 4, 0.3, 1, 1, 0, 0, 2},   // pool without ReLU, kb < 8
+    {1, 8, 9, 9, 16, 1, 1, 1, 0, 16, 1, 0.5, 0, 1, 0, 1, 4},    // 4x4 max pool
+};
+#define NCASES ((int)(sizeof CASES / sizeof CASES[0]))
+
+// Which walk a comparison runs.
+enum { WALK_REF = 0, WALK_PACKED = 1 };
+
+// Runs one walk of layer L into y; returns 0 or -1 (packing failed).
+static int run_walk(const bsc_layer *L, int walk, float *y, sc_err *err) {
+    if (walk == WALK_REF) {
+        bsconv_forward_cpu(&L->s, &L->w, L->bias, L->x, L->z, y);
+        return 0;
+    }
+    bsconv_packed pk;
+    SC_TRY(bsconv_pack(&L->s, &L->w, &pk, err));
+    bsconv_packed_forward_cpu(&L->s, &pk, L->bias, L->x, L->z, y);
+    bsconv_packed_free(&pk);
+    return 0;
+}
+
+// Checks one walk against the dense double conv on every case.
+static void check_walk(tctx *t, int walk) {
+    for (int ci = 0; ci < NCASES; ci++) {
+        bsc_layer L;
+        char name[160];
+        sc_err err = {{0}};
+        bsc_case_name(&CASES[ci], name, sizeof name);
+        bsc_make(&CASES[ci], 100 + ci, &L);
+        CHECK(t, bsconv_check(&L.s, &L.w, &err) == 0, "%s: %s", name, err.msg);
+        float *wd = bsc_dense_weights(&L), *y = malloc(L.ny * sizeof *y);
+        double *want = malloc(L.ny * sizeof *want), *scale = malloc(L.ny * sizeof *scale);
+        for (size_t i = 0; i < L.ny; i++) y[i] = NAN;
+        bsc_dense_conv(&L, wd, 0, want);
+        bsc_dense_conv(&L, wd, 1, scale);
+        size_t at;
+        const int rc = run_walk(&L, walk, y, &err);
+        CHECK(t, rc == 0, "%s: %s", name, err.msg);
+        const double e = bsc_worst(y, want, scale, L.ny, 0.0, TOL_ABS, &at);
+        CHECK(t, e <= 1.0, "%s: y[%zu] = %.9g, want %.9g (%.3g x tolerance)", name, at, y[at],
+              want[at], e);
+        free(wd), free(y), free(want), free(scale);
+        bsc_free(&L);
+    }
+}
+
+// The BSR reference against the dense conv.
+static void test_reference_vs_dense(tctx *t) { check_walk(t, WALK_REF); }
+
+// The kernel's packed layout, walked in C, against the dense conv.
+static void test_packed_vs_dense(tctx *t) { check_walk(t, WALK_PACKED); }
+
+// Checks the packed layout's invariants for one layer.
+static void check_layout(tctx *t, const char *name, const bsc_layer *L, const bsconv_packed *p) {
+    CHECK(t, p->np == 8 || p->np == 16 || p->np == 32 || p->np == 64, "%s: np %d", name, p->np);
+    CHECK(t, p->vec == (L->w.cb % 8 == 0), "%s: vec %d", name, p->vec);
+    int covered = 0, col = 0;
+    for (int gi = 0; gi < p->ngroups; gi++) {
+        const bsconv_group *g = &p->grp[gi];
+        CHECK(t, g->k0 == covered && g->nk >= 1 && g->nk <= p->np, "%s: group %d k0 %d nk %d", name,
+              gi, g->k0, g->nk);
+        CHECK(t, g->col0 == col && g->col0 % BSCONV_KSTEP == 0, "%s: group %d col0 %d", name, gi,
+              g->col0);
+        covered += g->nk, col += g->steps * BSCONV_KSTEP;
+        for (int e = g->col0; e < col && p->vec; e += 8)  // runs of 8 at one tap, or all padding
+            for (int i = 1; i < 8; i++)
+                CHECK(t, p->cols[e] == BSCONV_PAD ? p->cols[e + i] == BSCONV_PAD
+                                                  : p->cols[e + i] == p->cols[e] + ((uint32_t)i << 16),
+                      "%s: column %d", name, e + i);
+    }
+    CHECK(t, covered == L->s.K && col == p->ncols, "%s: %d channels, %d columns", name, covered, col);
+}
+
+// Groups tile the channels, columns are padded to k-steps, vector runs hold.
+static void test_pack_layout(tctx *t) {
+    for (int ci = 0; ci < NCASES; ci++) {
+        bsc_layer L;
+        bsconv_packed p;
+        sc_err err = {{0}};
+        char name[160];
+        bsc_case_name(&CASES[ci], name, sizeof name);
+        bsc_make(&CASES[ci], 200 + ci, &L);
+        if (bsconv_pack(&L.s, &L.w, &p, &err)) {
+            CHECK(t, 0, "%s: %s", name, err.msg);
+        } else {
+            check_layout(t, name, &L, &p);
+            bsconv_packed_free(&p);
+        }
+        bsc_free(&L);
+    }
+}
+
+// Expects bsconv_check to reject (s, w) with a message.
+static void expect_reject(tctx *t, const char *what, const bsconv_shape *s, const bsconv_bsr *w) {
+    sc_err err = {{0}};
+    const int rc = bsconv_check(s, w, &err);
+    CHECK(t, rc == -1 && err.msg[0], "%s accepted", what);
+    if (rc == -1) printf("  rejected %s: %s\n", what, err.msg);
+}
+
+// Bad blocks, indices, indptr and shapes are refused with a message.
+static void test_check_rejects(tctx *t) {
+    const bsconv_shape s = {1, 16, 5, 5, 16, 3, 3, 1, 1, 0, 0};
+    int32_t indptr[3] = {0, 1, 2}, indices[2] = {0, 17};
+    float data[2 * 8 * 8] = {0};
+    bsconv_bsr w = {8, 8, indptr, indices, data};
+    sc_err err = {{0}};
+    CHECK(t, bsconv_check(&s, &w, &err) == 0, "valid layer: %s", err.msg);
+    bsconv_shape s12 = s;
+    s12.C = 12;  // C not a multiple of cb = 8
+    expect_reject(t, "C 12 with cb 8", &s12, &w);
+    bsconv_bsr wk = w;
+    wk.kb = 6;
+    expect_reject(t, "K 16 with kb 6", &s, &wk);
+    indices[1] = 18;  // 3*3*16/8 = 18 block columns
+    expect_reject(t, "block column out of range", &s, &w);
+    indices[1] = 0, indptr[1] = 2;  // row 0: columns 0 and 0
+    expect_reject(t, "repeated block column", &s, &w);
+    indptr[1] = 3, indptr[2] = 2;
+    expect_reject(t, "decreasing indptr", &s, &w);
+    indptr[0] = 1, indptr[1] = 1;
+    expect_reject(t, "indptr[0] = 1", &s, &w);
+    indptr[0] = 0;
+    bsconv_shape sb = s;
+    sb.R = 300;
+    expect_reject(t, "300-row kernel", &sb, &w);
+    sb = s, sb.stride = 0;
+    expect_reject(t, "stride 0", &sb, &w);
+    sb = s, sb.H = 1, sb.pad = 0;
+    expect_reject(t, "kernel larger than the input", &sb, &w);
+    sb = s, sb.pool = 3;
+    expect_reject(t, "3x3 pool", &sb, &w);
+    sb = s, sb.pool = 4, sb.H = 3;  // P = 3
+    expect_reject(t, "4x4 pool of a 3-row output", &sb, &w);
+}
+
+// The comparison fails on a planted error: one packed weight changed, one
+// output element left NaN, one output off by a few ulps too many.
+static void test_catches_planted(tctx *t) {
+    bsc_layer L;
+    bsconv_packed p;
+    sc_err err = {{0}};
+    bsc_make(&CASES[1], 300, &L);
+    float *wd = bsc_dense_weights(&L), *y = malloc(L.ny * sizeof *y);
+    double *want = malloc(L.ny * sizeof *want), *scale = malloc(L.ny * sizeof *scale);
+    bsc_dense_conv(&L, wd, 0, want);
+    bsc_dense_conv(&L, wd, 1, scale);
+    size_t at;
+    if (bsconv_pack(&L.s, &L.w, &p, &err) == 0) {
+        int e = 0;
+        while (p.cols[e] == BSCONV_PAD) e++;
+        // channel 0 of the group holding the first real column
+        p.vals[(size_t)(e / BSCONV_KSTEP) * (p.np / BSCONV_NFRAG) * BSCONV_KSTEP * BSCONV_NFRAG +
+               (size_t)(e % BSCONV_KSTEP) * BSCONV_NFRAG] += 0.25f;
+        bsconv_packed_forward_cpu(&L.s, &p, L.bias, L.x, L.z, y);
+        CHECK(t, bsc_worst(y, want, scale, L.ny, 0.0, TOL_ABS, &at) > 1.0, "planted weight missed");
+        bsconv_packed_free(&p);
+    } else {
+        CHECK(t, 0, "pack: %s", err.msg);
+    }
+    bsconv_forward_cpu(&L.s, &L.w, L.bias, L.x, L.z, y);
+    CHECK(t, bsc_worst(y, want, scale, L.ny, 0.0, TOL_ABS, &at) <= 1.0, "reference");
+    y[L.ny / 2] = NAN;
+    CHECK(t, bsc_worst(y, want, scale, L.ny, 0.0, TOL_ABS, &at) > 1.0, "NaN missed");
+    y[L.ny / 2] = (float)(want[L.ny / 2] + 3 * TOL_ABS * scale[L.ny / 2]);
+    CHECK(t, bsc_worst(y, want, scale, L.ny, 0.0, TOL_ABS, &at) > 1.0, "3x tolerance missed");
+    free(wd), free(y), free(want), free(scale);
+    bsc_free(&L);
+}
+
+int main(void) {
+    tctx t = {.suite = "test_bsconv_cpu"};
+    RUN(&t, test_reference_vs_dense);
+    RUN(&t, test_packed_vs_dense);
+    RUN(&t, test_pack_layout);
+    RUN(&t, test_check_rejects);
+    RUN(&t, test_catches_planted);
+    return check_finish(&t);
+}
