@@ -325,7 +325,7 @@ static int time_layer(env *e, const bsc_case *c, gpu_dtype dt, double dense_ms) 
 
 // Times the dense fused cuDNN conv (bias + ReLU) of the layer in dt; NAN on failure.
 static double time_dense(env *e, const bsc_case *c, gpu_dtype dt) {
-    const fconv_shape fs = {c->n, c->C, c->H, c->W, c->K, c->R, c->S, c->stride, c->pad, 0, 1, dt};
+    const fconv_shape fs = {.d = {c->n, c->C, c->H, c->W, c->K, c->R, c->S, c->stride, c->pad, 0, 1}, .dt = dt};
     const size_t nx = (size_t)c->n * c->H * c->W * c->C, nw = (size_t)c->K * c->R * c->S * c->C;
     const size_t ny = (size_t)c->n * c->H * c->W * c->K;  // stride 1, same padding
     void *dx = dnew(e, nx * 2), *dw = dnew(e, nw * 2), *db = dnew(e, (size_t)c->K * 2),
