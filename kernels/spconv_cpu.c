@@ -75,11 +75,12 @@ spconv_tile(const float *x0, size_t rs, int st, const int32_t *off, const float 
         for (int t = 0; t < tq; t++) a[(size_t)r * Q + t] = s[r * tq + t];
 }
 
-// spconv_tile with 4-wide double vectors for stride 1: tr rows of nv vectors
-// (tr * nv <= 8), the same products added in the same order j per pixel.
+// spconv_tile with 4-wide double vectors for stride st (1 or 2): tr rows of
+// nv vectors (tr * nv <= 8), the same products added in the same order j per
+// pixel. Stride 2 gathers the even elements one by one (no read past the last).
 static inline __attribute__((always_inline)) void
-spconv_vtile(const float *x0, size_t rs, const int32_t *off, const float *val, int nnz, int tr,
-             int nv, double *a, int Q) {
+spconv_vtile(const float *x0, size_t rs, int st, const int32_t *off, const float *val, int nnz,
+             int tr, int nv, double *a, int Q) {
     spconv_v4d s[8] = {{0.0}};
     for (int j = 0; j < nnz; j++) {
         const double v = val[j];
@@ -89,8 +90,10 @@ spconv_vtile(const float *x0, size_t rs, const int32_t *off, const float *val, i
         for (int r = 0; r < tr; r++)
 #pragma GCC unroll 8
             for (int u = 0; u < nv; u++) {
+                const float *y = x + r * rs + (size_t)4 * st * u;
                 spconv_v4f f;
-                memcpy(&f, x + r * rs + 4 * u, sizeof f);
+                if (st == 1) memcpy(&f, y, sizeof f);
+                else f = (spconv_v4f){y[0], y[2], y[4], y[6]};
                 s[r * nv + u] += vv * __builtin_convertvector(f, spconv_v4d);
             }
     }
@@ -99,7 +102,9 @@ spconv_vtile(const float *x0, size_t rs, const int32_t *off, const float *val, i
 }
 
 // One tile of plane k at output (p, q), tr x tq pixels: vector fast paths for
-// full 4x8 and 4x4 tiles at stride 1, the scalar loop for the rest.
+// full 4x8 and 4x4 tiles at strides 1 and 2, constant-size scalar tiles for
+// 2x2 planes (stride 1) and single pixels (linear layers), the scalar loop
+// with variable sizes for the rest.
 SPCONV_CLONES static void spconv_tile_at(const spconv_desc *d, const float *img, int k, int p,
                                          int q, int tr, int tq, double *acc) {
     const size_t wb = (size_t)d->W + 2 * d->in_border, st = (size_t)d->stride;
@@ -108,8 +113,12 @@ SPCONV_CLONES static void spconv_tile_at(const spconv_desc *d, const float *img,
     const float *val = d->values + (size_t)k * d->nnz_row;
     const int n = d->nnz_row, Q = d->Q;
     double *a = acc + (size_t)p * Q + q;
-    if (st == 1 && tr == 4 && tq == 8) spconv_vtile(x0, wb, off, val, n, 4, 2, a, Q);
-    else if (st == 1 && tr == 4 && tq == 4) spconv_vtile(x0, wb, off, val, n, 4, 1, a, Q);
+    if (st == 1 && tr == 4 && tq == 8) spconv_vtile(x0, wb, 1, off, val, n, 4, 2, a, Q);
+    else if (st == 1 && tr == 4 && tq == 4) spconv_vtile(x0, wb, 1, off, val, n, 4, 1, a, Q);
+    else if (st == 2 && tr == 4 && tq == 8) spconv_vtile(x0, 2 * wb, 2, off, val, n, 4, 2, a, Q);
+    else if (st == 2 && tr == 4 && tq == 4) spconv_vtile(x0, 2 * wb, 2, off, val, n, 4, 1, a, Q);
+    else if (st == 1 && tr == 2 && tq == 2) spconv_tile(x0, wb, 1, off, val, n, 2, 2, a, Q);
+    else if (tr == 1 && tq == 1) spconv_tile(x0, wb, 1, off, val, n, 1, 1, a, Q);
     else spconv_tile(x0, st * wb, (int)st, off, val, n, tr, tq, a, Q);
 }
 
@@ -143,6 +152,23 @@ static float spconv_pooled(const spconv_desc *d, const double *acc, int k, int p
     return m == -INFINITY ? 0.0f : m;
 }
 
+// o (P, Q, row step wob) = relu(acc + bias) without a pool: spconv_out's
+// operations row by row (the bias, 0.0f when none, added in float as there).
+static void spconv_store(const spconv_desc *d, const double *acc, int k, float *o, int wob) {
+    const float b = d->bias ? d->bias[k] : 0.0f;
+    for (int p = 0; p < d->P; p++) {
+        const double *a = acc + (size_t)p * d->Q;
+        float *r = o + (size_t)p * wob;
+        if (d->relu)
+            for (int q = 0; q < d->Q; q++) {
+                const float y = (float)a[q] + b;
+                r[q] = y < 0.0f ? 0.0f : y;
+            }
+        else
+            for (int q = 0; q < d->Q; q++) r[q] = (float)a[q] + b;
+    }
+}
+
 // out (n, K, Po + 2 ob, Qo + 2 ob) interior = pool(relu(conv(in) + bias)).
 void spconv_forward_cpu(const spconv_desc *d, int n, const float *in, float *out) {
     int po, qo;
@@ -159,10 +185,13 @@ void spconv_forward_cpu(const spconv_desc *d, int n, const float *in, float *out
             float *o = out + (size_t)pl * hob * wob;  // (Po + 2 ob, Qo + 2 ob)
             if (!acc) continue;                        // out of memory: plane left as it was
             spconv_plane(d, in + (size_t)i * in_img, k, acc);
+            if (d->pool_k <= 0) {
+                spconv_store(d, acc, k, o + (size_t)ob * wob + ob, wob);
+                continue;
+            }
             for (int p = 0; p < po; p++)
                 for (int q = 0; q < qo; q++)
-                    o[(size_t)(p + ob) * wob + q + ob] =
-                        d->pool_k > 0 ? spconv_pooled(d, acc, k, p, q) : spconv_out(d, acc, k, p, q);
+                    o[(size_t)(p + ob) * wob + q + ob] = spconv_pooled(d, acc, k, p, q);
         }
         free(acc);
     }

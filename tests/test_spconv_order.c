@@ -2,8 +2,8 @@
 // with a straightforward copy of the old per-plane loop (tests/spconv_cpu_old.h)
 // on random layers of awkward shapes: strides 1, 2 and 3, pools with and
 // without padding, borders wider than the padding, planes not a multiple of
-// the 4x8 and 4x4 tiles, sparsities 0%, 50%, 95% and 100%, linear layers,
-// 1 and 3 images. Weights and inputs are scaled by random powers of two
+// the 4x8 and 4x4 tiles, 2x2 planes, no bias and no ReLU, sparsities 0%, 50%,
+// 95% and 100%, linear layers, 1 and 3 images. Weights and inputs are scaled by random powers of two
 // (2^-20 .. 2^20), and with cancel each row starts with +2^40 and has -2^40
 // times the same input element in its middle, so the terms between are summed
 // onto a large value and round to its grid, those after do not, and the float
@@ -35,6 +35,8 @@ static const spc_shape shapes[] = {
     {"8x8 pool 2/2 C40", 5, 40, 8, 8, 3, 3, 1, 1, 1, 1, 2, 2, 0, 1, 1, 1.0, 0, 0},
     {"7x7 s2 -> 4x4", 6, 11, 7, 7, 3, 3, 2, 1, 2, 0, 0, 0, 0, 1, 1, 1.0, 0, 0},
     {"linear", 11, 37, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 1, 1.0, 0, 0},
+    {"3x3 2x2 C20", 5, 20, 2, 2, 3, 3, 1, 1, 1, 1, 0, 0, 0, 1, 1, 1.0, 0, 0},
+    {"3x3 no bias no relu 10x16", 4, 3, 10, 16, 3, 3, 1, 1, 1, 0, 0, 0, 0, 0, 0, 1.0, 0, 0},
     {"linear no relu", 10, 64, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1.0, 0, 0},
 };
 
