@@ -1,8 +1,8 @@
-// Timing harness of the CPU direct sparse convolution (build/helpers/spconv_bench):
-// the resnet18 3x3 layers (64 at 32x32, 128 at 16x16, 256 at 8x8, 512 at 4x4)
-// dense and 95% sparse, and the 128x64 stride-2 layer, batch 32, the current kernel against the old loop
-// (tests/spconv_cpu_old.h); prints images/s of each and whether the outputs
-// are bit-identical. Threads from OMP_NUM_THREADS.
+// Timing harness of the CPU direct sparse convolution (build/helpers/spconv_bench): the
+// resnet18 3x3 layers (64 at 32x32, 128 at 16x16, 256 at 8x8, 512 at 4x4) dense and 95%
+// sparse, and the 128x64 stride-2 layer, batch 32, the current kernel against the old
+// loop (tests/spconv_cpu_old.h); prints images/s of each and whether the outputs are
+// bit-identical. Threads from OMP_NUM_THREADS.
 #include <omp.h>
 #include <stdio.h>
 #include <string.h>

@@ -1,15 +1,14 @@
-// Bit-identity of the tiled CPU sparse convolution (kernels/spconv_cpu.c)
-// with a straightforward copy of the old per-plane loop (tests/spconv_cpu_old.h)
-// on random layers of awkward shapes: strides 1, 2 and 3, pools with and
-// without padding, borders wider than the padding, planes not a multiple of
-// the 4x8 and 4x4 tiles, 2x2 planes, no bias and no ReLU, sparsities 0%, 50%,
-// 95% and 100%, linear layers, 1 and 3 images. Weights and inputs are scaled by random powers of two
-// (2^-20 .. 2^20), and with cancel each row starts with +2^40 and has -2^40
-// times the same input element in its middle, so the terms between are summed
-// onto a large value and round to its grid, those after do not, and the float
-// output (the small remainder) shows which were rounded: a change of the
-// summation order changes output bits, and
-// test_order_matters shows the comparison sees one.
+// Bit-identity of the tiled CPU sparse convolution (kernels/spconv_cpu.c) with a
+// straightforward copy of the old per-plane loop (tests/spconv_cpu_old.h) on random
+// layers of awkward shapes: strides 1, 2 and 3, pools with and without padding, borders
+// wider than the padding, planes not a multiple of the 4x8 and 4x4 tiles, 2x2 planes, no
+// bias and no ReLU, sparsities 0%, 50%, 95% and 100%, linear layers, 1 and 3 images.
+// Weights and inputs are scaled by random powers of two (2^-20 .. 2^20), and with cancel
+// each row starts with +2^40 and has -2^40 times the same input element in its middle, so
+// the terms between are summed onto a large value and round to its grid, those after do
+// not, and the float output (the small remainder) shows which were rounded: a change of
+// the summation order changes output bits, and test_order_matters shows the comparison
+// sees one.
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
