@@ -37,15 +37,19 @@ dengine *dengine_create(const deploy_plan *p, dengine_prec prec, int n, const ui
                         int repeat, sc_err *err);
 void dengine_free(dengine *e);
 
-// The mixed fp16 plan: the fp16 engine in which every conv that the direct
-// sparse kernel runs faster, the NHWC <-> bordered NCHW conversions around it
-// included, runs sparse (checked against the engine's cuDNN output first,
-// then timed on the real input). force: every conv whose sparse path passes
-// its check runs sparse (tests).
+// The mixed fp16 plan: the fp16 engine in which every conv that a sparse
+// path runs faster runs sparse (checked against the engine's cuDNN output
+// first, then timed on the real input): the direct sparse kernel with the
+// NHWC <-> bordered NCHW conversions around it, or, for a layer loaded as
+// BSR whose input channels are not padded, the block-sparse tensor-core
+// kernel on the NHWC tensors (its fastest variant that passes the check).
+// force: every conv whose sparse path passes its check runs sparse, the
+// block-sparse path where it passes (tests).
 dengine *dengine_create_mixed(const deploy_plan *p, int n, const uint8_t *images, int repeat,
                               int force, sc_err *err);
 
-// 1 when op i runs on the sparse kernel (mixed plans).
+// Which sparse path runs op i (mixed plans): 0 none, 1 the direct sparse
+// kernel, 2 the block-sparse kernel (dengine_op_describe names its block and variant).
 int dengine_op_sparse(const dengine *e, int i);
 
 // Runs m <= n images; logits (m, classes) fp32 when not NULL.

@@ -6,10 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/bsconv_gpu.h"
 #include "kernels/fconv_gpu.h"
 #include "kernels/flinear_gpu.h"
 #include "kernels/nhwc_ops_gpu.h"
 #include "runtime/dengine.h"
+#include "runtime/dengine_bsconv.h"
 #include "runtime/dengine_sparse.h"
 #include "runtime/half.h"
 #include "runtime/exec.h"
@@ -32,6 +34,7 @@ typedef struct {
     float *scale, *shift; // DOP_AFFINE: device fp32 (c)
     double ms;            // tuned time, NAN when not timed
     desparse *sp;         // mixed plans: the sparse path, when it runs the op
+    debs *bs;             // mixed plans: the block-sparse path, when it runs the op
     size_t ws_off;        // EO_CONV: byte offset of its own workspace in the engine's
 } eng_op;
 
@@ -135,6 +138,18 @@ static size_t de_elems(const dengine *e, int t) {
     return (size_t)e->n * d->h * d->w * e->cs[t];
 }
 
+// Elements of the sparse check's scratch: the largest tensor or conv output before its pool.
+static size_t de_check_elems(const dengine *e) {
+    size_t big = 0;
+    for (int t = 0; t < e->p->ntensors; t++) big = de_elems(e, t) > big ? de_elems(e, t) : big;
+    for (int i = 0; i < e->p->nops; i++) {
+        const spconv_desc *d = &e->p->ops[i].desc;
+        const size_t pre = (size_t)e->n * d->P * d->Q * d->K;
+        if (e->ops[i].kind == EO_CONV && d->pool_k > 0 && pre > big) big = pre;
+    }
+    return big;
+}
+
 // Allocates every tensor poisoned with NaNs (a flatten copy aliases its
 // input) and the I/O buffers.
 static int de_buffers(dengine *e, sc_err *err) {
@@ -153,9 +168,7 @@ static int de_buffers(dengine *e, sc_err *err) {
     }
     for (int i = 0; i < p->nops; i++)
         if (p->ops[i].kind == DOP_COPY) e->t[p->ops[i].out] = e->t[p->ops[i].in];
-    size_t big = 0;
-    for (int t = 0; t < p->ntensors; t++) big = de_elems(e, t) > big ? de_elems(e, t) : big;
-    if (e->mixed) cudaCheck(err, cudaMalloc(&e->check, big * e->esz));
+    if (e->mixed) cudaCheck(err, cudaMalloc(&e->check, de_check_elems(e) * e->esz));
     cudaCheck(err, cudaMalloc((void **)&e->d_img, (size_t)e->n * nt->in_c * nt->in_h * nt->in_w));
     cudaCheck(err, cudaMalloc((void **)&e->d_logits, (size_t)e->n * nt->classes * sizeof(float)));
     cudaCheck(err, cudaMallocHost((void **)&e->h_logits, (size_t)e->n * nt->classes * sizeof(float)));
@@ -375,6 +388,99 @@ static int de_try_sparse(dengine *e, int i, int repeat, sc_err *err) {
     return rc;
 }
 
+// Output of op i's block-sparse path b: the op's tensor, or its pre-pool
+// buffer when the engine pools after it.
+static void *de_bs_target(const dengine *e, int i, const debs *b) {
+    const eng_op *o = &e->ops[i];
+    return o->pre_pool && !debs_pooled(b) ? o->pre_pool : e->t[o->out];
+}
+
+// Elements of that output.
+static size_t de_bs_elems(const dengine *e, int i, const debs *b) {
+    const spconv_desc *d = &e->p->ops[i].desc;
+    if (e->ops[i].pre_pool && !debs_pooled(b)) return (size_t)e->n * d->P * d->Q * d->K;
+    return de_elems(e, e->ops[i].out);
+}
+
+// Queues op i's block-sparse path b into y (with the op's fused residual).
+static int de_bs_run(dengine *e, int i, const debs *b, void *y, sc_err *err) {
+    const eng_op *o = &e->ops[i];
+    return debs_run(&e->g, b, e->t[e->p->ops[i].in], o->res >= 0 ? e->t[o->res] : NULL, y, err);
+}
+
+// One run of a block-sparse path into the check scratch (the argument of de_bs_once).
+typedef struct {
+    dengine *e;
+    int i;
+    const debs *b;
+} de_bs_timed;
+
+// Queues the block-sparse path once (a gpu_run_fn).
+static int de_bs_once(void *arg, sc_err *err) {
+    de_bs_timed *t = arg;
+    return de_bs_run(t->e, t->i, t->b, t->e->check, err);
+}
+
+// Checks variant v of op i's block-sparse path against the cuDNN output
+// (fp16 tolerance 3e-2 of the largest) and times it; ms stays INFINITY when
+// the variant does not fit or fails the check.
+static int de_bs_variant(dengine *e, int i, debs *b, int v, int repeat, double *ms, sc_err *err) {
+    sc_err why = {{0}};
+    double rel = INFINITY;
+    *ms = INFINITY;
+    if (debs_set_variant(&e->g, b, v, &why)) return 0;
+    SC_TRY(de_bs_run(e, i, b, e->check, err));
+    SC_TRY(de_half_relerr(e, e->check, de_bs_target(e, i, b), de_bs_elems(e, i, b), &rel, err));
+    if (!(rel <= 3e-2)) return 0;
+    de_bs_timed t = {e, i, b};
+    return gpu_time_median(&e->g, de_bs_once, &t, 2, repeat < 1 ? 1 : repeat, ms, err);
+}
+
+// Mixed plans: builds op i's block-sparse path when its layer is BSR,
+// finds its fastest variant that passes the check, and runs the op on it
+// when faster than the op's path so far (or forced, replacing a sparse path).
+static int de_try_bsconv(dengine *e, int i, int repeat, sc_err *err) {
+    eng_op *o = &e->ops[i];
+    const int in = e->p->ops[i].in;
+    sc_err why = {{0}};
+    debs *b = debs_create(&e->g, e->p, i, e->n, e->cs[in], o->res >= 0, o->relu, e->dt, &why);
+    if (!b) return 0;
+    double best = INFINITY, ms = INFINITY;
+    int bv = -1, rc = 0;
+    for (int v = 0; !rc && v < BSCONV_GPU_VARIANTS; v++) {
+        rc = de_bs_variant(e, i, b, v, repeat, &ms, err);
+        if (!rc && ms < best) best = ms, bv = v;
+    }
+    const int keep = !rc && bv >= 0 && (e->mixed == 2 || best < o->ms);
+    if (keep) rc = debs_set_variant(&e->g, b, bv, err);
+    if (keep && !rc) {
+        desparse_free(o->sp);
+        o->sp = NULL, o->bs = b, o->ms = best;
+    } else debs_free(b);
+    return rc;
+}
+
+// Queues the engine's max pool of conv op i (its pre-pool buffer into its tensor).
+static int de_pool_after(dengine *e, int i, sc_err *err) {
+    const spconv_desc *d = &e->p->ops[i].desc;
+    const nhwc_geom gp = {e->n, d->P, d->Q, d->K}, gy = de_geom(e, e->ops[i].out);
+    return nhwc_pool_gpu(&e->g, e->dt, &gp, e->ops[i].pre_pool, d->pool_k, d->pool_stride, d->pool_pad, 0,
+                         gy.h, gy.w, e->t[e->ops[i].out], err);
+}
+
+// Queues op i on its block-sparse path, then the engine's pool when the kernel does not take it.
+static int de_bs_conv(dengine *e, int i, sc_err *err) {
+    const eng_op *o = &e->ops[i];
+    SC_TRY(de_bs_run(e, i, o->bs, de_bs_target(e, i, o->bs), err));
+    return o->pre_pool && !debs_pooled(o->bs) ? de_pool_after(e, i, err) : 0;
+}
+
+// Mixed plans: tries the sparse paths of conv op i after its cuDNN tuning.
+static int de_try_paths(dengine *e, int i, int repeat, sc_err *err) {
+    SC_TRY(de_try_sparse(e, i, repeat, err));
+    return de_try_bsconv(e, i, repeat, err);
+}
+
 // Queues conv op i; with ws_max > 0 its plans are timed first (on the
 // real input) and the fastest kept (then, in mixed plans, the sparse path
 // is tried against it).
@@ -382,18 +488,14 @@ static int de_conv_run(dengine *e, int i, void *ws, size_t ws_max, int repeat, s
     const deploy_op *op = &e->p->ops[i];
     eng_op *o = &e->ops[i];
     if (o->sp) return de_sparse_run(e, i, o->sp, e->t[o->out], err);
+    if (o->bs) return de_bs_conv(e, i, err);
     void *y = o->pre_pool ? o->pre_pool : e->t[o->out];
     const void *z = o->res >= 0 ? e->t[o->res] : NULL;
     if (ws_max) SC_TRY(de_conv_tune(e, i, z, y, ws, ws_max, repeat, err));
     SC_TRY(fconv_gpu_run(&e->g, o->fc, e->t[op->in], o->w, o->bias, z, y,
                          ws ? ws : (char *)e->ws + o->ws_off, err));
-    if (o->pre_pool) {
-        const spconv_desc *d = &op->desc;
-        const nhwc_geom gp = {e->n, d->P, d->Q, d->K}, gy = de_geom(e, o->out);
-        SC_TRY(nhwc_pool_gpu(&e->g, e->dt, &gp, o->pre_pool, d->pool_k, d->pool_stride, d->pool_pad, 0,
-                             gy.h, gy.w, e->t[o->out], err));
-    }
-    return ws_max && e->mixed ? de_try_sparse(e, i, repeat, err) : 0;
+    if (o->pre_pool) SC_TRY(de_pool_after(e, i, err));
+    return ws_max && e->mixed ? de_try_paths(e, i, repeat, err) : 0;
 }
 
 // Queues op i (tuning convolutions when ws_max > 0).
@@ -494,8 +596,8 @@ dengine *dengine_create_mixed(const deploy_plan *p, int n, const uint8_t *images
     return de_create(p, DE_FP16, n, images, repeat, force ? 2 : 1, err);
 }
 
-// Whether op i runs sparse.
-int dengine_op_sparse(const dengine *e, int i) { return e->ops[i].sp != NULL; }
+// Which sparse path runs op i: 0 none (dense), 1 the direct sparse kernel, 2 the block-sparse one.
+int dengine_op_sparse(const dengine *e, int i) { return e->ops[i].bs ? 2 : e->ops[i].sp != NULL; }
 
 // Frees the engine.
 void dengine_free(dengine *e) {
@@ -504,7 +606,7 @@ void dengine_free(dengine *e) {
     if (e->graph) cudaGraphExecDestroy(e->graph);
     for (int i = 0; e->ops && i < e->p->nops; i++) {
         eng_op *o = &e->ops[i];
-        fconv_gpu_free(o->fc), flinear_gpu_free(o->fl), desparse_free(o->sp);
+        fconv_gpu_free(o->fc), flinear_gpu_free(o->fl), desparse_free(o->sp), debs_free(o->bs);
         cudaFree(o->w), cudaFree(o->bias), cudaFree(o->pre_pool), cudaFree(o->scale), cudaFree(o->shift);
     }
     for (int t = 0; e->t && t < e->p->ntensors; t++)
@@ -549,6 +651,7 @@ double dengine_op_ms(const dengine *e, int i) { return e->ops[i].ms; }
 void dengine_op_describe(const dengine *e, int i, char *buf, size_t len) {
     const eng_op *o = &e->ops[i];
     if (o->sp) desparse_describe(o->sp, buf, len);
+    else if (o->bs) debs_describe(o->bs, buf, len);
     else if (o->fc) fconv_gpu_describe(o->fc, buf, len);
     else if (o->fl) flinear_gpu_describe(o->fl, buf, len);
     else snprintf(buf, len, o->kind == EO_NONE ? "fused or aliased" : "nhwc_ops");

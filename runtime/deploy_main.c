@@ -438,11 +438,14 @@ static void engine_sparse_ops(const deploy_run *d, const dengine *e, deploy_engi
     size_t at = 0;
     er->nsparse = 0, er->sparse[0] = 0;
     for (int i = 0; i < d->p->nops; i++) {
-        if (!dengine_op_sparse(e, i)) continue;
+        const int path = dengine_op_sparse(e, i);
+        char how[96] = "";
+        if (!path) continue;
         er->nsparse++;
+        if (path == 2) dengine_op_describe(e, i, how, sizeof how);
         if (at < sizeof er->sparse)
-            at += (size_t)snprintf(er->sparse + at, sizeof er->sparse - at, "%s%s", at ? " " : "",
-                                   d->p->ops[i].name);
+            at += (size_t)snprintf(er->sparse + at, sizeof er->sparse - at, "%s%s%s%s%s", at ? " " : "",
+                                   d->p->ops[i].name, path == 2 ? "(" : "", how, path == 2 ? ")" : "");
     }
 }
 

@@ -35,7 +35,8 @@ typedef struct {
     double logits_err;           // max |gpu - cpu| / max |cpu| of the logits, check images
     double build_s;              // seconds to build and tune it (both batch sizes)
     int nsparse;                 // mixed plan: convs run sparse at the batch size
-    char sparse[1024];           // mixed plan: their names, space-separated (truncated)
+    char sparse[1024];           // mixed plan: their names, space-separated, a block-sparse
+                                 // one with its kernel, "c2(bsconv 16x8 v2)" (truncated)
 } deploy_engine_result;
 
 // The whole run.

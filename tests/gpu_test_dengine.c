@@ -5,7 +5,10 @@
 // logits in fp16, bf16 and TF32 match the CPU plan's, at the batch it was
 // built for, for fewer images, at batch 1, and again after the timing's
 // graph replays. Every tensor starts as NaN,
-// so an element the engine forgets to write shows in the logits.
+// so an element the engine forgets to write shows in the logits. Mixed fp16
+// plans force convs onto the sparse paths: the direct sparse kernel, and on
+// nets pruned on blocks and exported as BSR the block-sparse kernel (fused
+// 2x2/4x4 pools, a fused residual, a pool the engine runs after it).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,8 +16,10 @@
 
 #include "runtime/dengine.h"
 #include "runtime/deploy_plan.h"
+#include "runtime/pattern.h"
 #include "tests/check.h"
 #include "tests/deploy_testutil.h"
+#include "tests/export_testutil.h"
 #include "tests/testutil.h"
 
 // Tolerance of the logits, relative to the largest, per precision.
@@ -111,6 +116,126 @@ static void test_mixed(tctx *t) {
     tdm_fixture_free(&f);
 }
 
+// A net for the block-sparse path on 16x20 images: conv1 reads the padded
+// input (stays on cuDNN), c2 and c6 fuse 2x2 / 4x4 max pools (the 4x4 one
+// drops a column), c4 a residual add, c5 a padded 3x3 stride-2 pool that the
+// engine runs on the kernel's conv output, c3 is plain.
+static const char *const BS_DESC =
+    "conv 16 3 pad=1 bias=0 name=conv1\nbn name=bn1\nrelu name=relu1\n"
+    "conv 16 3 pad=1 bias=0 name=c2\nbn name=bn2\nrelu name=relu2\nmaxpool 2 name=p2\n"
+    "conv 16 3 pad=1 bias=0 name=c3\nbn name=bn3\nrelu name=r3\n"
+    "conv 16 3 pad=1 bias=0 name=c4\nbn name=bn4\nadd p2 name=a4\nrelu name=r4\n"
+    "conv 24 3 pad=1 name=c5\nrelu name=r5\nmaxpool 3 stride=2 pad=1 name=p5\n"
+    "conv 32 3 pad=1 name=c6\nrelu name=r6\nmaxpool 4 name=p6\n"
+    "gap name=gap\nlinear classes name=fc\n";
+
+// BS_DESC pruned on pattern pat (each block kept with probability 0.4, c3's
+// first block row empty), exported as BSR into dir and loaded, with its
+// plan and CPU logits; 0 or -1.
+static int bs_fixture(tctx *t, tdm_fixture *f, const char *pat, const char *dir, uint64_t seed) {
+    sc_err err = {{0}};
+    sc_pattern p;
+    char path[512];
+    memset(f, 0, sizeof *f);
+    CHECK(t, sc_pattern_parse(pat, &p, &err) == 0, "%s: %s", pat, err.msg);
+    if (!(f->nt = tex_net("bsnet", BS_DESC, 16, 20, 7))) return -1;
+    tex_randomize(f->nt, seed, 0.0f, 0);
+    rng g;
+    rng_seed(&g, seed, 5);
+    for (int i = 0, n = 0; i < f->nt->nlayers; i++)
+        if (f->nt->layers[i].kind == LK_CONV || f->nt->layers[i].kind == LK_LINEAR)
+            tex_block_prune(f->nt, f->nt->layers[i].weight, &p, 0.4f, n++ == 2 ? BP_EMPTY_ROW : BP_RANDOM, &g);
+    export_cfg cfg = {.pattern = &p};
+    snprintf(path, sizeof path, "%s/bs_%s.h5", dir, pat);
+    f->m = tex_roundtrip(f->nt, &cfg, path, NULL);
+    CHECK(t, f->m != NULL, "%s: BSR export failed", pat);
+    if (f->m) f->p = deploy_plan_build(f->m, &err);
+    CHECK(t, f->p != NULL, "%s: plan: %s", pat, err.msg);
+    if (!f->p) return -1;
+    f->cpu = deploy_cpu_create(f->p, NIMG, &err);
+    f->img = tdm_images(NIMG, 16, 20, seed);
+    f->want = malloc((size_t)NIMG * f->nt->classes * sizeof *f->want);
+    CHECK(t, f->cpu && deploy_cpu_forward(f->cpu, NIMG, f->img, f->want, &err) == 0, "cpu: %s", err.msg);
+    return f->cpu ? 0 : -1;
+}
+
+// Frees a bs_fixture (the loaded model owns its own net).
+static void bs_fixture_free(tdm_fixture *f) {
+    deploy_cpu_free(f->cpu);
+    deploy_plan_free(f->p);
+    sparse_model_free(f->m);
+    net_free(f->nt);
+    free(f->img), free(f->want);
+}
+
+// Checks that every BSR conv whose input channels are not padded runs on
+// the block-sparse kernel (and names it), and that the others do not.
+static void check_bs_paths(tctx *t, const tdm_fixture *f, const dengine *e, const char *what) {
+    for (int i = 0; i < f->p->nops; i++) {
+        const deploy_op *op = &f->p->ops[i];
+        if (op->kind != DOP_CONV || deploy_op_layer(f->p, op)->is_linear) continue;
+        const int want = deploy_op_layer(f->p, op)->bsr.kb > 0 && op->in != f->p->input;
+        char how[96];
+        dengine_op_describe(e, i, how, sizeof how);
+        CHECK(t, (dengine_op_sparse(e, i) == 2) == want && (strncmp(how, "bsconv ", 7) == 0) == want,
+              "%s %s: path %d (%s), block-sparse expected: %d", what, op->name, dengine_op_sparse(e, i), how, want);
+    }
+}
+
+// The forced mixed plan on a BSR export of pattern pat at batch NIMG and 1:
+// the block-sparse convs give the CPU's logits.
+static void run_bs(tctx *t, const char *pat, const char *dir, uint64_t seed) {
+    tdm_fixture f;
+    if (bs_fixture(t, &f, pat, dir, seed) == 0)
+        for (int b1 = 0; b1 < 2; b1++) {
+            sc_err err = {{0}};
+            char what[96];
+            snprintf(what, sizeof what, "bsr %s mixed batch %d", pat, b1 ? 1 : NIMG);
+            dengine *e = dengine_create_mixed(f.p, b1 ? 1 : NIMG, f.img, 3, 1, &err);
+            CHECK(t, e != NULL, "%s: %s", what, err.msg);
+            if (!e) continue;
+            check_bs_paths(t, &f, e, what);
+            check_engine(t, &f, e, what, b1 ? 1 : NIMG, DE_FP16);
+            dengine_free(e);
+        }
+    bs_fixture_free(&f);
+}
+
+// The BSR fixtures themselves (no GPU needed): every conv loaded as BSR with
+// the pattern's blocks, and the pools the paths must cover fused into c2
+// (2x2), c5 (3x3 stride 2 padded) and c6 (4x4).
+static void test_bsr_fixture(tctx *t) {
+    const char *pats[2] = {"16x8", "8x1"};
+    char dir[256];
+    CHECK(t, tex_dir_make(dir, sizeof dir) == 0, "no temporary directory");
+    for (int k = 0; k < 2; k++) {
+        tdm_fixture f;
+        int bsr = 0, convs = 0, pools = 0;
+        if (bs_fixture(t, &f, pats[k], dir, 47 + k) == 0)
+            for (int i = 0; i < f.p->nops; i++) {
+                const deploy_op *op = &f.p->ops[i];
+                if (op->kind != DOP_CONV || deploy_op_layer(f.p, op)->is_linear) continue;
+                convs++, bsr += deploy_op_layer(f.p, op)->bsr.kb > 0;
+                pools += op->desc.pool_k * 10 + op->desc.pool_stride + 100 * op->desc.pool_pad;
+            }
+        CHECK(t, convs == 6 && bsr == 6, "%s: %d of %d convs loaded as BSR", pats[k], bsr, convs);
+        CHECK(t, pools == 22 + 132 + 44, "%s: fused pools %d", pats[k], pools);
+        bs_fixture_free(&f);
+    }
+    tex_dir_remove(dir);
+}
+
+// Mixed plans on nets pruned on blocks (vector 16x8 blocks and scalar 8x1
+// ones) and exported as BSR: the block-sparse path.
+static void test_mixed_bsr(tctx *t) {
+    if (!gpu_here(t)) return;
+    char dir[256];
+    CHECK(t, tex_dir_make(dir, sizeof dir) == 0, "no temporary directory");
+    run_bs(t, "16x8", dir, 47);
+    run_bs(t, "8x1", dir, 48);
+    tex_dir_remove(dir);
+}
+
 // Three convs of one shape (b, c, d) and two residual twins: each is tuned
 // and checked on its own buffers (an engine cache that reused the first
 // twin's engine was removed after whole-test-set runs disagreed with the CPU).
@@ -132,6 +257,8 @@ int main(void) {
     RUN(&t, test_residual);
     RUN(&t, test_residual_unfused);
     RUN(&t, test_mixed);
+    RUN(&t, test_bsr_fixture);
+    RUN(&t, test_mixed_bsr);
     RUN(&t, test_twins);
     return check_finish(&t);
 }
