@@ -2,6 +2,8 @@
 // end-to-end summary, JSON summary and the per-layer speedup chart (SVG).
 #include "runtime/deploy_report.h"
 
+#include "runtime/atomic.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -456,8 +458,10 @@ int deploy_report_chart(const char *path, const deploy_plan *p, const deploy_rep
             if (isfinite(s) && s > 0 && log2(s) < lo) lo = (int)floor(log2(s));
         }
     }
-    FILE *f = fopen(path, "w");
-    if (!f) return sc_fail(err, "cannot write the chart (%s)", path);
+    sc_atomic a;
+    if (sc_atomic_begin(&a, path, err)) return -1;
+    FILE *f = sc_atomic_fopen(&a, "w", err);
+    if (!f) return -1;
     int width = 70 + n * 30 + 30;
     char title[256];
     snprintf(title, sizeof title, "%s on %s, batch %d: sparse vs cuDNN per layer (blue fp32, orange fp16)",
@@ -469,6 +473,5 @@ int deploy_report_chart(const char *path, const deploy_plan *p, const deploy_rep
     for (int i = 0, slot = 0; i < p->nops; i++)
         if (p->ops[i].kind == DOP_CONV) rep_chart_layer(f, r, &p->ops[i], i, slot++, lo, hi);
     fprintf(f, "</svg>\n");
-    if (fclose(f) != 0) return sc_fail(err, "cannot write the chart (%s)", path);
-    return 0;
+    return sc_atomic_fclose(&a, f, 0, err);
 }

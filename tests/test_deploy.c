@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "runtime/deploy_plan.h"
@@ -263,6 +265,49 @@ static void test_report(tctx *t) {
     net_free(nt);
 }
 
+// Writes the chart under a 256-byte file size limit (a full disk): the write
+// fails with one line, the previous chart stays and no temporary is left.
+static int chart_write_limited(const char *path, const deploy_plan *p, const deploy_report *r,
+                               sc_err *err) {
+    struct rlimit old, lim = {256, 256};
+    if (getrlimit(RLIMIT_FSIZE, &old) != 0) return sc_fail(err, "getrlimit");
+    lim.rlim_max = old.rlim_max;
+    void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+    if (setrlimit(RLIMIT_FSIZE, &lim) != 0) return sc_fail(err, "setrlimit");
+    int rc = deploy_report_chart(path, p, r, err);
+    if (setrlimit(RLIMIT_FSIZE, &old) != 0) rc = 0, sc_fail(err, "cannot restore the rlimit");
+    signal(SIGXFSZ, prev);
+    return rc;
+}
+
+// An existing chart survives a failed write (the chart goes through the
+// atomic writer).
+static void test_chart_write_error(tctx *t) {
+    sc_err err = {{0}};
+    net *nt = make_net("lenet", NULL, 32, 32, 10);
+    tdm_opts o = {.fold_bn = 1, .fuse_relu = 1, .fuse_pool = 1, .sparsity = 0.5f};
+    sparse_model *m = tdm_build(nt, &o, 12);
+    deploy_plan *p = deploy_plan_build(m, &err);
+    deploy_report r = {.input = "x.h5", .dataset = "synthetic", .arch = "lenet", .device = "cpu",
+                       .gpu = 1, .batch = 8, .repeat = 1, .test_images = 10};
+    char path[] = "/tmp/test_deploy_chart_XXXXXX", tmp[64], text[64] = {0};
+    int fd = mkstemp(path);
+    CHECK(t, p && fd >= 0 && write(fd, "previous chart", 14) == 14, "setup: %s", err.msg);
+    if (fd >= 0) close(fd);
+    int rc = p ? chart_write_limited(path, p, &r, &err) : 0;
+    CHECK(t, rc != 0 && strstr(err.msg, path) && !strchr(err.msg, '\n'), "error: %s", err.msg);
+    FILE *f = fopen(path, "r");
+    size_t len = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f) fclose(f);
+    CHECK(t, len == 14 && !strcmp(text, "previous chart"), "previous chart changed: %.40s", text);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    CHECK(t, access(tmp, F_OK) != 0, "temporary %s left", tmp);
+    unlink(path);
+    deploy_plan_free(p);
+    tdm_free(m);
+    net_free(nt);
+}
+
 // Top-1 counting: first maximum wins.
 static void test_count_correct(tctx *t) {
     const float lg[3 * 4] = {0, 1, 1, 0, 5, -1, 2, 2, 0, 0, 0, 0};
@@ -283,6 +328,7 @@ int main(void) {
     RUN(&t, test_builtin_structure);
     RUN(&t, test_plan_errors);
     RUN(&t, test_report);
+    RUN(&t, test_chart_write_error);
     RUN(&t, test_count_correct);
     return check_finish(&t);
 }
