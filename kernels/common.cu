@@ -65,6 +65,15 @@ extern "C" void gpu_ctx_free(gpu_ctx *g) {
 
 // --- conversion -------------------------------------------------------------
 
+// dst = src[0, bytes) from host memory, complete on return (the device
+// waits for the copy's DMA, which the legacy stream carries).
+extern "C" int gpu_upload(void *dst, const void *src, size_t bytes, sc_err *err) {
+    if (!bytes) return 0;
+    cudaCheck(err, cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+    cudaCheck(err, cudaDeviceSynchronize());
+    return 0;
+}
+
 // dst = src element by element.
 template <typename S, typename D>
 __global__ void convert_kernel(size_t n, const S *src, D *dst) {

@@ -95,6 +95,11 @@ void gpu_ctx_free(gpu_ctx *g);
 
 // --- utility launches -------------------------------------------------------
 
+// dst = src[0, bytes) from host memory, complete on return: a pageable
+// cudaMemcpy may still be in flight when it returns, and kernels on a
+// non-blocking stream (every gpu_ctx's) do not wait for it.
+int gpu_upload(void *dst, const void *src, size_t bytes, sc_err *err);
+
 // dst (n) [ddt] = src (n) [sdt], converted through fp32 (fp32, fp16, bf16; rounds to nearest).
 int gpu_convert(const gpu_ctx *g, size_t n, gpu_dtype sdt, const void *src, gpu_dtype ddt,
                 void *dst, sc_err *err);

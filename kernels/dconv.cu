@@ -175,18 +175,12 @@ static int dconv_upload(const gpu_ctx *g, dconv_gpu *c, const float *w, sc_err *
     cudaCheck(err, cudaMalloc(&c->bias, d->K * sizeof(float)));
     cudaCheck(err, cudaMalloc(&c->bias_dt, d->K * c->es));
     cudaCheck(err, cudaMalloc((void **)&tmp, (nw > (size_t)d->K ? nw : d->K) * sizeof(float)));
-    cudaCheck(err, cudaMemcpy(tmp, hw.data(), nw * sizeof(float), cudaMemcpyHostToDevice));
-    // A pageable copy may still be in flight when cudaMemcpy returns, and
-    // g->stream does not wait for the legacy stream: wait before converting.
-    cudaCheck(err, cudaDeviceSynchronize());
+    SC_TRY(gpu_upload(tmp, hw.data(), nw * sizeof(float), err));
     const gpu_dtype gdt = c->es == 2 ? GDT_F16 : GDT_F32;
     int rc = gpu_convert(g, nw, GDT_F32, tmp, gdt, c->w, err);
     if (!rc && cudaStreamSynchronize(g->stream) != cudaSuccess) rc = sc_fail(err, "dconv: sync");
-    if (!rc && cudaMemcpy(tmp, hb.data(), d->K * sizeof(float), cudaMemcpyHostToDevice))
-        rc = sc_fail(err, "dconv: bias upload");
-    if (!rc && cudaMemcpy(c->bias, hb.data(), d->K * sizeof(float), cudaMemcpyHostToDevice))
-        rc = sc_fail(err, "dconv: bias upload");
-    if (!rc && cudaDeviceSynchronize() != cudaSuccess) rc = sc_fail(err, "dconv: sync");
+    if (!rc) rc = gpu_upload(tmp, hb.data(), d->K * sizeof(float), err);
+    if (!rc) rc = gpu_upload(c->bias, hb.data(), d->K * sizeof(float), err);
     if (!rc) rc = gpu_convert(g, d->K, GDT_F32, tmp, gdt, c->bias_dt, err);
     if (!rc && cudaStreamSynchronize(g->stream) != cudaSuccess) rc = sc_fail(err, "dconv: sync");
     cudaFree(tmp);
@@ -363,7 +357,7 @@ static int dconv_find(const gpu_ctx *g, dconv_gpu *c, sc_err *err) {
     const size_t ny = dconv_y_elems(c);
     void *ref = NULL, *ybuf = c->mode == DCM_TMP ? c->tmp : c->sy;
     cudaCheck(err, cudaMalloc(&ref, ny * c->es));
-    cudaCheck(err, cudaMemcpy(ref, ybuf, ny * c->es, cudaMemcpyDeviceToDevice));
+    cudaCheck(err, cudaMemcpyAsync(ref, ybuf, ny * c->es, cudaMemcpyDeviceToDevice, g->stream));  // after the find, in stream order
     const int checked = dconv_reference(g, c, ref) == 0;
     const float tol = c->p == DC_FP32 ? 1e-3f : 3e-2f;
     int chosen = -1;
@@ -430,7 +424,7 @@ static void dconv_pick_mode(const gpu_ctx *g, dconv_gpu *c) {
     void *ref = NULL;
     if (cudaMalloc(&ref, ny * c->es) != cudaSuccess) return;
     int ok = dconv_run(g, c, c->max_n, c->sx, c->sy, g->stream, &e) == 0 &&
-             cudaMemcpy(ref, c->sy, ny * c->es, cudaMemcpyDeviceToDevice) == cudaSuccess;
+             cudaMemcpyAsync(ref, c->sy, ny * c->es, cudaMemcpyDeviceToDevice, g->stream) == cudaSuccess;
     c->mode = DCM_FUSED;
     const float fused = ok ? dconv_time_mode(g, c) : INFINITY;
     ok = ok && fused < plain && dconv_run(g, c, c->max_n, c->sx, c->sy, g->stream, &e) == 0 &&

@@ -51,10 +51,7 @@ static int seg_map_build(const param_seg *segs, int nseg, int which, seg_map *m,
     m->nblocks = (int)v.size();
     if (v.empty()) return 0;
     cudaCheck(err, cudaMalloc(&m->blocks, v.size() * sizeof(seg_block)));
-    cudaCheck(err, cudaMemcpy(m->blocks, v.data(), v.size() * sizeof(seg_block),
-                              cudaMemcpyHostToDevice));
-    cudaCheck(err, cudaDeviceSynchronize());  // a pageable copy may still be in flight
-    return 0;
+    return gpu_upload(m->blocks, v.data(), v.size() * sizeof(seg_block), err);
 }
 
 // Uploads a segment table and its block maps.
@@ -71,9 +68,8 @@ extern "C" param_segs *param_segs_create(const param_seg *segs, int nseg, sc_err
             rc = sc_fail(err, "parameter segment %d: work channels %d < %d", i, segs[i].cw, segs[i].c);
     if (!rc && nseg > 0) {
         cudaError_t e = cudaMalloc(&s->dev, (size_t)nseg * sizeof *segs);
-        if (e == cudaSuccess)
-            e = cudaMemcpy(s->dev, segs, (size_t)nseg * sizeof *segs, cudaMemcpyHostToDevice);
         if (e != cudaSuccess) rc = sc_fail(err, "param_segs_create: %s", cudaGetErrorString(e));
+        if (!rc) rc = gpu_upload(s->dev, segs, (size_t)nseg * sizeof *segs, err);
     }
     if (!rc) rc = seg_map_build(segs, nseg, 0, &s->cast, err);
     if (!rc) rc = seg_map_build(segs, nseg, 1, &s->gather_w, err);

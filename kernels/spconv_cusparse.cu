@@ -98,10 +98,9 @@ static int spmm_csr(const gpu_ctx *g, spmm_gpu *s, const spconv_desc *d, sc_err 
     cudaCheck(err, cudaMalloc((void **)&s->cols, col.size() * sizeof(int)));
     cudaCheck(err, cudaMalloc(&s->vals, val.size() * es));
     cudaCheck(err, cudaMalloc((void **)&tmp, val.size() * sizeof(float)));
-    cudaCheck(err, cudaMemcpy(s->rowptr, rp.data(), rp.size() * sizeof(int), cudaMemcpyHostToDevice));
-    cudaCheck(err, cudaMemcpy(s->cols, col.data(), col.size() * sizeof(int), cudaMemcpyHostToDevice));
-    cudaCheck(err, cudaMemcpy(tmp, val.data(), val.size() * sizeof(float), cudaMemcpyHostToDevice));
-    cudaCheck(err, cudaDeviceSynchronize());  // pageable copies may still be in flight
+    SC_TRY(gpu_upload(s->rowptr, rp.data(), rp.size() * sizeof(int), err));
+    SC_TRY(gpu_upload(s->cols, col.data(), col.size() * sizeof(int), err));
+    SC_TRY(gpu_upload(tmp, val.data(), val.size() * sizeof(float), err));
     int rc = gpu_convert(g, val.size(), GDT_F32, tmp, s->dt, s->vals, err);
     if (!rc && cudaStreamSynchronize(g->stream) != cudaSuccess) rc = sc_fail(err, "spmm: sync");
     cudaFree(tmp);
@@ -184,7 +183,7 @@ static int spmm_init(const gpu_ctx *g, spmm_gpu *s, const spconv_desc *d, sc_err
     SC_TRY(gpu_fill_uniform(g, s->dt, (size_t)s->crs * npq, s->bmat, -1.0f, 1.0f, 5, err));
     if (d->bias) {
         cudaCheck(err, cudaMalloc((void **)&s->bias, d->K * sizeof(float)));
-        cudaCheck(err, cudaMemcpy(s->bias, d->bias, d->K * sizeof(float), cudaMemcpyHostToDevice));
+        SC_TRY(gpu_upload(s->bias, d->bias, d->K * sizeof(float), err));
         cudaCheck(err, cudaDeviceSynchronize());
     }
     cusparseCheck(err, cusparseCreateCsr(&s->A, d->K, s->crs, (int64_t)d->K * d->nnz_row,

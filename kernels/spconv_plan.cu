@@ -62,9 +62,7 @@ static int spg_upload(void **dst, const void *src, size_t bytes, sc_err *err) {
     *dst = NULL;
     if (!src) return 0;
     cudaCheck(err, cudaMalloc(dst, bytes ? bytes : 16));
-    if (bytes) cudaCheck(err, cudaMemcpy(*dst, src, bytes, cudaMemcpyHostToDevice));
-    cudaCheck(err, cudaDeviceSynchronize());
-    return 0;
+    return gpu_upload(*dst, src, bytes, err);
 }
 
 // --- entries --------------------------------------------------------------------

@@ -55,6 +55,14 @@ int dengine_op_sparse(const dengine *e, int i);
 // Runs m <= n images; logits (m, classes) fp32 when not NULL.
 int dengine_forward(dengine *e, int m, const uint8_t *images, float *logits, sc_err *err);
 
+// The same forward queued op by op without the graph (to check the graph's replay).
+int dengine_forward_eager(dengine *e, int m, const uint8_t *images, float *logits, sc_err *err);
+
+// The tensor op i writes in the engine (-1: fused into a conv, or an alias),
+// and tensor t of the last forward's first m images as fp32 (m, h, w, c).
+int dengine_op_tensor(const dengine *e, int i);
+int dengine_tensor(dengine *e, int t, int m, float *host, sc_err *err);
+
 // Median milliseconds of `repeat` graph replays of the whole forward at the
 // engine's batch (after a warm-up), on the images of the last forward.
 int dengine_time(dengine *e, int repeat, double *ms, sc_err *err);

@@ -181,7 +181,7 @@ static void *de_upload(dengine *e, const float *h, size_t count, sc_err *err) {
     void *d = NULL;
     if (cudaMalloc((void **)&tmp, count * sizeof(float) + 4) != cudaSuccess ||
         cudaMalloc(&d, count * e->esz + 4) != cudaSuccess ||
-        cudaMemcpy(tmp, h, count * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess ||
+        gpu_upload(tmp, h, count * sizeof(float), err) ||
         nhwc_from_f32_gpu(&e->g, e->dt, count, tmp, d, err) ||
         cudaStreamSynchronize(e->g.stream) != cudaSuccess) {
         if (!err->msg[0]) sc_fail(err, "uploading %zu weights: %s", count, cudaGetErrorString(cudaGetLastError()));
@@ -277,8 +277,8 @@ static int de_affine(dengine *e, int i, sc_err *err) {
     const size_t bytes = (size_t)e->p->tensors[op->out].c * sizeof(float);
     cudaCheck(err, cudaMalloc((void **)&e->ops[i].scale, bytes));
     cudaCheck(err, cudaMalloc((void **)&e->ops[i].shift, bytes));
-    cudaCheck(err, cudaMemcpy(e->ops[i].scale, op->scale, bytes, cudaMemcpyHostToDevice));
-    cudaCheck(err, cudaMemcpy(e->ops[i].shift, op->shift, bytes, cudaMemcpyHostToDevice));
+    SC_TRY(gpu_upload(e->ops[i].scale, op->scale, bytes, err));
+    SC_TRY(gpu_upload(e->ops[i].shift, op->shift, bytes, err));
     return 0;
 }
 
@@ -528,8 +528,7 @@ static int de_enqueue(dengine *e, void *ws, size_t ws_max, int repeat, sc_err *e
 static int de_tune(dengine *e, const uint8_t *images, int repeat, sc_err *err) {
     const net *nt = e->p->m->nt;
     void *ws = NULL;
-    cudaCheck(err, cudaMemcpy(e->d_img, images, (size_t)e->n * nt->in_c * nt->in_h * nt->in_w,
-                              cudaMemcpyHostToDevice));
+    SC_TRY(gpu_upload(e->d_img, images, (size_t)e->n * nt->in_c * nt->in_h * nt->in_w, err));
     cudaCheck(err, cudaMalloc(&ws, DE_TUNE_WS));
     int rc = de_enqueue(e, ws, DE_TUNE_WS, repeat, err);
     if (!rc && cudaStreamSynchronize(e->g.stream) != cudaSuccess) rc = sc_fail(err, "tuning run failed");
@@ -630,6 +629,38 @@ int dengine_forward(dengine *e, int m, const uint8_t *images, float *logits, sc_
     cudaCheck(err, cudaStreamSynchronize(e->g.stream));
     if (logits) memcpy(logits, e->h_logits, bytes);
     return 0;
+}
+
+// Runs m images op by op without the graph (the graph's replay checked against it).
+int dengine_forward_eager(dengine *e, int m, const uint8_t *images, float *logits, sc_err *err) {
+    const net *nt = e->p->m->nt;
+    if (m < 1 || m > e->n) return sc_fail(err, "batch of %d images (the engine runs 1 to %d)", m, e->n);
+    cudaCheck(err, cudaMemcpyAsync(e->d_img, images, (size_t)m * nt->in_c * nt->in_h * nt->in_w,
+                                   cudaMemcpyHostToDevice, e->g.stream));
+    SC_TRY(de_enqueue(e, NULL, 0, 0, err));
+    const size_t bytes = (size_t)m * nt->classes * sizeof(float);
+    cudaCheck(err, cudaMemcpyAsync(e->h_logits, e->d_logits, bytes, cudaMemcpyDeviceToHost, e->g.stream));
+    cudaCheck(err, cudaStreamSynchronize(e->g.stream));
+    if (logits) memcpy(logits, e->h_logits, bytes);
+    return 0;
+}
+
+// Tensor op i writes in the engine, -1 when the op is fused away or an alias.
+int dengine_op_tensor(const dengine *e, int i) { return e->ops[i].kind == EO_NONE ? -1 : e->ops[i].out; }
+
+// Tensor t of the first m images as fp32 (m, h, w, c) into host (syncs).
+int dengine_tensor(dengine *e, int t, int m, float *host, sc_err *err) {
+    const deploy_tensor *d = &e->p->tensors[t];
+    const size_t px = (size_t)m * d->h * d->w, cs = (size_t)e->cs[t];
+    float *dev = NULL, *all = malloc(px * cs * sizeof *all);
+    int rc = all && cudaMalloc((void **)&dev, px * cs * sizeof *dev) == cudaSuccess ? 0 : sc_fail(err, "out of memory");
+    if (!rc) rc = nhwc_to_f32_gpu(&e->g, e->dt, px * cs, e->t[t], dev, err);
+    if (!rc && (cudaMemcpyAsync(all, dev, px * cs * sizeof *all, cudaMemcpyDeviceToHost, e->g.stream) != cudaSuccess ||
+                cudaStreamSynchronize(e->g.stream) != cudaSuccess))
+        rc = sc_fail(err, "reading tensor %d: %s", t, cudaGetErrorString(cudaGetLastError()));
+    for (size_t i = 0; !rc && i < px; i++) memcpy(host + i * d->c, all + i * cs, (size_t)d->c * sizeof *host);
+    free(all), cudaFree(dev);
+    return rc;
 }
 
 // One replay of the engine's graph (a gpu_run_fn).

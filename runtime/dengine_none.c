@@ -34,6 +34,19 @@ int dengine_forward(dengine *e, int m, const uint8_t *images, float *logits, sc_
 }
 
 // Never reached without an engine.
+int dengine_forward_eager(dengine *e, int m, const uint8_t *images, float *logits, sc_err *err) {
+    return sc_fail(err, "no GPU in this build");
+}
+
+// No tensors without an engine.
+int dengine_op_tensor(const dengine *e, int i) { return -1; }
+
+// Never reached without an engine.
+int dengine_tensor(dengine *e, int t, int m, float *host, sc_err *err) {
+    return sc_fail(err, "no GPU in this build");
+}
+
+// Never reached without an engine.
 int dengine_time(dengine *e, int repeat, double *ms, sc_err *err) {
     return sc_fail(err, "no GPU in this build");
 }

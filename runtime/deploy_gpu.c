@@ -101,8 +101,8 @@ static int gpu_affines(deploy_gpu *g, sc_err *err) {
         const size_t bytes = (size_t)p->tensors[op->out].c * sizeof(float);
         cudaCheck(err, cudaMalloc((void **)&g->scale[i], bytes));
         cudaCheck(err, cudaMalloc((void **)&g->shift[i], bytes));
-        cudaCheck(err, cudaMemcpy(g->scale[i], op->scale, bytes, cudaMemcpyHostToDevice));
-        cudaCheck(err, cudaMemcpy(g->shift[i], op->shift, bytes, cudaMemcpyHostToDevice));
+        SC_TRY(gpu_upload(g->scale[i], op->scale, bytes, err));
+        SC_TRY(gpu_upload(g->shift[i], op->shift, bytes, err));
     }
     return 0;
 }

@@ -449,11 +449,59 @@ static void engine_sparse_ops(const deploy_run *d, const dengine *e, deploy_engi
     }
 }
 
+// Max |engine - CPU| / max |CPU| of tensor t on the first m images: the
+// engine's (m, h, w, c) against the CPU reference's bordered NCHW tensor.
+static double tensor_rel_err(const deploy_run *d, const deploy_cpu *ref, int t, int m, const float *nhwc) {
+    const dops_geom g = deploy_tensor_geom(d->p, t, m);
+    const float *cpu = deploy_cpu_tensor(ref, t);
+    double num = 0.0, den = 0.0;
+    for (int i = 0; i < m; i++)
+        for (int y = 0; y < g.h; y++)
+            for (int x = 0; x < g.w; x++)
+                for (int c = 0; c < g.c; c++) {
+                    const double a = nhwc[(((size_t)i * g.h + y) * g.w + x) * g.c + c];
+                    const double b = cpu[dops_geom_at(&g, (size_t)i * g.c + c, y, x)], e = fabs(a - b);
+                    if (!(e <= num)) num = e;  // NaN propagates
+                    den = fabs(b) > den ? fabs(b) : den;
+                }
+    return den > 0 ? num / den : num;
+}
+
+// Prints every op's output error against the CPU reference on the m check
+// images, for the graph's replay and for the same ops queued one by one:
+// where an engine that disagrees with the CPU goes wrong.
+static int engine_diagnose(const deploy_run *d, dengine *e, const deploy_cpu *ref, int m, const char *what,
+                           sc_err *err) {
+    size_t big = 0;
+    for (int t = 0; t < d->p->ntensors; t++) {
+        const deploy_tensor *x = &d->p->tensors[t];
+        big = (size_t)x->c * x->h * x->w > big ? (size_t)x->c * x->h * x->w : big;
+    }
+    float *h = malloc(big * m * sizeof *h);
+    if (!h) return sc_fail(err, "out of memory");
+    int rc = 0;
+    for (int eager = 0; eager < 2 && !rc; eager++) {
+        rc = eager ? dengine_forward_eager(e, m, test_image(d, 0), NULL, err)
+                   : dengine_forward(e, m, test_image(d, 0), NULL, err);
+        fprintf(stderr, "%s: diagnosis of the %s (%s), output error against the CPU per op:", TOOL, what,
+                eager ? "ops queued one by one" : "graph replay");
+        for (int i = 0; i < d->p->nops && !rc; i++) {
+            const int t = dengine_op_tensor(e, i);
+            if (t < 0) continue;
+            rc = dengine_tensor(e, t, m, h, err);
+            if (!rc) fprintf(stderr, " %s %.1e", d->p->ops[i].name, tensor_rel_err(d, ref, t, m, h));
+        }
+        fprintf(stderr, "\n");
+    }
+    free(h);
+    return rc;
+}
+
 // One engine (a precision, or the mixed fp16 plan): build and time at the
 // batch size, accuracy and logits against the CPU, then build and time at
 // batch 1.
 static int engine_run(deploy_run *d, dengine_prec k, int mixed, deploy_engine_result *er,
-                      const float *ref_logits, int nref, sc_err *err) {
+                      const deploy_cpu *ref, const float *ref_logits, int nref, sc_err *err) {
     const int classes = d->m->nt->classes;
     const char *what = mixed ? "mixed fp16 plan" : dengine_prec_name(k);
     log_line(stderr, d->o.c.quiet, "%s: %s%s", TOOL, mixed ? "" : "dense engine ", what);
@@ -466,6 +514,7 @@ static int engine_run(deploy_run *d, dengine_prec k, int mixed, deploy_engine_re
     if (!rc) engine_sparse_ops(d, e, er);
     if (!rc) rc = dengine_forward(e, nref, test_image(d, 0), lg, err);
     if (!rc) er->logits_err = max_rel_err((size_t)nref * classes, lg, ref_logits);
+    if (!rc && !(er->logits_err <= 5e-2)) rc = engine_diagnose(d, e, ref, nref, what, err);
     if (!rc) rc = engine_accuracy(d, e, er, err);
     dengine_free(e);
     e = rc ? NULL : engine_build(d, k, mixed, 1, img, &er->lat_ms, err);
@@ -510,9 +559,9 @@ static int gpu_path(deploy_run *d, sc_err *err) {
     }
     for (int k = 0; k < DE_NPREC && !rc; k++)
         if (engine_wanted(d, (dengine_prec)k))
-            rc = engine_run(d, (dengine_prec)k, 0, &d->r.eng[k], ref_logits, nref, err);
+            rc = engine_run(d, (dengine_prec)k, 0, &d->r.eng[k], ref, ref_logits, nref, err);
     if (!rc && d->r.eng[DE_FP16].ran && rep_has_fp16(d))
-        rc = engine_run(d, DE_FP16, 1, &d->r.mixed, ref_logits, nref, err);
+        rc = engine_run(d, DE_FP16, 1, &d->r.mixed, ref, ref_logits, nref, err);
     for (int i = 0; i < d->r.nprec && !rc; i++)
         rc = gpu_prec(d, ref, ref_logits, nref, &d->r.pr[i], err);
     free(ref_logits);

@@ -134,8 +134,7 @@ static int gx_scaler_init(gx_exec *e, sc_err *err) {
     const float s0 = e->dt == GDT_F16 ? GX_SCALE_INIT : 1.0f;
     const gpu_scaler sc = {s0, 1.0f / s0, 0, 0};
     cudaCheck(err, cudaStreamSynchronize(e->g.stream));
-    cudaCheck(err, cudaMemcpy(e->scaler, &sc, sizeof sc, cudaMemcpyHostToDevice));
-    return 0;
+    return gpu_upload(e->scaler, &sc, sizeof sc, err);
 }
 
 // Flat vectors, staging buffers, statistics, loss scaler and scratch.

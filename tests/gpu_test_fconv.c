@@ -38,11 +38,12 @@ static int bufs_make(const gpu_ctx *g, const fconv_shape *s, fc_bufs *b, sc_err 
         cudaCheck(err, cudaMalloc(&b->d[i], b->count[i] * esz));
         if (!(b->h[i] = malloc(b->count[i] * sizeof(float)))) return sc_fail(err, "out of memory");
         if (i < 4) SC_TRY(gpu_fill_uniform(g, s->dt, b->count[i], b->d[i], -1.0f, 1.0f, 11 + i, err));
-        else cudaCheck(err, cudaMemset(b->d[i], 0xff, b->count[i] * esz));
+        else cudaCheck(err, cudaMemsetAsync(b->d[i], 0xff, b->count[i] * esz, g->stream));
         if (i == 4) continue;
         cudaCheck(err, cudaMalloc((void **)&tmp, b->count[i] * sizeof(float)));
         int rc = gpu_convert(g, b->count[i], s->dt, b->d[i], GDT_F32, tmp, err);
-        if (!rc) rc = cudaMemcpy(b->h[i], tmp, b->count[i] * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess;
+        if (!rc) rc = cudaStreamSynchronize(g->stream) != cudaSuccess ||  // the copy waits on the legacy stream only
+                      cudaMemcpy(b->h[i], tmp, b->count[i] * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess;
         cudaFree(tmp), tmp = NULL;
         if (rc) return sc_fail(err, "copying inputs back");
     }
@@ -56,6 +57,7 @@ static double kept_error(const gpu_ctx *g, const fconv_shape *s, fc_bufs *b, sc_
     double num = 0.0, den = 0.0;
     int rc = !ref || cudaMalloc((void **)&tmp, b->count[4] * sizeof(float)) != cudaSuccess;
     if (!rc) rc = gpu_convert(g, b->count[4], s->dt, b->d[4], GDT_F32, tmp, err) ||
+                  cudaStreamSynchronize(g->stream) != cudaSuccess ||
                   cudaMemcpy(b->h[4], tmp, b->count[4] * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess;
     if (!rc) fconv_cpu(&s->d, s->d.n, b->h[0], b->h[1], b->h[2], b->h[3], ref);
     for (size_t i = 0; !rc && i < b->count[4]; i++) {

@@ -127,14 +127,13 @@ static void *dev_put(const float *h, size_t n, int half) {
     const size_t es = half ? 2 : 4;
     if (cudaMalloc(&d, n * es + 16) != cudaSuccess) return NULL;
     if (!half) {
-        cudaMemcpy(d, h, n * es, cudaMemcpyHostToDevice);
-        cudaDeviceSynchronize();  // pageable copies may still be in flight
-        return d;
+        sc_err e;
+        return gpu_upload(d, h, n * es, &e) ? (cudaFree(d), NULL) : d;
     }
     uint16_t *b = malloc(n * 2 + 2);
     for (size_t i = 0; i < n; i++) b[i] = spc_half_bits(h[i]);
-    cudaMemcpy(d, b, n * 2, cudaMemcpyHostToDevice);
-    cudaDeviceSynchronize();
+    sc_err e;
+    if (gpu_upload(d, b, n * 2, &e)) cudaFree(d), d = NULL;
     free(b);
     return d;
 }

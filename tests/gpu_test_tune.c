@@ -40,7 +40,7 @@ static int tune_case_make(tune_case *c, const spc_shape *s, int n, int vt, sc_er
     }
     const size_t es = c->half ? 2 : 4;
     int rc = cudaMalloc(&c->din, ni * es) != cudaSuccess || cudaMalloc(&c->dout, no * es) ||
-             cudaMemcpy(c->din, x, ni * es, cudaMemcpyHostToDevice) != cudaSuccess;
+             gpu_upload(c->din, x, ni * es, err) != 0;
     free(x);
     if (rc) return sc_fail(err, "device buffers: %s", cudaGetErrorString(cudaGetLastError()));
     c->g = spconv_gpu_create(&c->L.d, (spconv_gpu_vtype)vt, c->L.codes, c->L.cb, c->L.scale, err);

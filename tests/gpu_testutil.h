@@ -53,8 +53,8 @@ static inline void *dalloc(genv *e, size_t bytes) {
 // Host -> device copy, complete when it returns (a pageable cudaMemcpy may
 // still be in flight for work queued on another stream).
 static inline void h2d(void *dst, const void *src, size_t bytes) {
-    cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
-    cudaDeviceSynchronize();
+    sc_err err;
+    gpu_upload(dst, src, bytes, &err);
 }
 
 // Host floats uniform in [lo, hi).
