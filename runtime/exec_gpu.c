@@ -216,7 +216,7 @@ static void gx_destroy(void *st) {
     for (int i = 0; e->gl && i < e->nt->nlayers; i++) {
         gx_layer *G = &e->gl[i];
         cudaFree(G->out), cudaFree(G->grad), cudaFree(G->wwork), cudaFree(G->gwork);
-        cudaFree(G->save_mean), cudaFree(G->save_invstd), cudaFree(G->reserve);
+        cudaFree(G->save_mean), cudaFree(G->save_invstd), cudaFree(G->stage), cudaFree(G->reserve);
     }
     param_segs_free(e->segs);
     cudaFree(e->ws), cudaFree(e->input), cudaFree(e->scratch[0]), cudaFree(e->scratch[1]);

@@ -66,6 +66,7 @@ typedef struct {
     int wc;                // conv: input channels as stored (cpad for the stem)
     void *wwork, *gwork;   // conv/linear: work weight [dt], work gradient
     float *save_mean, *save_invstd;  // bn: (c) batch statistics
+    float *stage;          // bn: 16-byte aligned copies of its per-channel vectors (6 x c4)
     void *reserve;         // bn: cuDNN reserve space
     size_t reserve_bytes;
 } gx_layer;
