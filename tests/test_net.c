@@ -26,6 +26,12 @@ static void test_param_counts(tctx *t) {
     CHECK(t, v == 14710464 + 8448 + 51300, "vgg16 %zu", v);
     // lenet: conv 3*6*25+6, conv 6*16*25+16, 400*120+120, 120*84+84, 84*100+100.
     CHECK(t, arch_params("lenet") == 456 + 2416 + 48120 + 10164 + 8500, "lenet");
+    // resnet50 and densenet121 (CIFAR variants: 3x3 stem, no max pool; DenseNet-BC
+    // growth 32, reduction 0.5) as the common PyTorch CIFAR versions count them:
+    // 23,520,842 and 6,956,298 for 10 classes, plus 90 more outputs of 2048 / 1024 inputs.
+    CHECK(t, arch_params("resnet50") == 23520842 + 90 * 2049, "resnet50 %zu", arch_params("resnet50"));
+    CHECK(t, arch_params("densenet121") == 6956298 + 90 * 1025, "densenet121 %zu",
+          arch_params("densenet121"));
     for (const char *const *a = net_arch_names; *a; a++)
         CHECK(t, arch_params(*a) > 0, "%s does not build", *a);
 }

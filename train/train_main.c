@@ -37,7 +37,7 @@ static int opts_parse(train_opts *o, int argc, char **argv) {
         CLI_COMMON_OPTS(o->c),
         {.name = "model", .short_name = 'm', .type = OPT_STRING, .dst = &o->model,
          .def = "resnet18", .metavar = "NAME",
-         .help = "lenet, resnet18, resnet20/32/56, vgg11/13/16/19, or a description file"},
+         .help = "lenet, resnet18, resnet20/32/50/56, vgg11/13/16/19, densenet121, or a description file"},
         {.name = "epochs", .short_name = 'e', .type = OPT_INT, .dst = &o->epochs, .def = "30",
          .min = 1, .max = 100000, .help = "epochs to train"},
         {.name = "batch", .short_name = 'b', .type = OPT_INT, .dst = &o->batch, .def = "512",
