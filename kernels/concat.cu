@@ -32,7 +32,7 @@ extern "C" int concat_forward_gpu(const gpu_ctx *g, gpu_dtype dt, size_t outer, 
                                   sc_err *err) {
     const size_t run = (size_t)c * inner, n = outer * run;
     if (n == 0) return 0;
-    SC_DISPATCH(dt, concat_forward_kernel<T><<<sc_blocks(g, n, 256), 256, 0, g->stream>>>(
+    SC_DISPATCH3(dt, concat_forward_kernel<T><<<sc_blocks(g, n, 256), 256, 0, g->stream>>>(
                         n, run, (size_t)ctot * inner, (size_t)off * inner, (const T *)x, (T *)y));
     cudaCheckLaunch(err);
     return 0;
@@ -47,10 +47,10 @@ extern "C" int concat_backward_gpu(const gpu_ctx *g, gpu_dtype dt, size_t outer,
     if (n == 0) return 0;
     const unsigned blocks = sc_blocks(g, n, 256);
     if (accumulate)
-        SC_DISPATCH(dt, concat_backward_kernel<T, true><<<blocks, 256, 0, g->stream>>>(
+        SC_DISPATCH3(dt, concat_backward_kernel<T, true><<<blocks, 256, 0, g->stream>>>(
                             n, run, stride, shift, (const T *)dy, (T *)dx));
     else
-        SC_DISPATCH(dt, concat_backward_kernel<T, false><<<blocks, 256, 0, g->stream>>>(
+        SC_DISPATCH3(dt, concat_backward_kernel<T, false><<<blocks, 256, 0, g->stream>>>(
                             n, run, stride, shift, (const T *)dy, (T *)dx));
     cudaCheckLaunch(err);
     return 0;

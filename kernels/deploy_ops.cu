@@ -121,6 +121,42 @@ extern "C" int dops_copy_gpu(const gpu_ctx *g, gpu_dtype dt, const dops_geom *gx
     return 0;
 }
 
+// y's planes img * gy.c + off + ch = x's planes img * gx.c + ch, interiors.
+template <typename T, typename I>
+__global__ void dops_concat_kernel(I total, dgeo gx, const T *x, int off, dgeo gy, T *y) {
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (I)blockDim.x * gridDim.x) {
+        I pl;
+        int r, c;
+        dgeo_split(gx, i, &pl, &r, &c);
+        const I to = pl / (I)gx.c * (I)gy.c + (I)off + pl % (I)gx.c;
+        y[dgeo_at(gy, to, r, c)] = x[dgeo_at(gx, pl, r, c)];
+    }
+}
+
+// Launches dops_concat_kernel for element type T.
+template <typename T>
+static int dops_concat_launch(const gpu_ctx *g, const dops_geom *gx, const void *x, int off,
+                              const dops_geom *gy, void *y, sc_err *err) {
+    const size_t n = dgeo_total(gx);
+    if (n == 0) return 0;
+    const unsigned blocks = sc_blocks(g, n, DOPS_THREADS);
+    if (dgeo_small(gx, nullptr, gy))
+        dops_concat_kernel<T, uint32_t><<<blocks, DOPS_THREADS, 0, g->stream>>>(
+            (uint32_t)n, dgeo_of(gx), (const T *)x, off, dgeo_of(gy), (T *)y);
+    else
+        dops_concat_kernel<T, size_t><<<blocks, DOPS_THREADS, 0, g->stream>>>(
+            n, dgeo_of(gx), (const T *)x, off, dgeo_of(gy), (T *)y);
+    cudaCheckLaunch(err);
+    return 0;
+}
+
+// Copies x's interior into y's channels [off, off + gx->c).
+extern "C" int dops_concat_gpu(const gpu_ctx *g, gpu_dtype dt, const dops_geom *gx, const void *x,
+                               int off, const dops_geom *gy, void *y, sc_err *err) {
+    SC_DISPATCH(dt, return dops_concat_launch<T>(g, gx, x, off, gy, y, err));
+    return 0;
+}
+
 // --- input normalisation --------------------------------------------------------------
 
 // Per-channel mean and standard deviation, passed by value.

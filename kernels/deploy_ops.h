@@ -53,4 +53,9 @@ void dops_gap_cpu(const dops_geom *gx, const float *x, const dops_geom *gy, floa
 // tensor for a linear layer).
 void dops_copy_cpu(const dops_geom *gx, const float *x, const dops_geom *gy, float *y);
 
+// Copies the interior of x's channels into y's channels [off, off + gx->c)
+// (same images, height and width; each tensor with its own border): one
+// input of a channel concatenation.
+void dops_concat_cpu(const dops_geom *gx, const float *x, int off, const dops_geom *gy, float *y);
+
 #endif

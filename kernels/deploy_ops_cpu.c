@@ -144,6 +144,19 @@ void dops_gap_cpu(const dops_geom *gx, const float *x, const dops_geom *gy, floa
     }
 }
 
+// Copies x's interior into y's channels [off, off + gx->c).
+void dops_concat_cpu(const dops_geom *gx, const float *x, int off, const dops_geom *gy, float *y) {
+    const long planes = (long)dops_planes(gx);
+#pragma omp parallel for schedule(static) if (dops_geom_count(gx) > DOPS_PAR_MIN)
+    for (long pl = 0; pl < planes; pl++) {
+        const size_t img = (size_t)pl / (size_t)gx->c, ch = (size_t)pl % (size_t)gx->c;
+        const size_t to = img * (size_t)gy->c + (size_t)off + ch;
+        for (int r = 0; r < gx->h; r++)
+            memcpy(y + dops_geom_at(gy, to, r, 0), x + dops_geom_at(gx, (size_t)pl, r, 0),
+                   (size_t)gx->w * sizeof *y);
+    }
+}
+
 // Copies the interior of x into y.
 void dops_copy_cpu(const dops_geom *gx, const float *x, const dops_geom *gy, float *y) {
     const long planes = (long)dops_planes(gy);

@@ -45,6 +45,10 @@ int dops_gap_gpu(const gpu_ctx *g, gpu_dtype dt, const dops_geom *gx, const void
 int dops_copy_gpu(const gpu_ctx *g, gpu_dtype dt, const dops_geom *gx, const void *x,
                   const dops_geom *gy, void *y, sc_err *err);
 
+// Copies the interior of x's channels into y's channels [off, off + gx->c).
+int dops_concat_gpu(const gpu_ctx *g, gpu_dtype dt, const dops_geom *gx, const void *x, int off,
+                    const dops_geom *gy, void *y, sc_err *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kernels/bsconv_gpu.h"
+#include "kernels/concat_gpu.h"
 #include "kernels/fconv_gpu.h"
 #include "kernels/flinear_gpu.h"
 #include "kernels/nhwc_ops_gpu.h"
@@ -75,8 +76,9 @@ static int de_producer(const deploy_plan *p, int t) {
 
 // Ops that read tensor t.
 static int de_readers(const deploy_plan *p, int t) {
-    int r = 0;
-    for (int i = 0; i < p->nops; i++) r += (p->ops[i].in == t) + (p->ops[i].in2 == t);
+    int r = 0, ins[LAYER_MAX_IN];
+    for (int i = 0; i < p->nops; i++)
+        for (int k = deploy_op_inputs(&p->ops[i], ins) - 1; k >= 0; k--) r += ins[k] == t;
     return r;
 }
 
@@ -300,6 +302,19 @@ static nhwc_geom de_geom(const dengine *e, int t) {
     return (nhwc_geom){e->n, d->h, d->w, e->cs[t]};
 }
 
+// Queues a concat: each input into its channel slice of y (rows of n*h*w pixels).
+static int de_concat(dengine *e, const deploy_op *op, void *y, sc_err *err) {
+    const deploy_tensor *d = &e->p->tensors[op->out];
+    const size_t rows = (size_t)e->n * d->h * d->w;
+    for (int k = 0, off = 0; k < op->nin; k++) {
+        const int t = op->ins[k], c = e->p->tensors[t].c;
+        if (e->cs[t] != c) return sc_fail(err, "op %s: the engine cannot join the padded input", op->name);
+        SC_TRY(concat_forward_gpu(&e->g, e->dt, rows, c, 1, e->cs[op->out], off, e->t[t], y, err));
+        off += c;
+    }
+    return 0;
+}
+
 // Queues a small op.
 static int de_small(dengine *e, int i, sc_err *err) {
     const deploy_op *op = &e->p->ops[i];
@@ -317,6 +332,7 @@ static int de_small(dengine *e, int i, sc_err *err) {
         return nhwc_pool_gpu(&e->g, e->dt, &gx, x, op->k, op->stride, op->pad,
                              op->kind == DOP_AVGPOOL, gy.h, gy.w, y, err);
     case DOP_GAP: return nhwc_gap_gpu(&e->g, e->dt, &gx, x, y, err);
+    case DOP_CONCAT: return de_concat(e, op, y, err);
     case DOP_COPY:
     case DOP_CONV: break;
     }

@@ -73,6 +73,13 @@ void deploy_cpu_op(deploy_cpu *c, int i, int n) {
         break;
     case DOP_GAP: dops_gap_cpu(&gx, x, &gy, y); break;
     case DOP_COPY: dops_copy_cpu(&gx, x, &gy, y); break;
+    case DOP_CONCAT:
+        for (int k = 0, off = 0; k < op->nin; k++) {
+            const dops_geom gk = deploy_tensor_geom(p, op->ins[k], n);
+            dops_concat_cpu(&gk, c->t[op->ins[k]], off, &gy, y);
+            off += gk.c;
+        }
+        break;
     }
 }
 

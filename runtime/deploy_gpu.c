@@ -205,6 +205,13 @@ static int gpu_small_op(deploy_gpu *g, int i, int n, void *y, sc_err *err) {
                              op->kind == DOP_AVGPOOL, &gy, y, err);
     case DOP_GAP: return dops_gap_gpu(&g->g, g->dt, &gx, x, &gy, y, err);
     case DOP_COPY: return dops_copy_gpu(&g->g, g->dt, &gx, x, &gy, y, err);
+    case DOP_CONCAT:
+        for (int k = 0, off = 0; k < op->nin; k++) {
+            const dops_geom gk = deploy_tensor_geom(p, op->ins[k], n);
+            SC_TRY(dops_concat_gpu(&g->g, g->dt, &gk, g->t[op->ins[k]], off, &gy, y, err));
+            off += gk.c;
+        }
+        return 0;
     case DOP_CONV: break;
     }
     return sc_fail(err, "op %s: not a small op", op->name);

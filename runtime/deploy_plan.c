@@ -238,6 +238,30 @@ int deploy_plan_pool(plan_builder *b, int i, deploy_op_kind kind, sc_err *err) {
     return op->out < 0 ? -1 : 0;
 }
 
+// Adds the DOP_CONCAT op of concat layer i: its inputs in order into one tensor.
+int deploy_plan_concat(plan_builder *b, int i, sc_err *err) {
+    const layer *L = &b->nt->layers[i];
+    deploy_op *op = pb_op_add(b, DOP_CONCAT, i);
+    if (!op) return sc_fail(err, "out of memory");
+    op->nin = L->nsrc;
+    for (int k = 0; k < L->nsrc; k++)
+        if ((op->ins[k] = pb_src(b, L->srcs[k], i, err)) < 0) return -1;
+    op->in = op->ins[0];
+    op->out = pb_out(b, i, err);
+    return op->out < 0 ? -1 : 0;
+}
+
+// The tensors op reads into ins; their number.
+int deploy_op_inputs(const deploy_op *op, int *ins) {
+    if (op->kind == DOP_CONCAT) {
+        memcpy(ins, op->ins, (size_t)op->nin * sizeof *ins);
+        return op->nin;
+    }
+    ins[0] = op->in;
+    if (op->in2 >= 0) ins[1] = op->in2;
+    return op->in2 >= 0 ? 2 : 1;
+}
+
 // Adds the ops of every layer not already covered by a fused op, each
 // through its kind's deploy hook.
 static int pb_layers(plan_builder *b, sc_err *err) {

@@ -31,6 +31,7 @@ typedef enum {
     DOP_AVGPOOL,  // average pool
     DOP_GAP,      // global average pool
     DOP_COPY,     // copy into a tensor with another border (flatten before a linear)
+    DOP_CONCAT,   // channel concatenation of ins[0..nin) in order (DenseNet joins)
 } deploy_op_kind;
 
 // One activation tensor per image: (c, h + 2 border, w + 2 border).
@@ -45,6 +46,8 @@ typedef struct {
     deploy_op_kind kind;
     char name[48];        // the layer's name ("layer2.0.conv1", "pool1", ...)
     int in, in2, out;     // tensor indices (in2: DOP_ADD only, else -1)
+    int nin;              // DOP_CONCAT: inputs joined, ins[0] == in
+    int ins[LAYER_MAX_IN];
     int relu;             // DOP_ADD, DOP_AFFINE: ReLU after
     int k, stride, pad;   // pools
     int sl;               // DOP_CONV: index into m->layers
@@ -110,6 +113,12 @@ int deploy_plan_elementwise(struct plan_builder *b, int i, deploy_op_kind kind, 
 
 // Adds a pooling op of `kind` (DOP_MAXPOOL, DOP_AVGPOOL, DOP_GAP) for layer i.
 int deploy_plan_pool(struct plan_builder *b, int i, deploy_op_kind kind, sc_err *err);
+
+// Adds the DOP_CONCAT op of concat layer i.
+int deploy_plan_concat(struct plan_builder *b, int i, sc_err *err);
+
+// The tensors op reads into ins (LAYER_MAX_IN of room); their number.
+int deploy_op_inputs(const deploy_op *op, int *ins);
 
 // --- the CPU path (deploy_cpu.c): also the reference for the GPU path --------
 

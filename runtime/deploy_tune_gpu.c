@@ -119,14 +119,15 @@ static int tune_input_changed(deploy_gpu *g, deploy_cpu *ref, int t, int nref, f
 // (interior or border).
 static int tune_check_cand(deploy_gpu *g, deploy_cpu *ref, int i, int c, int nref, float *host,
                            double *e, int *wrote, sc_err *err) {
-    const deploy_op *op = &g->p->ops[i];
-    int w2 = 0;
-    SC_TRY(tune_upload(g, ref, op->in, nref, err));
-    if (op->in2 >= 0) SC_TRY(tune_upload(g, ref, op->in2, nref, err));
+    int ins[LAYER_MAX_IN], w2 = 0;
+    const int nin = deploy_op_inputs(&g->p->ops[i], ins);
+    for (int k = 0; k < nin; k++) SC_TRY(tune_upload(g, ref, ins[k], nref, err));
     SC_TRY(tune_check_one(g, ref, i, c, nref, host, e, err));
-    SC_TRY(tune_input_changed(g, ref, op->in, nref, host, err, wrote));
-    if (op->in2 >= 0) SC_TRY(tune_input_changed(g, ref, op->in2, nref, host, err, &w2));
-    *wrote = *wrote ? *wrote : w2;
+    *wrote = 0;
+    for (int k = 0; k < nin; k++) {
+        SC_TRY(tune_input_changed(g, ref, ins[k], nref, host, err, &w2));
+        *wrote = *wrote ? *wrote : w2;
+    }
     return 0;
 }
 

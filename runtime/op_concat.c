@@ -3,8 +3,8 @@
 // layers named ("input" for the network's), in that order, as DenseNet does
 // (G. Huang, Z. Liu, L. van der Maaten, K. Q. Weinberger, "Densely Connected
 // Convolutional Networks", CVPR 2017); all must share height and width. Its
-// parser and CPU hooks (GPU hooks: runtime/op_concat_gpu.c); deploy and
-// export have no hook for it yet, so deploy refuses a net with a concat.
+// parser, CPU and deploy hooks (GPU executor hooks: runtime/op_concat_gpu.c).
+#include "deploy_plan.h"
 #include "exec_cpu_impl.h"
 #include "kernels/concat.h"
 
@@ -68,10 +68,16 @@ static const struct op_cpu concat_cpu = {
 extern const struct op_gpu op_concat_gpu;
 #endif
 
+// Deploy hook: one op joining the inputs.
+static int concat_deploy(struct plan_builder *b, int i, sc_err *err) {
+    return deploy_plan_concat(b, i, err);
+}
+
 const op_kind op_concat = {
     .name = "concat",
     .options = " name from ",
     .parse = concat_parse,
     .cpu = &concat_cpu,
     .gpu = OP_GPU_HOOKS(op_concat_gpu),
+    .deploy = concat_deploy,
 };

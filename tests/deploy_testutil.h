@@ -202,6 +202,18 @@ static inline uint8_t *tdm_images(int n, int h, int w, uint64_t seed) {
 // A residual net on 13x11 images: projection shortcut (1x1 stride 2 reading
 // a bordered tensor), add+ReLU, padded max pool, pad-2 conv, average pool,
 // global pool, a linear that reads a bordered tensor, and an add of two linears.
+// DenseNet-style joins (G. Huang et al., "Densely Connected Convolutional
+// Networks"): concats of a conv and earlier outputs, one reading a ReLU and
+// a concat, unfolded BNs on joined channels, a transition with an average
+// pool, odd sizes.
+static const char *const DENSE_DESC =
+    "conv 8 3 pad=1 bias=0 name=c0\n"
+    "bn name=b1 from=c0\nrelu name=r1\nconv 12 1 bias=0 name=c1\nbn name=b2\nrelu name=r2\n"
+    "conv 4 3 pad=1 bias=0 name=c2\nconcat c0 name=cat1\n"
+    "bn name=b3\nrelu name=r3\nconv 5 3 pad=1 bias=0 name=c3\nconcat cat1 r3 name=cat2\n"
+    "bn name=tb\nrelu name=tr\nconv 7 1 bias=0 name=tc\navgpool 2 name=tp\n"
+    "bn name=fb\nrelu name=fr\ngap name=pool\nlinear classes name=fc\n";
+
 static const char *const RES_DESC =
     "conv 8 3 pad=1 bias=0 name=c1\nbn name=b1\nrelu name=r1\n"
     "conv 8 3 pad=1 bias=0 name=c2\nbn name=b2\nadd r1 name=a1\nrelu name=o1\n"

@@ -86,6 +86,15 @@ static void test_residual_unfused(tctx *t) {
     tdm_fixture_free(&f);
 }
 
+// DenseNet-style concats: channel slices of NHWC tensors, unfolded BNs.
+static void test_concat(tctx *t) {
+    if (!gpu_here(t)) return;
+    tdm_fixture f;
+    tdm_opts o = {.fold_bn = 1, .fuse_relu = 1, .fuse_pool = 1, .sparsity = 0.4f};
+    if (tdm_fixture_make(t, &f, "dense", DENSE_DESC, 13, 11, &o, 44) == 0) run_all(t, &f, "dense");
+    tdm_fixture_free(&f);
+}
+
 // The mixed fp16 plan with every conv forced onto the sparse kernel (where
 // its check against cuDNN passes): the layout conversions, the residual add
 // and ReLU after the conversion, and fused pools give the CPU's logits.
@@ -256,6 +265,7 @@ int main(void) {
     RUN(&t, test_lenet);
     RUN(&t, test_residual);
     RUN(&t, test_residual_unfused);
+    RUN(&t, test_concat);
     RUN(&t, test_mixed);
     RUN(&t, test_bsr_fixture);
     RUN(&t, test_mixed_bsr);

@@ -126,6 +126,18 @@ static void test_residual_unfused(tctx *t) {
     fixture_free(&f);
 }
 
+// DenseNet-style concats (DOP_CONCAT on bordered tensors), 85% sparse.
+static void test_concat(tctx *t) {
+    if (!gpu_here(t)) return;
+    fixture f;
+    tdm_opts o = {.fold_bn = 1, .fuse_relu = 1, .fuse_pool = 1, .sparsity = 0.85f};
+    if (fixture_make(t, &f, "dense", DENSE_DESC, 13, 11, &o, 25) == 0) {
+        run_prec(t, &f, DP_FP32, 1e-4);
+        run_prec(t, &f, DP_FP16, 5e-2);
+    }
+    fixture_free(&f);
+}
+
 // Codebook weights: the 4-bit candidate runs in the fp16 plan.
 static void test_codebook(tctx *t) {
     if (!gpu_here(t)) return;
@@ -141,5 +153,6 @@ int main(void) {
     RUN(&t, test_residual);
     RUN(&t, test_residual_unfused);
     RUN(&t, test_codebook);
+    RUN(&t, test_concat);
     return check_finish(&t);
 }

@@ -125,6 +125,22 @@ static void test_residual_codebook(tctx *t) {
     net_free(nt);
 }
 
+// DenseNet-style concats (DOP_CONCAT with borders of every size), 85% sparse.
+static void test_concat(tctx *t) {
+    net *nt = make_net("dense", DENSE_DESC, 13, 11, 6);
+    tdm_opts o = {.fold_bn = 1, .fuse_relu = 1, .fuse_pool = 1, .sparsity = 0.85f};
+    if (nt) check_against_dense(t, "concat", nt, &o, 3, 9);
+    sc_err err = {{0}};
+    sparse_model *m = nt ? tdm_build(nt, &o, 9) : NULL;
+    deploy_plan *p = m ? deploy_plan_build(m, &err) : NULL;
+    CHECK(t, p && count_ops(p, DOP_CONCAT) == 2, "concat ops: %d", p ? count_ops(p, DOP_CONCAT) : -1);
+    const deploy_op *c2 = p ? find_op(p, "cat2") : NULL;
+    CHECK(t, c2 && c2->nin == 3 && p->tensors[c2->out].c == 5 + 12 + 12, "cat2 joins 3 inputs of 29 channels");
+    deploy_plan_free(p);
+    tdm_free(m);
+    net_free(nt);
+}
+
 // A dense (0% sparse) small VGG-like net on 9x9 images, one image.
 static void test_dense_vgg(tctx *t) {
     const char *d = "conv 5 3 pad=1 bias=0 name=c1\nbn name=b1\nrelu name=r1\nmaxpool 2 name=p1\n"
@@ -324,6 +340,7 @@ int main(void) {
     RUN(&t, test_residual_unfolded);
     RUN(&t, test_residual_codebook);
     RUN(&t, test_dense_vgg);
+    RUN(&t, test_concat);
     RUN(&t, test_residual_structure);
     RUN(&t, test_builtin_structure);
     RUN(&t, test_plan_errors);
