@@ -223,16 +223,20 @@ static void *dconv_y(const dconv_gpu *c, void *out) {
     return (char *)out + ob * (c->qo + 2 * ob + 1) * c->es;
 }
 
-// The cuDNN call (plain or fused with bias and activation).
+// The cuDNN call (plain or fused with bias and activation). A fused call
+// that cuDNN refuses for the present batch size (it accepts an identity
+// activation only with some algorithms and shapes: seen at batch 1 on a
+// DenseNet layer) turns the layer into a plain conv + epilogue for good.
 static int dconv_call(const gpu_ctx *g, dconv_gpu *c, const void *x, void *y, sc_err *err) {
     const float one = 1.0f, zero = 0.0f;
-    if (c->mode == DCM_FUSED)
-        cudnnCheck(err, cudnnConvolutionBiasActivationForward(
-                            g->cudnn, &one, c->xd, x, c->wd, c->w, c->cd, c->algo, c->ws,
-                            c->ws_bytes, &zero, c->yd, y, c->bd, c->bias_dt, c->ad, c->yd, y));
-    else
-        cudnnCheck(err, cudnnConvolutionForward(g->cudnn, &one, c->xd, x, c->wd, c->w, c->cd,
-                                                c->algo, c->ws, c->ws_bytes, &zero, c->yd, y));
+    if (c->mode == DCM_FUSED &&
+        cudnnConvolutionBiasActivationForward(g->cudnn, &one, c->xd, x, c->wd, c->w, c->cd, c->algo,
+                                              c->ws, c->ws_bytes, &zero, c->yd, y, c->bd, c->bias_dt,
+                                              c->ad, c->yd, y) == CUDNN_STATUS_SUCCESS)
+        return 0;
+    if (c->mode == DCM_FUSED) c->mode = DCM_INPLACE;
+    cudnnCheck(err, cudnnConvolutionForward(g->cudnn, &one, c->xd, x, c->wd, c->w, c->cd, c->algo,
+                                            c->ws, c->ws_bytes, &zero, c->yd, y));
     return 0;
 }
 
