@@ -286,9 +286,7 @@ static int summary_json(const export_run *r, sc_err *err) {
     for (int i = 0; i < r->m->nlayers; i++) json_layer(&j, r->m, &r->m->layers[i], &r->sizes[i]);
     json_array_end(&j);
     json_object_end(&j);
-    int rc = 0;
-    if (strcmp(r->o.c.json, "-")) rc = json_write_file(&j, r->o.c.json, err);
-    else printf("%s\n", json_text(&j));
+    int rc = json_write_file(&j, r->o.c.json, err);
     json_free(&j);
     return rc;
 }

@@ -537,9 +537,7 @@ static int summary_json(prune_run *r, double val, double test, const char *plot,
     prune_report_json_layers(&j, r->nt, r->rp.active ? r->rp.floors : lf, &r->cfg.pattern);
     prune_report_json_history(&j, p);
     json_object_end(&j);
-    int rc = 0;
-    if (strcmp(r->o.c.json, "-")) rc = json_write_file(&j, r->o.c.json, err);
-    else printf("%s\n", json_text(&j));
+    int rc = json_write_file(&j, r->o.c.json, err);
     json_free(&j);
     return rc;
 }

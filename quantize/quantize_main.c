@@ -494,9 +494,7 @@ static int summary_json(quant_run *r, sc_err *err) {
     json_add_number(&j, "seconds", progress_clock() - r->t0);
     quant_report_json(&j, r->nt, r->q, &r->rep);
     json_object_end(&j);
-    int rc = 0;
-    if (strcmp(r->o.c.json, "-")) rc = json_write_file(&j, r->o.c.json, err);
-    else printf("%s\n", json_text(&j));
+    int rc = json_write_file(&j, r->o.c.json, err);
     json_free(&j);
     return rc;
 }

@@ -285,9 +285,7 @@ static int finish(train_run *r, json_writer *hist, double secs, long images, sc_
     json_add_number(j, "seconds", secs);
     json_object_end(j);
     if (!r->o.c.json) return 0;
-    if (strcmp(r->o.c.json, "-")) return json_write_file(j, r->o.c.json, err);
-    printf("%s\n", json_text(j));
-    return 0;
+    return json_write_file(j, r->o.c.json, err);
 }
 
 // Output path and run directory: -o FILE, else <run dir>/model.h5.
