@@ -229,21 +229,11 @@ static int start_from_model(prune_run *r, sc_err *err) {
     return 0;
 }
 
-// The --val-size stored in a model's settings text (newline-separated
-// arguments), or -1 when it has none.
-static int config_val_size(const char *config) {
-    for (const char *p = config; p && (p = strstr(p, "--val-size")) != NULL; p++) {
-        const char *v = p + strlen("--val-size");
-        if (*v == '=' || *v == '\n') return atoi(v + 1);
-    }
-    return -1;
-}
-
 // The validation split of a --from model must be the one it was trained
 // without: same seed and size as its training run (its file records both).
 static void split_from_model(prune_run *r, uint64_t *seed) {
     *seed = r->meta.seed;
-    int stored = config_val_size(r->meta.config);
+    int stored = cli_args_int(r->meta.config, "--val-size", -1);
     if (r->o.val_size == -1 && stored > 0) r->o.val_size = stored;
     if (stored == 0)
         log_line(stderr, r->o.c.quiet, "prune: warning: %s was trained on every training image; "

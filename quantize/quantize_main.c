@@ -233,20 +233,11 @@ static int output_set(quant_run *r, sc_err *err) {
     return cli_outputs_check(&r->o.c, r->out, err);
 }
 
-// The --val-size stored in a model's settings text, or -1.
-static int config_val_size(const char *config) {
-    for (const char *p = config; p && (p = strstr(p, "--val-size")) != NULL; p++) {
-        const char *v = p + strlen("--val-size");
-        if (*v == '=' || *v == '\n') return atoi(v + 1);
-    }
-    return -1;
-}
-
 // Opens the model's dataset with the split it was trained without.
 static int data_open(quant_run *r, sc_err *err) {
     const char *spec = r->o.dataset ? r->o.dataset
                        : r->meta.dataset[0] ? r->meta.dataset : dataset_default_name(r->o.data_dir);
-    int val = r->o.val_size >= 0 ? r->o.val_size : config_val_size(r->meta.config);
+    int val = r->o.val_size >= 0 ? r->o.val_size : cli_args_int(r->meta.config, "--val-size", -1);
     SC_TRY(dataset_open(spec, r->o.data_dir, val, r->meta.seed, &r->ds, err));
     if (r->ds.classes != r->nt->classes)
         return sc_fail(err, "%s: the model has %d classes, dataset %s has %d", r->in,

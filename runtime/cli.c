@@ -382,6 +382,15 @@ char *cli_args_join(int argc, char **argv, const char *const *skip) {
     return s;
 }
 
+// The value of opt in joined argument text, or none.
+int cli_args_int(const char *args, const char *opt, int none) {
+    for (const char *p = args; p && (p = strstr(p, opt)) != NULL; p++) {
+        const char *v = p + strlen(opt);
+        if (*v == '=' || *v == '\n') return atoi(v + 1);
+    }
+    return none;
+}
+
 // argv[0], the stored arguments, then argv[1..], for one combined parse.
 char **cli_args_merge(const char *stored, int argc, char **argv, int *out_argc) {
     int n = 1;

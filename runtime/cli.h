@@ -70,6 +70,10 @@ int cli_choice_index(const char *choices, const char *value);
 // Caller frees; NULL when out of memory.
 char *cli_args_join(int argc, char **argv, const char *const *skip);
 
+// The integer value of option opt (e.g. "--val-size") in text joined by
+// cli_args_join (given as "opt=N" or "opt\nN"), or none when it has none.
+int cli_args_int(const char *args, const char *opt, int none);
+
 // Builds argv[0], the stored arguments, then argv[1..]: one vector for a
 // combined parse in which the current options win. The vector and its
 // strings live for the rest of the process. NULL when out of memory.

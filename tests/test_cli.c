@@ -518,6 +518,9 @@ static void test_cli_args_store(tctx *t) {
              !strcmp(v[4], "cifar100") && !strcmp(v[5], "--quiet"), "merged %d", n);
     char *all = cli_args_join(9, argv, NULL);
     CHECK(t, all && strstr(all, "--resume\n--stop-after\n3\n"), "no skip list keeps all");
+    CHECK(t, cli_args_int(all, "--stop-after", -1) == 3 && cli_args_int(all, "--time-limit", -1) == 9 &&
+             cli_args_int(all, "--val-size", -1) == -1 && cli_args_int(NULL, "--lr", 7) == 7,
+          "stored option values");
     free(all);
     free(s);
 }
