@@ -29,13 +29,6 @@
 
 typedef h5io ewr;
 
-// Writes a 1-D dataset of n values.
-static int ewr_dset1(ewr *io, hid_t loc, const char *name, hid_t ftype, hid_t mtype, size_t n,
-                     const void *buf) {
-    hsize_t dims[1] = {(hsize_t)n};
-    return h5io_dset_write(io, loc, name, ftype, mtype, 1, dims, buf);
-}
-
 // Dataset creation properties for ndim dims of ftype: chunked (whole rows
 // of the trailing dims, up to EWR_CHUNK_MAX values), shuffled (values wider
 // than a byte) and deflated from EWR_FILTER_MIN raw bytes on.
@@ -271,31 +264,11 @@ static int ewr_layers(ewr *io, const sparse_model *m, export_layer_size *sizes) 
 
 // Writes the root attributes.
 static int ewr_root(ewr *io, const sparse_model *m) {
-    const net *nt = m->nt;
-    hid_t r = io->file;
-    SC_TRY(h5io_attr_str(io, r, "format", EXPORT_FORMAT));
     int bsr = 0;
     for (int i = 0; i < m->nlayers; i++) bsr |= m->layers[i].bsr.kb > 0;
-    SC_TRY(h5io_attr_int(io, r, "format_version", bsr ? EXPORT_FORMAT_VERSION_BSR : EXPORT_FORMAT_VERSION));
-    SC_TRY(h5io_attr_str(io, r, "arch", nt->arch));
-    SC_TRY(h5io_attr_str(io, r, "dataset", m->dataset));
-    SC_TRY(h5io_attr_int(io, r, "classes", nt->classes));
-    SC_TRY(h5io_attr_int(io, r, "in_c", nt->in_c));
-    SC_TRY(h5io_attr_int(io, r, "in_h", nt->in_h));
-    SC_TRY(h5io_attr_int(io, r, "in_w", nt->in_w));
-    return h5io_attr_str(io, r, "values", sparse_vtype_name(m->vtype));
-}
-
-// Writes /net: description and input normalisation.
-static int ewr_net(ewr *io, const net *nt) {
-    hid_t g = h5io_group_create(io, io->file, "net");
-    if (g < 0) return -1;
-    const char *desc = nt->desc ? nt->desc : "";
-    int rc = h5io_dset_strs(io, g, "description", 0, 1, &desc);
-    if (rc == 0) rc = ewr_dset1(io, g, "input_mean", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 3, nt->in_mean);
-    if (rc == 0) rc = ewr_dset1(io, g, "input_std", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 3, nt->in_std);
-    H5IO_CLOSE(io, H5Gclose, g, rc);
-    return rc;
+    SC_TRY(h5io_root_attrs(io, EXPORT_FORMAT, bsr ? EXPORT_FORMAT_VERSION_BSR : EXPORT_FORMAT_VERSION, m->nt,
+                           m->dataset));
+    return h5io_attr_str(io, io->file, "values", sparse_vtype_name(m->vtype));
 }
 
 // Writes /params: the tensors that were not folded into a CSR layer.
@@ -319,7 +292,7 @@ static int ewr_params(ewr *io, const sparse_model *m) {
 static int ewr_all(ewr *io, const sparse_model *m, const char *const *history, int nhistory,
                    export_layer_size *sizes) {
     SC_TRY(ewr_root(io, m));
-    SC_TRY(ewr_net(io, m->nt));
+    SC_TRY(h5io_net_write(io, m->nt));
     SC_TRY(h5io_dset_strs(io, io->file, "history", 1, nhistory, history));
     SC_TRY(ewr_params(io, m));
     return ewr_layers(io, m, sizes);
