@@ -17,9 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define EXPORT_FORMAT "sparsecnn-export"
-#define EXPORT_FORMAT_VERSION 2      // files of CSR layers only
-#define EXPORT_FORMAT_VERSION_BSR 3  // files with a BSR layer (older readers refuse them)
 
 #define EWR_FILTER_MIN 1024   // raw bytes from which a dataset is chunked, shuffled, deflated
 #define EWR_CHUNK_MAX (1 << 20)  // elements per chunk at most
@@ -107,30 +104,10 @@ static hid_t ewr_index_type(long long cols) {
     return cols <= 256 ? H5T_STD_U8LE : cols <= 65536 ? H5T_STD_U16LE : H5T_STD_I32LE;
 }
 
-// A layer's real entries (padding dropped): row pointers, columns, and
-// values (plain layers) or 4-bit codes packed two per byte (codebook layers).
-typedef struct {
-    int64_t *indptr;   // (K + 1)
-    int32_t *indices;  // (nnz)
-    float *values;     // (nnz), plain layers
-    uint8_t *codes;    // ((nnz + 1) / 2), codebook layers
-} ewr_compact;
-
-// Frees a compact layer.
-static void ewr_compact_free(ewr_compact *c) {
-    free(c->indptr), free(c->indices), free(c->values), free(c->codes);
-}
-
 // Extracts l's real entries (those without their padding bit) into c.
-static int ewr_compact_make(ewr *io, const sparse_layer *l, ewr_compact *c) {
-    const size_t nnz = (size_t)l->nnz + 1;
+static int sparse_compact_make(ewr *io, const sparse_layer *l, sparse_compact *c) {
     const int cb = l->vtype == SV_CODEBOOK4;
-    c->indptr = malloc(((size_t)l->K + 1) * sizeof *c->indptr);
-    c->indices = malloc(nnz * sizeof *c->indices);
-    c->values = cb ? NULL : malloc(nnz * sizeof *c->values);
-    c->codes = cb ? calloc(nnz / 2 + 1, 1) : NULL;
-    if (!c->indptr || !c->indices || (!c->values && !c->codes))
-        return sc_fail(io->err, "out of memory (%s)", io->path);
+    if (sparse_compact_alloc(c, l->K, l->nnz, l->vtype)) return sc_fail(io->err, "out of memory (%s)", io->path);
     int64_t e = 0;
     c->indptr[0] = 0;
     for (size_t k = 0; k < (size_t)l->K; k++) {
@@ -190,7 +167,7 @@ static int ewr_layer_codes(ewr *io, hid_t g, const sparse_layer *l, const uint8_
 
 // Writes a layer's datasets from its compact form: indptr, indices, bias,
 // and data (fp32 or fp16) or the codebook form.
-static int ewr_layer_data(ewr *io, hid_t g, const sparse_layer *l, const ewr_compact *c,
+static int ewr_layer_data(ewr *io, hid_t g, const sparse_layer *l, const sparse_compact *c,
                           export_layer_size *sz) {
     const size_t nnz = (size_t)l->nnz, K = (size_t)l->K;
     const long long cols = (long long)l->C * l->R * l->S;
@@ -226,7 +203,7 @@ static int ewr_layer_bsr(ewr *io, hid_t g, const sparse_layer *l, export_layer_s
 // Writes one layer's group (attributes and compact arrays).
 static int ewr_layer(ewr *io, hid_t g, const sparse_model *m, const sparse_layer *l,
                      export_layer_size *sz) {
-    ewr_compact c = {0};
+    sparse_compact c = {0};
     memset(sz, 0, sizeof *sz);
     int rc = ewr_layer_attrs(io, g, m, l);
     if (rc == 0 && l->bsr.kb > 0) {
@@ -234,9 +211,9 @@ static int ewr_layer(ewr *io, hid_t g, const sparse_model *m, const sparse_layer
             return sc_fail(io->err, "layer has %ld blocks for %ld entries", l->bsr.nblocks, l->nnz);
         return ewr_layer_bsr(io, g, l, sz);
     }
-    if (rc == 0) rc = ewr_compact_make(io, l, &c);
+    if (rc == 0) rc = sparse_compact_make(io, l, &c);
     if (rc == 0) rc = ewr_layer_data(io, g, l, &c, sz);
-    ewr_compact_free(&c);
+    sparse_compact_free(&c);
     return rc;
 }
 
@@ -266,7 +243,7 @@ static int ewr_layers(ewr *io, const sparse_model *m, export_layer_size *sizes) 
 static int ewr_root(ewr *io, const sparse_model *m) {
     int bsr = 0;
     for (int i = 0; i < m->nlayers; i++) bsr |= m->layers[i].bsr.kb > 0;
-    SC_TRY(h5io_root_attrs(io, EXPORT_FORMAT, bsr ? EXPORT_FORMAT_VERSION_BSR : EXPORT_FORMAT_VERSION, m->nt,
+    SC_TRY(h5io_root_attrs(io, SPARSE_FORMAT, bsr ? SPARSE_FORMAT_VERSION_BSR : SPARSE_FORMAT_VERSION_CSR, m->nt,
                            m->dataset));
     return h5io_attr_str(io, io->file, "values", sparse_vtype_name(m->vtype));
 }
