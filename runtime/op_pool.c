@@ -82,65 +82,32 @@ static void gap_cpu_backward(cpu_exec *e, int i, int n, const float *dy) {
     cpu_grad_done(e, i, 0, (size_t)n * L->in_c * L->in_h * L->in_w);
 }
 
-// A max pool the export did not fuse.
-static int maxpool_deploy(struct plan_builder *b, int i, sc_err *err) {
-    return deploy_plan_pool(b, i, DOP_MAXPOOL, err);
-}
-
-// An average pool.
-static int avgpool_deploy(struct plan_builder *b, int i, sc_err *err) {
-    return deploy_plan_pool(b, i, DOP_AVGPOOL, err);
-}
-
-// A global average pool.
-static int gap_deploy(struct plan_builder *b, int i, sc_err *err) {
-    return deploy_plan_pool(b, i, DOP_GAP, err);
-}
-
-static const struct op_cpu maxpool_cpu = {
-    .check = pool_cpu_check,
-    .forward = maxpool_cpu_forward,
-    .backward = maxpool_cpu_backward,
-};
-
-static const struct op_cpu avgpool_cpu = {
-    .check = pool_cpu_check,
-    .forward = avgpool_cpu_forward,
-    .backward = avgpool_cpu_backward,
-};
-
-static const struct op_cpu gap_cpu = {
-    .forward = gap_cpu_forward,
-    .backward = gap_cpu_backward,
-};
-
 #ifdef SC_HAVE_CUDA
 extern const struct op_gpu op_maxpool_gpu, op_avgpool_gpu, op_gap_gpu;
 #endif
 
-const op_kind op_maxpool = {
-    .name = "maxpool",
-    .options = " stride pad name from ",
-    .parse = pool_parse,
-    .cpu = &maxpool_cpu,
-    .gpu = OP_GPU_HOOKS(op_maxpool_gpu),
-    .deploy = maxpool_deploy,
-};
+// One pooling kind: its CPU hooks (CHECK: the window check, NULL for none),
+// its deploy hook (a DOP pool op) and its descriptor op_NAME, keyword NAME
+// with options OPTS parsed by PARSE.
+#define POOL_KIND(NAME, OPTS, PARSE, CHECK, DOP)                                  \
+    static int NAME##_deploy(struct plan_builder *b, int i, sc_err *err) {        \
+        return deploy_plan_pool(b, i, DOP, err);                                  \
+    }                                                                             \
+    static const struct op_cpu NAME##_cpu = {                                     \
+        .check = CHECK,                                                           \
+        .forward = NAME##_cpu_forward,                                            \
+        .backward = NAME##_cpu_backward,                                          \
+    };                                                                            \
+    const op_kind op_##NAME = {                                                   \
+        .name = #NAME,                                                            \
+        .options = OPTS,                                                          \
+        .parse = PARSE,                                                           \
+        .cpu = &NAME##_cpu,                                                       \
+        .gpu = OP_GPU_HOOKS(op_##NAME##_gpu),                                     \
+        .deploy = NAME##_deploy,                                                  \
+    };
 
-const op_kind op_avgpool = {
-    .name = "avgpool",
-    .options = " stride pad name from ",
-    .parse = pool_parse,
-    .cpu = &avgpool_cpu,
-    .gpu = OP_GPU_HOOKS(op_avgpool_gpu),
-    .deploy = avgpool_deploy,
-};
-
-const op_kind op_gap = {
-    .name = "gap",
-    .options = " name from ",
-    .parse = gap_parse,
-    .cpu = &gap_cpu,
-    .gpu = OP_GPU_HOOKS(op_gap_gpu),
-    .deploy = gap_deploy,
-};
+// A max pool the export did not fuse; an average pool; a global average pool.
+POOL_KIND(maxpool, " stride pad name from ", pool_parse, pool_cpu_check, DOP_MAXPOOL)
+POOL_KIND(avgpool, " stride pad name from ", pool_parse, pool_cpu_check, DOP_AVGPOOL)
+POOL_KIND(gap, " name from ", gap_parse, NULL, DOP_GAP)
