@@ -145,17 +145,12 @@ static int pattern_check(prune_opts *o, int argc, char **argv) {
 // Parses argv into o; returns CLI_OK, CLI_HELP or CLI_USAGE.
 static int opts_parse(prune_opts *o, int argc, char **argv) {
     cli_opt opts[] = {CLI_COMMON_OPTS(o->c), PRUNE_OPTS(o)};
-    cli_spec spec = {.tool = TOOL, .usage = "prune [options] [DATASET]",
-                     .summary = "Prunes a CNN: evolutionary population search over gradient/magnitude masks\n"
-                                "(Pietron and Zurek), or gradual/one-shot magnitude pruning, from scratch or --from a\n"
-                                "trained model. DATASET: cifar10, cifar100, synthetic or a CIFAR-format folder\n"
-                                "(default: the model's, else cifar100 when present, else synthetic).",
-                     .opts = opts, .nopts = (int)(sizeof opts / sizeof *opts), .min_pos = 0,
-                     .max_pos = 1};
-    const char *pos[1] = {NULL};
-    int npos = 0;
-    int rc = cli_parse(&spec, argc, argv, pos, &npos);
-    o->dataset = npos ? pos[0] : NULL;
+    int rc = cli_parse_one(TOOL, "prune [options] [DATASET]",
+                           "Prunes a CNN: evolutionary population search over gradient/magnitude masks\n"
+                           "(Pietron and Zurek), or gradual/one-shot magnitude pruning, from scratch or --from a\n"
+                           "trained model. DATASET: cifar10, cifar100, synthetic or a CIFAR-format folder\n"
+                           "(default: the model's, else cifar100 when present, else synthetic).",
+                           opts, (int)(sizeof opts / sizeof *opts), argc, argv, &o->dataset);
     if (rc == CLI_OK && !(o->target >= 0.0 && o->target < 1.0)) {
         cli_error(TOOL, "--target-sparsity: must be in [0, 1) (%g)", o->target);
         return CLI_USAGE;

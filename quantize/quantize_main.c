@@ -166,18 +166,13 @@ static int opts_check(quant_opts *o) {
 // Parses argv into o; returns CLI_OK, CLI_HELP or CLI_USAGE.
 static int opts_parse(quant_opts *o, int argc, char **argv) {
     cli_opt opts[] = {CLI_COMMON_OPTS(o->c), QUANT_OPTS(o)};
-    cli_spec spec = {.tool = TOOL, .usage = "quantize [options] [MODEL]",
-                     .summary = "Quantizes a model's conv and linear weights: k-means codebooks, linear fixed\n"
-                                "point (Pietron and Zurek, eq. 8-9 and 5-7) or fp16; pruned zeros stay zero.\n"
-                                "MODEL: a model file (default: runs/latest/model.pruned.h5, else model.h5).\n"
-                                "Evaluates before and after on the model's validation split and the test set.",
-                     .opts = opts, .nopts = (int)(sizeof opts / sizeof *opts), .min_pos = 0,
-                     .max_pos = 1};
-    const char *pos[1] = {NULL};
-    int npos = 0;
     o->centroids = 0;
-    int rc = cli_parse(&spec, argc, argv, pos, &npos);
-    o->input = npos ? pos[0] : NULL;
+    int rc = cli_parse_one(TOOL, "quantize [options] [MODEL]",
+                           "Quantizes a model's conv and linear weights: k-means codebooks, linear fixed\n"
+                           "point (Pietron and Zurek, eq. 8-9 and 5-7) or fp16; pruned zeros stay zero.\n"
+                           "MODEL: a model file (default: runs/latest/model.pruned.h5, else model.h5).\n"
+                           "Evaluates before and after on the model's validation split and the test set.",
+                           opts, (int)(sizeof opts / sizeof *opts), argc, argv, &o->input);
     return rc == CLI_OK ? opts_check(o) : rc;
 }
 

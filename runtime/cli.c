@@ -299,6 +299,18 @@ int cli_parse(const cli_spec *spec, int argc, char **argv, const char **pos, int
     return CLI_OK;
 }
 
+// cli_parse with at most one positional argument, stored in *pos (or NULL).
+int cli_parse_one(const char *tool, const char *usage, const char *summary, const cli_opt *opts,
+                  int nopts, int argc, char **argv, const char **pos) {
+    cli_spec spec = {.tool = tool, .usage = usage, .summary = summary, .opts = opts, .nopts = nopts,
+                     .min_pos = 0, .max_pos = 1};
+    const char *p[1] = {NULL};
+    int n = 0;
+    int rc = cli_parse(&spec, argc, argv, p, &n);
+    *pos = n ? p[0] : NULL;
+    return rc;
+}
+
 // --- help -------------------------------------------------------------------
 
 // Writes the left column of an option's help line ("  -o, --output FILE").

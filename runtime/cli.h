@@ -53,6 +53,11 @@ enum { CLI_OK = 0, CLI_HELP = 1, CLI_USAGE = 2 };
 // (the tool exits 2).
 int cli_parse(const cli_spec *spec, int argc, char **argv, const char **pos, int *npos);
 
+// cli_parse for a tool of at most one positional argument: the spec is
+// tool, usage, summary and opts (nopts); *pos gets the argument or NULL.
+int cli_parse_one(const char *tool, const char *usage, const char *summary, const cli_opt *opts,
+                  int nopts, int argc, char **argv, const char **pos);
+
 // Prints usage, summary and every option with its default to f.
 void cli_print_help(const cli_spec *spec, FILE *f);
 

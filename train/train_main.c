@@ -64,16 +64,10 @@ static int opts_parse(train_opts *o, int argc, char **argv) {
         {.name = "resume", .type = OPT_FLAG, .dst = &o->resume,
          .help = "continue the checkpoint in -o FILE or runs/latest/model.h5"},
     };
-    cli_spec spec = {.tool = TOOL, .usage = "train [options] [DATASET]",
-                     .summary = "Trains a CNN on cifar10, cifar100, synthetic or a CIFAR-format folder\n"
-                                "(default: cifar100 when data/cifar-100-binary exists, else synthetic).",
-                     .opts = opts, .nopts = (int)(sizeof opts / sizeof *opts), .min_pos = 0,
-                     .max_pos = 1};
-    const char *pos[1] = {NULL};
-    int npos = 0;
-    int rc = cli_parse(&spec, argc, argv, pos, &npos);
-    o->dataset = npos ? pos[0] : NULL;
-    return rc;
+    return cli_parse_one(TOOL, "train [options] [DATASET]",
+                         "Trains a CNN on cifar10, cifar100, synthetic or a CIFAR-format folder\n"
+                         "(default: cifar100 when data/cifar-100-binary exists, else synthetic).",
+                         opts, (int)(sizeof opts / sizeof *opts), argc, argv, &o->dataset);
 }
 
 // --- set-up -----------------------------------------------------------------
