@@ -29,42 +29,40 @@ static int pool_cpu_check(const layer *L, int max_batch, sc_err *err) {
     return 0;
 }
 
-// Max over each window.
-static void maxpool_cpu_forward(cpu_exec *e, int i, int n, int train) {
+// Max (max = 1) or mean over each window.
+static void window_cpu_forward(cpu_exec *e, int i, int n, int max) {
     const layer *L = &e->nt->layers[i];
     pool_dims d;
     pool_dims_of(L, n, &d);
-    maxpool_forward_cpu(&d, cpu_src(e, L->src), e->act[i]);
+    (max ? maxpool_forward_cpu : avgpool_forward_cpu)(&d, cpu_src(e, L->src), e->act[i]);
 }
+
+// The gradient to each window's maximum (max = 1) or spread evenly over it.
+static void window_cpu_backward(cpu_exec *e, int i, int n, const float *dy, int max) {
+    const layer *L = &e->nt->layers[i];
+    float *dx = cpu_grad_target(e, i, 0);
+    pool_dims d;
+    if (!dx) return;
+    pool_dims_of(L, n, &d);
+    if (max) maxpool_backward_cpu(&d, cpu_src(e, L->src), dy, dx);
+    else avgpool_backward_cpu(&d, dy, dx);
+    cpu_grad_done(e, i, 0, (size_t)n * L->in_c * L->in_h * L->in_w);
+}
+
+// Max over each window.
+static void maxpool_cpu_forward(cpu_exec *e, int i, int n, int train) { window_cpu_forward(e, i, n, 1); }
 
 // The gradient to each window's maximum.
 static void maxpool_cpu_backward(cpu_exec *e, int i, int n, const float *dy) {
-    const layer *L = &e->nt->layers[i];
-    float *dx = cpu_grad_target(e, i, 0);
-    pool_dims d;
-    if (!dx) return;
-    pool_dims_of(L, n, &d);
-    maxpool_backward_cpu(&d, cpu_src(e, L->src), dy, dx);
-    cpu_grad_done(e, i, 0, (size_t)n * L->in_c * L->in_h * L->in_w);
+    window_cpu_backward(e, i, n, dy, 1);
 }
 
 // Mean over each window.
-static void avgpool_cpu_forward(cpu_exec *e, int i, int n, int train) {
-    const layer *L = &e->nt->layers[i];
-    pool_dims d;
-    pool_dims_of(L, n, &d);
-    avgpool_forward_cpu(&d, cpu_src(e, L->src), e->act[i]);
-}
+static void avgpool_cpu_forward(cpu_exec *e, int i, int n, int train) { window_cpu_forward(e, i, n, 0); }
 
 // The gradient spread evenly over each window.
 static void avgpool_cpu_backward(cpu_exec *e, int i, int n, const float *dy) {
-    const layer *L = &e->nt->layers[i];
-    float *dx = cpu_grad_target(e, i, 0);
-    pool_dims d;
-    if (!dx) return;
-    pool_dims_of(L, n, &d);
-    avgpool_backward_cpu(&d, dy, dx);
-    cpu_grad_done(e, i, 0, (size_t)n * L->in_c * L->in_h * L->in_w);
+    window_cpu_backward(e, i, n, dy, 0);
 }
 
 // Mean over each plane.
