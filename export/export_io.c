@@ -17,9 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define EXPORT_FORMAT "sparsecnn-export"
-#define EXPORT_FORMAT_VERSION 2      // files of CSR layers only
-#define EXPORT_FORMAT_VERSION_BSR 3  // files with a BSR layer (older readers refuse them)
 
 #define EWR_FILTER_MIN 1024   // raw bytes from which a dataset is chunked, shuffled, deflated
 #define EWR_CHUNK_MAX (1 << 20)  // elements per chunk at most
@@ -28,13 +25,6 @@
 // --- HDF5 helpers -------------------------------------------------------------
 
 typedef h5io ewr;
-
-// Writes a 1-D dataset of n values.
-static int ewr_dset1(ewr *io, hid_t loc, const char *name, hid_t ftype, hid_t mtype, size_t n,
-                     const void *buf) {
-    hsize_t dims[1] = {(hsize_t)n};
-    return h5io_dset_write(io, loc, name, ftype, mtype, 1, dims, buf);
-}
 
 // Dataset creation properties for ndim dims of ftype: chunked (whole rows
 // of the trailing dims, up to EWR_CHUNK_MAX values), shuffled (values wider
@@ -114,30 +104,10 @@ static hid_t ewr_index_type(long long cols) {
     return cols <= 256 ? H5T_STD_U8LE : cols <= 65536 ? H5T_STD_U16LE : H5T_STD_I32LE;
 }
 
-// A layer's real entries (padding dropped): row pointers, columns, and
-// values (plain layers) or 4-bit codes packed two per byte (codebook layers).
-typedef struct {
-    int64_t *indptr;   // (K + 1)
-    int32_t *indices;  // (nnz)
-    float *values;     // (nnz), plain layers
-    uint8_t *codes;    // ((nnz + 1) / 2), codebook layers
-} ewr_compact;
-
-// Frees a compact layer.
-static void ewr_compact_free(ewr_compact *c) {
-    free(c->indptr), free(c->indices), free(c->values), free(c->codes);
-}
-
 // Extracts l's real entries (those without their padding bit) into c.
-static int ewr_compact_make(ewr *io, const sparse_layer *l, ewr_compact *c) {
-    const size_t nnz = (size_t)l->nnz + 1;
+static int sparse_compact_make(ewr *io, const sparse_layer *l, sparse_compact *c) {
     const int cb = l->vtype == SV_CODEBOOK4;
-    c->indptr = malloc(((size_t)l->K + 1) * sizeof *c->indptr);
-    c->indices = malloc(nnz * sizeof *c->indices);
-    c->values = cb ? NULL : malloc(nnz * sizeof *c->values);
-    c->codes = cb ? calloc(nnz / 2 + 1, 1) : NULL;
-    if (!c->indptr || !c->indices || (!c->values && !c->codes))
-        return sc_fail(io->err, "out of memory (%s)", io->path);
+    if (sparse_compact_alloc(c, l->K, l->nnz, l->vtype)) return sc_fail(io->err, "out of memory (%s)", io->path);
     int64_t e = 0;
     c->indptr[0] = 0;
     for (size_t k = 0; k < (size_t)l->K; k++) {
@@ -197,7 +167,7 @@ static int ewr_layer_codes(ewr *io, hid_t g, const sparse_layer *l, const uint8_
 
 // Writes a layer's datasets from its compact form: indptr, indices, bias,
 // and data (fp32 or fp16) or the codebook form.
-static int ewr_layer_data(ewr *io, hid_t g, const sparse_layer *l, const ewr_compact *c,
+static int ewr_layer_data(ewr *io, hid_t g, const sparse_layer *l, const sparse_compact *c,
                           export_layer_size *sz) {
     const size_t nnz = (size_t)l->nnz, K = (size_t)l->K;
     const long long cols = (long long)l->C * l->R * l->S;
@@ -233,7 +203,7 @@ static int ewr_layer_bsr(ewr *io, hid_t g, const sparse_layer *l, export_layer_s
 // Writes one layer's group (attributes and compact arrays).
 static int ewr_layer(ewr *io, hid_t g, const sparse_model *m, const sparse_layer *l,
                      export_layer_size *sz) {
-    ewr_compact c = {0};
+    sparse_compact c = {0};
     memset(sz, 0, sizeof *sz);
     int rc = ewr_layer_attrs(io, g, m, l);
     if (rc == 0 && l->bsr.kb > 0) {
@@ -241,9 +211,9 @@ static int ewr_layer(ewr *io, hid_t g, const sparse_model *m, const sparse_layer
             return sc_fail(io->err, "layer has %ld blocks for %ld entries", l->bsr.nblocks, l->nnz);
         return ewr_layer_bsr(io, g, l, sz);
     }
-    if (rc == 0) rc = ewr_compact_make(io, l, &c);
+    if (rc == 0) rc = sparse_compact_make(io, l, &c);
     if (rc == 0) rc = ewr_layer_data(io, g, l, &c, sz);
-    ewr_compact_free(&c);
+    sparse_compact_free(&c);
     return rc;
 }
 
@@ -271,31 +241,11 @@ static int ewr_layers(ewr *io, const sparse_model *m, export_layer_size *sizes) 
 
 // Writes the root attributes.
 static int ewr_root(ewr *io, const sparse_model *m) {
-    const net *nt = m->nt;
-    hid_t r = io->file;
-    SC_TRY(h5io_attr_str(io, r, "format", EXPORT_FORMAT));
     int bsr = 0;
     for (int i = 0; i < m->nlayers; i++) bsr |= m->layers[i].bsr.kb > 0;
-    SC_TRY(h5io_attr_int(io, r, "format_version", bsr ? EXPORT_FORMAT_VERSION_BSR : EXPORT_FORMAT_VERSION));
-    SC_TRY(h5io_attr_str(io, r, "arch", nt->arch));
-    SC_TRY(h5io_attr_str(io, r, "dataset", m->dataset));
-    SC_TRY(h5io_attr_int(io, r, "classes", nt->classes));
-    SC_TRY(h5io_attr_int(io, r, "in_c", nt->in_c));
-    SC_TRY(h5io_attr_int(io, r, "in_h", nt->in_h));
-    SC_TRY(h5io_attr_int(io, r, "in_w", nt->in_w));
-    return h5io_attr_str(io, r, "values", sparse_vtype_name(m->vtype));
-}
-
-// Writes /net: description and input normalisation.
-static int ewr_net(ewr *io, const net *nt) {
-    hid_t g = h5io_group_create(io, io->file, "net");
-    if (g < 0) return -1;
-    const char *desc = nt->desc ? nt->desc : "";
-    int rc = h5io_dset_strs(io, g, "description", 0, 1, &desc);
-    if (rc == 0) rc = ewr_dset1(io, g, "input_mean", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 3, nt->in_mean);
-    if (rc == 0) rc = ewr_dset1(io, g, "input_std", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 3, nt->in_std);
-    H5IO_CLOSE(io, H5Gclose, g, rc);
-    return rc;
+    SC_TRY(h5io_root_attrs(io, SPARSE_FORMAT, bsr ? SPARSE_FORMAT_VERSION_BSR : SPARSE_FORMAT_VERSION_CSR, m->nt,
+                           m->dataset));
+    return h5io_attr_str(io, io->file, "values", sparse_vtype_name(m->vtype));
 }
 
 // Writes /params: the tensors that were not folded into a CSR layer.
@@ -319,7 +269,7 @@ static int ewr_params(ewr *io, const sparse_model *m) {
 static int ewr_all(ewr *io, const sparse_model *m, const char *const *history, int nhistory,
                    export_layer_size *sizes) {
     SC_TRY(ewr_root(io, m));
-    SC_TRY(ewr_net(io, m->nt));
+    SC_TRY(h5io_net_write(io, m->nt));
     SC_TRY(h5io_dset_strs(io, io->file, "history", 1, nhistory, history));
     SC_TRY(ewr_params(io, m));
     return ewr_layers(io, m, sizes);

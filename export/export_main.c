@@ -49,20 +49,14 @@ static int opts_parse(export_opts *o, int argc, char **argv) {
         {.name = "runs", .type = OPT_STRING, .dst = &o->runs, .def = "runs", .metavar = "DIR",
          .help = "root of the run directories"},
     };
-    cli_spec spec = {.tool = TOOL, .usage = "export [options] [MODEL]",
-                     .summary = "Writes a model's conv and linear layers as compact CSR (BN folded, real non-zeros\n"
-                                "only, narrow indices, 4-bit codes after quantize, compressed; layers pruned on\n"
-                                "KxC blocks as BSR of their kept blocks) into an HDF5 file for the deploy\n"
-                                "runtime, which derives its kernel layouts at load time. MODEL:\n"
-                                "a model file (default: the latest run's model.quant.h5, else model.pruned.h5,\n"
-                                "else model.h5). Runs on the CPU (--device is unused).",
-                     .opts = opts, .nopts = (int)(sizeof opts / sizeof *opts), .min_pos = 0,
-                     .max_pos = 1};
-    const char *pos[1] = {NULL};
-    int npos = 0;
-    int rc = cli_parse(&spec, argc, argv, pos, &npos);
-    o->model = npos ? pos[0] : NULL;
-    return rc;
+    return cli_parse_one(TOOL, "export [options] [MODEL]",
+                         "Writes a model's conv and linear layers as compact CSR (BN folded, real non-zeros\n"
+                         "only, narrow indices, 4-bit codes after quantize, compressed; layers pruned on\n"
+                         "KxC blocks as BSR of their kept blocks) into an HDF5 file for the deploy\n"
+                         "runtime, which derives its kernel layouts at load time. MODEL:\n"
+                         "a model file (default: the latest run's model.quant.h5, else model.pruned.h5,\n"
+                         "else model.h5). Runs on the CPU (--device is unused).",
+                         opts, (int)(sizeof opts / sizeof *opts), argc, argv, &o->model);
 }
 
 // --- the run ----------------------------------------------------------------
@@ -286,9 +280,7 @@ static int summary_json(const export_run *r, sc_err *err) {
     for (int i = 0; i < r->m->nlayers; i++) json_layer(&j, r->m, &r->m->layers[i], &r->sizes[i]);
     json_array_end(&j);
     json_object_end(&j);
-    int rc = 0;
-    if (strcmp(r->o.c.json, "-")) rc = json_write_file(&j, r->o.c.json, err);
-    else printf("%s\n", json_text(&j));
+    int rc = json_write_file(&j, r->o.c.json, err);
     json_free(&j);
     return rc;
 }

@@ -145,17 +145,12 @@ static int pattern_check(prune_opts *o, int argc, char **argv) {
 // Parses argv into o; returns CLI_OK, CLI_HELP or CLI_USAGE.
 static int opts_parse(prune_opts *o, int argc, char **argv) {
     cli_opt opts[] = {CLI_COMMON_OPTS(o->c), PRUNE_OPTS(o)};
-    cli_spec spec = {.tool = TOOL, .usage = "prune [options] [DATASET]",
-                     .summary = "Prunes a CNN: evolutionary population search over gradient/magnitude masks\n"
-                                "(Pietron and Zurek), or gradual/one-shot magnitude pruning, from scratch or --from a\n"
-                                "trained model. DATASET: cifar10, cifar100, synthetic or a CIFAR-format folder\n"
-                                "(default: the model's, else cifar100 when present, else synthetic).",
-                     .opts = opts, .nopts = (int)(sizeof opts / sizeof *opts), .min_pos = 0,
-                     .max_pos = 1};
-    const char *pos[1] = {NULL};
-    int npos = 0;
-    int rc = cli_parse(&spec, argc, argv, pos, &npos);
-    o->dataset = npos ? pos[0] : NULL;
+    int rc = cli_parse_one(TOOL, "prune [options] [DATASET]",
+                           "Prunes a CNN: evolutionary population search over gradient/magnitude masks\n"
+                           "(Pietron and Zurek), or gradual/one-shot magnitude pruning, from scratch or --from a\n"
+                           "trained model. DATASET: cifar10, cifar100, synthetic or a CIFAR-format folder\n"
+                           "(default: the model's, else cifar100 when present, else synthetic).",
+                           opts, (int)(sizeof opts / sizeof *opts), argc, argv, &o->dataset);
     if (rc == CLI_OK && !(o->target >= 0.0 && o->target < 1.0)) {
         cli_error(TOOL, "--target-sparsity: must be in [0, 1) (%g)", o->target);
         return CLI_USAGE;
@@ -229,21 +224,11 @@ static int start_from_model(prune_run *r, sc_err *err) {
     return 0;
 }
 
-// The --val-size stored in a model's settings text (newline-separated
-// arguments), or -1 when it has none.
-static int config_val_size(const char *config) {
-    for (const char *p = config; p && (p = strstr(p, "--val-size")) != NULL; p++) {
-        const char *v = p + strlen("--val-size");
-        if (*v == '=' || *v == '\n') return atoi(v + 1);
-    }
-    return -1;
-}
-
 // The validation split of a --from model must be the one it was trained
 // without: same seed and size as its training run (its file records both).
 static void split_from_model(prune_run *r, uint64_t *seed) {
     *seed = r->meta.seed;
-    int stored = config_val_size(r->meta.config);
+    int stored = cli_args_int(r->meta.config, "--val-size", -1);
     if (r->o.val_size == -1 && stored > 0) r->o.val_size = stored;
     if (stored == 0)
         log_line(stderr, r->o.c.quiet, "prune: warning: %s was trained on every training image; "
@@ -537,9 +522,7 @@ static int summary_json(prune_run *r, double val, double test, const char *plot,
     prune_report_json_layers(&j, r->nt, r->rp.active ? r->rp.floors : lf, &r->cfg.pattern);
     prune_report_json_history(&j, p);
     json_object_end(&j);
-    int rc = 0;
-    if (strcmp(r->o.c.json, "-")) rc = json_write_file(&j, r->o.c.json, err);
-    else printf("%s\n", json_text(&j));
+    int rc = json_write_file(&j, r->o.c.json, err);
     json_free(&j);
     return rc;
 }

@@ -166,18 +166,13 @@ static int opts_check(quant_opts *o) {
 // Parses argv into o; returns CLI_OK, CLI_HELP or CLI_USAGE.
 static int opts_parse(quant_opts *o, int argc, char **argv) {
     cli_opt opts[] = {CLI_COMMON_OPTS(o->c), QUANT_OPTS(o)};
-    cli_spec spec = {.tool = TOOL, .usage = "quantize [options] [MODEL]",
-                     .summary = "Quantizes a model's conv and linear weights: k-means codebooks, linear fixed\n"
-                                "point (Pietron and Zurek, eq. 8-9 and 5-7) or fp16; pruned zeros stay zero.\n"
-                                "MODEL: a model file (default: runs/latest/model.pruned.h5, else model.h5).\n"
-                                "Evaluates before and after on the model's validation split and the test set.",
-                     .opts = opts, .nopts = (int)(sizeof opts / sizeof *opts), .min_pos = 0,
-                     .max_pos = 1};
-    const char *pos[1] = {NULL};
-    int npos = 0;
     o->centroids = 0;
-    int rc = cli_parse(&spec, argc, argv, pos, &npos);
-    o->input = npos ? pos[0] : NULL;
+    int rc = cli_parse_one(TOOL, "quantize [options] [MODEL]",
+                           "Quantizes a model's conv and linear weights: k-means codebooks, linear fixed\n"
+                           "point (Pietron and Zurek, eq. 8-9 and 5-7) or fp16; pruned zeros stay zero.\n"
+                           "MODEL: a model file (default: runs/latest/model.pruned.h5, else model.h5).\n"
+                           "Evaluates before and after on the model's validation split and the test set.",
+                           opts, (int)(sizeof opts / sizeof *opts), argc, argv, &o->input);
     return rc == CLI_OK ? opts_check(o) : rc;
 }
 
@@ -233,20 +228,11 @@ static int output_set(quant_run *r, sc_err *err) {
     return cli_outputs_check(&r->o.c, r->out, err);
 }
 
-// The --val-size stored in a model's settings text, or -1.
-static int config_val_size(const char *config) {
-    for (const char *p = config; p && (p = strstr(p, "--val-size")) != NULL; p++) {
-        const char *v = p + strlen("--val-size");
-        if (*v == '=' || *v == '\n') return atoi(v + 1);
-    }
-    return -1;
-}
-
 // Opens the model's dataset with the split it was trained without.
 static int data_open(quant_run *r, sc_err *err) {
     const char *spec = r->o.dataset ? r->o.dataset
                        : r->meta.dataset[0] ? r->meta.dataset : dataset_default_name(r->o.data_dir);
-    int val = r->o.val_size >= 0 ? r->o.val_size : config_val_size(r->meta.config);
+    int val = r->o.val_size >= 0 ? r->o.val_size : cli_args_int(r->meta.config, "--val-size", -1);
     SC_TRY(dataset_open(spec, r->o.data_dir, val, r->meta.seed, &r->ds, err));
     if (r->ds.classes != r->nt->classes)
         return sc_fail(err, "%s: the model has %d classes, dataset %s has %d", r->in,
@@ -494,9 +480,7 @@ static int summary_json(quant_run *r, sc_err *err) {
     json_add_number(&j, "seconds", progress_clock() - r->t0);
     quant_report_json(&j, r->nt, r->q, &r->rep);
     json_object_end(&j);
-    int rc = 0;
-    if (strcmp(r->o.c.json, "-")) rc = json_write_file(&j, r->o.c.json, err);
-    else printf("%s\n", json_text(&j));
+    int rc = json_write_file(&j, r->o.c.json, err);
     json_free(&j);
     return rc;
 }

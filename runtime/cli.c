@@ -299,6 +299,18 @@ int cli_parse(const cli_spec *spec, int argc, char **argv, const char **pos, int
     return CLI_OK;
 }
 
+// cli_parse with at most one positional argument, stored in *pos (or NULL).
+int cli_parse_one(const char *tool, const char *usage, const char *summary, const cli_opt *opts,
+                  int nopts, int argc, char **argv, const char **pos) {
+    cli_spec spec = {.tool = tool, .usage = usage, .summary = summary, .opts = opts, .nopts = nopts,
+                     .min_pos = 0, .max_pos = 1};
+    const char *p[1] = {NULL};
+    int n = 0;
+    int rc = cli_parse(&spec, argc, argv, p, &n);
+    *pos = n ? p[0] : NULL;
+    return rc;
+}
+
 // --- help -------------------------------------------------------------------
 
 // Writes the left column of an option's help line ("  -o, --output FILE").
@@ -380,6 +392,15 @@ char *cli_args_join(int argc, char **argv, const char *const *skip) {
         strcat(s, "\n");
     }
     return s;
+}
+
+// The value of opt in joined argument text, or none.
+int cli_args_int(const char *args, const char *opt, int none) {
+    for (const char *p = args; p && (p = strstr(p, opt)) != NULL; p++) {
+        const char *v = p + strlen(opt);
+        if (*v == '=' || *v == '\n') return atoi(v + 1);
+    }
+    return none;
 }
 
 // argv[0], the stored arguments, then argv[1..], for one combined parse.

@@ -53,6 +53,11 @@ enum { CLI_OK = 0, CLI_HELP = 1, CLI_USAGE = 2 };
 // (the tool exits 2).
 int cli_parse(const cli_spec *spec, int argc, char **argv, const char **pos, int *npos);
 
+// cli_parse for a tool of at most one positional argument: the spec is
+// tool, usage, summary and opts (nopts); *pos gets the argument or NULL.
+int cli_parse_one(const char *tool, const char *usage, const char *summary, const cli_opt *opts,
+                  int nopts, int argc, char **argv, const char **pos);
+
 // Prints usage, summary and every option with its default to f.
 void cli_print_help(const cli_spec *spec, FILE *f);
 
@@ -69,6 +74,10 @@ int cli_choice_index(const char *choices, const char *value);
 // value, given as "--stop-after N" or "--stop-after=N"); skip may be NULL.
 // Caller frees; NULL when out of memory.
 char *cli_args_join(int argc, char **argv, const char *const *skip);
+
+// The integer value of option opt (e.g. "--val-size") in text joined by
+// cli_args_join (given as "opt=N" or "opt\nN"), or none when it has none.
+int cli_args_int(const char *args, const char *opt, int none);
 
 // Builds argv[0], the stored arguments, then argv[1..]: one vector for a
 // combined parse in which the current options win. The vector and its

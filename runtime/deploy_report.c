@@ -300,6 +300,25 @@ static void rep_json_layers(json_writer *j, const deploy_plan *p, const deploy_r
     json_array_end(j);
 }
 
+// Adds name and name_batch1: the speedups base_ms / ms and base_lat / lat
+// (one batch, one image).
+static void rep_json_speedups(json_writer *j, const char *name, double base_ms, double base_lat, double ms,
+                              double lat) {
+    char name1[64];
+    snprintf(name1, sizeof name1, "%s_batch1", name);
+    json_add_number(j, name, base_ms / ms);
+    json_add_number(j, name1, base_lat / lat);
+}
+
+// Adds a dense engine's (or the mixed plan's) accuracy and its agreement with
+// the CPU reference.
+static void rep_json_engine_check(json_writer *j, const deploy_engine_result *e) {
+    json_add_number(j, "test_accuracy", e->test_acc);
+    json_add_int(j, "cpu_agreement_images", e->agree);
+    json_add_int(j, "cpu_compared_images", e->compared);
+    json_add_number(j, "logits_max_rel_err", e->logits_err);
+}
+
 // Adds "plans": one object per precision that ran.
 static void rep_json_plans(json_writer *j, const deploy_report *r) {
     json_array_begin(j, "plans");
@@ -315,11 +334,10 @@ static void rep_json_plans(json_writer *j, const deploy_report *r) {
         json_add_number(j, "dense_latency_ms_batch1", pr->dense_lat_ms);
         const deploy_engine_result *e = &r->eng[rep_engine_of(pr->prec)];
         json_add_string(j, "engine_precision", dengine_prec_name(rep_engine_of(pr->prec)));
-        json_add_number(j, "engine_speedup", e->ran ? e->ms / pr->ms : NAN);
-        json_add_number(j, "engine_speedup_batch1", e->ran ? e->lat_ms / pr->lat_ms : NAN);
+        rep_json_speedups(j, "engine_speedup", e->ran ? e->ms : NAN, e->ran ? e->lat_ms : NAN, pr->ms,
+                          pr->lat_ms);
         json_add_string(j, "dense_baseline", "old per-layer cuDNN plan (NCHW)");
-        json_add_number(j, "speedup", pr->dense_ms / pr->ms);
-        json_add_number(j, "speedup_batch1", pr->dense_lat_ms / pr->lat_ms);
+        rep_json_speedups(j, "speedup", pr->dense_ms, pr->dense_lat_ms, pr->ms, pr->lat_ms);
         json_add_bool(j, "cuda_graph", pr->graph);
         json_add_int(j, "cpu_agreement_images", pr->agree);
         json_add_int(j, "cpu_compared_images", pr->compared);
@@ -344,10 +362,7 @@ static void rep_json_engines(json_writer *j, const deploy_report *r) {
         json_add_number(j, "batch_ms", e->ms);
         json_add_number(j, "batch1_ms", e->lat_ms);
         json_add_number(j, "images_per_second", deploy_ips(r->batch, e->ms));
-        json_add_number(j, "test_accuracy", e->test_acc);
-        json_add_int(j, "cpu_agreement_images", e->agree);
-        json_add_int(j, "cpu_compared_images", e->compared);
-        json_add_number(j, "logits_max_rel_err", e->logits_err);
+        rep_json_engine_check(j, e);
         json_add_number(j, "build_seconds", e->build_s);
         json_object_end(j);
     }
@@ -357,12 +372,8 @@ static void rep_json_engines(json_writer *j, const deploy_report *r) {
     json_object_begin(j, "mixed_fp16");
     json_add_number(j, "batch_ms", m->ms);
     json_add_number(j, "batch1_ms", m->lat_ms);
-    json_add_number(j, "engine_speedup", e->ms / m->ms);
-    json_add_number(j, "engine_speedup_batch1", e->lat_ms / m->lat_ms);
-    json_add_number(j, "test_accuracy", m->test_acc);
-    json_add_int(j, "cpu_agreement_images", m->agree);
-    json_add_int(j, "cpu_compared_images", m->compared);
-    json_add_number(j, "logits_max_rel_err", m->logits_err);
+    rep_json_speedups(j, "engine_speedup", e->ms, e->lat_ms, m->ms, m->lat_ms);
+    rep_json_engine_check(j, m);
     json_add_int(j, "sparse_layers", m->nsparse);
     json_add_string(j, "sparse_layer_names", m->sparse);
     json_object_end(j);
@@ -396,8 +407,9 @@ void deploy_report_json(json_writer *j, const deploy_plan *p, const deploy_repor
     json_add_string(j, "chart", r->chart[0] ? r->chart : NULL);
     const deploy_engine_result *e = pr ? &r->eng[rep_engine_of(pr->prec)] : NULL;
     json_add_string(j, "engine_precision", pr ? dengine_prec_name(rep_engine_of(pr->prec)) : NULL);
-    json_add_number(j, "engine_speedup", e && e->ran ? e->ms / pr->ms : NAN);
-    json_add_number(j, "engine_speedup_batch1", e && e->ran ? e->lat_ms / pr->lat_ms : NAN);
+    const int eran = e && e->ran;
+    rep_json_speedups(j, "engine_speedup", eran ? e->ms : NAN, eran ? e->lat_ms : NAN, pr ? pr->ms : NAN,
+                      pr ? pr->lat_ms : NAN);
     rep_json_engines(j, r);
     rep_json_plans(j, r);
     rep_json_layers(j, p, r);

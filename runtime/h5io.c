@@ -170,6 +170,34 @@ hid_t h5io_group_create(h5io *io, hid_t loc, const char *name) {
     return g;
 }
 
+// Writes the root attributes shared by model and export files.
+int h5io_root_attrs(h5io *io, const char *format, int version, const net *nt, const char *dataset) {
+    hid_t r = io->file;
+    SC_TRY(h5io_attr_str(io, r, "format", format));
+    SC_TRY(h5io_attr_int(io, r, "format_version", version));
+    SC_TRY(h5io_attr_str(io, r, "arch", nt->arch));
+    SC_TRY(h5io_attr_str(io, r, "dataset", dataset));
+    SC_TRY(h5io_attr_int(io, r, "classes", nt->classes));
+    SC_TRY(h5io_attr_int(io, r, "in_c", nt->in_c));
+    SC_TRY(h5io_attr_int(io, r, "in_h", nt->in_h));
+    return h5io_attr_int(io, r, "in_w", nt->in_w);
+}
+
+// Writes /net: description and input normalisation.
+int h5io_net_write(h5io *io, const net *nt) {
+    hid_t g = h5io_group_create(io, io->file, "net");
+    if (g < 0) return -1;
+    hsize_t three[1] = {3};
+    const char *desc = nt->desc ? nt->desc : "";
+    int rc = h5io_dset_strs(io, g, "description", 0, 1, &desc);
+    if (rc == 0)
+        rc = h5io_dset_write(io, g, "input_mean", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 1, three, nt->in_mean);
+    if (rc == 0)
+        rc = h5io_dset_write(io, g, "input_std", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 1, three, nt->in_std);
+    H5IO_CLOSE(io, H5Gclose, g, rc);
+    return rc;
+}
+
 // --- reading ----------------------------------------------------------------
 
 // Checks that the file is a regular, intact HDF5 file, then opens it read-only.

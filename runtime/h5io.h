@@ -9,6 +9,7 @@
 #include <hdf5.h>
 
 #include "error.h"
+#include "net.h"
 
 typedef struct {
     const char *path;  // the file, named in every message
@@ -75,6 +76,11 @@ int h5io_dset_strs(h5io *io, hid_t loc, const char *name, int ndim, int n,
                    const char *const *strs);
 // Creates a group; returns its id or -1 (error filled).
 hid_t h5io_group_create(h5io *io, hid_t loc, const char *name);
+// Writes the root attributes that identify a model or export file and its
+// net's input: format, format_version, arch, dataset, classes, in_c/h/w.
+int h5io_root_attrs(h5io *io, const char *format, int version, const net *nt, const char *dataset);
+// Writes the group /net: the description text and the input normalisation.
+int h5io_net_write(h5io *io, const net *nt);
 
 // --- reading ----------------------------------------------------------------
 // Messages name an object as where/name ("/params", "w" -> "/params/w"; where

@@ -116,34 +116,9 @@ static int mio_group_write(mio *io, hid_t loc, const char *name, mio_kind k, con
 
 // Writes the root attributes that identify the file and the net's input.
 static int mio_root_write(mio *io, const net *nt, const model_meta *m) {
-    hid_t r = io->file;
-    SC_TRY(h5io_attr_str(io, r, "format", MODEL_FORMAT));
-    SC_TRY(h5io_attr_int(io, r, "format_version", MODEL_FORMAT_VERSION));
-    SC_TRY(h5io_attr_str(io, r, "arch", nt->arch));
-    SC_TRY(h5io_attr_str(io, r, "dataset", m->dataset));
-    SC_TRY(h5io_attr_int(io, r, "classes", nt->classes));
-    SC_TRY(h5io_attr_int(io, r, "in_c", nt->in_c));
-    SC_TRY(h5io_attr_int(io, r, "in_h", nt->in_h));
-    SC_TRY(h5io_attr_int(io, r, "in_w", nt->in_w));
-    if (m->pattern[0]) SC_TRY(h5io_attr_str(io, r, "pattern", m->pattern));
+    SC_TRY(h5io_root_attrs(io, MODEL_FORMAT, MODEL_FORMAT_VERSION, nt, m->dataset));
+    if (m->pattern[0]) SC_TRY(h5io_attr_str(io, io->file, "pattern", m->pattern));
     return 0;
-}
-
-// Writes /net: the description text and the input normalisation.
-static int mio_net_write(mio *io, const net *nt) {
-    hid_t g = h5io_group_create(io, io->file, "net");
-    if (g < 0) return -1;
-    hsize_t three[1] = {3};
-    const char *desc = nt->desc ? nt->desc : "";
-    int rc = h5io_dset_strs(io, g, "description", 0, 1, &desc);
-    if (rc == 0)
-        rc = h5io_dset_write(io, g, "input_mean", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 1, three,
-                            nt->in_mean);
-    if (rc == 0)
-        rc = h5io_dset_write(io, g, "input_std", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 1, three,
-                            nt->in_std);
-    H5IO_CLOSE(io, H5Gclose, g, rc);
-    return rc;
 }
 
 // Writes /state attributes and /state/config.
@@ -187,7 +162,7 @@ static int mio_momentum_write(mio *io, const net *nt, const model_meta *m) {
 // Writes the whole model into the open file.
 static int mio_write_all(mio *io, const net *nt, const model_meta *m) {
     SC_TRY(mio_root_write(io, nt, m));
-    SC_TRY(mio_net_write(io, nt));
+    SC_TRY(h5io_net_write(io, nt));
     SC_TRY(mio_group_write(io, io->file, "params", MG_PARAMS, nt, m));
     SC_TRY(mio_group_write(io, io->file, "masks", MG_MASKS, nt, m));
     SC_TRY(mio_group_write(io, io->file, "buffers", MG_BUFFERS, nt, m));

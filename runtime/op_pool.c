@@ -29,42 +29,40 @@ static int pool_cpu_check(const layer *L, int max_batch, sc_err *err) {
     return 0;
 }
 
-// Max over each window.
-static void maxpool_cpu_forward(cpu_exec *e, int i, int n, int train) {
+// Max (max = 1) or mean over each window.
+static void window_cpu_forward(cpu_exec *e, int i, int n, int max) {
     const layer *L = &e->nt->layers[i];
     pool_dims d;
     pool_dims_of(L, n, &d);
-    maxpool_forward_cpu(&d, cpu_src(e, L->src), e->act[i]);
+    (max ? maxpool_forward_cpu : avgpool_forward_cpu)(&d, cpu_src(e, L->src), e->act[i]);
 }
+
+// The gradient to each window's maximum (max = 1) or spread evenly over it.
+static void window_cpu_backward(cpu_exec *e, int i, int n, const float *dy, int max) {
+    const layer *L = &e->nt->layers[i];
+    float *dx = cpu_grad_target(e, i, 0);
+    pool_dims d;
+    if (!dx) return;
+    pool_dims_of(L, n, &d);
+    if (max) maxpool_backward_cpu(&d, cpu_src(e, L->src), dy, dx);
+    else avgpool_backward_cpu(&d, dy, dx);
+    cpu_grad_done(e, i, 0, (size_t)n * L->in_c * L->in_h * L->in_w);
+}
+
+// Max over each window.
+static void maxpool_cpu_forward(cpu_exec *e, int i, int n, int train) { window_cpu_forward(e, i, n, 1); }
 
 // The gradient to each window's maximum.
 static void maxpool_cpu_backward(cpu_exec *e, int i, int n, const float *dy) {
-    const layer *L = &e->nt->layers[i];
-    float *dx = cpu_grad_target(e, i, 0);
-    pool_dims d;
-    if (!dx) return;
-    pool_dims_of(L, n, &d);
-    maxpool_backward_cpu(&d, cpu_src(e, L->src), dy, dx);
-    cpu_grad_done(e, i, 0, (size_t)n * L->in_c * L->in_h * L->in_w);
+    window_cpu_backward(e, i, n, dy, 1);
 }
 
 // Mean over each window.
-static void avgpool_cpu_forward(cpu_exec *e, int i, int n, int train) {
-    const layer *L = &e->nt->layers[i];
-    pool_dims d;
-    pool_dims_of(L, n, &d);
-    avgpool_forward_cpu(&d, cpu_src(e, L->src), e->act[i]);
-}
+static void avgpool_cpu_forward(cpu_exec *e, int i, int n, int train) { window_cpu_forward(e, i, n, 0); }
 
 // The gradient spread evenly over each window.
 static void avgpool_cpu_backward(cpu_exec *e, int i, int n, const float *dy) {
-    const layer *L = &e->nt->layers[i];
-    float *dx = cpu_grad_target(e, i, 0);
-    pool_dims d;
-    if (!dx) return;
-    pool_dims_of(L, n, &d);
-    avgpool_backward_cpu(&d, dy, dx);
-    cpu_grad_done(e, i, 0, (size_t)n * L->in_c * L->in_h * L->in_w);
+    window_cpu_backward(e, i, n, dy, 0);
 }
 
 // Mean over each plane.
@@ -82,65 +80,32 @@ static void gap_cpu_backward(cpu_exec *e, int i, int n, const float *dy) {
     cpu_grad_done(e, i, 0, (size_t)n * L->in_c * L->in_h * L->in_w);
 }
 
-// A max pool the export did not fuse.
-static int maxpool_deploy(struct plan_builder *b, int i, sc_err *err) {
-    return deploy_plan_pool(b, i, DOP_MAXPOOL, err);
-}
-
-// An average pool.
-static int avgpool_deploy(struct plan_builder *b, int i, sc_err *err) {
-    return deploy_plan_pool(b, i, DOP_AVGPOOL, err);
-}
-
-// A global average pool.
-static int gap_deploy(struct plan_builder *b, int i, sc_err *err) {
-    return deploy_plan_pool(b, i, DOP_GAP, err);
-}
-
-static const struct op_cpu maxpool_cpu = {
-    .check = pool_cpu_check,
-    .forward = maxpool_cpu_forward,
-    .backward = maxpool_cpu_backward,
-};
-
-static const struct op_cpu avgpool_cpu = {
-    .check = pool_cpu_check,
-    .forward = avgpool_cpu_forward,
-    .backward = avgpool_cpu_backward,
-};
-
-static const struct op_cpu gap_cpu = {
-    .forward = gap_cpu_forward,
-    .backward = gap_cpu_backward,
-};
-
 #ifdef SC_HAVE_CUDA
 extern const struct op_gpu op_maxpool_gpu, op_avgpool_gpu, op_gap_gpu;
 #endif
 
-const op_kind op_maxpool = {
-    .name = "maxpool",
-    .options = " stride pad name from ",
-    .parse = pool_parse,
-    .cpu = &maxpool_cpu,
-    .gpu = OP_GPU_HOOKS(op_maxpool_gpu),
-    .deploy = maxpool_deploy,
-};
+// One pooling kind: its CPU hooks (CHECK: the window check, NULL for none),
+// its deploy hook (a DOP pool op) and its descriptor op_NAME, keyword NAME
+// with options OPTS parsed by PARSE.
+#define POOL_KIND(NAME, OPTS, PARSE, CHECK, DOP)                                  \
+    static int NAME##_deploy(struct plan_builder *b, int i, sc_err *err) {        \
+        return deploy_plan_pool(b, i, DOP, err);                                  \
+    }                                                                             \
+    static const struct op_cpu NAME##_cpu = {                                     \
+        .check = CHECK,                                                           \
+        .forward = NAME##_cpu_forward,                                            \
+        .backward = NAME##_cpu_backward,                                          \
+    };                                                                            \
+    const op_kind op_##NAME = {                                                   \
+        .name = #NAME,                                                            \
+        .options = OPTS,                                                          \
+        .parse = PARSE,                                                           \
+        .cpu = &NAME##_cpu,                                                       \
+        .gpu = OP_GPU_HOOKS(op_##NAME##_gpu),                                     \
+        .deploy = NAME##_deploy,                                                  \
+    };
 
-const op_kind op_avgpool = {
-    .name = "avgpool",
-    .options = " stride pad name from ",
-    .parse = pool_parse,
-    .cpu = &avgpool_cpu,
-    .gpu = OP_GPU_HOOKS(op_avgpool_gpu),
-    .deploy = avgpool_deploy,
-};
-
-const op_kind op_gap = {
-    .name = "gap",
-    .options = " name from ",
-    .parse = gap_parse,
-    .cpu = &gap_cpu,
-    .gpu = OP_GPU_HOOKS(op_gap_gpu),
-    .deploy = gap_deploy,
-};
+// A max pool the export did not fuse; an average pool; a global average pool.
+POOL_KIND(maxpool, " stride pad name from ", pool_parse, pool_cpu_check, DOP_MAXPOOL)
+POOL_KIND(avgpool, " stride pad name from ", pool_parse, pool_cpu_check, DOP_AVGPOOL)
+POOL_KIND(gap, " name from ", gap_parse, NULL, DOP_GAP)

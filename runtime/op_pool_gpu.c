@@ -17,40 +17,46 @@ static int pool_gpu_bwd_args(gx_exec *e, int i, int n, pool_dims *d, void **dx, 
     return *dx ? pool_gpu_dims(&e->nt->layers[i], n, d, err) : 0;
 }
 
-// Max over each window.
-static int maxpool_gpu_fwd(gx_exec *e, gx_plan *p, int i, int n, int train, sc_err *err) {
+// Max (max = 1) or mean over each window.
+static int window_gpu_fwd(gx_exec *e, int i, int n, int max, sc_err *err) {
     const layer *L = &e->nt->layers[i];
     pool_dims d;
     SC_TRY(pool_gpu_dims(L, n, &d, err));
-    return maxpool_forward_gpu(&e->g, e->dt, &d, gx_out(e, L->src), e->gl[i].out, err);
+    return (max ? maxpool_forward_gpu : avgpool_forward_gpu)(&e->g, e->dt, &d, gx_out(e, L->src),
+                                                              e->gl[i].out, err);
+}
+
+// The gradient to each window's maximum (max = 1) or spread evenly over it.
+static int window_gpu_bwd(gx_exec *e, int i, int n, int max, sc_err *err) {
+    pool_dims d;
+    void *dx;
+    int acc;
+    SC_TRY(pool_gpu_bwd_args(e, i, n, &d, &dx, &acc, err));
+    if (!dx) return 0;
+    if (max)
+        return maxpool_backward_gpu(&e->g, e->dt, &d, gx_out(e, e->nt->layers[i].src), e->gl[i].grad, dx,
+                                    acc, err);
+    return avgpool_backward_gpu(&e->g, e->dt, &d, e->gl[i].grad, dx, acc, err);
+}
+
+// Max over each window.
+static int maxpool_gpu_fwd(gx_exec *e, gx_plan *p, int i, int n, int train, sc_err *err) {
+    return window_gpu_fwd(e, i, n, 1, err);
 }
 
 // The gradient to each window's maximum.
 static int maxpool_gpu_bwd(gx_exec *e, gx_plan *p, int i, int n, sc_err *err) {
-    pool_dims d;
-    void *dx;
-    int acc;
-    SC_TRY(pool_gpu_bwd_args(e, i, n, &d, &dx, &acc, err));
-    return dx ? maxpool_backward_gpu(&e->g, e->dt, &d, gx_out(e, e->nt->layers[i].src),
-                                     e->gl[i].grad, dx, acc, err)
-              : 0;
+    return window_gpu_bwd(e, i, n, 1, err);
 }
 
 // Mean over each window.
 static int avgpool_gpu_fwd(gx_exec *e, gx_plan *p, int i, int n, int train, sc_err *err) {
-    const layer *L = &e->nt->layers[i];
-    pool_dims d;
-    SC_TRY(pool_gpu_dims(L, n, &d, err));
-    return avgpool_forward_gpu(&e->g, e->dt, &d, gx_out(e, L->src), e->gl[i].out, err);
+    return window_gpu_fwd(e, i, n, 0, err);
 }
 
 // The gradient spread evenly over each window.
 static int avgpool_gpu_bwd(gx_exec *e, gx_plan *p, int i, int n, sc_err *err) {
-    pool_dims d;
-    void *dx;
-    int acc;
-    SC_TRY(pool_gpu_bwd_args(e, i, n, &d, &dx, &acc, err));
-    return dx ? avgpool_backward_gpu(&e->g, e->dt, &d, e->gl[i].grad, dx, acc, err) : 0;
+    return window_gpu_bwd(e, i, n, 0, err);
 }
 
 // Mean over each plane.

@@ -82,6 +82,22 @@ int sparse_layer_alloc(sparse_layer *l, sc_err *err) {
     return 0;
 }
 
+// Allocates a compact layer of K rows and nnz entries.
+int sparse_compact_alloc(sparse_compact *c, int K, long nnz, sparse_vtype v) {
+    const size_t n = (size_t)nnz + 1;
+    const int cb = v == SV_CODEBOOK4;
+    c->indptr = malloc(((size_t)K + 1) * sizeof *c->indptr);
+    c->indices = malloc(n * sizeof *c->indices);
+    c->values = cb ? NULL : malloc(n * sizeof *c->values);
+    c->codes = cb ? calloc(n / 2 + 1, 1) : NULL;
+    return !c->indptr || !c->indices || (!c->values && !c->codes) ? -1 : 0;
+}
+
+// Frees a compact layer's arrays.
+void sparse_compact_free(sparse_compact *c) {
+    free(c->indptr), free(c->indices), free(c->values), free(c->codes);
+}
+
 // Sets padded entry j of row k to column col: its offset, and either the
 // padding bit or the real entry e's value (vals) or code (codes).
 static void sl_entry(sparse_layer *l, size_t j, int k, int32_t col, long e, const float *vals,

@@ -18,10 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SPARSE_FORMAT "sparsecnn-export"
-#define SPARSE_FORMAT_VERSION_MIN 2  // compact CSR layers
-#define SPARSE_FORMAT_VERSION 3      // and BSR layers (a file without one is written as 2)
-
 // Name of a value type as stored in the file.
 const char *sparse_vtype_name(sparse_vtype v) {
     return v == SV_FP16 ? "fp16" : v == SV_CODEBOOK4 ? "codebook4" : "fp32";
@@ -541,14 +537,11 @@ static int sio_bsr_body(sio *io, hid_t g, const char *where, sparse_layer *l) {
 // Reads a CSR layer's body (encoding-type csr_matrix).
 static int sio_csr_body(sio *io, hid_t g, const char *where, sparse_layer *l) {
     SC_TRY(sio_int(io, g, where, "nnz", 0, (long)l->K * l->C * l->R * l->S, &l->nnz));
-    const size_t n = (size_t)l->nnz + 1;
-    int64_t *p = malloc(((size_t)l->K + 1) * sizeof *p);  // (K + 1)
-    int32_t *idx = malloc(n * sizeof *idx);                // (nnz)
-    float *vals = l->vtype == SV_CODEBOOK4 ? NULL : malloc(n * sizeof *vals);  // (nnz)
-    uint8_t *codes = l->vtype == SV_CODEBOOK4 ? malloc(n / 2 + 1) : NULL;    // ((nnz + 1) / 2)
-    int rc = !p || !idx || (!vals && !codes) ? sc_fail(io->err, "out of memory (%s)", io->path)
-                                             : sio_layer_arrays(io, g, where, l, p, idx, vals, codes);
-    free(p), free(idx), free(vals), free(codes);
+    sparse_compact c = {0};
+    int rc = sparse_compact_alloc(&c, l->K, l->nnz, l->vtype)
+                 ? sc_fail(io->err, "out of memory (%s)", io->path)
+                 : sio_layer_arrays(io, g, where, l, c.indptr, c.indices, c.values, c.codes);
+    sparse_compact_free(&c);
     return rc;
 }
 
@@ -636,10 +629,10 @@ static int sio_format(sio *io, sparse_model *m) {
     if (!ok) return -1;
     long ver;
     SC_TRY(sio_int(io, io->file, "/", "format_version", -(1L << 30), 1L << 30, &ver));
-    if (ver < SPARSE_FORMAT_VERSION_MIN || ver > SPARSE_FORMAT_VERSION)
+    if (ver < SPARSE_FORMAT_VERSION_CSR || ver > SPARSE_FORMAT_VERSION_BSR)
         return sc_fail(io->err, "%s: export format version %ld is not read by this build (it reads "
                        "versions %d and %d): run export again on the model", io->path, ver,
-                       SPARSE_FORMAT_VERSION_MIN, SPARSE_FORMAT_VERSION);
+                       SPARSE_FORMAT_VERSION_CSR, SPARSE_FORMAT_VERSION_BSR);
     m->version = (int)ver;
     char *vt = sio_str(io, io->file, "/", "values", 1);
     if (!vt) return -1;

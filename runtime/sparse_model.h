@@ -26,7 +26,24 @@
 #include "error.h"
 #include "net.h"
 
+// The export file's format name and versions, one definition for writer and
+// reader: version 2 holds compact CSR layers only, version 3 also BSR layers
+// (a file without a BSR layer is written as version 2, which older readers read).
+#define SPARSE_FORMAT "sparsecnn-export"
+#define SPARSE_FORMAT_VERSION_CSR 2
+#define SPARSE_FORMAT_VERSION_BSR 3
+
 typedef enum { SV_FP32 = 0, SV_FP16 = 1, SV_CODEBOOK4 = 2 } sparse_vtype;
+
+// A layer's real entries as the file stores them (compact CSR, padding
+// dropped): row pointers, columns, and values (plain layers) or 4-bit codes
+// packed two per byte (codebook layers).
+typedef struct {
+    int64_t *indptr;   // (K + 1)
+    int32_t *indices;  // (nnz)
+    float *values;     // (nnz), plain layers, else NULL
+    uint8_t *codes;    // ((nnz + 1) / 2), codebook layers (zeroed), else NULL
+} sparse_compact;
 
 // The block structure of a layer stored as BSR (docs/export-format.md): the
 // (K, R*S*C) matrix with its columns in (r, s, c) order, cut into blocks of
@@ -145,6 +162,12 @@ int sparse_row_columns(const float *w, int cols, int rs, int nnz_row, int32_t *i
 // Allocates l's padded arrays for K rows of l->nnz_row entries after l->vtype
 // is set (pad_mask and codes zeroed; codes and row_scale for codebook layers).
 int sparse_layer_alloc(sparse_layer *l, sc_err *err);
+
+// Allocates c for K rows and nnz entries of value type v (the export writer
+// and the CSR reader); -1 when out of memory. Free with sparse_compact_free
+// either way.
+int sparse_compact_alloc(sparse_compact *c, int K, long nnz, sparse_vtype v);
+void sparse_compact_free(sparse_compact *c);
 
 // Builds l's padded layout from its compact CSR, after l->nnz_row is set to
 // the longest row and sparse_layer_alloc: indptr (K + 1) over the real entries, idx their columns (valid and ascending within each row), and

@@ -135,6 +135,26 @@ static void test_cli_good(tctx *t) {
     CHECK(t, msg[0] == '\0', "no message on success: %s", msg);
 }
 
+// cli_parse_one: the one positional argument, or NULL without one; a second
+// one is a usage error.
+static void test_cli_parse_one(tctx *t) {
+    opts_t o;
+    cli_opt tab[16];
+    cli_spec spec = make_spec(&o, tab, 0, 1);
+    const char *pos = "unset";
+    char *one[] = {"tool", "--epochs", "5", "cifar10"}, *none[] = {"tool", "-v"};
+    int rc = cli_parse_one("tool", "tool [DATASET]", "x", spec.opts, spec.nopts, 4, one, &pos);
+    CHECK(t, rc == CLI_OK && pos && !strcmp(pos, "cifar10") && o.epochs == 5, "rc %d", rc);
+    rc = cli_parse_one("tool", "tool [DATASET]", "x", spec.opts, spec.nopts, 2, none, &pos);
+    CHECK(t, rc == CLI_OK && !pos && o.verbose, "rc %d, no positional", rc);
+    char *two[] = {"tool", "a", "b"};
+    capture c;
+    capture_begin(&c, 2);
+    rc = cli_parse_one("tool", "tool [DATASET]", "x", spec.opts, spec.nopts, 3, two, &pos);
+    const char *msg = capture_end(&c);
+    CHECK(t, rc == CLI_USAGE, "two positionals: rc %d %s", rc, msg);
+}
+
 // Every kind of bad argument list gives exit 2 and one precise line.
 static void test_cli_bad(tctx *t) {
     static const char *cases[][2] = {
@@ -518,6 +538,9 @@ static void test_cli_args_store(tctx *t) {
              !strcmp(v[4], "cifar100") && !strcmp(v[5], "--quiet"), "merged %d", n);
     char *all = cli_args_join(9, argv, NULL);
     CHECK(t, all && strstr(all, "--resume\n--stop-after\n3\n"), "no skip list keeps all");
+    CHECK(t, cli_args_int(all, "--stop-after", -1) == 3 && cli_args_int(all, "--time-limit", -1) == 9 &&
+             cli_args_int(all, "--val-size", -1) == -1 && cli_args_int(NULL, "--lr", 7) == 7,
+          "stored option values");
     free(all);
     free(s);
 }
@@ -531,6 +554,7 @@ int main(void) {
         return 1;
     }
     RUN(&t, test_cli_good);
+    RUN(&t, test_cli_parse_one);
     RUN(&t, test_cli_bad);
     RUN(&t, test_cli_fuzz);
     RUN(&t, test_cli_numbers);

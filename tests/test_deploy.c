@@ -249,36 +249,68 @@ static void test_plan_errors(tctx *t) {
     net_free(nt);
 }
 
+// A lenet plan, the report of a run without GPU timings and a temporary
+// file: what the chart tests write.
+typedef struct {
+    net *nt;
+    sparse_model *m;
+    deploy_plan *p;  // NULL when the build failed (err says why)
+    deploy_report r;
+    char path[64];   // the temporary file
+    int fd;          // its descriptor, -1 when closed or not created
+} report_fixture;
+
+// Builds the fixture's plan and report and creates its temporary file.
+static void report_fixture_make(report_fixture *f, sc_err *err) {
+    f->nt = make_net("lenet", NULL, 32, 32, 10);
+    tdm_opts o = {.fold_bn = 1, .fuse_relu = 1, .fuse_pool = 1, .sparsity = 0.5f};
+    f->m = tdm_build(f->nt, &o, 12);
+    f->p = deploy_plan_build(f->m, err);
+    f->r = (deploy_report){.input = "x.h5", .dataset = "synthetic", .arch = "lenet", .device = "cpu",
+                           .gpu = 1, .batch = 8, .repeat = 1, .test_images = 10};
+    snprintf(f->path, sizeof f->path, "/tmp/test_deploy_chart_XXXXXX");
+    f->fd = mkstemp(f->path);
+}
+
+// Removes the temporary file and frees the plan, model and net.
+static void report_fixture_free(report_fixture *f) {
+    if (f->fd >= 0) close(f->fd);
+    unlink(f->path);
+    deploy_plan_free(f->p);
+    tdm_free(f->m);
+    net_free(f->nt);
+}
+
+// Reads at most len - 1 bytes of path into text (zero-terminated, text
+// zeroed first); returns the count read, 0 when it cannot be opened.
+static size_t read_text(const char *path, char *text, size_t len) {
+    memset(text, 0, len);
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(text, 1, len - 1, f) : 0;
+    if (f) fclose(f);
+    return n;
+}
+
 // The chart and the JSON summary of a run without GPU timings: an SVG
 // naming every conv/linear layer; the JSON with every per-layer column.
 static void test_report(tctx *t) {
     sc_err err = {{0}};
-    net *nt = make_net("lenet", NULL, 32, 32, 10);
-    tdm_opts o = {.fold_bn = 1, .fuse_relu = 1, .fuse_pool = 1, .sparsity = 0.5f};
-    sparse_model *m = tdm_build(nt, &o, 12);
-    deploy_plan *p = deploy_plan_build(m, &err);
-    deploy_report r = {.input = "x.h5", .dataset = "synthetic", .arch = "lenet", .device = "cpu",
-                       .gpu = 1, .batch = 8, .repeat = 1, .test_images = 10};
-    char path[] = "/tmp/test_deploy_chart_XXXXXX";
-    int fd = mkstemp(path);
-    CHECK(t, p && fd >= 0 && deploy_report_chart(path, p, &r, &err) == 0, "chart: %s", err.msg);
-    char text[16384] = {0};
-    FILE *f = fopen(path, "r");
-    size_t len = f ? fread(text, 1, sizeof text - 1, f) : 0;
-    if (f) fclose(f);
+    report_fixture fx;
+    report_fixture_make(&fx, &err);
+    deploy_plan *p = fx.p;
+    CHECK(t, p && fx.fd >= 0 && deploy_report_chart(fx.path, p, &fx.r, &err) == 0, "chart: %s", err.msg);
+    char text[16384];
+    size_t len = read_text(fx.path, text, sizeof text);
     CHECK(t, len > 0 && strstr(text, "<svg") && strstr(text, ">conv2<") && strstr(text, ">fc3<") &&
              strstr(text, "</svg>"), "chart text: %.200s", text);
     json_writer j;
     json_init(&j);
-    if (p) deploy_report_json(&j, p, &r);
+    if (p) deploy_report_json(&j, p, &fx.r);
     const char *js = json_text(&j);
     CHECK(t, js && strstr(js, "\"cudnn_tf32_ms\": null") && strstr(js, "\"cusparse_ms\": null") &&
              strstr(js, "\"name\": \"fc3\"") && strstr(js, "\"output\": null"), "json: %.300s", js ? js : j.why);
     json_free(&j);
-    if (fd >= 0) close(fd), unlink(path);
-    deploy_plan_free(p);
-    tdm_free(m);
-    net_free(nt);
+    report_fixture_free(&fx);
 }
 
 // Writes the chart under a 256-byte file size limit (a full disk): the write
@@ -300,28 +332,18 @@ static int chart_write_limited(const char *path, const deploy_plan *p, const dep
 // atomic writer).
 static void test_chart_write_error(tctx *t) {
     sc_err err = {{0}};
-    net *nt = make_net("lenet", NULL, 32, 32, 10);
-    tdm_opts o = {.fold_bn = 1, .fuse_relu = 1, .fuse_pool = 1, .sparsity = 0.5f};
-    sparse_model *m = tdm_build(nt, &o, 12);
-    deploy_plan *p = deploy_plan_build(m, &err);
-    deploy_report r = {.input = "x.h5", .dataset = "synthetic", .arch = "lenet", .device = "cpu",
-                       .gpu = 1, .batch = 8, .repeat = 1, .test_images = 10};
-    char path[] = "/tmp/test_deploy_chart_XXXXXX", tmp[64], text[64] = {0};
-    int fd = mkstemp(path);
-    CHECK(t, p && fd >= 0 && write(fd, "previous chart", 14) == 14, "setup: %s", err.msg);
-    if (fd >= 0) close(fd);
-    int rc = p ? chart_write_limited(path, p, &r, &err) : 0;
-    CHECK(t, rc != 0 && strstr(err.msg, path) && !strchr(err.msg, '\n'), "error: %s", err.msg);
-    FILE *f = fopen(path, "r");
-    size_t len = f ? fread(text, 1, sizeof text - 1, f) : 0;
-    if (f) fclose(f);
+    report_fixture fx;
+    report_fixture_make(&fx, &err);
+    char tmp[96], text[64];
+    CHECK(t, fx.p && fx.fd >= 0 && write(fx.fd, "previous chart", 14) == 14, "setup: %s", err.msg);
+    if (fx.fd >= 0) close(fx.fd), fx.fd = -1;
+    int rc = fx.p ? chart_write_limited(fx.path, fx.p, &fx.r, &err) : 0;
+    CHECK(t, rc != 0 && strstr(err.msg, fx.path) && !strchr(err.msg, '\n'), "error: %s", err.msg);
+    size_t len = read_text(fx.path, text, sizeof text);
     CHECK(t, len == 14 && !strcmp(text, "previous chart"), "previous chart changed: %.40s", text);
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", fx.path, (long)getpid());
     CHECK(t, access(tmp, F_OK) != 0, "temporary %s left", tmp);
-    unlink(path);
-    deploy_plan_free(p);
-    tdm_free(m);
-    net_free(nt);
+    report_fixture_free(&fx);
 }
 
 // Top-1 counting: first maximum wins.

@@ -64,16 +64,10 @@ static int opts_parse(train_opts *o, int argc, char **argv) {
         {.name = "resume", .type = OPT_FLAG, .dst = &o->resume,
          .help = "continue the checkpoint in -o FILE or runs/latest/model.h5"},
     };
-    cli_spec spec = {.tool = TOOL, .usage = "train [options] [DATASET]",
-                     .summary = "Trains a CNN on cifar10, cifar100, synthetic or a CIFAR-format folder\n"
-                                "(default: cifar100 when data/cifar-100-binary exists, else synthetic).",
-                     .opts = opts, .nopts = (int)(sizeof opts / sizeof *opts), .min_pos = 0,
-                     .max_pos = 1};
-    const char *pos[1] = {NULL};
-    int npos = 0;
-    int rc = cli_parse(&spec, argc, argv, pos, &npos);
-    o->dataset = npos ? pos[0] : NULL;
-    return rc;
+    return cli_parse_one(TOOL, "train [options] [DATASET]",
+                         "Trains a CNN on cifar10, cifar100, synthetic or a CIFAR-format folder\n"
+                         "(default: cifar100 when data/cifar-100-binary exists, else synthetic).",
+                         opts, (int)(sizeof opts / sizeof *opts), argc, argv, &o->dataset);
 }
 
 // --- set-up -----------------------------------------------------------------
@@ -285,9 +279,7 @@ static int finish(train_run *r, json_writer *hist, double secs, long images, sc_
     json_add_number(j, "seconds", secs);
     json_object_end(j);
     if (!r->o.c.json) return 0;
-    if (strcmp(r->o.c.json, "-")) return json_write_file(j, r->o.c.json, err);
-    printf("%s\n", json_text(j));
-    return 0;
+    return json_write_file(j, r->o.c.json, err);
 }
 
 // Output path and run directory: -o FILE, else <run dir>/model.h5.
