@@ -145,6 +145,8 @@ void prune_report_json_history(json_writer *j, const prune_pop *p) {
         json_add_int(j, "mutated", h->mutated);
         json_add_int(j, "crossed", h->crossed);
         json_add_int(j, "replaced", h->replaced);
+        json_add_number(j, "best_predicted_latency_ms", h->best_latency_ms);
+        json_add_number(j, "mean_predicted_latency_ms", h->mean_latency_ms);
         json_object_end(j);
     }
     json_array_end(j);
@@ -158,13 +160,15 @@ int prune_report_csv(const char *path, const prune_pop *p, sc_err *err) {
     if (!f) return -1;
     fprintf(f, "iteration,phase,target_sparsity,best_val_accuracy,mean_val_accuracy,"
                "best_sparsity,mean_sparsity,images,seconds,admitted,rewound,mutated,crossed,"
-               "replaced\n");
+               "replaced,best_predicted_latency_ms,mean_predicted_latency_ms\n");
     for (int i = 0; i < p->nhist; i++) {
         const prune_hist *h = &p->hist[i];
-        fprintf(f, "%d,%s,%.6f,%.4f,%.4f,%.6f,%.6f,%ld,%.2f,%d,%d,%d,%d,%d\n", h->iter,
+        fprintf(f, "%d,%s,%.6f,%.4f,%.4f,%.6f,%.6f,%ld,%.2f,%d,%d,%d,%d,%d,", h->iter,
                 phase_name(h->phase), h->target, h->best_acc, h->mean_acc, h->best_sparsity,
                 h->mean_sparsity, h->images, h->seconds, h->admitted, h->rewound, h->mutated,
                 h->crossed, h->replaced);
+        if (isnan(h->best_latency_ms)) fprintf(f, ",\n");  // empty: no latency model
+        else fprintf(f, "%.5f,%.5f\n", h->best_latency_ms, h->mean_latency_ms);
     }
     return sc_atomic_fclose(&a, f, 0, err);
 }
