@@ -518,6 +518,9 @@ static int reports_write(prune_run *r, char *plot, size_t plotlen, sc_err *err) 
     SC_TRY(rc);
     snprintf(title, sizeof title, "prune %s: %s on %s, target %.3f", r->o.method, r->nt->arch,
              r->o.dataset, r->cfg.target);
+    if (r->lat.L > 0)
+        snprintf(title + strlen(title), sizeof title - strlen(title), ", latency target %.4g ms (%s)",
+                 r->cfg.ev.lat_target, r->lat.source);
     snprintf(path, sizeof path, "%s_plot", r->prefix);
     return prune_report_plot(path, p, title, plot, plotlen, err);
 }

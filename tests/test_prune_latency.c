@@ -16,6 +16,7 @@
 #include "prune/latency_setup.h"
 #include "runtime/ops.h"
 #include "runtime/rng.h"
+#include "tests/prune_testutil.h"
 
 // --- helpers ----------------------------------------------------------------
 
@@ -47,20 +48,6 @@ static double ref_ms(const lat_table *t, int l, double s) {
         if (s >= t->grid[g - 1] && s <= t->grid[g])
             return m[g - 1] + (m[g] - m[g - 1]) * (s - t->grid[g - 1]) / (t->grid[g] - t->grid[g - 1]);
     return m[t->G - 1];
-}
-
-// A fake layer list of L layers with the given sizes (no net needed).
-static prune_layers fake_layers(int L, const size_t *count) {
-    prune_layers pl = {.n = L};
-    pl.tensor = calloc((size_t)L, sizeof *pl.tensor);
-    pl.count = calloc((size_t)L, sizeof *pl.count);
-    pl.offset = calloc((size_t)L, sizeof *pl.offset);
-    for (int l = 0; l < L; l++) {
-        pl.count[l] = count[l];
-        pl.offset[l] = pl.total;
-        pl.total += count[l];
-    }
-    return pl;
 }
 
 // --- tests ------------------------------------------------------------------
@@ -129,9 +116,8 @@ static void test_json(tctx *t) {
 // A table fits only its GPU, architecture, batch, precision and layers.
 static void test_refuse(tctx *t) {
     sc_err err = {0};
-    net *nt = net_create("lenet", 3, 32, 32, 10, &err);
     prune_layers pl;
-    CHECK(t, nt && prune_layers_init(&pl, nt, &err) == 0, "lenet: %s", err.msg);
+    net *nt = lenet_layers(t, &pl);
     if (!nt) return;
     lat_table tb;
     lat_key key = {.gpu = "NVIDIA H200", .cc = 90, .arch = "lenet", .batch = 128, .precision = "fp16"};
@@ -160,9 +146,8 @@ static void test_refuse(tctx *t) {
 // The FLOP model: labelled, proportional to MACs x density with its floor.
 static void test_flops(tctx *t) {
     sc_err err = {0};
-    net *nt = net_create("lenet", 3, 32, 32, 10, &err);
     prune_layers pl;
-    CHECK(t, nt && prune_layers_init(&pl, nt, &err) == 0, "lenet: %s", err.msg);
+    net *nt = lenet_layers(t, &pl);
     if (!nt) return;
     lat_table tb;
     lat_key key = {.gpu = "none", .arch = "lenet", .batch = 64, .precision = "fp32"};
@@ -199,9 +184,8 @@ static void test_measure_nogpu(tctx *t) {
         SKIP(t, "a GPU is present (%s): tests/gpu_test_latency.c measures", key.gpu);
         return;
     }
-    net *nt = net_create("lenet", 3, 32, 32, 10, &err);
     prune_layers pl;
-    CHECK(t, nt && prune_layers_init(&pl, nt, &err) == 0, "lenet: %s", err.msg);
+    net *nt = lenet_layers(t, &pl);
     if (!nt) return;
     rng r;
     rng_seed(&r, 3, 0);
