@@ -138,10 +138,28 @@ static double plan_floor(const evolve_cfg *c, int l, double floor, double lf0) {
 }
 
 // Targets for the next raise of solution s (see the header).
+// Accuracy minus the latency penalty.
+double evolve_fitness(const evolve_cfg *c, const prune_sol *s) {
+    if (!c->lat || !(c->lat_target > 0.0)) return s->acc;
+    double over = lat_predict(c->lat, s->sparsity) / c->lat_target - 1.0;
+    return s->acc - (over > 0.0 ? c->lat_penalty * 100.0 * over : 0.0);
+}
+
+// Time saved per weight, relative to the layers' mean, clipped.
+void evolve_lat_ratio(const evolve_cfg *c, const prune_layers *pl, const double *sp, double *r) {
+    int L = pl->n;
+    double mean = 0.0;
+    for (int l = 0; l < L; l++) {
+        r[l] = c->lat ? lat_layer_gain(c->lat, l, sp[l]) / (double)pl->count[l] : 1.0;
+        mean += r[l] / L;
+    }
+    for (int l = 0; l < L; l++) r[l] = mean > 0.0 ? fmin(20.0, fmax(0.05, r[l] / mean)) : 1.0;
+}
+
 void evolve_plan(const prune_sol *s, const prune_layers *pl, const double *sens,
                  const evolve_cfg *c, double floor, rng *r, double *target) {
     int L = pl->n;
-    double *rho = malloc((size_t)L * 3 * sizeof *rho), *w = rho + L, *lo = w + L;
+    double *rho = malloc((size_t)L * 4 * sizeof *rho), *w = rho + L, *lo = w + L, *ratio = lo + L;
     int *chosen = calloc((size_t)L, sizeof *chosen);
     double have = 0.0, extra = 0.0, want = floor * (double)pl->total;
     double lf = gmp_layer_floor(c->layer_min, c->target, floor);
@@ -161,10 +179,12 @@ void evolve_plan(const prune_sol *s, const prune_layers *pl, const double *sens,
     }
     if (!rho || !chosen || want - have - extra <= 0.5) goto done;
     evolve_robustness(sens, L, rho);
-    for (int l = 0; l < L; l++) w[l] = rho[l] * fmax(0.0, c->s_max - target[l]);
+    evolve_lat_ratio(c, pl, s->sparsity, ratio);
+    for (int l = 0; l < L; l++) w[l] = rho[l] * ratio[l] * fmax(0.0, c->s_max - target[l]);
     int k = (int)lround(c->layer_frac * L);
     pick_layers(w, L, k < 1 ? 1 : k, r, chosen);
     sens_effective(sens, L, chosen, w);
+    for (int l = 0; l < L; l++) w[l] /= ratio[l];  // latency: cut where time is bought
     memcpy(lo, target, (size_t)L * sizeof *lo);
     evolve_allocate(w, pl, lo, floor, fmax(c->s_max, floor), target);
 done:
@@ -215,12 +235,27 @@ void evolve_sens_update(double *sens, int L, int n, const double *cost, const do
 
 // --- mutation and crossover -------------------------------------------------
 
+// A layer drawn with probability proportional to the time it can still save
+// (gain x remaining density); uniform when none can.
+static int lat_pick(const lat_table *t, const double *sp, int L, rng *r) {
+    double sum = 0.0;
+    for (int l = 0; l < L; l++) sum += lat_layer_gain(t, l, sp[l]) * (1.0 - sp[l]);
+    double u = rng_uniform(r) * sum;
+    if (!(sum > 0.0)) return (int)rng_below(r, (uint32_t)L);
+    for (int l = 0; l < L; l++) {
+        u -= lat_layer_gain(t, l, sp[l]) * (1.0 - sp[l]);
+        if (u < 0.0) return l;
+    }
+    return L - 1;
+}
+
 // Genome = mask sparsity, raised in a random quarter of the layers.
 void evolve_mutate(prune_sol *s, int L, const evolve_cfg *c, rng *r) {
     int m = L / 4 < 1 ? 1 : L / 4;
     for (int l = 0; l < L; l++) s->genome[l] = s->sparsity[l];
     for (int j = 0; j < m; j++) {
-        int l = (int)rng_below(r, (uint32_t)L);
+        int l = c->lat && rng_uniform(r) < 0.5 ? lat_pick(c->lat, s->sparsity, L, r)
+                                               : (int)rng_below(r, (uint32_t)L);
         double d = fabs(c->mutate_sigma * rng_normal(r));
         s->genome[l] = fmin(c->s_max, s->sparsity[l] + d * (1.0 - s->sparsity[l]));
     }
@@ -324,10 +359,10 @@ static int pick_admitted(const int *adm, int n, int not, rng *r) {
 }
 
 // Index of the most accurate solution (first on ties).
-static int most_accurate(const prune_pop *p) {
+static int most_accurate(const prune_pop *p, const evolve_cfg *c) {
     int b = 0;
     for (int i = 1; i < p->n; i++)
-        if (p->sol[i].acc > p->sol[b].acc) b = i;
+        if (evolve_fitness(c, &p->sol[i]) > evolve_fitness(c, &p->sol[b])) b = i;
     return b;
 }
 
@@ -370,13 +405,14 @@ static int thin_clusters(prune_pop *p, const evolve_cfg *c, rng *r, prune_hist *
     }
     for (int i = 0; i < n; i++) memcpy(x + (size_t)i * L, p->sol[i].sparsity, (size_t)L * sizeof *x);
     int rc = evolve_kmeans(x, n, L, k, r, as, err);
-    int best = most_accurate(p);
-    for (int i = 0; i < n && !rc; i++) {  // rank within its cluster by accuracy
+    int best = most_accurate(p, c);
+    for (int i = 0; i < n && !rc; i++) {  // rank within its cluster by fitness
         rank[i] = 0;
-        for (int j = 0; j < n; j++)
-            if (as[j] == as[i] && (p->sol[j].acc > p->sol[i].acc ||
-                                   (p->sol[j].acc == p->sol[i].acc && j < i)))
-                rank[i]++;
+        double fi = evolve_fitness(c, &p->sol[i]);
+        for (int j = 0; j < n; j++) {
+            double fj = evolve_fitness(c, &p->sol[j]);
+            if (as[j] == as[i] && (fj > fi || (fj == fi && j < i))) rank[i]++;
+        }
     }
     for (int i = 0; i < n && !rc; i++) {
         p->sol[i].cluster = as[i];
@@ -398,9 +434,9 @@ int evolve_select(prune_pop *p, const evolve_cfg *c, int iter, const double *cos
         free(drop);
         return sc_fail(err, "out of memory (selection)");
     }
-    double top = p->sol[most_accurate(p)].acc, mean = 0.0;
+    double top = evolve_fitness(c, &p->sol[most_accurate(p, c)]), mean = 0.0;
     for (int i = 0; i < n; i++) {
-        adm[i] = p->sol[i].acc >= top - c->threshold;
+        adm[i] = evolve_fitness(c, &p->sol[i]) >= top - c->threshold;
         drop[i] = p->sol[i].acc_prev - p->sol[i].acc;
         mean += p->sol[i].acc / n;
     }
@@ -419,14 +455,14 @@ int evolve_select(prune_pop *p, const evolve_cfg *c, int iter, const double *cos
     int rc = 0;
     if (n > 1 && c->cluster_every > 0 && iter % c->cluster_every == 0)
         rc = thin_clusters(p, c, r, h, err);
-    p->best = most_accurate(p);
+    p->best = most_accurate(p, c);
     free(adm);
     free(drop);
     return rc;
 }
 
-// Most accurate solution at or above min_sparsity overall.
-int evolve_best(const prune_pop *p, const prune_layers *pl, double min_sparsity) {
+// Fittest solution at or above min_sparsity overall.
+int evolve_best(const prune_pop *p, const prune_layers *pl, const evolve_cfg *c, double min_sparsity) {
     int best = -1, sparsest = 0;
     double smax = -1.0;
     for (int i = 0; i < p->n; i++) {
@@ -435,7 +471,9 @@ int evolve_best(const prune_pop *p, const prune_layers *pl, double min_sparsity)
             smax = s;
             sparsest = i;
         }
-        if (s + 1e-9 >= min_sparsity && (best < 0 || p->sol[i].acc > p->sol[best].acc)) best = i;
+        if (s + 1e-9 >= min_sparsity &&
+            (best < 0 || evolve_fitness(c, &p->sol[i]) > evolve_fitness(c, &p->sol[best])))
+            best = i;
     }
     return best >= 0 ? best : sparsest;
 }

@@ -9,6 +9,7 @@
 #ifndef SC_PRUNE_EVOLVE_H
 #define SC_PRUNE_EVOLVE_H
 
+#include "prune/latency.h"
 #include "prune/mask.h"
 #include "prune/pop.h"
 #include "runtime/error.h"
@@ -35,7 +36,21 @@ typedef struct {
     const double *layer_floor;  // (L) per-layer floors at the end (--layer-floor), each in
                                 // [0, s_max], used instead of layer_min when not NULL;
                                 // scaled the same way (gmp_layer_floor_at); not owned
+    // The latency objective (docs/prune.md, "Latency objective"); lat NULL: sparsity
+    // objective, every operator exactly as before.
+    const lat_table *lat; // per-layer milliseconds against sparsity; not owned
+    double lat_target;    // predicted milliseconds a solution should not exceed
+    double lat_penalty;   // fitness points lost per percent of predicted time over lat_target
 } evolve_cfg;
+
+// A solution's fitness: its validation accuracy, minus lat_penalty points per
+// percent its predicted latency passes lat_target (latency objective only).
+double evolve_fitness(const evolve_cfg *c, const prune_sol *s);
+
+// Latency objective: each layer's time saved per weight pruned relative to the
+// mean over the layers (gain of lat_layer_gain at sparsity sp[l] over the
+// layer's weights), clipped to [1/20, 20], into r; 1 everywhere without c->lat.
+void evolve_lat_ratio(const evolve_cfg *c, const prune_layers *pl, const double *sp, double *r);
 
 // Fills the defaults for `iterations` iterations towards `target`.
 void evolve_cfg_default(evolve_cfg *c, int iterations, double target);
@@ -82,7 +97,9 @@ void evolve_sens_update(double *sens, int L, int n, const double *cost, const do
 double evolve_cost(double s);
 
 // Mutation: its genome becomes its mask sparsity raised in a random quarter
-// of the layers by a random fraction of their remaining weights.
+// of the layers by a random fraction of their remaining weights. Latency
+// objective: half of the picks go to layers drawn in proportion to the time
+// they can still save (lat_layer_gain x remaining density), the rest uniformly.
 void evolve_mutate(prune_sol *s, int L, const evolve_cfg *c, rng *r);
 
 // Crossover: the child's genome takes parent a's sparsities with those of
@@ -102,8 +119,8 @@ int evolve_kmeans(const double *x, int n, int d, int k, rng *r, int *assign, sc_
 int evolve_select(prune_pop *p, const evolve_cfg *c, int iter, const double *cost, rng *r,
                   prune_hist *h, sc_err *err);
 
-// Index of the most accurate solution whose overall sparsity is at least
-// `min_sparsity` (the most sparse one when none is).
-int evolve_best(const prune_pop *p, const prune_layers *pl, double min_sparsity);
+// Index of the fittest (evolve_fitness) solution whose overall sparsity is at
+// least `min_sparsity` (the most sparse one when none is).
+int evolve_best(const prune_pop *p, const prune_layers *pl, const evolve_cfg *c, double min_sparsity);
 
 #endif

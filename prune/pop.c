@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #define STATE_MAGIC "SCPRUNE1"
-#define STATE_VERSION 1u
+#define STATE_VERSION 2u  // 2: predicted latency in the history
 
 // --- allocation -------------------------------------------------------------
 

@@ -45,6 +45,8 @@ typedef struct {
     long images;           // training images seen so far by all solutions
     double seconds;        // wall time so far (over resumed runs)
     int admitted, rewound, mutated, crossed, replaced;  // evolve events this iteration
+    double best_latency_ms;  // latency objective: predicted ms of the best solution (NAN: none)
+    double mean_latency_ms;  // mean predicted ms (NAN: none)
 } prune_hist;
 
 // --- deferred array work ----------------------------------------------------

@@ -14,6 +14,7 @@
 #include "datasets/cifar.h"
 #include "prune/dist.h"
 #include "prune/floor.h"
+#include "prune/latency_setup.h"
 #include "prune/reprune.h"
 #include "prune/report.h"
 #include "prune/search.h"
@@ -41,6 +42,10 @@ typedef struct {
     const char *halve_every;
     const char *layer_floor;  // --layer-floor SPEC (NULL: none)
     const char *pattern;      // --pattern P (runtime/pattern.h)
+    const char *objective;    // --objective sparsity|latency
+    const char *lat_target, *lat_table;  // --latency-target, --latency-table
+    int lat_batch;            // --latency-batch
+    double lat_penalty;       // --latency-penalty
     int target_given;         // --target-sparsity was given (re-pruning defaults to the model's)
     const char *precision;
     const char *data_dir, *runs, *output;
@@ -71,6 +76,20 @@ typedef struct {
      .metavar = "P", .help = "masks on a pattern: unstructured, KxC (blocks of K output x C input channels at\n" \
      "one tap, e.g. 16x8) or N:M (N kept of every M input channels, e.g. 2:4); --from a\n"    \
      "model pruned off P: re-prunes it onto P at its sparsity, then fine-tunes"},              \
+    {.name = "objective", .type = OPT_CHOICE, .dst = &(o)->objective, .def = "sparsity",       \
+     .choices = "sparsity|latency", .help = "evolve: reach --target-sparsity, or a latency on this GPU\n" \
+     "(fitness: accuracy under the predicted latency; see --latency-target)"},                 \
+    {.name = "latency-target", .type = OPT_STRING, .dst = &(o)->lat_target, .def = "2x",       \
+     .metavar = "X|Nx", .help = "latency objective: milliseconds at --latency-batch, or Nx for N times\n" \
+     "faster than the dense network of the same precision (per the latency table); sets the\n" \
+     "overall sparsity unless --target-sparsity is given"},                                    \
+    {.name = "latency-batch", .type = OPT_INT, .dst = &(o)->lat_batch, .def = "128", .min = 1, \
+     .max = 65536, .help = "latency objective: images per forward pass the latency is for"},   \
+    {.name = "latency-table", .type = OPT_STRING, .dst = &(o)->lat_table, .metavar = "FILE",   \
+     .help = "latency objective: per-layer times from this JSON file (default: measured on this GPU\n" \
+     "with deploy's candidates and cached in the run directory; no GPU: a FLOP model)"},      \
+    {.name = "latency-penalty", .type = OPT_FLOAT, .dst = &(o)->lat_penalty, .def = "1", .min = 0, \
+     .max = 1e6, .help = "latency objective: fitness points lost per percent of predicted latency over the target"}, \
     {.name = "population", .type = OPT_INT, .dst = &(o)->population, .def = "8", .min = 1,     \
      .max = 1024, .help = "evolve: solutions in the population"},                             \
     {.name = "iterations", .type = OPT_INT, .dst = &(o)->iterations, .def = "30", .min = 1,    \
@@ -188,6 +207,9 @@ typedef struct {
     double holdout_acc;  // accuracy on the --holdout images at the end (NAN: none)
     double *floors;      // (prunable layers) --layer-floor's floors at the end (NULL: none)
     prune_reprune rp;    // re-pruning of a --from model pruned off --pattern
+    lat_table lat;       // --objective latency: the table (L = 0: sparsity objective)
+    prune_lat_opts lo;   // how it was chosen
+    prune_lat_result latres;  // the final model's predicted and measured latency
     int usage;           // 1: the error is bad usage (exit 2)
     char from[1100], rundir[1024], out[1100], prefix[1100], state[1200];
 } prune_run;
@@ -430,6 +452,38 @@ static int paths_set(prune_run *r, sc_err *err) {
     return cli_outputs_check(&r->o.c, r->out, err);
 }
 
+// --objective latency: the table (prune/latency_setup.h), the target in
+// milliseconds, the overall sparsity it needs unless --target-sparsity is
+// given, and evolve's fitness and operators pointed at them.
+static int latency_set(prune_run *r, sc_err *err) {
+    prune_layers pl;
+    char cache[1300];
+    double ms, sp;
+    if (strcmp(r->o.objective, "latency")) return 0;
+    r->usage = 1;
+    if (r->cfg.method != PM_EVOLVE) return sc_fail(err, "--objective latency: needs --method evolve");
+    r->usage = 0;
+    snprintf(cache, sizeof cache, "%s_latency.json", r->prefix);
+    r->lo = (prune_lat_opts){.table = r->o.lat_table, .target = r->o.lat_target, .batch = r->o.lat_batch,
+                             .precision = r->prec == PREC_FP16 ? "fp16" : "fp32", .on_gpu = r->dev == DEV_GPU,
+                             .cache = dist_rank(r->dist) == 0 ? cache : NULL, .quiet = r->o.c.quiet};
+    SC_TRY(prune_layers_init(&pl, r->nt, err));
+    int rc = prune_layers_set_pattern(&pl, r->nt, &r->cfg.pattern, err);
+    if (!rc) rc = prune_lat_table(&r->lo, r->nt, &pl, &r->cfg.pattern, r->dist, &r->lat, err);
+    if (!rc) r->usage = rc = lat_parse_target(r->o.lat_target, &r->lat, &ms, err);
+    if (!rc && !r->o.target_given) rc = prune_lat_sparsity(&r->lat, &pl, ms, r->cfg.ev.s_max, &sp, err);
+    if (!rc && !r->o.target_given) r->cfg.target = fmax(sp, r->cfg.min_layer);
+    prune_layers_free(&pl);
+    SC_TRY(rc);
+    r->cfg.ev.lat = &r->lat;
+    r->cfg.ev.lat_target = ms;
+    r->cfg.ev.lat_penalty = r->o.lat_penalty;
+    log_line(stderr, r->o.c.quiet, "prune: latency objective: %.4g ms at batch %d in %s (dense %.4g ms, %s), "
+             "overall sparsity %.4f", ms, r->o.lat_batch, r->lo.precision, lat_dense_ms(&r->lat),
+             r->lat.source, r->cfg.target);
+    return 0;
+}
+
 // --- reports ------------------------------------------------------------------
 
 // Writes the history CSV/JSON files and the plot next to the output.
@@ -449,6 +503,9 @@ static int reports_write(prune_run *r, char *plot, size_t plotlen, sc_err *err) 
     SC_TRY(rc);
     snprintf(title, sizeof title, "prune %s: %s on %s, target %.3f", r->o.method, r->nt->arch,
              r->o.dataset, r->cfg.target);
+    if (r->lat.L > 0)
+        snprintf(title + strlen(title), sizeof title - strlen(title), ", latency target %.4g ms (%s)",
+                 r->cfg.ev.lat_target, r->lat.source);
     snprintf(path, sizeof path, "%s_plot", r->prefix);
     return prune_report_plot(path, p, title, plot, plotlen, err);
 }
@@ -520,6 +577,8 @@ static int summary_json(prune_run *r, double val, double test, const char *plot,
     floors_end(r, lf);
     pattern_json(r, &j);
     prune_report_json_layers(&j, r->nt, r->rp.active ? r->rp.floors : lf, &r->cfg.pattern);
+    json_add_string(&j, "objective", r->o.objective);
+    if (r->lat.L > 0) prune_lat_json(&j, &r->lat, r->s.finished ? &r->latres : NULL, r->cfg.ev.lat_target);
     prune_report_json_history(&j, p);
     json_object_end(&j);
     int rc = json_write_file(&j, r->o.c.json, err);
@@ -591,6 +650,8 @@ static int finish(prune_run *r, sc_err *err) {
                               &r->holdout_acc, &loss, err));
     SC_TRY(model_write(r, best, val, test, err));
     SC_TRY(reports_write(r, plot, sizeof plot, err));
+    if (r->lat.L > 0) prune_lat_final(&r->lo, &r->lat, r->cfg.ev.lat_target, r->nt, &r->s.pl,
+                                      &r->cfg.pattern, &r->latres);
     prune_report_table(stdout, r->nt, &r->cfg.pattern);
     floors_report(r);
     pattern_report(r, val);
@@ -663,7 +724,7 @@ static int search_go(prune_run *r, sc_err *err) {
 static int prune_tool(prune_run *r, int argc, char **argv) {
     sc_err err = {0};
     int rc = gpu_select(r, &err) || device_pick(r, &err) || data_and_net(r, &err) || cfg_set(r, &err) ||
-             floors_set(r, &err) || paths_set(r, &err);
+             floors_set(r, &err) || paths_set(r, &err) || latency_set(r, &err);
     if (!rc && !r->config && !(r->config = cli_args_join(argc, argv, prune_transient))) rc = sc_fail(&err, "out of memory");
     if (!rc) {
         r->ex = exec_create(r->nt, r->dev, r->prec, r->cfg.hp.batch, &err);
@@ -682,6 +743,7 @@ static int prune_tool(prune_run *r, int argc, char **argv) {
     free(r->config);
     free(r->floors);
     prune_reprune_free(&r->rp);
+    lat_table_free(&r->lat);
     return rc ? (r->usage ? SC_EXIT_USAGE : SC_EXIT_INPUT) : SC_EXIT_OK;
 }
 

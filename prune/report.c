@@ -145,6 +145,8 @@ void prune_report_json_history(json_writer *j, const prune_pop *p) {
         json_add_int(j, "mutated", h->mutated);
         json_add_int(j, "crossed", h->crossed);
         json_add_int(j, "replaced", h->replaced);
+        json_add_number(j, "best_predicted_latency_ms", h->best_latency_ms);
+        json_add_number(j, "mean_predicted_latency_ms", h->mean_latency_ms);
         json_object_end(j);
     }
     json_array_end(j);
@@ -158,13 +160,15 @@ int prune_report_csv(const char *path, const prune_pop *p, sc_err *err) {
     if (!f) return -1;
     fprintf(f, "iteration,phase,target_sparsity,best_val_accuracy,mean_val_accuracy,"
                "best_sparsity,mean_sparsity,images,seconds,admitted,rewound,mutated,crossed,"
-               "replaced\n");
+               "replaced,best_predicted_latency_ms,mean_predicted_latency_ms\n");
     for (int i = 0; i < p->nhist; i++) {
         const prune_hist *h = &p->hist[i];
-        fprintf(f, "%d,%s,%.6f,%.4f,%.4f,%.6f,%.6f,%ld,%.2f,%d,%d,%d,%d,%d\n", h->iter,
+        fprintf(f, "%d,%s,%.6f,%.4f,%.4f,%.6f,%.6f,%ld,%.2f,%d,%d,%d,%d,%d,", h->iter,
                 phase_name(h->phase), h->target, h->best_acc, h->mean_acc, h->best_sparsity,
                 h->mean_sparsity, h->images, h->seconds, h->admitted, h->rewound, h->mutated,
                 h->crossed, h->replaced);
+        if (isnan(h->best_latency_ms)) fprintf(f, ",\n");  // empty: no latency model
+        else fprintf(f, "%.5f,%.5f\n", h->best_latency_ms, h->mean_latency_ms);
     }
     return sc_atomic_fclose(&a, f, 0, err);
 }
@@ -232,6 +236,27 @@ static void svg_axes(FILE *f, double ylo, double yhi, const char *title) {
                "validation accuracy (%%)</text>\n", Y0 + H / 2, Y0 + H / 2);
 }
 
+// Latency objective: history rows labelled with their best predicted latency
+// (every step-th one and the last), so that at most about 10 labels show; 0
+// when the history has no predicted latency.
+static int lat_label_step(const prune_pop *p) {
+    if (p->nhist < 1 || isnan(p->hist[p->nhist - 1].best_latency_ms)) return 0;
+    return p->nhist > 10 ? (p->nhist + 9) / 10 : 1;
+}
+
+// Writes the best solutions' predicted latencies beside their points.
+static void svg_latency(FILE *f, const prune_pop *p, double ylo, double yhi) {
+    const double X0 = 70, Y0 = 40, W = 540, H = 320;
+    int step = lat_label_step(p);
+    for (int i = 0; step && i < p->nhist; i++) {
+        const prune_hist *h = &p->hist[i];
+        if ((i % step && i != p->nhist - 1) || isnan(h->best_latency_ms)) continue;
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"9\" fill=\"#2c3e50\">%.3g ms</text>\n",
+                X0 + W * h->best_sparsity + 4, Y0 + H * (1.0 - (h->best_acc - ylo) / (yhi - ylo)) - 4,
+                h->best_latency_ms);
+    }
+}
+
 // Writes the SVG plot.
 int prune_report_svg(const char *path, const prune_pop *p, const char *title, sc_err *err) {
     sc_atomic a;
@@ -245,6 +270,7 @@ int prune_report_svg(const char *path, const prune_pop *p, const char *title, sc
     svg_axes(f, ylo, yhi, title);
     svg_series(f, p, 1, ylo, yhi, "#999999");
     svg_series(f, p, 0, ylo, yhi, "#c0392b");
+    svg_latency(f, p, ylo, yhi);
     fprintf(f, "<text x=\"80\" y=\"58\" font-size=\"12\" fill=\"#c0392b\">best</text>\n"
                "<text x=\"80\" y=\"74\" font-size=\"12\" fill=\"#999999\">mean</text>\n</svg>\n");
     return sc_atomic_fclose(&a, f, 0, err);
@@ -266,11 +292,15 @@ static int plot_gnuplot(const char *png, const prune_pop *p, const char *title) 
     fprintf(g, "\" noenhanced\nset xlabel 'overall sparsity of the pruned layers'\n"
                "set ylabel 'validation accuracy (%%)'\nset xrange [0:1]\nset yrange [%g:%g]\n"
                "set grid\nset key left bottom\n$d << EOD\n", ylo, yhi);
+    int step = lat_label_step(p);
     for (int i = 0; i < p->nhist; i++)
-        fprintf(g, "%.6f %.4f %.6f %.4f\n", p->hist[i].best_sparsity, p->hist[i].best_acc,
-                p->hist[i].mean_sparsity, p->hist[i].mean_acc);
+        fprintf(g, "%.6f %.4f %.6f %.4f %.4g\n", p->hist[i].best_sparsity, p->hist[i].best_acc,
+                p->hist[i].mean_sparsity, p->hist[i].mean_acc,
+                step && (i % step == 0 || i == p->nhist - 1) ? p->hist[i].best_latency_ms : -1.0);
     fprintf(g, "EOD\nplot $d using 3:4 with linespoints lc rgb '#999999' title 'mean', "
-               "$d using 1:2 with linespoints lc rgb '#c0392b' lw 2 title 'best'\n");
+               "$d using 1:2 with linespoints lc rgb '#c0392b' lw 2 title 'best'%s\n",
+            step ? ", $d using 1:2:($5 >= 0 ? sprintf('%.3g ms', $5) : '') with labels offset 1,1 "
+                   "font ',8' tc rgb '#2c3e50' title 'predicted latency'" : "");
     int rc = pclose(g);
     return sc_atomic_end(&a, rc != 0 || access(tmp, F_OK) != 0 ? -1 : 0, NULL);
 }

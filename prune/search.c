@@ -396,24 +396,30 @@ static int sol_rounds(prune_search *s, int i, int it, int k, long pos, progress 
 
 // --- one iteration ------------------------------------------------------------
 
-// Fills the accuracy and sparsity figures of a history row over the solutions
-// flagged in `active`.
+// Fills the accuracy, sparsity and predicted latency figures of a history
+// row over the solutions flagged in `active` (best: the fittest).
 static void hist_fill(const prune_search *s, const int *active, prune_hist *h) {
     int n = 0, best = -1;
-    h->mean_acc = h->mean_sparsity = 0.0;
+    const evolve_cfg *ev = &s->cfg.ev;
+    h->mean_acc = h->mean_sparsity = h->mean_latency_ms = 0.0;
+    h->best_latency_ms = NAN;
     for (int i = 0; i < s->pop->n; i++) {
+        const prune_sol *sol = &s->pop->sol[i];
         if (!active[i]) continue;
-        double sp = prune_sparsity_overall(&s->pl, s->pop->sol[i].sparsity);
-        h->mean_acc += s->pop->sol[i].acc;
-        h->mean_sparsity += sp;
+        h->mean_acc += sol->acc;
+        h->mean_sparsity += prune_sparsity_overall(&s->pl, sol->sparsity);
+        if (ev->lat) h->mean_latency_ms += lat_predict(ev->lat, sol->sparsity);
         n++;
-        if (best < 0 || s->pop->sol[i].acc > s->pop->sol[best].acc) best = i;
+        if (best < 0 || evolve_fitness(ev, sol) > evolve_fitness(ev, &s->pop->sol[best])) best = i;
     }
+    if (!ev->lat) h->mean_latency_ms = NAN;
     if (!n) return;
     h->mean_acc /= n;
     h->mean_sparsity /= n;
+    h->mean_latency_ms /= n;
     h->best_acc = s->pop->sol[best].acc;
     h->best_sparsity = prune_sparsity_overall(&s->pl, s->pop->sol[best].sparsity);
+    if (ev->lat) h->best_latency_ms = lat_predict(ev->lat, s->pop->sol[best].sparsity);
     h->images = s->pop->images;
 }
 
@@ -427,7 +433,7 @@ static double schedule_target(const prune_search *s, int it) {
 }
 
 // Racing: when iteration it trains fewer solutions than the one before, the
-// most accurate of those move (by swapping, data streams included) to the
+// fittest (evolve_fitness: the most accurate under the sparsity objective) of those move (by swapping, data streams included) to the
 // first slots, which are the ones that train from now on.
 static void race_promote(prune_search *s, int it) {
     prune_pop *p = s->pop;
@@ -437,7 +443,7 @@ static void race_promote(prune_search *s, int it) {
     for (int k = 0; k < a; k++) {  // selection sort of the k-th best into slot k
         int b = k;
         for (int i = k + 1; i < before; i++)
-            if (p->sol[i].acc > p->sol[b].acc) b = i;
+            if (evolve_fitness(&s->cfg.ev, &p->sol[i]) > evolve_fitness(&s->cfg.ev, &p->sol[b])) b = i;
         prune_sol t = p->sol[k];
         p->sol[k] = p->sol[b];
         p->sol[b] = t;
@@ -466,7 +472,7 @@ static int race_select(prune_search *s, int it, int a, prune_hist *h, sc_err *er
     SC_TRY(prune_pop_replay(s->dist, s->pop, s->owner, &s->log, err));
     if (it + 1 == s->cfg.rounds) {
         double tol = (double)(s->pl.n + 1) / (double)s->pl.total;
-        view.best = evolve_best(&view, &s->pl, s->cfg.target - tol);
+        view.best = evolve_best(&view, &s->pl, &s->cfg.ev, s->cfg.target - tol);
     }
     s->pop->best = view.best;
     return 0;
@@ -515,9 +521,12 @@ static int iteration_run(prune_search *s, int it, sc_err *err) {
     p->seconds += now - s->t_run;
     s->t_run = now;
     h.seconds = p->seconds;
-    char text[200];
+    char text[260];
     snprintf(text, sizeof text, "val best %.2f%% mean %.2f%%, sparsity %.4f (target %.4f)",
              h.best_acc, h.mean_acc, h.best_sparsity, h.target);
+    if (s->cfg.ev.lat)
+        snprintf(text + strlen(text), sizeof text - strlen(text), ", predicted %.4g ms (target %.4g)",
+                 h.best_latency_ms, s->cfg.ev.lat_target);
     if (search && a > 1)
         snprintf(text + strlen(text), sizeof text - strlen(text),
                  ", admitted %d, rewound %d, mutated %d, crossed %d, replaced %d", h.admitted,

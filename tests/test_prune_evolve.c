@@ -14,22 +14,9 @@
 #include "prune/gmp.h"
 #include "prune/mask.h"
 #include "prune/pop.h"
+#include "tests/prune_testutil.h"
 
 // --- helpers ----------------------------------------------------------------
-
-// A fake layer list of L layers with the given sizes (no net needed).
-static prune_layers fake_layers(int L, const size_t *count) {
-    prune_layers pl = {.n = L};
-    pl.tensor = calloc((size_t)L, sizeof *pl.tensor);
-    pl.count = calloc((size_t)L, sizeof *pl.count);
-    pl.offset = calloc((size_t)L, sizeof *pl.offset);
-    for (int l = 0; l < L; l++) {
-        pl.count[l] = count[l];
-        pl.offset[l] = pl.total;
-        pl.total += count[l];
-    }
-    return pl;
-}
 
 // A random population for lenet's sizes with distinct contents.
 static prune_pop *random_pop(const net *nt, int n, int L, rng *r) {

@@ -1,0 +1,176 @@
+// Choosing, sharing and using the latency table of a prune run
+// (prune/latency_setup.h).
+#include "prune/latency_setup.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runtime/progress.h"
+
+// The key this run needs: the present GPU (or "none"), arch, batch, precision.
+static void run_key(const prune_lat_opts *o, const net *nt, lat_key *k) {
+    sc_err e = {0};
+    memset(k, 0, sizeof *k);
+    if (!o->on_gpu || lat_gpu_key(k, &e)) snprintf(k->gpu, sizeof k->gpu, "none"), k->cc = 0;
+    snprintf(k->arch, sizeof k->arch, "%s", nt->arch);
+    k->batch = o->batch;
+    snprintf(k->precision, sizeof k->precision, "%s", o->precision);
+}
+
+// A given file: it must fit; without a GPU its GPU is taken as it is (noted).
+static int given_table(const prune_lat_opts *o, const lat_key *key, const net *nt,
+                       const prune_layers *pl, lat_table *t, sc_err *err) {
+    char why[200];
+    SC_TRY(lat_table_load(t, o->table, err));
+    lat_key k = *key;
+    if (!strcmp(key->gpu, "none")) {
+        snprintf(k.gpu, sizeof k.gpu, "%s", t->key.gpu), k.cc = t->key.cc;
+        log_line(stderr, o->quiet, "prune: no GPU here: using the latency table %s as given (%s, %s)",
+                 o->table, t->key.gpu, t->source);
+    }
+    if (lat_table_fits(t, &k, nt, pl, why, sizeof why)) return 0;
+    lat_table_free(t);
+    return sc_fail(err, "--latency-table %s does not fit this run: %s", o->table, why);
+}
+
+// The cached table when it fits (else a note why not); 1 when used.
+static int cached_table(const prune_lat_opts *o, const lat_key *key, const net *nt,
+                        const prune_layers *pl, lat_table *t) {
+    char why[200];
+    sc_err e = {0};
+    if (!o->cache || access(o->cache, F_OK)) return 0;
+    if (lat_table_load(t, o->cache, &e)) {
+        log_line(stderr, o->quiet, "prune: %s; measuring again", e.msg);
+        return 0;
+    }
+    if (lat_table_fits(t, key, nt, pl, why, sizeof why)) {
+        log_line(stderr, o->quiet, "prune: reusing the latency table %s (%s)", o->cache, t->source);
+        return 1;
+    }
+    log_line(stderr, o->quiet, "prune: not reusing the latency table %s: %s; building a new one",
+             o->cache, why);
+    lat_table_free(t);
+    return 0;
+}
+
+// A new table: measured on the GPU, else the FLOP model (said so).
+static int new_table(const prune_lat_opts *o, const lat_key *key, net *nt, const prune_layers *pl,
+                     const sc_pattern *pat, lat_table *t, sc_err *err) {
+    if (strcmp(key->gpu, "none")) {
+        sc_err e = {0};
+        log_line(stderr, o->quiet, "prune: measuring the latency table on %s (deploy's candidates)",
+                 key->gpu);
+        if (!lat_table_measure(t, key, nt, pl, pat, o->quiet ? NULL : stderr, &e)) return 0;
+        log_line(stderr, o->quiet, "prune: measuring failed (%s); using the FLOP model", e.msg);
+    } else {
+        log_line(stderr, o->quiet, "prune: no GPU: predicted latency from the FLOP model (nominal "
+                 "milliseconds, only their ratios mean something)");
+    }
+    return lat_table_flops(t, key, nt, pl, err);
+}
+
+// Rank 0's choice of table.
+static int choose_table(const prune_lat_opts *o, net *nt, const prune_layers *pl,
+                        const sc_pattern *pat, lat_table *t, sc_err *err) {
+    lat_key key;
+    run_key(o, nt, &key);
+    if (o->table) return given_table(o, &key, nt, pl, t, err);
+    if (cached_table(o, &key, nt, pl, t)) return 0;
+    SC_TRY(new_table(o, &key, nt, pl, pat, t, err));
+    return o->cache ? lat_table_save(t, o->cache, err) : 0;
+}
+
+// Sends rank 0's table to every rank.
+static int share_table(dist *d, lat_table *t, sc_err *err) {
+    int dims[2] = {t->L, t->G};
+    SC_TRY(dist_bcast(d, dims, sizeof dims, 0, err));
+    int rc = dist_rank(d) != 0 ? lat_table_alloc(t, dims[0], dims[1], t->grid, err) : 0;
+    SC_TRY(dist_agree(d, rc, err));
+    rc = dist_bcast(d, &t->key, sizeof t->key, 0, err) || dist_bcast(d, t->source, sizeof t->source, 0, err) ||
+         dist_bcast(d, t->grid, sizeof t->grid, 0, err) || dist_bcast(d, &t->rest_ms, sizeof t->rest_ms, 0, err) ||
+         dist_bcast(d, t->ms, (size_t)t->L * t->G * sizeof *t->ms, 0, err) ||
+         dist_bcast(d, t->name, (size_t)t->L * sizeof *t->name, 0, err);
+    return rc ? -1 : 0;
+}
+
+// Chooses on rank 0, then shares.
+int prune_lat_table(const prune_lat_opts *o, net *nt, const prune_layers *pl,
+                    const sc_pattern *pat, dist *d, lat_table *t, sc_err *err) {
+    memset(t, 0, sizeof *t);
+    int rc = dist_rank(d) == 0 ? choose_table(o, nt, pl, pat, t, err) : 0;
+    SC_TRY(dist_agree(d, rc, err));
+    if (dist_size(d) > 1) SC_TRY(share_table(d, t, err));
+    return 0;
+}
+
+// Predicted ms of the latency-weighted allocation at overall sparsity s.
+static double alloc_ms(const lat_table *t, const prune_layers *pl, const double *w, double s,
+                       double s_max, double *lo, double *sp) {
+    for (int l = 0; l < pl->n; l++) lo[l] = 0.0;
+    evolve_allocate(w, pl, lo, s, s_max, sp);
+    return lat_predict(t, sp);
+}
+
+// Bisection on the overall sparsity.
+int prune_lat_sparsity(const lat_table *t, const prune_layers *pl, double target_ms, double s_max,
+                       double *sparsity, sc_err *err) {
+    int L = pl->n;
+    double w[L], lo[L], sp[L], zero[L];
+    evolve_cfg c;
+    evolve_cfg_default(&c, 1, 0.0);
+    c.lat = t;
+    for (int l = 0; l < L; l++) zero[l] = 0.0;
+    evolve_lat_ratio(&c, pl, zero, w);
+    for (int l = 0; l < L; l++) w[l] = 1.0 / w[l];
+    double a = 0.0, b = s_max;
+    if (alloc_ms(t, pl, w, 0.0, s_max, lo, sp) <= target_ms) return *sparsity = 0.0, 0;
+    double best = alloc_ms(t, pl, w, b, s_max, lo, sp);
+    if (best > target_ms)
+        return sc_fail(err, "latency target %.4g ms out of reach: the table predicts %.4g ms at "
+                       "sparsity %.3f (dense %.4g ms)", target_ms, best, b, lat_dense_ms(t));
+    for (int it = 0; it < 50; it++) {
+        double m = 0.5 * (a + b);
+        if (alloc_ms(t, pl, w, m, s_max, lo, sp) <= target_ms) b = m;
+        else a = m;
+    }
+    *sparsity = b;
+    return 0;
+}
+
+// Prediction from the masks, then the measurement where there is a GPU.
+void prune_lat_final(const prune_lat_opts *o, const lat_table *t, double target_ms, const net *nt,
+                     const prune_layers *pl, const sc_pattern *pat, prune_lat_result *res) {
+    double sp[pl->n];
+    sc_err e = {0};
+    prune_sparsity_read(nt, pl, sp);
+    *res = (prune_lat_result){.target_ms = target_ms, .predicted_ms = lat_predict(t, sp),
+                              .dense_ms = lat_dense_ms(t), .measured_ms = NAN, .graph_ms = NAN};
+    if (!o->on_gpu) snprintf(res->why, sizeof res->why, "no GPU");
+    else if (lat_model_measure(&t->key, nt, pat, &res->measured_ms, &res->graph_ms, &e))
+        snprintf(res->why, sizeof res->why, "%s", e.msg), res->measured_ms = res->graph_ms = NAN;
+    printf("latency at batch %d, %s (%s): predicted %.4g ms (target %.4g, dense %.4g)", t->key.batch,
+           t->key.precision, t->source, res->predicted_ms, target_ms, res->dense_ms);
+    if (isnan(res->measured_ms)) printf(", not measured (%s)\n", res->why);
+    else printf(", measured %.4g ms (sum of layers; whole graph %.4g ms), prediction error %+.1f%%\n",
+                res->measured_ms, res->graph_ms, 100.0 * (res->predicted_ms / res->measured_ms - 1.0));
+}
+
+// The objective's members of the summary.
+void prune_lat_json(json_writer *j, const lat_table *t, const prune_lat_result *res,
+                    double target_ms) {
+    json_object_begin(j, "latency");
+    json_add_string(j, "table_source", t->source);
+    json_add_string(j, "table_gpu", t->key.gpu);
+    json_add_int(j, "batch", t->key.batch);
+    json_add_string(j, "precision", t->key.precision);
+    json_add_number(j, "target_ms", target_ms);
+    json_add_number(j, "dense_predicted_ms", lat_dense_ms(t));
+    json_add_number(j, "predicted_ms", res ? res->predicted_ms : NAN);
+    json_add_number(j, "measured_ms", res ? res->measured_ms : NAN);
+    json_add_number(j, "measured_graph_ms", res ? res->graph_ms : NAN);
+    json_add_number(j, "prediction_error", res ? res->predicted_ms / res->measured_ms - 1.0 : NAN);
+    json_add_string(j, "not_measured", res && res->why[0] ? res->why : NULL);
+    json_object_end(j);
+}

@@ -1,0 +1,57 @@
+// The latency objective of the prune tool: which table a run uses (a given
+// file, the run's cached one when it was made for this GPU, architecture,
+// batch and precision, else a fresh measurement, else the FLOP model), the
+// same table on every rank, the target in milliseconds and the overall
+// sparsity the schedule needs for it.
+#ifndef SC_PRUNE_LATENCY_SETUP_H
+#define SC_PRUNE_LATENCY_SETUP_H
+
+#include "prune/dist.h"
+#include "prune/evolve.h"
+#include "prune/latency.h"
+#include "runtime/json.h"
+
+typedef struct {
+    const char *table;      // --latency-table FILE, or NULL
+    const char *target;     // --latency-target: "X" ms or "Nx"
+    int batch;              // --latency-batch
+    const char *precision;  // "fp16" or "fp32"
+    int on_gpu;             // the run trains on a GPU: measure there
+    const char *cache;      // rank 0: the run's table file (read if it fits, else written)
+    int quiet;
+} prune_lat_opts;
+
+// Rank 0 chooses the table (notes to stderr), every rank receives it in t.
+// Collective. Errors: a given file that does not fit (arch, batch,
+// precision, layers, or another GPU than the present one), a bad target.
+int prune_lat_table(const prune_lat_opts *o, net *nt, const prune_layers *pl,
+                    const sc_pattern *pat, dist *d, lat_table *t, sc_err *err);
+
+// Smallest overall sparsity whose allocation (evolve_allocate with each
+// layer's sensitivity divided by its time-per-weight ratio, evolve_lat_ratio
+// at sparsity 0) the table predicts at or below target_ms; fails, naming the
+// best it can do, when even s_max does not reach it.
+int prune_lat_sparsity(const lat_table *t, const prune_layers *pl, double target_ms, double s_max,
+                       double *sparsity, sc_err *err);
+
+// What the run's final model came to: predicted by the table and, on a GPU,
+// measured with deploy's candidates (NAN where not measured).
+typedef struct {
+    double target_ms;     // the objective's target
+    double predicted_ms;  // the table's prediction for the final masks
+    double dense_ms;      // the table's dense network
+    double measured_ms;   // sum of the ops' fastest candidates, as the table adds them
+    double graph_ms;      // the tuned plan's forward pass as one CUDA graph
+    char why[520];        // why it was not measured ("" when it was)
+} prune_lat_result;
+
+// Predicts and (on a GPU, o->on_gpu) measures nt's latency; prints one line
+// to stdout. A failed measurement is reported, not an error.
+void prune_lat_final(const prune_lat_opts *o, const lat_table *t, double target_ms, const net *nt,
+                     const prune_layers *pl, const sc_pattern *pat, prune_lat_result *res);
+
+// Adds the objective's members to the summary JSON (res NULL: not finished).
+void prune_lat_json(json_writer *j, const lat_table *t, const prune_lat_result *res,
+                    double target_ms);
+
+#endif

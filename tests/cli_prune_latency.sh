@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# CLI tests of `prune --objective latency` on the CPU on synthetic data: bad
+# usage and bad tables give one line; without a GPU the table comes from the
+# FLOP model (said so), is cached in the run's files and reused on --resume,
+# and a cached table of another GPU is not reused; a stopped and resumed run
+# ends bitwise equal to an uninterrupted one; the history (CSV and JSON) and
+# the summary carry the predicted latency; with a synthetic table where one
+# layer is expensive the run ends under the target per the table and prunes
+# that layer harder than --objective sparsity does at the same overall
+# sparsity with the same seed; 2 MPI ranks end equal to one process.
+cd "$(dirname "$0")/.." || exit 1
+. tests/lib.sh
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+PRQ="$BIN/prune --device cpu --data-dir $T/data --runs $T/runs"
+PR="$PRQ --quiet"
+TINY="--model lenet --population 4 --iterations 4 --batches 2 --batch 32 --val-size 200 --finetune 1 --seed 3"
+PY=${PY:-/usr/bin/python3}
+
+# jget FILE EXPR: a value of a JSON file (python expression on d).
+jget() { "$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1" 2>/dev/null; }
+
+# --- bad usage and bad input --------------------------------------------------
+expect_fail "latency needs evolve" 2 '^prune: .*--method evolve' $PR $TINY --objective latency --method gmp synthetic
+expect_fail "bad objective" 2 '^prune: .*objective' $PR $TINY --objective speed synthetic
+expect_fail "target below 1x" 2 '^prune: .*latency target 0.5x' $PR $TINY --objective latency --latency-target 0.5x synthetic
+expect_fail "target not a number" 2 '^prune: .*latency target fast' $PR $TINY --objective latency --latency-target fast synthetic
+expect_fail "target out of reach" 1 '^prune: .*out of reach' $PR $TINY --objective latency --latency-target 1000x synthetic
+expect_fail "missing table" 1 '^prune: .*nothere.json' $PR $TINY --objective latency --latency-table "$T/nothere.json" synthetic
+
+# --- FLOP model, cache, history, resume ------------------------------------------
+err=$($PRQ $TINY --objective latency --latency-target 1.5x -o "$T/a.h5" --json "$T/a.json" synthetic 2>&1 >"$T/a.out")
+rc=$?
+[ $rc -eq 0 ] && ok "FLOP-model run" || bad "FLOP-model run" "exit $rc: $err"
+grep -q "FLOP model" <<<"$err" && ok "says FLOP model" || bad "says FLOP model" "$err"
+[ "$(jget "$T/a_latency.json" "d['source']")" = "FLOP model (no GPU)" ] && ok "table cached in the run" \
+    || bad "table cached in the run" "$(head -c 300 "$T/a_latency.json" 2>/dev/null)"
+grep -q "not measured (no GPU)" "$T/a.out" && ok "final latency: not measured without a GPU" \
+    || bad "final latency line" "$(grep latency "$T/a.out")"
+v=$(jget "$T/a.json" "d['latency']['predicted_ms'] <= d['latency']['target_ms'] * 1.0001 and d['latency']['not_measured'] == 'no GPU'")
+[ "$v" = True ] && ok "summary: predicted under the target" || bad "summary latency" "$(jget "$T/a.json" "d['latency']")"
+v=$(jget "$T/a_history.json" "all(h['best_predicted_latency_ms'] > 0 for h in d['history'])")
+[ "$v" = True ] && ok "history json has predicted latency" || bad "history json latency" "$v"
+head -n 1 "$T/a_history.csv" | grep -q best_predicted_latency_ms && ok "history csv has predicted latency" \
+    || bad "history csv latency" "$(head -n 1 "$T/a_history.csv")"
+$PR $TINY --objective latency --latency-target 1.5x -o "$T/b.h5" --stop-after 2 synthetic >/dev/null 2>&1 \
+    || bad "stopped run" "failed"
+sed -i 's/"source": *"[^"]*"/"source": "kept"/' "$T/b_latency.json"  # a mark: reused or rebuilt?
+err=$($PRQ --resume -o "$T/b.h5" --json "$T/b.json" 2>&1 >/dev/null) || bad "resume" "failed: $err"
+[ "$(jget "$T/b.json" "d['latency']['table_source']")" = kept ] && ok "resume reuses the cached table" \
+    || bad "resume reuses the table" "$(jget "$T/b.json" "d['latency']")"
+if h5diff -q "$T/a.h5" "$T/b.h5" /params /params && h5diff -q "$T/a.h5" "$T/b.h5" /masks /masks; then
+    ok "resume is bitwise equal"; else bad "resume is bitwise equal" "params differ"; fi
+# A cached table of another GPU is not reused (and rebuilt).
+$PR $TINY --objective latency --latency-target 1.5x -o "$T/c.h5" --stop-after 1 synthetic >/dev/null 2>&1 \
+    || bad "stopped run c" "failed"
+sed -i 's/"gpu": *"[^"]*"/"gpu": "Other GPU"/; s/"source": *"[^"]*"/"source": "kept"/' "$T/c_latency.json"
+err=$($PRQ --resume -o "$T/c.h5" --json "$T/c.json" 2>&1 >/dev/null) || bad "resume c" "failed: $err"
+[ "$(jget "$T/c.json" "d['latency']['table_source']")" = "FLOP model (no GPU)" ] && ok "table of another GPU not reused" \
+    || bad "table of another GPU not reused" "$(jget "$T/c.json" "d['latency']")"
+[ "$(jget "$T/c_latency.json" "d['gpu']")" = none ] && ok "refused table rebuilt" || bad "refused table rebuilt" "$(jget "$T/c_latency.json" "d['gpu']")"
+
+# --- a synthetic table: layer 0 expensive and sparsity pays there ------------------
+"$PY" - "$T/a_latency.json" "$T/syn.json" <<'EOF' || bad "synthetic table" "python failed"
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["gpu"], d["compute_capability"], d["source"], d["rest_ms"] = "Synthetic GPU", 0, "synthetic", 0.1
+g = d["grid"]
+d["ms"] = [[4.0 * (1 - s) + 0.05 for s in g] if l == 0 else [0.2 for s in g] for l in range(len(d["layers"]))]
+json.dump(d, open(sys.argv[2], "w"))
+EOF
+sed 's/"batch": *[0-9]*/"batch": 64/' "$T/syn.json" >"$T/syn64.json"
+expect_fail "table of another batch" 1 '^prune: .*does not fit.*batch 64' $PR $TINY --objective latency \
+    --latency-table "$T/syn64.json" synthetic
+$PR $TINY --objective latency --latency-table "$T/syn.json" --latency-target 1.5x -o "$T/l.h5" --json "$T/l.json" \
+    synthetic >/dev/null 2>&1 || bad "synthetic-table run" "failed"
+v=$(jget "$T/l.json" "d['latency']['predicted_ms'] <= d['latency']['target_ms'] * 1.0001")
+[ "$v" = True ] && ok "ends under the target per the table ($(jget "$T/l.json" "round(d['latency']['predicted_ms'], 4)") ms)" \
+    || bad "ends under the target" "$(jget "$T/l.json" "d['latency']")"
+ts=$(jget "$T/l.json" "d['target_sparsity']")
+$PR $TINY --objective sparsity --target-sparsity "$ts" -o "$T/s.h5" --json "$T/s.json" synthetic >/dev/null 2>&1 \
+    || bad "sparsity run" "failed"
+first="[x['sparsity'] for x in d['layers'] if x['pruned']][0]"
+la=$(jget "$T/l.json" "$first"); sa=$(jget "$T/s.json" "$first")
+awk -v a="${la:-0}" -v b="${sa:-1}" 'BEGIN { exit !(a > b + 0.1) }' \
+    && ok "expensive layer pruned harder: $la vs $sa (overall $ts)" || bad "expensive layer pruned harder" "$la vs $sa"
+
+# --- two MPI ranks == one process ------------------------------------------------
+MPIRUN="mpirun -q --oversubscribe --bind-to none"
+[ "$(id -u)" -eq 0 ] && MPIRUN="$MPIRUN --allow-run-as-root"
+if command -v mpirun >/dev/null 2>&1 && ldd "$BIN/prune" 2>/dev/null | grep -q libmpi; then
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $MPIRUN -np 2 $PR $TINY --objective latency --latency-table "$T/syn.json" \
+        --latency-target 1.5x -o "$T/m.h5" synthetic >/dev/null 2>&1 || bad "2 ranks" "failed"
+    if h5diff -q "$T/l.h5" "$T/m.h5" /params /params && h5diff -q "$T/l.h5" "$T/m.h5" /masks /masks; then
+        ok "2 ranks == 1 process"; else bad "2 ranks == 1 process" "models differ"; fi
+else
+    echo "skip 2 ranks: no mpirun or no MPI build"; SKIP=$((SKIP + 1))
+fi
+summary

@@ -1,0 +1,77 @@
+// GPU test of the latency table's measurement (prune/latency_measure.c):
+// on a small net, every layer's time at every grid sparsity is finite and
+// positive, the best of sparse and dense is never much slower than dense
+// (timing noise allowed), the table is keyed to this GPU and fits it, and the
+// measured model agrees with the table's prediction within a factor. Skips
+// without a GPU.
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "prune/latency.h"
+#include "runtime/rng.h"
+
+// One precision: measure, check, predict, measure the model at 90%.
+static void measure_prec(tctx *t, const char *prec) {
+    sc_err err = {0};
+    lat_key key = {.batch = 32};
+    if (lat_gpu_key(&key, &err)) {
+        SKIP(t, "no GPU: %s", err.msg);
+        return;
+    }
+    snprintf(key.arch, sizeof key.arch, "resnet20");
+    snprintf(key.precision, sizeof key.precision, "%s", prec);
+    net *nt = net_create("resnet20", 3, 32, 32, 10, &err);
+    prune_layers pl;
+    CHECK(t, nt && prune_layers_init(&pl, nt, &err) == 0, "net: %s", err.msg);
+    if (!nt) return;
+    rng r;
+    rng_seed(&r, 5, 0);
+    net_init_weights(nt, &r);
+    float first = nt->param[pl.offset[0]];
+    lat_table tb;
+    int rc = lat_table_measure(&tb, &key, nt, &pl, NULL, stdout, &err);
+    CHECK(t, rc == 0, "measure %s: %s", prec, err.msg);
+    CHECK(t, nt->param[pl.offset[0]] == first && nt->mask[pl.offset[0]] == 1.0f, "net not restored");
+    if (rc) goto done;
+    char why[200] = "";
+    CHECK(t, lat_table_fits(&tb, &key, nt, &pl, why, sizeof why), "%s", why);
+    CHECK(t, tb.rest_ms > 0 && isfinite(tb.rest_ms), "rest %g", tb.rest_ms);
+    for (int l = 0; l < tb.L; l++) {
+        double d = tb.ms[l * tb.G];
+        CHECK(t, d > 0 && isfinite(d), "layer %s dense %g", tb.name[l], d);
+        for (int g = 1; g < tb.G; g++) {
+            double v = tb.ms[l * tb.G + g];
+            CHECK(t, v > 0 && isfinite(v) && v <= 1.5 * d + 0.01, "layer %s at %.2f: %g ms vs dense %g",
+                  tb.name[l], tb.grid[g], v, d);
+        }
+    }
+    printf("  %s %s batch %d: dense %.4f ms predicted (rest %.4f)\n", key.gpu, prec, key.batch,
+           lat_dense_ms(&tb), tb.rest_ms);
+    double sp[64], sum = 0, graph = 0;
+    for (int l = 0; l < pl.n && l < 64; l++) sp[l] = 0.9;
+    prune_mask_raise(nt, &pl, sp, NULL, (prune_crit){.alpha = 1, .beta = 0}, NULL, &err);
+    rc = lat_model_measure(&key, nt, NULL, &sum, &graph, &err);
+    CHECK(t, rc == 0 && sum > 0 && graph > 0, "model: %s", err.msg);
+    double pred = lat_predict(&tb, sp);
+    printf("  at 0.9: predicted %.4f ms, measured %.4f ms (graph %.4f)\n", pred, sum, graph);
+    CHECK(t, pred < 3 * sum && sum < 3 * pred, "prediction %g vs measured %g", pred, sum);
+    lat_table_free(&tb);
+done:
+    prune_layers_free(&pl);
+    net_free(nt);
+}
+
+// fp16 (the engine's default precision).
+static void test_measure_fp16(tctx *t) { measure_prec(t, "fp16"); }
+
+// fp32.
+static void test_measure_fp32(tctx *t) { measure_prec(t, "fp32"); }
+
+int main(void) {
+    tctx t = {.suite = "gpu_test_latency"};
+    RUN(&t, test_measure_fp16);
+    RUN(&t, test_measure_fp32);
+    return check_finish(&t);
+}
