@@ -633,13 +633,14 @@ void dengine_free(dengine *e) {
     free(e);
 }
 
-// Runs m images through the graph.
-int dengine_forward(dengine *e, int m, const uint8_t *images, float *logits, sc_err *err) {
+// Runs m images through the graph, or op by op (eager) to check the graph's replay.
+static int de_forward(dengine *e, int m, const uint8_t *images, float *logits, int eager, sc_err *err) {
     const net *nt = e->p->m->nt;
     if (m < 1 || m > e->n) return sc_fail(err, "batch of %d images (the engine runs 1 to %d)", m, e->n);
     cudaCheck(err, cudaMemcpyAsync(e->d_img, images, (size_t)m * nt->in_c * nt->in_h * nt->in_w,
                                    cudaMemcpyHostToDevice, e->g.stream));
-    cudaCheck(err, cudaGraphLaunch(e->graph, e->g.stream));
+    if (eager) SC_TRY(de_enqueue(e, NULL, 0, 0, err));
+    else cudaCheck(err, cudaGraphLaunch(e->graph, e->g.stream));
     const size_t bytes = (size_t)m * nt->classes * sizeof(float);
     cudaCheck(err, cudaMemcpyAsync(e->h_logits, e->d_logits, bytes, cudaMemcpyDeviceToHost, e->g.stream));
     cudaCheck(err, cudaStreamSynchronize(e->g.stream));
@@ -647,18 +648,14 @@ int dengine_forward(dengine *e, int m, const uint8_t *images, float *logits, sc_
     return 0;
 }
 
-// Runs m images op by op without the graph (the graph's replay checked against it).
+// Runs m images through the graph.
+int dengine_forward(dengine *e, int m, const uint8_t *images, float *logits, sc_err *err) {
+    return de_forward(e, m, images, logits, 0, err);
+}
+
+// Runs m images op by op without the graph.
 int dengine_forward_eager(dengine *e, int m, const uint8_t *images, float *logits, sc_err *err) {
-    const net *nt = e->p->m->nt;
-    if (m < 1 || m > e->n) return sc_fail(err, "batch of %d images (the engine runs 1 to %d)", m, e->n);
-    cudaCheck(err, cudaMemcpyAsync(e->d_img, images, (size_t)m * nt->in_c * nt->in_h * nt->in_w,
-                                   cudaMemcpyHostToDevice, e->g.stream));
-    SC_TRY(de_enqueue(e, NULL, 0, 0, err));
-    const size_t bytes = (size_t)m * nt->classes * sizeof(float);
-    cudaCheck(err, cudaMemcpyAsync(e->h_logits, e->d_logits, bytes, cudaMemcpyDeviceToHost, e->g.stream));
-    cudaCheck(err, cudaStreamSynchronize(e->g.stream));
-    if (logits) memcpy(logits, e->h_logits, bytes);
-    return 0;
+    return de_forward(e, m, images, logits, 1, err);
 }
 
 // Tensor op i writes in the engine, -1 when the op is fused away or an alias.
