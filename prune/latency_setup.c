@@ -64,6 +64,9 @@ static int new_table(const prune_lat_opts *o, const lat_key *key, net *nt, const
                  key->gpu);
         if (!lat_table_measure(t, key, nt, pl, pat, o->quiet ? NULL : stderr, &e)) return 0;
         log_line(stderr, o->quiet, "prune: measuring failed (%s); using the FLOP model", e.msg);
+        SC_TRY(lat_table_flops(t, key, nt, pl, err));
+        snprintf(t->source, sizeof t->source, "FLOP model (measuring failed)");
+        return 0;
     } else {
         log_line(stderr, o->quiet, "prune: no GPU: predicted latency from the FLOP model (nominal "
                  "milliseconds, only their ratios mean something)");
