@@ -473,12 +473,12 @@ extern "C" double bsconv_gpu_macs(const bsconv_gpu *b) {
 // One line describing the layer.
 extern "C" void bsconv_gpu_describe(const bsconv_gpu *b, char *buf, size_t len) {
     if (b->variant >= BSCONV_GATHER_VARIANTS) {
-        int tm, nw;
-        bsh_variant_of(b->variant - BSCONV_GATHER_VARIANTS, &tm, &nw);
+        int tm, nw, ws;
+        bsh_variant_of(b->variant - BSCONV_GATHER_VARIANTS, &tm, &nw, &ws);
         snprintf(buf, len, "block %dx%d, %d blocks, halo kernel: %d groups of %d channels, %d units, "
-                 "%d input channels per chunk, %s, %d pixels x %d groups per CTA",
+                 "%d input channels per chunk, %s, %d pixels x %d groups per CTA, %d warps per group",
                  b->kb, b->cb, b->nblocks, b->h.ngroups, b->h.np, b->h.nunits, b->h.cc,
-                 b->dt == GDT_BF16 ? "bf16" : "fp16", tm, nw);
+                 b->dt == GDT_BF16 ? "bf16" : "fp16", tm, nw / ws, ws);
         return;
     }
     snprintf(buf, len, "block %dx%d, %d blocks, %d groups of %d channels, %d columns, %s, %d pixels/CTA%s",

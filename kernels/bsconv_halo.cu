@@ -22,6 +22,7 @@ struct bsh_args {
     bsconv_htile t;
     int n, H, W, C, K, stride, pad, relu;
     int cc, lnch, nchunks, ngroups, nw;  // lnch: log2 of the 16-byte slots per position
+    int ws;                              // warps per group (each a slice of the tile's pixels)
     int wbytes;                          // bytes of one window buffer (a multiple of 16)
 };
 
@@ -119,52 +120,57 @@ __device__ __forceinline__ void bsh_st2(__nv_bfloat16 *p, float u, float v) {
     *(__nv_bfloat162 *)p = __floats2bfloat162_rn(u, v);
 }
 
-// v = act(v + bias [+ z at o]) for the lane's two channels k, k + 1.
-template <typename T>
-__device__ __forceinline__ void bsh_act(const bsh_args &a, long long o, int k, float *v) {
-    v[0] += a.bias ? __ldg(a.bias + k) : 0.0f;
-    v[1] += a.bias ? __ldg(a.bias + k + 1) : 0.0f;
-    if (a.z && o >= 0) {
-        const float2 zz = bsh_ld2((const T *)a.z + o + k);
-        v[0] += zz.x, v[1] += zz.y;
-    }
-    if (a.relu) v[0] = fmaxf(v[0], 0.0f), v[1] = fmaxf(v[1], 0.0f);
-}
-
-// Writes fragment (mf, f) of group g: rows lane / 4 and + 8, channels 2 (lane % 4) + {0, 1};
-// with POOL the max over each window's 4 rows (lanes 4 and 8 apart), stored by its first lane.
-template <typename T, bool POOL>
-__device__ __forceinline__ void bsh_store(const bsh_args &a, const int *out, int g, int mf, int f, int lane,
-                                          const float *acc) {
-    const int kk = f * 8 + (lane & 3) * 2;
-    const bool kin = kk < __ldg(a.nk + g);  // nk is a multiple of 8: the warp agrees per f
-    if (!kin) return;
-    const int k = __ldg(a.k0 + g) + kk;
+// Writes the warp's accumulators of group g: fragment (mf, f) holds rows
+// mf * 16 + lane / 4 (+ 8) and channels f * 8 + 2 (lane % 4) + {0, 1}; the bias
+// is read once per channel pair and the y pixel once per row. With POOL,
+// the max over each window's 4 rows (lanes 4 and 8 apart) is stored by its
+// first lane.
+template <typename T, int MF, int NF, bool POOL>
+__device__ __forceinline__ void bsh_epilogue(const bsh_args &a, const int *out, int g, int lane,
+                                             float (*acc)[NF][4]) {
+    const int nk = __ldg(a.nk + g), k = __ldg(a.k0 + g) + (lane & 3) * 2;
+    float2 bias[NF];
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int i = mf * 16 + (lane >> 2) + h * 8;
-        const int pix = out[i];
-        const long long o = pix < 0 ? -1 : (long long)pix * a.K;
-        float v[2] = {acc[h * 2], acc[h * 2 + 1]};
-        bsh_act<T>(a, o, k, v);
-        if (POOL) {
+    for (int f = 0; f < NF; f++)
+        bias[f] = a.bias && f * 8 < nk ? make_float2(__ldg(a.bias + k + f * 8), __ldg(a.bias + k + f * 8 + 1))
+                                       : make_float2(0.0f, 0.0f);
 #pragma unroll
-            for (int off = 4; off <= 8; off <<= 1)
+    for (int mf = 0; mf < MF; mf++)
 #pragma unroll
-                for (int e = 0; e < 2; e++) v[e] = fmaxf(v[e], __shfl_xor_sync(0xffffffffu, v[e], off));
-            if ((lane >> 2 & 3) != 0) continue;
+        for (int h = 0; h < 2; h++) {
+            const int pix = out[mf * 16 + (lane >> 2) + h * 8];
+            const long long o = (long long)pix * a.K + k;
+#pragma unroll
+            for (int f = 0; f < NF; f++) {
+                if (f * 8 >= nk) break;  // nk is a multiple of 8: the same for the whole warp
+                float v0 = acc[mf][f][h * 2] + bias[f].x, v1 = acc[mf][f][h * 2 + 1] + bias[f].y;
+                if (!POOL && a.z && pix >= 0) {
+                    const float2 zz = bsh_ld2((const T *)a.z + o + f * 8);
+                    v0 += zz.x, v1 += zz.y;
+                }
+                if (a.relu) v0 = fmaxf(v0, 0.0f), v1 = fmaxf(v1, 0.0f);
+                if (POOL) {
+#pragma unroll
+                    for (int off = 4; off <= 8; off <<= 1) {
+                        v0 = fmaxf(v0, __shfl_xor_sync(0xffffffffu, v0, off));
+                        v1 = fmaxf(v1, __shfl_xor_sync(0xffffffffu, v1, off));
+                    }
+                    if ((lane >> 2 & 3) != 0) continue;
+                }
+                if (pix >= 0) bsh_st2((T *)a.y + o + f * 8, v0, v1);
+            }
         }
-        if (o >= 0) bsh_st2((T *)a.y + o + k, v[0], v[1]);
-    }
 }
 
 // --- the kernel ---------------------------------------------------------------------------
 
-// One CTA: tile blockIdx.x, groups blockIdx.y * nw + warp (one per warp).
+// One CTA: tile blockIdx.x, groups blockIdx.y * nw / ws + warp / ws; warp w
+// computes the MF fragments of pixel slice w % ws of its group.
 template <typename T, int MF, int NF, bool POOL>
 __global__ void __launch_bounds__(256) bsh_kernel(bsh_args a) {
     extern __shared__ __align__(16) char bsh_smem[];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = blockIdx.y * a.nw + warp;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = blockIdx.y * (a.nw / a.ws) + warp / a.ws, row0 = warp % a.ws * MF * 16;
     int i0, r0, q0;
     bsh_tile_origin(&a.t, blockIdx.x, &i0, &r0, &q0);
     char *zero = bsh_smem + (a.nchunks > 1 ? 2 : 1) * a.wbytes;
@@ -174,7 +180,7 @@ __global__ void __launch_bounds__(256) bsh_kernel(bsh_args a) {
     __syncthreads();
     int pos[MF];
 #pragma unroll
-    for (int mf = 0; mf < MF; mf++) pos[mf] = tpos[mf * 16 + (lane & 15)];
+    for (int mf = 0; mf < MF; mf++) pos[mf] = tpos[row0 + mf * 16 + (lane & 15)];
     float acc[MF][NF][4];
 #pragma unroll
     for (int mf = 0; mf < MF; mf++)
@@ -198,19 +204,16 @@ __global__ void __launch_bounds__(256) bsh_kernel(bsh_args a) {
                                  base + (uint32_t)((c & 1) * a.wbytes), zaddr, pos, lane, acc);
         __syncthreads();
     }
-    if (g >= a.ngroups) return;
-#pragma unroll
-    for (int mf = 0; mf < MF; mf++)
-#pragma unroll
-        for (int f = 0; f < NF; f++) bsh_store<T, POOL>(a, tout, g, mf, f, lane, acc[mf][f]);
+    if (g < a.ngroups) bsh_epilogue<T, MF, NF, POOL>(a, tout + row0, g, lane, acc);
 }
 
 // --- variants and launch ------------------------------------------------------------------
 
-// Pixel rows per tile and warps per CTA of variant v.
-extern "C" void bsh_variant_of(int v, int *tm, int *nw) {
-    static const int tms[BSH_VARIANTS] = {128, 64, 128, 64, 32}, nws[BSH_VARIANTS] = {4, 4, 8, 8, 4};
-    *tm = tms[v], *nw = nws[v];
+// Pixel rows per tile, warps per CTA and warps per group of variant v.
+extern "C" void bsh_variant_of(int v, int *tm, int *nw, int *ws) {
+    static const int tms[BSH_VARIANTS] = {128, 64, 128, 64, 32, 128, 64};
+    static const int nws[BSH_VARIANTS] = {4, 4, 8, 8, 4, 8, 8}, wss[BSH_VARIANTS] = {1, 1, 2, 1, 1, 1, 2};
+    *tm = tms[v], *nw = nws[v], *ws = wss[v];
 }
 
 // The kernel of (T, MF, NF, POOL) as a plain pointer; NULL when MF x NF > 16.
@@ -234,17 +237,18 @@ template <typename T> static void *bsh_fn_t(int mf, int nf, bool pool) {
 
 // The kernel of variant v for layer (s, d) in dt, or NULL.
 static void *bsh_fn(const bsconv_shape *s, const bsh_gpu *d, gpu_dtype dt, int v) {
-    int tm, nw;
-    bsh_variant_of(v, &tm, &nw);
+    int tm, nw, ws;
+    bsh_variant_of(v, &tm, &nw, &ws);
     const bool pool = s->pool == 2;
-    return dt == GDT_BF16 ? bsh_fn_t<__nv_bfloat16>(tm / 16, d->nf, pool) : bsh_fn_t<__half>(tm / 16, d->nf, pool);
+    const int mf = tm / 16 / ws;
+    return dt == GDT_BF16 ? bsh_fn_t<__nv_bfloat16>(mf, d->nf, pool) : bsh_fn_t<__half>(mf, d->nf, pool);
 }
 
 // Dynamic shared memory of variant v's CTA: one or two window buffers, a zero
 // slot and the tile's two tables.
 static long long bsh_smem_bytes(const bsconv_shape *s, const bsh_gpu *d, int v) {
-    int tm, nw;
-    bsh_variant_of(v, &tm, &nw);
+    int tm, nw, ws;
+    bsh_variant_of(v, &tm, &nw, &ws);
     bsconv_htile t;
     bsconv_htile_pick(s, tm, d->cc, &t);
     return bsconv_htile_bytes(&t, d->cc) * (d->nchunks > 1 ? 2 : 1) + 16 + 2 * tm * (long long)sizeof(int);
@@ -255,9 +259,11 @@ extern "C" int bsh_gpu_prepare(const gpu_ctx *g, const bsconv_shape *s, const bs
                                int v, sc_err *err) {
     if (v < 0 || v >= BSH_VARIANTS) return sc_fail(err, "block-sparse conv: halo variant %d", v);
     void *fn = bsh_fn(s, d, dt, v);
-    int tm, nw;
-    bsh_variant_of(v, &tm, &nw);
-    if (!fn) return sc_fail(err, "block-sparse conv: %d-pixel tiles x %d channels need too many registers", tm, d->np);
+    int tm, nw, ws;
+    bsh_variant_of(v, &tm, &nw, &ws);
+    if (!fn)
+        return sc_fail(err, "block-sparse conv: %d pixels x %d channels per warp need too many registers", tm / ws,
+                       d->np);
     const long long bytes = bsh_smem_bytes(s, d, v);
     if (bytes > g->dev.smem_block_optin)
         return sc_fail(err, "block-sparse conv: the window needs %lld bytes of shared memory (%d)", bytes,
@@ -271,14 +277,14 @@ extern "C" int bsh_gpu_prepare(const gpu_ctx *g, const bsconv_shape *s, const bs
 // Queues the kernel of variant v.
 extern "C" int bsh_gpu_run(const gpu_ctx *g, const bsconv_shape *s, const bsh_gpu *d, gpu_dtype dt, int v,
                            const float *bias, const void *x, const void *z, void *y, sc_err *err) {
-    int tm, nw;
-    bsh_variant_of(v, &tm, &nw);
+    int tm, nw, ws;
+    bsh_variant_of(v, &tm, &nw, &ws);
     bsh_args a;
     a.x = x, a.z = z, a.y = y, a.bias = bias, a.k0 = d->k0, a.nk = d->nk, a.ustart = d->ustart;
     a.units = d->units, a.vals = (const uint32_t *)d->vals;
     bsconv_htile_pick(s, tm, d->cc, &a.t);
     a.n = s->n, a.H = s->H, a.W = s->W, a.C = s->C, a.K = s->K, a.stride = s->stride, a.pad = s->pad;
-    a.relu = s->relu, a.cc = d->cc, a.nchunks = d->nchunks, a.ngroups = d->ngroups, a.nw = nw;
+    a.relu = s->relu, a.cc = d->cc, a.nchunks = d->nchunks, a.ngroups = d->ngroups, a.nw = nw, a.ws = ws;
     a.lnch = 0;
     while ((8 << a.lnch) < d->cc) a.lnch++;
     a.wbytes = (int)bsconv_htile_bytes(&a.t, d->cc);
@@ -286,7 +292,8 @@ extern "C" int bsh_gpu_run(const gpu_ctx *g, const bsconv_shape *s, const bsh_gp
     if (tiles > INT32_MAX) return sc_fail(err, "block-sparse conv: %lld tiles", tiles);
     void *fn = bsh_fn(s, d, dt, v);
     if (!fn) return sc_fail(err, "block-sparse conv: halo variant %d does not fit the layer", v);
-    const dim3 grid((unsigned)tiles, (unsigned)((d->ngroups + nw - 1) / nw));
+    const int gpc = nw / ws;  // groups per CTA
+    const dim3 grid((unsigned)tiles, (unsigned)((d->ngroups + gpc - 1) / gpc));
     void *args[] = {&a};
     cudaCheck(err, cudaLaunchKernel(fn, grid, dim3((unsigned)(nw * 32)), args, (size_t)bsh_smem_bytes(s, d, v),
                                     g->stream));

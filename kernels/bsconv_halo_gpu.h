@@ -21,9 +21,10 @@ typedef struct {
     void *vals;                 // device (nunits * nf * 64) of the layer's dtype
 } bsh_gpu;
 
-// Halo-kernel variants: pixel rows per tile and warps (groups) per CTA.
-#define BSH_VARIANTS 5
-void bsh_variant_of(int v, int *tm, int *nw);
+// Halo-kernel variants: pixel rows per tile, warps per CTA and warps per
+// group (each warp a slice of the tile's pixels).
+#define BSH_VARIANTS 7
+void bsh_variant_of(int v, int *tm, int *nw, int *ws);
 
 // Uploads h for storage dt on g's stream (synchronised). 0 or -1.
 int bsh_gpu_upload(const gpu_ctx *g, const bsconv_hpack *h, gpu_dtype dt, bsh_gpu *d, sc_err *err);
