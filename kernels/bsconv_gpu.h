@@ -5,7 +5,15 @@
 // al., "Efficient tensor core-based GPU kernels for structured sparsity
 // under reduced precision", SC'21).
 //
-// An implicit GEMM over the non-zero columns only: bsconv_gpu_create packs
+// Two kernels, chosen per layer by variant (a tuner measures them):
+//
+// The halo kernel (variants 4-10, kernels/bsconv_halo.h) for layers whose
+// blocks are 8-channel aligned: a persistent CTA stages each tile's input
+// window in shared memory once per 64-channel chunk and its warps multiply
+// their groups' 8-channel units straight from it (ldmatrix + mma.sync).
+//
+// The gather kernel (variants 0-3), for every layer: an implicit GEMM over
+// the non-zero columns only: bsconv_gpu_create packs
 // the BSR once (bsconv_pack: output channels in groups of up to 64, each
 // with the list of its non-zero (r, s, c) columns padded to the MMA's
 // k-step of 16, weights narrowed to fp16/bf16 in fragment order). A CTA

@@ -268,7 +268,9 @@ extern "C" int bsh_gpu_prepare(const gpu_ctx *g, const bsconv_shape *s, const bs
     if (bytes > g->dev.smem_block_optin)
         return sc_fail(err, "block-sparse conv: the window needs %lld bytes of shared memory (%d)", bytes,
                        g->dev.smem_block_optin);
-    cudaCheck(err, cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    // The limit belongs to the kernel, which other layers share: raise it to the
+    // device's opt-in maximum (never to this layer's need, which may be below theirs).
+    cudaCheck(err, cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, g->dev.smem_block_optin));
     cudaCheck(err, cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
                                         cudaSharedmemCarveoutMaxShared));
     return 0;

@@ -279,6 +279,32 @@ static void reject_pool_residual(tctx *t, env *e) {
     bsc_free(&L);
 }
 
+// Two layers on one halo kernel (same element type, tile and group width) whose
+// windows need different shared memory: preparing the small one after the
+// large one must not stop the large one from launching (the kernel's limit is
+// shared; a deployed resnet18 failed so).
+static void shared_kernel_limit(tctx *t, env *e) {
+    const bsc_case big = {128, 64, 32, 32, 64, 3, 3, 2, 1, 16, 8, 0.9, 0, 1, 0, 1, 0};
+    const bsc_case small = {2, 64, 6, 6, 64, 3, 3, 1, 1, 16, 8, 0.9, 0, 1, 0, 1, 0};
+    bsc_layer Lb, Ls;
+    bsc_make(&big, 81, &Lb);
+    bsc_make(&small, 82, &Ls);
+    void *x = dnew(e, Lb.nx * 2), *y = dnew(e, Lb.ny * 2);
+    bsconv_gpu *b = x && y ? bsconv_gpu_create(&e->g, &Lb.s, &Lb.w, Lb.bias, GDT_F16, &e->err) : NULL;
+    bsconv_gpu *s = b ? bsconv_gpu_create(&e->g, &Ls.s, &Ls.w, Ls.bias, GDT_F16, &e->err) : NULL;
+    const int v = BSCONV_GATHER_VARIANTS + 5;  // 128-pixel tiles: the stride-2 window is the largest
+    int rc = !s || bsconv_gpu_set_variant(&e->g, b, v, &e->err) || bsconv_gpu_set_variant(&e->g, s, v, &e->err) ||
+             bsconv_gpu_run(&e->g, b, x, NULL, y, &e->err) || cudaStreamSynchronize(e->g.stream) != cudaSuccess;
+    printf("%s a large layer launches after a small one set the same kernel up%s%s\n", rc ? "FAIL" : "ok  ",
+           rc ? ": " : "", rc ? e->err.msg : "");
+    count(t, !rc);
+    bsconv_gpu_free(b);
+    bsconv_gpu_free(s);
+    dfree_all(e);
+    bsc_free(&Lb);
+    bsc_free(&Ls);
+}
+
 // The comparison fails when the kernel does not run (poisoned output) or one element is off.
 static void self_check(tctx *t, env *e) {
     const bsc_case c = bsc_gpu_case(0, 1);
@@ -457,6 +483,7 @@ int main(int argc, char **argv) {
     } else {
         run_all(&t, &e);
         check_halo_coverage(&t, &e);
+        shared_kernel_limit(&t, &e);
         reject_pool_residual(&t, &e);
         self_check(&t, &e);
     }
