@@ -35,7 +35,7 @@ typedef struct {
 
 // Checks that d is a layer the activation-sparse kernels run: sizes
 // positive, P and Q consistent with H, W, stride and pad, in_border >= pad,
-// W and the kernel sizes small enough for the packed indices (W <= 65535,
+// H, W and the kernel sizes small enough for the packed indices (H, W <= 65535,
 // R, S <= 255), a sane pool. 0, or -1 with the reason.
 int actconv_check(const spconv_desc *d, sc_err *err);
 

@@ -25,8 +25,8 @@ int actconv_check(const spconv_desc *d, sc_err *err) {
         return sc_fail(err, "actconv: output %dx%d does not match the geometry", d->P, d->Q);
     if (d->in_border < d->pad || d->out_border < 0)
         return sc_fail(err, "actconv: input border %d below the padding %d", d->in_border, d->pad);
-    if (d->W > 65535 || d->R > 255 || d->S > 255)
-        return sc_fail(err, "actconv: width %d or kernel %dx%d too large", d->W, d->R, d->S);
+    if (d->H > 65535 || d->W > 65535 || d->R > 255 || d->S > 255)
+        return sc_fail(err, "actconv: plane %dx%d or kernel %dx%d too large", d->H, d->W, d->R, d->S);
     if (d->pool_k > 0 && (d->pool_stride < 1 || d->pool_pad < 0 || d->pool_pad >= d->pool_k ||
                           d->P + 2 * d->pool_pad < d->pool_k || d->Q + 2 * d->pool_pad < d->pool_k))
         return sc_fail(err, "actconv: bad pool (%d, stride %d, pad %d)", d->pool_k, d->pool_stride,
