@@ -3,11 +3,10 @@
 // listed per (image, channel, row); then per (image, output channel) plane
 // every non-zero weight (c, r, s) meets the listed non-zeros of the input
 // rows its windows read, and each product is added, in double, to the conv
-// pixel it belongs to. Bias, ReLU and the fused max pool follow as in
-// kernels/spconv_cpu.c.
+// pixel it belongs to. Bias, ReLU and the fused max pool are
+// kernels/spconv_cpu.c's (spconv_planes_cpu).
 #include "kernels/actconv.h"
 
-#include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,8 +115,9 @@ static void actconv_scatter(const spconv_desc *d, const actconv_nz *z, int i, in
     }
 }
 
-// acc (P, Q) = conv of row k over image i from the input's non-zeros.
-static void actconv_plane(const spconv_desc *d, const actconv_nz *z, int i, int k, double *acc) {
+// acc (P, Q) = conv of row k over image i from the input's non-zeros (arg: the lists).
+static void actconv_plane(const spconv_desc *d, const void *arg, int i, int k, double *acc) {
+    const actconv_nz *z = arg;
     memset(acc, 0, (size_t)d->P * d->Q * sizeof *acc);
     for (int j = 0; j < d->nnz_row; j++) {
         const size_t e = (size_t)k * d->nnz_row + j;
@@ -127,44 +127,8 @@ static void actconv_plane(const spconv_desc *d, const actconv_nz *z, int i, int 
     }
 }
 
-// Conv value at (p, q): the sum rounded to float, bias and ReLU applied.
-static float actconv_out(const spconv_desc *d, const double *acc, int k, int p, int q) {
-    const float y = (float)acc[(size_t)p * d->Q + q] + (d->bias ? d->bias[k] : 0.0f);
-    return d->relu && y < 0.0f ? 0.0f : y;
-}
-
-// Output value at (po, qo): the conv value, or the pool window's maximum
-// over its valid conv pixels (0 when it has none).
-static float actconv_value(const spconv_desc *d, const double *acc, int k, int po, int qo) {
-    if (d->pool_k <= 0) return actconv_out(d, acc, k, po, qo);
-    const int p0 = po * d->pool_stride - d->pool_pad, q0 = qo * d->pool_stride - d->pool_pad;
-    float m = -INFINITY;
-    for (int p = p0 < 0 ? 0 : p0; p < p0 + d->pool_k && p < d->P; p++)
-        for (int q = q0 < 0 ? 0 : q0; q < q0 + d->pool_k && q < d->Q; q++) {
-            const float y = actconv_out(d, acc, k, p, q);
-            m = y > m ? y : m;
-        }
-    return m == -INFINITY ? 0.0f : m;
-}
-
-// out interior = pool(relu(conv(in) + bias)) from the input's non-zeros.
+// out interior = pool(relu(conv(in) + bias)) from the input's non-zeros,
+// through the direct sparse reference's epilogue.
 void actconv_forward_cpu(const spconv_desc *d, int n, const actconv_nz *z, float *out) {
-    int po, qo;
-    spconv_out_size(d, &po, &qo);
-    const int ob = d->out_border, hob = po + 2 * ob, wob = qo + 2 * ob;
-    const long planes = (long)n * d->K;
-#pragma omp parallel
-    {
-        double *acc = malloc(((size_t)d->P * d->Q + 1) * sizeof *acc);
-#pragma omp for schedule(dynamic, 4)
-        for (long pl = 0; pl < planes; pl++) {
-            if (!acc) continue;  // out of memory: plane left as it was
-            const int i = (int)(pl / d->K), k = (int)(pl % d->K);
-            float *o = out + (size_t)pl * hob * wob + (size_t)ob * wob + ob;
-            actconv_plane(d, z, i, k, acc);
-            for (int p = 0; p < po; p++)
-                for (int q = 0; q < qo; q++) o[(size_t)p * wob + q] = actconv_value(d, acc, k, p, q);
-        }
-        free(acc);
-    }
+    spconv_planes_cpu(d, n, actconv_plane, z, out);
 }
