@@ -178,15 +178,25 @@ static void test_cases(tctx *t) {
     gpu_ctx_free(&g);
 }
 
+// One forward of a case (graph_capture's callback).
+typedef struct {
+    tdata *d;
+    const actconv_gpu *a;
+    cudaStream_t st;
+} act_fwd;
+
+// Queues the forward in arg.
+static int act_fwd_run(void *arg, sc_err *err) {
+    act_fwd *f = arg;
+    return actconv_gpu_forward(f->a, f->d->n, f->d->din, f->d->dout, f->st, err);
+}
+
 // Captures a forward in a CUDA graph and checks its replay.
 static void graph_check(tctx *t, tdata *d, const actconv_gpu *a, cudaStream_t st) {
     sc_err err = {{0}};
-    cudaGraph_t graph = NULL;
     cudaGraphExec_t exec = NULL;
-    int ok = cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
-    ok = ok && actconv_gpu_forward(a, d->n, d->din, d->dout, st, &err) == 0;
-    ok = cudaStreamEndCapture(st, &graph) == cudaSuccess && ok;
-    ok = ok && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+    act_fwd f = {d, a, st};
+    int ok = graph_capture(st, act_fwd_run, &f, &exec, &err) == 0;
     CHECK(t, ok, "graph capture failed: %s", err.msg);
     if (ok && !poison(d->dout, d->nout, d->half)) {
         ok = cudaGraphLaunch(exec, st) == cudaSuccess && cudaStreamSynchronize(st) == cudaSuccess;
@@ -194,7 +204,6 @@ static void graph_check(tctx *t, tdata *d, const actconv_gpu *a, cudaStream_t st
         if (ok) out_check(t, d, "graph replay");
     }
     if (exec) cudaGraphExecDestroy(exec);
-    if (graph) cudaGraphDestroy(graph);
 }
 
 // A batch of 7, then a batch of 2 of other images through the same layer
