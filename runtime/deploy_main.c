@@ -106,7 +106,6 @@ typedef struct {
     deploy_report r;
     int *cpu_pred;        // (test.n) CPU reference top-1, -1 where not run
     int nreference;       // --reference resolved
-    double *act_z, *act_e; // (nops) zeros and elements of each conv op's input over the CPU's images
     FILE *log;            // progress and warnings (stderr), NULL when quiet
     double t0;
 } deploy_run;
@@ -167,10 +166,7 @@ static int model_and_data(deploy_run *d, sc_err *err) {
     SC_TRY(reference_count(d, &d->nreference, err));
     if (!(d->p = deploy_plan_build(d->m, err))) return sc_wrap(err, "%s", d->input);
     d->cpu_pred = malloc((size_t)d->test.n * sizeof *d->cpu_pred);
-    d->act_z = calloc((size_t)d->p->nops, sizeof *d->act_z);
-    d->act_e = calloc((size_t)d->p->nops, sizeof *d->act_e);
-    d->r.act_sparsity = malloc((size_t)d->p->nops * sizeof *d->r.act_sparsity);
-    if (!d->cpu_pred || !d->act_z || !d->act_e || !d->r.act_sparsity) return sc_fail(err, "out of memory");
+    if (!d->cpu_pred) return sc_fail(err, "out of memory");
     for (int i = 0; i < d->test.n; i++) d->cpu_pred[i] = -1;
     return 0;
 }
@@ -190,17 +186,6 @@ static uint8_t *batch_images(const deploy_run *d, int n) {
 
 // --- the CPU path -------------------------------------------------------------
 
-// Counts the zeros of every conv op's input over the n images of c's last forward.
-static void act_add(deploy_run *d, const deploy_cpu *c, int n) {
-    deploy_cpu_act_zeros(c, n, d->act_z, d->act_e);
-    d->r.act_images += n;
-}
-
-// The report's activation sparsity per op from the counts (NAN: not a conv or not measured).
-static void act_finish(deploy_run *d) {
-    for (int i = 0; i < d->p->nops; i++) d->r.act_sparsity[i] = d->act_e[i] > 0 ? d->act_z[i] / d->act_e[i] : NAN;
-}
-
 // Runs the CPU plan over the first `count` test images in batches of n:
 // predictions into cpu_pred, accuracy, median batch time.
 static int cpu_pass(deploy_run *d, deploy_cpu *c, int n, int count, double *batch_ms, sc_err *err) {
@@ -217,7 +202,6 @@ static int cpu_pass(deploy_run *d, deploy_cpu *c, int n, int count, double *batc
         double t = progress_clock();
         rc = deploy_cpu_forward(c, b, test_image(d, i), lg, err);
         if (b == n) times[nt++] = (progress_clock() - t) * 1000.0;
-        if (!rc) act_add(d, c, b);
         for (int k = 0; k < b && !rc; k++) {
             d->cpu_pred[i + k] = top1(lg + (size_t)k * classes, classes);
             hits += d->cpu_pred[i + k] == d->test.labels[i + k];
@@ -566,7 +550,6 @@ static int gpu_path(deploy_run *d, sc_err *err) {
     int rc = ref && ref_logits ? 0 : -1;
     if (ref && !ref_logits) sc_fail(err, "out of memory");
     if (!rc) rc = deploy_cpu_forward(ref, nref, test_image(d, 0), ref_logits, err);
-    if (!rc && nall == 0) act_add(d, ref, nref);  // else the --reference images are counted
     if (!rc && nall > 0) {
         int n = d->o.batch < 64 ? d->o.batch : 64;
         deploy_cpu *c = deploy_cpu_create(d->p, n, err);
@@ -642,7 +625,6 @@ static void chart_write(deploy_run *d) {
 // Prints the table and the summary; writes the chart and the JSON summary.
 static int reports(deploy_run *d, sc_err *err) {
     d->r.seconds = progress_clock() - d->t0;
-    act_finish(d);
     chart_write(d);
     FILE *out = d->o.c.json && !strcmp(d->o.c.json, "-") ? stderr : stdout;
     if (!d->o.c.quiet && (!d->r.gpu || d->r.nprec)) deploy_report_table(out, d->p, &d->r);
@@ -660,7 +642,7 @@ static int reports(deploy_run *d, sc_err *err) {
 // Frees everything a run holds.
 static void run_free(deploy_run *d) {
     for (int i = 0; i < 2; i++) deploy_timing_free(&d->r.pr[i].tb), deploy_timing_free(&d->r.pr[i].t1);
-    free(d->r.cpu_op_ms), free(d->cpu_pred), free(d->act_z), free(d->act_e), free(d->r.act_sparsity);
+    free(d->r.cpu_op_ms), free(d->cpu_pred);
     deploy_plan_free(d->p);
     sparse_model_free(d->m);
     dataset_free(&d->ds);

@@ -73,18 +73,12 @@ static int rep_failed(const deploy_report *r, int i, int c, int b1) {
     return t && t->passed && t->passed[i][c] == 0;
 }
 
-// Whether candidate c is one of this toolkit's sparse kernels ("sparse*", "actsparse*").
-static int rep_is_sparse(int c) {
-    const char *n = deploy_cand_name(c);
-    return !strncmp(n, "sparse", 6) || !strncmp(n, "actsparse", 9);
-}
-
-// Fastest sparse candidate (rep_is_sparse) of precision prec on op i.
+// Fastest sparse candidate ("sparse*") of precision prec on op i.
 static double rep_sparse_ms(const deploy_report *r, int i, deploy_prec prec, int b1) {
     double best = NAN;
     for (int c = 0; c < deploy_cand_count(); c++) {
         double ms = rep_ms(r, i, c, b1);
-        if (deploy_cand_prec(c) == prec && rep_is_sparse(c) &&
+        if (deploy_cand_prec(c) == prec && !strncmp(deploy_cand_name(c), "sparse", 6) &&
             isfinite(ms) && !(ms >= best) && !rep_failed(r, i, c, b1))
             best = ms;
     }
@@ -132,7 +126,7 @@ static void rep_speed_cell(FILE *f, double x) {
 
 // Prints the header line of the table.
 static void rep_table_head(FILE *f, const deploy_report *r) {
-    fprintf(f, "%-24s %-18s %8s %7s", "layer", "shape", "sparsity", "act-sp");
+    fprintf(f, "%-24s %-18s %8s", "layer", "shape", "sparsity");
     if (!r->gpu) {
         fprintf(f, " %11s\n", "cpu_ms");
         return;
@@ -158,9 +152,6 @@ void deploy_report_table(FILE *f, const deploy_plan *p, const deploy_report *r) 
         }
         deploy_op_shape(p, op, shape, sizeof shape);
         fprintf(f, "%-24.24s %-18.18s %7.1f%%", op->name, shape, 100.0 * deploy_op_sparsity(p, op));
-        const double as = r->act_sparsity ? r->act_sparsity[i] : NAN;
-        if (isfinite(as)) fprintf(f, " %6.1f%%", 100.0 * as);
-        else fprintf(f, " %7s", "-");
         if (!r->gpu) {
             rep_cell(f, r->cpu_op_ms ? r->cpu_op_ms[i] : NAN, 11, 0);
             fputc('\n', f);
@@ -174,11 +165,9 @@ void deploy_report_table(FILE *f, const deploy_plan *p, const deploy_report *r) 
         const char *c32 = rep_chosen(r, i, DP_FP32, 0), *c16 = rep_chosen(r, i, DP_FP16, 0);
         fprintf(f, "  %s%s%s\n", c32 ? c32 : "", c32 && c16 ? " " : "", c16 ? c16 : "");
     }
-    fprintf(f, "%-24s %-18s %8s %7s", "other ops", "(add, pool, ...)", "", "");
+    fprintf(f, "%-24s %-18s %8s", "other ops", "(add, pool, ...)", "");
     rep_cell(f, other, 11, 0);
     fputc('\n', f);
-    if (r->act_images) fprintf(f, "(act-sp: zeros in the layer's input over %ld test images of the CPU reference)\n",
-                               r->act_images);
     if (r->gpu) fprintf(f, "(* failed its check against the CPU reference: timed, never chosen)\n");
 }
 
@@ -297,7 +286,6 @@ static void rep_json_layers(json_writer *j, const deploy_plan *p, const deploy_r
         json_add_string(j, "name", op->name);
         json_add_string(j, "shape", shape);
         json_add_number(j, "sparsity", deploy_op_sparsity(p, op));
-        json_add_number(j, "act_sparsity", r->act_sparsity ? r->act_sparsity[i] : NAN);
         json_add_int(j, "nnz", deploy_op_layer(p, op)->nnz);
         json_add_int(j, "nnz_row", deploy_op_layer(p, op)->nnz_row);
         rep_json_times(j, r, i, 0);
@@ -409,7 +397,6 @@ void deploy_report_json(json_writer *j, const deploy_plan *p, const deploy_repor
     json_add_number(j, "cpu_reference_accuracy", r->cpu_images ? r->cpu_acc : NAN);
     json_add_int(j, "cpu_reference_images", r->cpu_images);
     json_add_number(j, "sparsity", r->sparsity);
-    json_add_int(j, "act_sparsity_images", r->act_images);
     json_add_number(j, "images_per_second", deploy_ips(r->batch, pr ? pr->ms : r->cpu_ms));
     json_add_number(j, "dense_images_per_second", deploy_ips(r->batch, pr ? pr->dense_ms : r->cpu_dense_ms));
     json_add_number(j, "latency_ms_batch1", pr ? pr->lat_ms : r->cpu_lat_ms);
