@@ -72,4 +72,9 @@ int dengine_time(dengine *e, int repeat, double *ms, sc_err *err);
 double dengine_op_ms(const dengine *e, int i);
 void dengine_op_describe(const dengine *e, int i, char *buf, size_t len);
 
+// Conv op i's tuned cuDNN time and its fastest sparse path that passed the
+// check (mixed plans; kept or not), NAN where not timed: what the mixed plan
+// chose between, both measured alone on the op's real input.
+void dengine_op_paths_ms(const dengine *e, int i, double *dense_ms, double *sparse_ms);
+
 #endif

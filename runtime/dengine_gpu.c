@@ -34,6 +34,8 @@ typedef struct {
     void *pre_pool;       // EO_CONV with a max pool after it: (n, P, Q, K) conv output
     float *scale, *shift; // DOP_AFFINE: device fp32 (c)
     double ms;            // tuned time, NAN when not timed
+    double dense_ms;      // EO_CONV: tuned time of its cuDNN plan (NAN when not timed)
+    double sparse_ms;     // mixed plans: fastest checked sparse path (kept or not), else NAN
     desparse *sp;         // mixed plans: the sparse path, when it runs the op
     debs *bs;             // mixed plans: the block-sparse path, when it runs the op
     size_t ws_off;        // EO_CONV: byte offset of its own workspace in the engine's
@@ -121,7 +123,7 @@ static int de_analyse(dengine *e, sc_err *err) {
     for (int i = 0; i < p->nops; i++) {
         const deploy_op *op = &p->ops[i];
         eng_op *o = &e->ops[i];
-        o->res = -1, o->out = op->out, o->ms = NAN;
+        o->res = -1, o->out = op->out, o->ms = o->dense_ms = o->sparse_ms = NAN;
         o->kind = op->kind == DOP_COPY ? EO_NONE : EO_SMALL;
         if (op->kind == DOP_CONV) {
             o->kind = deploy_op_layer(p, op)->is_linear ? EO_LINEAR : EO_CONV;
@@ -261,6 +263,7 @@ static int de_conv_tune(dengine *e, int i, const void *z, void *y, void *ws, siz
         fconv_gpu_tune(&e->g, o->fc, e->t[e->p->ops[i].in], o->w, o->bias, z, y, ws, ws_max, repeat,
                        &o->ms, err))
         return sc_wrap(err, "%s", e->p->ops[i].name);
+    o->dense_ms = o->ms;
     return 0;
 }
 
@@ -399,6 +402,7 @@ static int de_try_sparse(dengine *e, int i, int repeat, sc_err *err) {
     if (!rc) rc = de_sparse_run(e, i, sp, e->check, err);
     if (!rc) rc = de_half_relerr(e, e->check, e->t[o->out], de_elems(e, o->out), &rel, err);
     if (!rc && rel <= 3e-2) rc = de_sparse_time(e, i, sp, repeat, &ms, err);
+    if (!rc && rel <= 3e-2 && !(ms >= o->sparse_ms)) o->sparse_ms = ms;
     if (!rc && rel <= 3e-2 && (e->mixed == 2 || ms < o->ms)) o->sp = sp, o->ms = ms;
     else desparse_free(sp);
     return rc;
@@ -467,6 +471,7 @@ static int de_try_bsconv(dengine *e, int i, int repeat, sc_err *err) {
         rc = de_bs_variant(e, i, b, v, repeat, &ms, err);
         if (!rc && ms < best) best = ms, bv = v;
     }
+    if (!rc && bv >= 0 && !(best >= o->sparse_ms)) o->sparse_ms = best;
     const int keep = !rc && bv >= 0 && (e->mixed == 2 || best < o->ms);
     if (keep) rc = debs_set_variant(&e->g, b, bv, err);
     if (keep && !rc) {
@@ -690,6 +695,11 @@ int dengine_time(dengine *e, int repeat, double *ms, sc_err *err) {
 
 // Tuned milliseconds of op i.
 double dengine_op_ms(const dengine *e, int i) { return e->ops[i].ms; }
+
+// Tuned milliseconds of conv op i's cuDNN plan and of its fastest checked sparse path.
+void dengine_op_paths_ms(const dengine *e, int i, double *dense_ms, double *sparse_ms) {
+    *dense_ms = e->ops[i].dense_ms, *sparse_ms = e->ops[i].sparse_ms;
+}
 
 // What runs op i.
 void dengine_op_describe(const dengine *e, int i, char *buf, size_t len) {

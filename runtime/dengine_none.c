@@ -54,6 +54,11 @@ int dengine_time(dengine *e, int repeat, double *ms, sc_err *err) {
 // No op times without an engine.
 double dengine_op_ms(const dengine *e, int i) { return NAN; }
 
+// No path times without an engine.
+void dengine_op_paths_ms(const dengine *e, int i, double *dense_ms, double *sparse_ms) {
+    *dense_ms = *sparse_ms = NAN;
+}
+
 // No description without an engine.
 void dengine_op_describe(const dengine *e, int i, char *buf, size_t len) {
     if (len) buf[0] = 0;

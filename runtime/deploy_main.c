@@ -449,6 +449,15 @@ static void engine_sparse_ops(const deploy_run *d, const dengine *e, deploy_engi
     }
 }
 
+// Keeps the mixed plan's per-conv times (cuDNN path, best sparse path) in er.
+static int engine_layer_times(const deploy_run *d, const dengine *e, deploy_engine_result *er, sc_err *err) {
+    const size_t n = (size_t)d->p->nops;
+    er->op_dense_ms = malloc(n * sizeof(double)), er->op_sparse_ms = malloc(n * sizeof(double));
+    if (!er->op_dense_ms || !er->op_sparse_ms) return sc_fail(err, "out of memory");
+    for (int i = 0; i < d->p->nops; i++) dengine_op_paths_ms(e, i, &er->op_dense_ms[i], &er->op_sparse_ms[i]);
+    return 0;
+}
+
 // Max |engine - CPU| / max |CPU| of tensor t on the first m images: the
 // engine's (m, h, w, c) against the CPU reference's bordered NCHW tensor.
 static double tensor_rel_err(const deploy_run *d, const deploy_cpu *ref, int t, int m, const float *nhwc) {
@@ -512,6 +521,7 @@ static int engine_run(deploy_run *d, dengine_prec k, int mixed, deploy_engine_re
     dengine *e = rc ? NULL : engine_build(d, k, mixed, d->o.batch, img, &er->ms, err);
     rc = e ? 0 : -1;
     if (!rc) engine_sparse_ops(d, e, er);
+    if (!rc && mixed) rc = engine_layer_times(d, e, er, err);
     if (!rc) rc = dengine_forward(e, nref, test_image(d, 0), lg, err);
     if (!rc) er->logits_err = max_rel_err((size_t)nref * classes, lg, ref_logits);
     if (!rc && !(er->logits_err <= 5e-2)) rc = engine_diagnose(d, e, ref, nref, what, err);
@@ -628,7 +638,7 @@ static int reports(deploy_run *d, sc_err *err) {
     chart_write(d);
     FILE *out = d->o.c.json && !strcmp(d->o.c.json, "-") ? stderr : stdout;
     if (!d->o.c.quiet && (!d->r.gpu || d->r.nprec)) deploy_report_table(out, d->p, &d->r);
-    deploy_report_summary(out, &d->r);
+    deploy_report_summary(out, d->p, &d->r);
     if (d->r.chart[0] && !d->o.c.quiet) fprintf(out, "chart: %s\n", d->r.chart);
     if (!d->o.c.json) return 0;
     json_writer j;
@@ -643,6 +653,7 @@ static int reports(deploy_run *d, sc_err *err) {
 static void run_free(deploy_run *d) {
     for (int i = 0; i < 2; i++) deploy_timing_free(&d->r.pr[i].tb), deploy_timing_free(&d->r.pr[i].t1);
     free(d->r.cpu_op_ms), free(d->cpu_pred);
+    free(d->r.mixed.op_dense_ms), free(d->r.mixed.op_sparse_ms);
     deploy_plan_free(d->p);
     sparse_model_free(d->m);
     dataset_free(&d->ds);

@@ -203,8 +203,23 @@ static void rep_summary_prec(FILE *f, const deploy_report *r, const deploy_prec_
                 pr->t1.dense_failed);
 }
 
+// Prints the mixed plan's choice per conv that has a sparse path: the
+// engine's cuDNN time against the fastest checked sparse path, both timed
+// alone on the op's real input at the batch size.
+static void rep_summary_mixed_layers(FILE *f, const deploy_plan *p, const deploy_report *r) {
+    const deploy_engine_result *m = &r->mixed;
+    if (!m->op_dense_ms || !m->op_sparse_ms) return;
+    fprintf(f, "  per layer in the engine, batch %d, ms (each path alone on the layer's input):\n"
+               "  %-24s %10s %10s %8s\n", r->batch, "layer", "cudnn", "sparse", "x cudnn");
+    for (int i = 0; i < p->nops; i++) {
+        const double dn = m->op_dense_ms[i], sp = m->op_sparse_ms[i];
+        if (!isfinite(dn) || !isfinite(sp)) continue;
+        fprintf(f, "  %-24s %10.4f %10.4f %7.2fx%s\n", p->ops[i].name, dn, sp, dn / sp, sp < dn ? " sparse" : "");
+    }
+}
+
 // Prints the dense engine's lines (one per precision that ran).
-static void rep_summary_engines(FILE *f, const deploy_report *r) {
+static void rep_summary_engines(FILE *f, const deploy_plan *p, const deploy_report *r) {
     int any = 0;
     for (int k = 0; k < DE_NPREC; k++) any |= r->eng[k].ran;
     if (!any) return;
@@ -225,10 +240,11 @@ static void rep_summary_engines(FILE *f, const deploy_report *r) {
                "= %.2fx; test accuracy %.2f%%; %d sparse layer%s%s%s\n",
             r->batch, m->ms, e->ms / m->ms, m->lat_ms, e->lat_ms / m->lat_ms, m->test_acc, m->nsparse,
             m->nsparse == 1 ? "" : "s", m->nsparse ? ": " : "", m->sparse);
+    rep_summary_mixed_layers(f, p, r);
 }
 
 // Prints accuracy and the end-to-end figures.
-void deploy_report_summary(FILE *f, const deploy_report *r) {
+void deploy_report_summary(FILE *f, const deploy_plan *p, const deploy_report *r) {
     fprintf(f, "deploy: %s on %s, %.1f%% sparse (prunable layers), %ld test images, %s\n", r->arch,
             r->dataset, 100.0 * r->sparsity, r->test_images, r->device);
     fprintf(f, "loaded %s in %.3f s\n", r->input ? r->input : "", r->load_seconds);
@@ -242,7 +258,7 @@ void deploy_report_summary(FILE *f, const deploy_report *r) {
                 deploy_ips(r->batch, r->cpu_dense_ms), r->cpu_lat_ms, r->cpu_dense_lat_ms);
         return;
     }
-    rep_summary_engines(f, r);
+    rep_summary_engines(f, p, r);
     for (int i = 0; i < r->nprec; i++)
         if (r->pr[i].ran) rep_summary_prec(f, r, &r->pr[i]);
     if (r->dense_note) fprintf(f, "baselines: %s\n", r->dense_note);
@@ -350,8 +366,23 @@ static void rep_json_plans(json_writer *j, const deploy_report *r) {
     json_array_end(j);
 }
 
+// Adds "layers": the mixed plan's cuDNN and best sparse time of every conv with a sparse path.
+static void rep_json_mixed_layers(json_writer *j, const deploy_plan *p, const deploy_engine_result *m) {
+    if (!m->op_dense_ms || !m->op_sparse_ms) return;
+    json_array_begin(j, "layers");
+    for (int i = 0; i < p->nops; i++) {
+        if (!isfinite(m->op_dense_ms[i]) || !isfinite(m->op_sparse_ms[i])) continue;
+        json_object_begin(j, NULL);
+        json_add_string(j, "name", p->ops[i].name);
+        json_add_number(j, "cudnn_ms", m->op_dense_ms[i]);
+        json_add_number(j, "sparse_ms", m->op_sparse_ms[i]);
+        json_object_end(j);
+    }
+    json_array_end(j);
+}
+
 // Adds "dense_engine": one object per engine precision that ran.
-static void rep_json_engines(json_writer *j, const deploy_report *r) {
+static void rep_json_engines(json_writer *j, const deploy_plan *p, const deploy_report *r) {
     json_array_begin(j, "dense_engine");
     for (int k = 0; k < DE_NPREC; k++) {
         const deploy_engine_result *e = &r->eng[k];
@@ -376,6 +407,7 @@ static void rep_json_engines(json_writer *j, const deploy_report *r) {
     rep_json_engine_check(j, m);
     json_add_int(j, "sparse_layers", m->nsparse);
     json_add_string(j, "sparse_layer_names", m->sparse);
+    rep_json_mixed_layers(j, p, m);
     json_object_end(j);
 }
 
@@ -410,7 +442,7 @@ void deploy_report_json(json_writer *j, const deploy_plan *p, const deploy_repor
     const int eran = e && e->ran;
     rep_json_speedups(j, "engine_speedup", eran ? e->ms : NAN, eran ? e->lat_ms : NAN, pr ? pr->ms : NAN,
                       pr ? pr->lat_ms : NAN);
-    rep_json_engines(j, r);
+    rep_json_engines(j, p, r);
     rep_json_plans(j, r);
     rep_json_layers(j, p, r);
     json_object_end(j);

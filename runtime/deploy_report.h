@@ -37,6 +37,9 @@ typedef struct {
     int nsparse;                 // mixed plan: convs run sparse at the batch size
     char sparse[1024];           // mixed plan: their names, space-separated, a block-sparse
                                  // one with its kernel, "c2(bsconv 16x8 v2)" (truncated)
+    double *op_dense_ms;         // mixed plan (nops, else NULL): each conv's cuDNN time in the
+    double *op_sparse_ms;        // engine and its fastest checked sparse path (NAN: none), at
+                                 // the batch size, each timed alone on the op's real input
 } deploy_engine_result;
 
 // The whole run.
@@ -68,7 +71,7 @@ typedef struct {
 void deploy_report_table(FILE *f, const deploy_plan *p, const deploy_report *r);
 
 // Prints accuracy and the end-to-end figures against the all-dense network.
-void deploy_report_summary(FILE *f, const deploy_report *r);
+void deploy_report_summary(FILE *f, const deploy_plan *p, const deploy_report *r);
 
 // Writes the JSON summary (every field of docs/deploy.md) into j.
 void deploy_report_json(json_writer *j, const deploy_plan *p, const deploy_report *r);

@@ -25,6 +25,7 @@
 // sparsity, blocks 16x8 and 8x1, fp16 and bf16, each kernel variant, next to the
 // dense fused cuDNN conv (kernels/fconv_gpu.h) of the same layer; each
 // layer is checked on its first two images before it is timed.
+// --time LAYER [SPARSITY]: that layer only (fp16, default 95%), for a profiler.
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -429,8 +430,9 @@ typedef struct {
 } time_shape;
 
 // The --time mode: resnet18's and vgg16's layer shapes at batch 128, blocks
-// 16x8 at 90% and 95% (and 8x1 on the first), fp16 (and bf16 on the first).
-static void time_all(tctx *t, env *e) {
+// 16x8 at 90% and 95% (and 8x1 on the first), fp16 (and bf16 on the first);
+// only the layer named `only` at sparsity `only_sp` when given (profiling).
+static void time_all(tctx *t, env *e, const char *only, double only_sp) {
     static const time_shape SH[] = {
         {"r18-64x32", 64, 32, 64, 3, 1, 1, 0},      {"r18-64to128s2", 64, 32, 128, 3, 2, 1, 0},
         {"r18-128x16", 128, 16, 128, 3, 1, 1, 0},   {"r18-256x8", 256, 8, 256, 3, 1, 1, 0},
@@ -440,7 +442,8 @@ static void time_all(tctx *t, env *e) {
     const double sps[2] = {0.90, 0.95};
     printf("device: %s (%d SMs)\n", e->g.dev.name, e->g.dev.sms);
     for (int i = 0; i < (int)(sizeof SH / sizeof SH[0]); i++)
-        for (int d = 0; d < (i == 0 ? 2 : 1); d++) {
+        for (int d = 0; d < (i == 0 && !only ? 2 : 1); d++) {
+            if (only && strcmp(only, SH[i].name)) continue;
             const gpu_dtype dt = d ? GDT_BF16 : GDT_F16;
             const time_shape *h = &SH[i];
             bsc_case c = {128, h->C, h->HW, h->HW, h->K, h->R, h->R, h->stride, h->pad, 16, 8, 0.0, 0, 1, 0, 1, h->pool};
@@ -448,10 +451,11 @@ static void time_all(tctx *t, env *e) {
                    h->R, h->R, h->stride, h->pool ? ", 2x2 max pool (dense: without)" : "");
             const double dense = time_dense(e, &c, dt);
             for (int si = 0; si < 2; si++) {
-                c.sparsity = sps[si];
+                c.sparsity = only ? only_sp : sps[si];
                 count(t, time_layer(e, h->name, &c, dt, dense));
+                if (only) break;
             }
-            if (i == 0 && d == 0) {
+            if (i == 0 && d == 0 && !only) {
                 c.kb = 8, c.cb = 1, c.sparsity = 0.95;
                 count(t, time_layer(e, h->name, &c, dt, dense));
             }
@@ -461,9 +465,11 @@ static void time_all(tctx *t, env *e) {
 int main(int argc, char **argv) {
     tctx t = {.suite = "gpu_test_bsconv"};
     const int timing = argc > 1 && !strcmp(argv[1], "--time");
+    const char *only = timing && argc > 2 ? argv[2] : NULL;
+    const double only_sp = timing && argc > 3 ? atof(argv[3]) : 0.95;
     sc_err why = {{0}};
-    if (argc > 1 && !timing) {
-        fprintf(stderr, "usage: gpu_test_bsconv [--time]\n");
+    if ((argc > 1 && !timing) || argc > 4 || !(only_sp > 0.0 && only_sp < 1.0)) {
+        fprintf(stderr, "usage: gpu_test_bsconv [--time [LAYER [SPARSITY]]]  (LAYER e.g. r18-64x32, SPARSITY in (0, 1))\n");
         return 2;
     }
     if (!exec_gpu_available(&why)) {
@@ -479,7 +485,7 @@ int main(int argc, char **argv) {
         return check_finish(&t);
     }
     if (timing) {
-        time_all(&t, &e);
+        time_all(&t, &e, only, only_sp);
     } else {
         run_all(&t, &e);
         check_halo_coverage(&t, &e);
