@@ -144,17 +144,59 @@ static int gpu_time_runs(const gpu_ctx *g, gpu_run_fn fn, void *arg, int warmup,
     return 0;
 }
 
-// Median milliseconds of `repeat` timed runs of fn.
-extern "C" int gpu_time_median(const gpu_ctx *g, gpu_run_fn fn, void *arg, int warmup, int repeat,
-                               double *ms, sc_err *err) {
+// Spins until `ns` nanoseconds of the GPU's global timer have passed.
+__global__ void gpu_spin_kernel(unsigned long long ns) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+        __nanosleep(1000);
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (t - t0 < ns);
+}
+
+// Times `repeat` runs of fn, each queued behind a spin kernel of GPU_BUSY_NS
+// so that the host's queuing of fn overlaps it; -1 on failure.
+static int gpu_time_busy_runs(const gpu_ctx *g, gpu_run_fn fn, void *arg, int warmup, int repeat,
+                              cudaEvent_t ev[2], double *v, sc_err *err) {
+    for (int k = 0; k < warmup; k++) SC_TRY(fn(arg, err));
+    for (int k = 0; k < repeat; k++) {
+        float t = 0.0f;
+        gpu_spin_kernel<<<1, 1, 0, g->stream>>>(GPU_BUSY_NS);
+        cudaCheckLaunch(err);
+        cudaCheck(err, cudaEventRecord(ev[0], g->stream));
+        SC_TRY(fn(arg, err));
+        cudaCheck(err, cudaEventRecord(ev[1], g->stream));
+        cudaCheck(err, cudaEventSynchronize(ev[1]));
+        cudaCheck(err, cudaEventElapsedTime(&t, ev[0], ev[1]));
+        v[k] = t;
+    }
+    return 0;
+}
+
+// Median milliseconds of `repeat` timed runs of fn (busy: each behind a spin kernel).
+static int gpu_time_median_of(const gpu_ctx *g, gpu_run_fn fn, void *arg, int warmup, int repeat, int busy,
+                              double *ms, sc_err *err) {
     if (repeat < 1 || repeat > 1000) return sc_fail(err, "timing: %d runs (1 to 1000)", repeat);
     double v[1000];
     cudaEvent_t ev[2] = {NULL, NULL};
     int rc = cudaEventCreate(&ev[0]) != cudaSuccess || cudaEventCreate(&ev[1]) != cudaSuccess
                  ? sc_fail(err, "cudaEventCreate: %s", cudaGetErrorString(cudaGetLastError()))
-                 : gpu_time_runs(g, fn, arg, warmup, repeat, ev, v, err);
+             : busy ? gpu_time_busy_runs(g, fn, arg, warmup, repeat, ev, v, err)
+                    : gpu_time_runs(g, fn, arg, warmup, repeat, ev, v, err);
     for (int k = 0; k < 2; k++)
         if (ev[k]) cudaEventDestroy(ev[k]);
     *ms = rc ? NAN : sc_median(v, repeat);
     return rc;
+}
+
+// Median milliseconds of `repeat` timed runs of fn.
+extern "C" int gpu_time_median(const gpu_ctx *g, gpu_run_fn fn, void *arg, int warmup, int repeat,
+                               double *ms, sc_err *err) {
+    return gpu_time_median_of(g, fn, arg, warmup, repeat, 0, ms, err);
+}
+
+// Median GPU milliseconds of `repeat` runs of fn with the host's queuing hidden.
+extern "C" int gpu_time_median_busy(const gpu_ctx *g, gpu_run_fn fn, void *arg, int warmup, int repeat,
+                                    double *ms, sc_err *err) {
+    return gpu_time_median_of(g, fn, arg, warmup, repeat, 1, ms, err);
 }

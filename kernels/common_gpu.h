@@ -112,6 +112,15 @@ typedef int (*gpu_run_fn)(void *arg, sc_err *err);
 int gpu_time_median(const gpu_ctx *g, gpu_run_fn fn, void *arg, int warmup, int repeat, double *ms,
                     sc_err *err);
 
+// The GPU time of one op as it runs inside a CUDA graph: like gpu_time_median,
+// but each timed run is queued behind a spin kernel of GPU_BUSY_NS, so the
+// host's work for fn (a launch, a cuDNN call's planning and checks) overlaps
+// the spin and is not counted. For choosing between kernels of one op; a
+// whole forward pass is timed with gpu_time_median (launch included).
+#define GPU_BUSY_NS 200000ull
+int gpu_time_median_busy(const gpu_ctx *g, gpu_run_fn fn, void *arg, int warmup, int repeat, double *ms,
+                         sc_err *err);
+
 // p (n) [dt] = uniform values in [lo, hi) from a hash of (seed, index).
 int gpu_fill_uniform(const gpu_ctx *g, gpu_dtype dt, size_t n, void *p, float lo, float hi,
                      uint64_t seed, sc_err *err);

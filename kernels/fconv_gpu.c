@@ -452,7 +452,7 @@ static double fc_time_plan(const gpu_ctx *g, fconv_gpu *c, int p, const void *co
     sc_err e = {{0}};
     double ms;
     repeat = repeat < 1 ? 1 : repeat > 64 ? 64 : repeat;
-    if (gpu_time_median(g, fc_run_plan, &t, 2, repeat, &ms, &e)) return cudaGetLastError(), INFINITY;
+    if (gpu_time_median_busy(g, fc_run_plan, &t, 2, repeat, &ms, &e)) return cudaGetLastError(), INFINITY;
     return ms;
 }
 

@@ -385,7 +385,7 @@ static int de_sparse_once(void *arg, sc_err *err) {
 // Median milliseconds of `repeat` runs of op i's sparse path into the scratch.
 static int de_sparse_time(dengine *e, int i, desparse *sp, int repeat, double *ms, sc_err *err) {
     de_sparse_timed t = {e, i, sp};
-    return gpu_time_median(&e->g, de_sparse_once, &t, 2, repeat < 1 ? 1 : repeat, ms, err);
+    return gpu_time_median_busy(&e->g, de_sparse_once, &t, 2, repeat < 1 ? 1 : repeat, ms, err);
 }
 
 // Mixed plans: builds op i's sparse path, checks it against the cuDNN
@@ -453,7 +453,7 @@ static int de_bs_variant(dengine *e, int i, debs *b, int v, int repeat, double *
     SC_TRY(de_half_relerr(e, e->check, de_bs_target(e, i, b), de_bs_elems(e, i, b), &rel, err));
     if (!(rel <= 3e-2)) return 0;
     de_bs_timed t = {e, i, b};
-    return gpu_time_median(&e->g, de_bs_once, &t, 2, repeat < 1 ? 1 : repeat, ms, err);
+    return gpu_time_median_busy(&e->g, de_bs_once, &t, 2, repeat < 1 ? 1 : repeat, ms, err);
 }
 
 // Mixed plans: builds op i's block-sparse path when its layer is BSR,

@@ -378,7 +378,7 @@ static int time_layer(env *e, const char *name, const bsc_case *c, gpu_dtype dt,
         char desc[300];
         if (!bsconv_gpu_variant_usable(&e->g, b, v, desc, sizeof desc)) continue;
         ok = bsconv_gpu_set_variant(&e->g, b, v, &e->err) == 0 &&
-             gpu_time_median(&e->g, timed_bsconv, &a, 10, 50, &ms, &e->err) == 0;
+             gpu_time_median_busy(&e->g, timed_bsconv, &a, 10, 50, &ms, &e->err) == 0;
         bsconv_gpu_describe(b, desc, sizeof desc);
         if (ok)
             printf("time %s block %dx%d sparsity %.2f variant %d: %.4f ms median of 50 (%s), %.1f useful TFLOP/s, "
@@ -414,7 +414,7 @@ static double time_dense(env *e, const bsc_case *c, gpu_dtype dt) {
              gpu_fill_uniform(&e->g, dt, (size_t)c->K, db, -0.5f, 0.5f, 3, &e->err) ||
              fconv_gpu_tune(&e->g, fc, dx, dw, db, NULL, dy, ws, WS_BYTES, 20, &ms, &e->err);
     timed a = {&e->g, NULL, fc, dx, dw, db, NULL, dy, ws};
-    if (!rc) rc = gpu_time_median(&e->g, timed_fconv, &a, 10, 50, &ms, &e->err);
+    if (!rc) rc = gpu_time_median_busy(&e->g, timed_fconv, &a, 10, 50, &ms, &e->err);
     if (rc) printf("dense cuDNN conv %s: failed: %s\n", dt == GDT_BF16 ? "bf16" : "fp16", e->err.msg);
     else printf("time %s dense cuDNN fused conv+bias+ReLU: %.4f ms median of 50\n",
                 dt == GDT_BF16 ? "bf16" : "fp16", ms);

@@ -5,13 +5,16 @@
 // that asks for more shared memory than any GPU has (cannot be prepared).
 // The tuner must skip all of them without failing, and the layer must still
 // get a correct sparse kernel as fast as the fastest correct variant the
-// test measures itself. Skipped without a GPU.
+// test measures itself. Also: the busy timer (gpu_time_median_busy) leaves
+// the host's queuing time out and the plain one counts it. Skipped without a GPU.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/common_gpu.h"
 #include "kernels/spconv_gpu.h"
+#include "runtime/progress.h"
 #include "tests/check.h"
 #include "tests/spconv_cases.h"
 #include "tests/testutil.h"
@@ -175,9 +178,45 @@ static void test_tune_skips_planted(tctx *t) {
     tune_one(t, &conv, 32, SPC_FP16, 1e-2);
 }
 
+// One timed run for the timers' test: 100 us of host work, then a small fill.
+typedef struct {
+    const gpu_ctx *g;
+    float *p;
+} slow_host_run;
+
+// Queues the fill after the host delay (a gpu_run_fn).
+static int slow_host_once(void *arg, sc_err *err) {
+    slow_host_run *r = arg;
+    const double t0 = progress_clock();
+    while (progress_clock() - t0 < 1e-4) {
+    }
+    return gpu_fill_uniform(r->g, GDT_F32, 1024, r->p, 0.0f, 1.0f, 1, err);
+}
+
+// The busy timer leaves the host's queuing time out (as a CUDA graph does);
+// the plain one counts it.
+static void test_busy_timer(tctx *t) {
+    if (!gpu_here(t)) return;
+    gpu_ctx g;
+    sc_err err = {{0}};
+    float *p = NULL;
+    CHECK(t, gpu_ctx_init(&g, &err) == 0, "%s", err.msg);
+    CHECK(t, cudaMalloc((void **)&p, 1024 * sizeof(float)) == cudaSuccess, "cudaMalloc");
+    slow_host_run r = {&g, p};
+    double plain = NAN, busy = NAN;
+    CHECK(t, gpu_time_median(&g, slow_host_once, &r, 2, 9, &plain, &err) == 0, "%s", err.msg);
+    CHECK(t, gpu_time_median_busy(&g, slow_host_once, &r, 2, 9, &busy, &err) == 0, "%s", err.msg);
+    printf("  host 0.1 ms + tiny kernel: plain timer %.4f ms, busy timer %.4f ms\n", plain, busy);
+    CHECK(t, plain >= 0.09, "plain timer %.4f ms should count the 0.1 ms of host work", plain);
+    CHECK(t, busy < 0.05, "busy timer %.4f ms should not count the host work", busy);
+    cudaFree(p);
+    gpu_ctx_free(&g);
+}
+
 // Runs the tests; exit status 1 when one failed.
 int main(void) {
     tctx t = {.suite = "gpu_test_tune"};
     RUN(&t, test_tune_skips_planted);
+    RUN(&t, test_busy_timer);
     return check_finish(&t);
 }
