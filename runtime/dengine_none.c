@@ -54,6 +54,12 @@ int dengine_time(dengine *e, int repeat, double *ms, sc_err *err) {
 // No op times without an engine.
 double dengine_op_ms(const dengine *e, int i) { return NAN; }
 
+// Never reached without an engine.
+int dengine_op_graph_ms(dengine *e, int i, int copies, int repeat, double *ms, sc_err *err) {
+    *ms = NAN;
+    return sc_fail(err, "no GPU in this build");
+}
+
 // No description without an engine.
 void dengine_op_describe(const dengine *e, int i, char *buf, size_t len) {
     if (len) buf[0] = 0;
