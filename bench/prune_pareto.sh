@@ -14,7 +14,8 @@
 # Jobs run one per GPU at a time (nvidia-smi -L; CUDA_VISIBLE_DEVICES per job),
 # so every timing has its GPU to itself; a job's prune, export and deploy run
 # in sequence on one GPU and a failed job leaves the others' results.
-# Expects build/bin/* and CIFAR-100 in data/cifar-100-binary; the start model
+# Expects build/bin/* and CIFAR-100 in data/cifar-100-binary (linked to
+# /root/data when that exists, as bench/prune_latency.sh does); the start model
 # is /root/MODEL.h5 (train's defaults, trained when missing).
 # Environment (defaults): ITER (48) POP (8) BATCHES (10) search budget; SEED (1);
 # UNIFORM (0.9) X; TARGETS ("1.1x 1.25x 1.5x"); FLOOR1, FLOOR2 (per model below);
@@ -46,6 +47,7 @@ esac
 f1=${FLOOR1:-$f1}; f2=${FLOOR2:-$f2}
 jobs=${ONLY:-T U F1 F2 L1 L2 L3}
 mkdir -p "$out" "$work/logs" "$work/json"
+[ -e data/cifar-100-binary ] || [ ! -d /root/data ] || { mkdir -p data; ln -s /root/data data/cifar-100-binary; }
 [ "$ds" != cifar100 ] || [ -d data/cifar-100-binary ] || { echo "no data/cifar-100-binary" >&2; exit 1; }
 for t in $B/train $B/prune $B/export $B/deploy; do [ -x "$t" ] || { echo "missing $t" >&2; exit 1; }; done
 if [ -n "${GPUS:-}" ]; then ngpu=$GPUS
