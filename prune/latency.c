@@ -87,6 +87,7 @@ int lat_table_save(const lat_table *t, const char *path, sc_err *err) {
     json_add_string(&j, "arch", t->key.arch);
     json_add_int(&j, "batch", t->key.batch);
     json_add_string(&j, "precision", t->key.precision);
+    json_add_string(&j, "plan", t->key.plan);
     json_add_string(&j, "source", t->source);
     json_add_number(&j, "rest_ms", t->rest_ms);
     json_array_begin(&j, "grid");
@@ -173,6 +174,8 @@ static int parse_head(lat_table *t, const char *s) {
         json_get_number(s, "rest_ms", &t->rest_ms) || !(t->rest_ms >= 0))
         return -1;
     if (json_get_string(s, "source", t->source, sizeof t->source)) strcpy(t->source, "file");
+    if (json_get_string(s, "plan", t->key.plan, sizeof t->key.plan))
+        snprintf(t->key.plan, sizeof t->key.plan, "%s", LAT_PLAN_LAYER);  // written before the engine was timed
     t->key.cc = (int)cc, t->key.batch = (int)batch;
     return t->key.batch >= 1 ? 0 : -1;
 }
@@ -224,6 +227,17 @@ int lat_table_load(lat_table *t, const char *path, sc_err *err) {
 
 // --- the key, the FLOP model, targets ---------------------------------------------
 
+// fp16: the mixed engine; fp32 (and anything else): the per-layer plan.
+const char *lat_plan_for(const char *precision) {
+    return strcmp(precision, "fp16") ? LAT_PLAN_LAYER : LAT_PLAN_MIXED;
+}
+
+// "mixed fp16 engine" or "per-layer plan (<precision>)".
+void lat_plan_describe(const lat_key *key, char *buf, size_t len) {
+    if (!strcmp(key->plan, LAT_PLAN_MIXED)) snprintf(buf, len, "mixed fp16 engine");
+    else snprintf(buf, len, "per-layer plan (%s)", key->precision);
+}
+
 // Compares the key and the layer names.
 int lat_table_fits(const lat_table *t, const lat_key *key, const net *nt,
                    const prune_layers *pl, char *why, size_t len) {
@@ -236,6 +250,8 @@ int lat_table_fits(const lat_table *t, const lat_key *key, const net *nt,
         snprintf(why, len, "made at batch %d, asked %d", a->batch, key->batch);
     else if (strcmp(a->precision, key->precision))
         snprintf(why, len, "made in %s, asked %s", a->precision, key->precision);
+    else if (strcmp(a->plan, key->plan))
+        snprintf(why, len, "timed the %s plan, asked the %s plan", a->plan, key->plan);
     else if (t->L != pl->n)
         snprintf(why, len, "%d layers, the net prunes %d", t->L, pl->n);
     else {

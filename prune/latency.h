@@ -1,11 +1,13 @@
 // A latency model of the pruned layers for prune's latency objective: per
 // prunable layer (prune/mask.h order), its milliseconds at a grid of
 // sparsities, interpolated piecewise-linearly, plus a constant for the rest of
-// the network. A table is measured on the GPU with deploy's own candidates
-// (prune/latency_measure.c), built from FLOPs when there is no GPU, or read
-// from a JSON file; it records the GPU, its compute capability, the
-// architecture, the batch and the precision it holds for, and a table made for
-// other ones is refused. The idea of pruning to a measured per-layer timing
+// the network. A table is measured on the GPU (prune/latency_measure.c) on the
+// plan that runs the model: in fp16 deploy's mixed fp16 plan of the dense
+// engine (runtime/dengine.h), in fp32 deploy's per-layer plan (the engine's
+// mixed plan is fp16 only, and prune trains in fp16 or fp32 only); it is built
+// from FLOPs when there is no GPU, or read from a JSON file. It records the
+// GPU, its compute capability, the architecture, the batch, the precision
+// and the plan it holds for, and a table made for other ones is refused. The idea of pruning to a measured per-layer timing
 // table follows Frantar and Alistarh, "SPDY: Accurate Pruning with Speedup
 // Guarantees" (ICML 2022).
 #ifndef SC_PRUNE_LATENCY_H
@@ -31,7 +33,20 @@ typedef struct {
     char arch[64];       // net architecture (net.arch)
     int batch;           // images per forward pass
     char precision[8];   // "fp16" or "fp32"
+    char plan[24];       // the plan timed: LAT_PLAN_MIXED or LAT_PLAN_LAYER (lat_plan_for)
 } lat_key;
+
+// The plans a table times: the dense engine's mixed fp16 plan (every conv on
+// the fastest of cuDNN, the direct sparse and the block-sparse kernel), or
+// deploy's per-layer plan (NCHW, a candidate per layer). A table file
+// without a plan was written before the engine was timed: per-layer.
+#define LAT_PLAN_MIXED "mixed-fp16-engine"
+#define LAT_PLAN_LAYER "per-layer"
+
+// The plan a table of this precision times: fp16 the mixed engine, else per-layer.
+const char *lat_plan_for(const char *precision);
+// The plan in words ("mixed fp16 engine", "per-layer plan (fp32)") into buf.
+void lat_plan_describe(const lat_key *key, char *buf, size_t len);
 
 typedef struct {
     lat_key key;
@@ -81,17 +96,23 @@ int lat_table_flops(lat_table *t, const lat_key *key, const net *nt, const prune
 
 // Measures a table on the current GPU (prune/latency_measure.c): at every grid
 // sparsity every prunable layer of nt is masked to it (random weights, on the
-// pattern pat when not NULL), the model is exported in memory and deploy's
-// tuner checks and times every candidate at key->batch in key->precision;
-// a layer's time is its fastest choosable candidate, the rest's the other ops'
-// times at sparsity 0. nt's parameters and masks are restored. Progress lines
-// to log (may be NULL). Fails (saying why) without a GPU.
+// pattern pat when not NULL) and the model is exported in memory and built at
+// key->batch on key->plan. Mixed engine: a layer's time is its conv's as the
+// engine's CUDA graph runs it, on the path the engine chose (cuDNN or a
+// sparse kernel); the rest is the engine's whole graph at sparsity 0 minus
+// the prunable layers. Per-layer plan: deploy's tuner checks and times every
+// candidate in key->precision; a layer's time is its fastest choosable
+// candidate, the rest's the other ops' times at sparsity 0. nt's parameters
+// and masks are restored. Progress lines to log (may be NULL). Fails (saying
+// why) without a GPU.
 int lat_table_measure(lat_table *t, const lat_key *key, net *nt, const prune_layers *pl,
                       const sc_pattern *pat, FILE *log, sc_err *err);
 
-// Measures nt as it is (its weights and masks) the same way: *sum_ms gets the
-// sum of its ops' fastest candidates (what a table predicts), *graph_ms the
-// tuned plan's whole forward pass as one CUDA graph. Fails without a GPU.
+// Measures nt as it is (its weights and masks) on key->plan: *graph_ms gets
+// the plan's whole forward pass as one CUDA graph (median of replays, the
+// measured latency), *sum_ms the sum of its ops' times as the table adds
+// them (mixed engine: each op in a graph of its own; per-layer plan: the
+// ops' fastest candidates). Fails without a GPU.
 int lat_model_measure(const lat_key *key, const net *nt, const sc_pattern *pat, double *sum_ms,
                       double *graph_ms, sc_err *err);
 

@@ -1,10 +1,14 @@
-// Measures a latency table on the present GPU with deploy's own machinery:
-// at every grid sparsity the net's prunable layers get masks at that sparsity
-// (random weights, magnitude order, on the layers' pattern), the model is
-// exported in memory, and deploy's tuner checks and times every candidate of
-// every layer at the batch; a layer's time is its fastest choosable candidate
-// (sparse or dense, in the plan's precision). The rest of the network is
-// timed at sparsity 0. Plain C: without a GPU deploy_gpu_available says so.
+// Measures a latency table on the present GPU on the plan that will run the
+// model (prune/latency.h): at every grid sparsity the net's prunable layers
+// get masks at that sparsity (random weights, magnitude order, on the
+// layers' pattern) and the model is exported in memory. fp16: the dense
+// engine's mixed fp16 plan is built on it (each conv on the fastest checked
+// of cuDNN, the direct sparse and the block-sparse kernel) and every
+// prunable layer's op is timed as a CUDA graph runs it. fp32: deploy's
+// per-layer tuner checks and times every candidate of every layer at the
+// batch; a layer's time is its fastest choosable candidate. The rest of the
+// network is timed at sparsity 0. Plain C: without a GPU
+// deploy_gpu_available says so.
 #include "prune/latency.h"
 
 #include <math.h>
@@ -13,13 +17,21 @@
 #include <string.h>
 
 #include "export/csr.h"
+#include "runtime/dengine.h"
 #include "runtime/deploy_gpu.h"
 #include "runtime/deploy_plan.h"
 #include "runtime/rng.h"
 #include "runtime/sparse_model.h"
 
-// Check images of the CPU reference per grid point.
+// Check images of the CPU reference per grid point (per-layer plan).
 #define LAT_NREF 2
+// Mixed engine: timed runs per conv path when it is built (as deploy builds
+// it), runs of an op captured per graph and replays timed for its time, and
+// replays of the whole graph timed (deploy's --repeat default).
+#define LAT_TUNE_REPEAT 5
+#define LAT_OP_COPIES 10
+#define LAT_OP_REPEAT 10
+#define LAT_GRAPH_REPEAT 20
 
 // Random dense weights in the prunable layers, every mask entry kept.
 static void dense_random(net *nt, const prune_layers *pl, uint64_t seed) {
@@ -42,36 +54,52 @@ static int op_prunable(const deploy_plan *p, int i, const net *nt, const prune_l
     return -1;
 }
 
+// Random input bytes for a batch of nt (NULL when out of memory).
+static uint8_t *random_images(const net *nt, int batch, uint64_t stream) {
+    size_t n = (size_t)batch * 3 * nt->in_h * nt->in_w;
+    uint8_t *img = malloc(n);
+    rng r;
+    rng_seed(&r, 0x1A7E, stream);
+    for (size_t i = 0; img && i < n; i++) img[i] = (uint8_t)rng_below(&r, 256);
+    return img;
+}
+
+// Exports nt in memory in key's precision and builds its deploy plan.
+static int export_plan(const net *nt, const lat_key *key, const sc_pattern *pat, sparse_model **mo,
+                       deploy_plan **po, sc_err *err) {
+    export_cfg cfg = {.half = !strcmp(key->precision, "fp16"), .codebook = EXPORT_CB_OFF,
+                      .pattern = pat};
+    export_info info;
+    *mo = export_build(nt, "latency", &cfg, &info, err);
+    *po = *mo ? deploy_plan_build(*mo, err) : NULL;
+    return *po ? 0 : -1;
+}
+
+// --- deploy's per-layer plan (fp32) -------------------------------------------------
+
 // Tunes the exported model of nt at the batch; per-op times into t->op_ms;
 // graph_ms (when not NULL) gets the tuned plan's whole forward pass (CUDA graph).
 static int tune_model(const net *nt, const lat_key *key, const sc_pattern *pat,
                       const uint8_t *img, deploy_timing *t, sparse_model **mo, deploy_plan **po,
                       double *graph_ms, sc_err *err) {
-    export_cfg cfg = {.half = !strcmp(key->precision, "fp16"), .codebook = EXPORT_CB_OFF,
-                      .pattern = pat};
-    export_info info;
-    sparse_model *m = export_build(nt, "latency", &cfg, &info, err);
-    deploy_plan *p = m ? deploy_plan_build(m, err) : NULL;
-    deploy_cpu *ref = p ? deploy_cpu_create(p, LAT_NREF, err) : NULL;
-    deploy_prec prec = cfg.half ? DP_FP16 : DP_FP32;
+    int rc = export_plan(nt, key, pat, mo, po, err);
+    deploy_plan *p = *po;
+    deploy_cpu *ref = rc ? NULL : deploy_cpu_create(p, LAT_NREF, err);
+    deploy_prec prec = !strcmp(key->precision, "fp16") ? DP_FP16 : DP_FP32;
     deploy_gpu *g = ref ? deploy_gpu_create(p, prec, key->batch, NULL, err) : NULL;
-    int rc = g ? deploy_cpu_forward(ref, LAT_NREF, img, NULL, err) : -1;
+    rc = g ? deploy_cpu_forward(ref, LAT_NREF, img, NULL, err) : -1;
     if (!rc) rc = deploy_timing_init(t, p->nops, key->batch, err);
     if (!rc) rc = deploy_gpu_tune(g, key->batch, img, ref, LAT_NREF, 20, t, NULL, err);
     int graph;
     if (!rc && graph_ms) rc = deploy_gpu_time(g, key->batch, 20, graph_ms, &graph, err);
     deploy_gpu_free(g);
     deploy_cpu_free(ref);
-    *mo = m, *po = p;
     return rc;
 }
 
-// One grid point: masks at grid[gi], tuned; the layers' times into t.
-static int measure_point(lat_table *t, int gi, net *nt, const prune_layers *pl, const lat_key *key,
-                         const sc_pattern *pat, const uint8_t *img, sc_err *err) {
-    double tg[pl->n];
-    for (int l = 0; l < pl->n; l++) tg[l] = t->grid[gi];
-    SC_TRY(prune_mask_raise(nt, pl, tg, NULL, (prune_crit){.alpha = 1, .beta = 0}, NULL, err));
+// Per-layer plan at grid point gi (masks set): the layers' times into t.
+static int layer_point(lat_table *t, int gi, const net *nt, const prune_layers *pl, const lat_key *key,
+                       const sc_pattern *pat, const uint8_t *img, sc_err *err) {
     deploy_timing tm = {0};
     sparse_model *m = NULL;
     deploy_plan *p = NULL;
@@ -85,53 +113,12 @@ static int measure_point(lat_table *t, int gi, net *nt, const prune_layers *pl, 
     deploy_timing_free(&tm);
     deploy_plan_free(p);
     sparse_model_free(m);
-    return rc ? sc_wrap(err, "latency at sparsity %g", t->grid[gi]) : 0;
-}
-
-// The whole grid; nt's parameters and masks are restored afterwards.
-int lat_table_measure(lat_table *t, const lat_key *key, net *nt, const prune_layers *pl,
-                      const sc_pattern *pat, FILE *log, sc_err *err) {
-    const double grid[] = LAT_GRID_DEFAULT;
-    if (!deploy_gpu_available(err)) return -1;  // 1 when a GPU is there
-    SC_TRY(lat_table_alloc(t, pl->n, LAT_GRID_N, grid, err));
-    t->key = *key;
-    snprintf(t->source, sizeof t->source, "measured (deploy candidates)");
-    lat_table_names(t, nt, pl);
-    size_t np = nt->nparam * sizeof(float), nimg = (size_t)key->batch * 3 * nt->in_h * nt->in_w;
-    float *param = malloc(np), *mask = malloc(np);
-    uint8_t *img = malloc(nimg);
-    rng r;
-    rng_seed(&r, 0x1A7E, 1);
-    int rc = param && mask && img ? 0 : sc_fail(err, "out of memory");
-    if (!rc) {
-        memcpy(param, nt->param, np), memcpy(mask, nt->mask, np);
-        for (size_t i = 0; i < nimg; i++) img[i] = (uint8_t)rng_below(&r, 256);
-        dense_random(nt, pl, 0x1A7E);
-    }
-    for (int g = 0; g < t->G && !rc; g++) {
-        if (log) fprintf(log, "prune: timing every layer at sparsity %.2f, batch %d, %s\n", t->grid[g],
-                         key->batch, key->precision);
-        rc = measure_point(t, g, nt, pl, key, pat, img, err);
-    }
-    if (param && mask) memcpy(nt->param, param, np), memcpy(nt->mask, mask, np);
-    free(param);
-    free(mask);
-    free(img);
-    if (rc) lat_table_free(t);
     return rc;
 }
 
-// The model as it is: exported, tuned, per-op best times summed and the
-// whole graph timed.
-int lat_model_measure(const lat_key *key, const net *nt, const sc_pattern *pat, double *sum_ms,
-                      double *graph_ms, sc_err *err) {
-    if (!deploy_gpu_available(err)) return -1;  // 1 when a GPU is there
-    size_t nimg = (size_t)key->batch * 3 * nt->in_h * nt->in_w;
-    uint8_t *img = malloc(nimg);
-    if (!img) return sc_fail(err, "out of memory");
-    rng r;
-    rng_seed(&r, 0x1A7E, 2);
-    for (size_t i = 0; i < nimg; i++) img[i] = (uint8_t)rng_below(&r, 256);
+// Per-layer plan of the model as it is: per-op best times summed, the whole graph timed.
+static int layer_model(const lat_key *key, const net *nt, const sc_pattern *pat, const uint8_t *img,
+                       double *sum_ms, double *graph_ms, sc_err *err) {
     deploy_timing tm = {0};
     sparse_model *m = NULL;
     deploy_plan *p = NULL;
@@ -141,6 +128,142 @@ int lat_model_measure(const lat_key *key, const net *nt, const sc_pattern *pat, 
     deploy_timing_free(&tm);
     deploy_plan_free(p);
     sparse_model_free(m);
+    return rc;
+}
+
+// --- the mixed fp16 engine ---------------------------------------------------------------
+
+// The exported model of nt, its plan and the mixed fp16 engine built on img at the batch.
+static int engine_build(const net *nt, const lat_key *key, const sc_pattern *pat, const uint8_t *img,
+                        sparse_model **m, deploy_plan **p, dengine **e, sc_err *err) {
+    *e = NULL;
+    SC_TRY(export_plan(nt, key, pat, m, p, err));
+    *e = dengine_create_mixed(*p, key->batch, img, LAT_TUNE_REPEAT, 0, err);
+    return *e ? 0 : -1;
+}
+
+// Frees what engine_build made (the engine first: it reads the plan, the plan the model).
+static void engine_free(sparse_model *m, deploy_plan *p, dengine *e) {
+    dengine_free(e);
+    deploy_plan_free(p);
+    sparse_model_free(m);
+}
+
+// Engine grid point gi (masks set): each prunable layer's op as a graph runs
+// it, on the path the engine chose (a prunable linear layer runs dense on
+// cuBLASLt at every sparsity: flat). At sparsity 0 the rest is the whole
+// graph minus the prunable layers, clamped at 0: the ops outside them have no
+// tuned time (dengine_op_ms is NAN for the small ops and the linear layers)
+// and the adds fused into a conv none of their own, so the graph is what
+// holds all of them. Every point logs the graph against the table's sum and
+// against the sum of the engine's tuned conv times (each timed behind a spin kernel, gpu_time_median_busy).
+static int engine_point(lat_table *t, int gi, const net *nt, const prune_layers *pl, const lat_key *key,
+                        const sc_pattern *pat, const uint8_t *img, FILE *log, sc_err *err) {
+    sparse_model *m = NULL;
+    deploy_plan *p = NULL;
+    dengine *e = NULL;
+    double graph = NAN, layers = 0.0, tuned = 0.0;
+    int rc = engine_build(nt, key, pat, img, &m, &p, &e, err);
+    for (int i = 0; !rc && i < p->nops; i++) {
+        const int l = op_prunable(p, i, nt, pl);
+        double *ms = l >= 0 ? &t->ms[(size_t)l * t->G + gi] : NULL;
+        if (!ms) continue;
+        rc = dengine_op_graph_ms(e, i, LAT_OP_COPIES, LAT_OP_REPEAT, ms, err);
+        if (!rc && !isfinite(*ms)) rc = sc_fail(err, "op %s: no time", p->ops[i].name);
+        layers += *ms;
+        tuned += isfinite(dengine_op_ms(e, i)) ? dengine_op_ms(e, i) : *ms;
+    }
+    if (!rc) rc = dengine_time(e, LAT_GRAPH_REPEAT, &graph, err);
+    if (!rc && gi == 0) t->rest_ms = fmax(0.0, graph - layers);
+    if (!rc && log)
+        fprintf(log, "prune: sparsity %.2f: whole graph %.4f ms, table %.4f ms (layers %.4f + rest %.4f; "
+                "with the tuned conv times %.4f)\n", t->grid[gi], graph, layers + t->rest_ms, layers,
+                t->rest_ms, tuned + t->rest_ms);
+    engine_free(m, p, e);
+    return rc;
+}
+
+// The mixed engine of the model as it is: every op's graph time summed, the whole graph timed.
+static int engine_model(const lat_key *key, const net *nt, const sc_pattern *pat, const uint8_t *img,
+                        double *sum_ms, double *graph_ms, sc_err *err) {
+    sparse_model *m = NULL;
+    deploy_plan *p = NULL;
+    dengine *e = NULL;
+    int rc = engine_build(nt, key, pat, img, &m, &p, &e, err);
+    *sum_ms = 0.0;
+    for (int i = 0; !rc && i < p->nops; i++) {
+        double ms;
+        rc = dengine_op_graph_ms(e, i, LAT_OP_COPIES, LAT_OP_REPEAT, &ms, err);
+        if (!rc && isfinite(ms)) *sum_ms += ms;  // NAN: fused into a conv or an alias
+    }
+    if (!rc) rc = dengine_time(e, LAT_GRAPH_REPEAT, graph_ms, err);
+    engine_free(m, p, e);
+    return rc;
+}
+
+// --- the table and the model ----------------------------------------------------------
+
+// 1 when key times the mixed fp16 engine, 0 the per-layer plan, -1 (err) another.
+static int engine_plan(const lat_key *key, sc_err *err) {
+    if (!strcmp(key->plan, LAT_PLAN_MIXED)) return 1;
+    if (!strcmp(key->plan, LAT_PLAN_LAYER)) return 0;
+    return sc_fail(err, "latency table: unknown plan '%s'", key->plan);
+}
+
+// One grid point: masks at grid[gi], then the plan's layer times into t.
+static int measure_point(lat_table *t, int gi, net *nt, const prune_layers *pl, const lat_key *key,
+                         const sc_pattern *pat, const uint8_t *img, FILE *log, sc_err *err) {
+    double tg[pl->n];
+    for (int l = 0; l < pl->n; l++) tg[l] = t->grid[gi];
+    SC_TRY(prune_mask_raise(nt, pl, tg, NULL, (prune_crit){.alpha = 1, .beta = 0}, NULL, err));
+    int rc = engine_plan(key, err) ? engine_point(t, gi, nt, pl, key, pat, img, log, err)
+                                   : layer_point(t, gi, nt, pl, key, pat, img, err);
+    return rc ? sc_wrap(err, "latency at sparsity %g", t->grid[gi]) : 0;
+}
+
+// The whole grid; nt's parameters and masks are restored afterwards.
+int lat_table_measure(lat_table *t, const lat_key *key, net *nt, const prune_layers *pl,
+                      const sc_pattern *pat, FILE *log, sc_err *err) {
+    const double grid[] = LAT_GRID_DEFAULT;
+    char plan[48];
+    if (!deploy_gpu_available(err)) return -1;  // 1 when a GPU is there
+    if (engine_plan(key, err) < 0) return -1;
+    SC_TRY(lat_table_alloc(t, pl->n, LAT_GRID_N, grid, err));
+    t->key = *key;
+    lat_plan_describe(key, plan, sizeof plan);
+    snprintf(t->source, sizeof t->source, "measured (%.30s)", plan);
+    lat_table_names(t, nt, pl);
+    size_t np = nt->nparam * sizeof(float);
+    float *param = malloc(np), *mask = malloc(np);
+    uint8_t *img = random_images(nt, key->batch, 1);
+    int rc = param && mask && img ? 0 : sc_fail(err, "out of memory");
+    if (!rc) {
+        memcpy(param, nt->param, np), memcpy(mask, nt->mask, np);
+        dense_random(nt, pl, 0x1A7E);
+    }
+    for (int g = 0; g < t->G && !rc; g++) {
+        if (log) fprintf(log, "prune: timing every layer at sparsity %.2f, batch %d, %s\n", t->grid[g],
+                         key->batch, plan);
+        rc = measure_point(t, g, nt, pl, key, pat, img, log, err);
+    }
+    if (param && mask) memcpy(nt->param, param, np), memcpy(nt->mask, mask, np);
+    free(param);
+    free(mask);
+    free(img);
+    if (rc) lat_table_free(t);
+    return rc;
+}
+
+// The model as it is on key's plan: its ops' times summed and the whole graph timed.
+int lat_model_measure(const lat_key *key, const net *nt, const sc_pattern *pat, double *sum_ms,
+                      double *graph_ms, sc_err *err) {
+    if (!deploy_gpu_available(err)) return -1;  // 1 when a GPU is there
+    const int engine = engine_plan(key, err);
+    if (engine < 0) return -1;
+    uint8_t *img = random_images(nt, key->batch, 2);
+    if (!img) return sc_fail(err, "out of memory");
+    int rc = engine ? engine_model(key, nt, pat, img, sum_ms, graph_ms, err)
+                    : layer_model(key, nt, pat, img, sum_ms, graph_ms, err);
     free(img);
     return rc;
 }

@@ -17,6 +17,7 @@ static void run_key(const prune_lat_opts *o, const net *nt, lat_key *k) {
     snprintf(k->arch, sizeof k->arch, "%s", nt->arch);
     k->batch = o->batch;
     snprintf(k->precision, sizeof k->precision, "%s", o->precision);
+    snprintf(k->plan, sizeof k->plan, "%s", lat_plan_for(o->precision));
 }
 
 // A given file: it must fit; without a GPU its GPU is taken as it is (noted).
@@ -61,8 +62,9 @@ static int new_table(const prune_lat_opts *o, const lat_key *key, net *nt, const
     const int gpu = strcmp(key->gpu, "none") != 0;
     if (gpu) {
         sc_err e = {0};
-        log_line(stderr, o->quiet, "prune: measuring the latency table on %s (deploy's candidates)",
-                 key->gpu);
+        char plan[48];
+        lat_plan_describe(key, plan, sizeof plan);
+        log_line(stderr, o->quiet, "prune: measuring the latency table on %s (the %s)", key->gpu, plan);
         if (!lat_table_measure(t, key, nt, pl, pat, o->quiet ? NULL : stderr, &e)) return 0;
         log_line(stderr, o->quiet, "prune: measuring failed (%s); using the FLOP model", e.msg);
     } else {
@@ -149,15 +151,15 @@ void prune_lat_final(const prune_lat_opts *o, const lat_table *t, double target_
     sc_err e = {0};
     prune_sparsity_read(nt, pl, sp);
     *res = (prune_lat_result){.target_ms = target_ms, .predicted_ms = lat_predict(t, sp),
-                              .dense_ms = lat_dense_ms(t), .measured_ms = NAN, .graph_ms = NAN};
+                              .dense_ms = lat_dense_ms(t), .measured_ms = NAN, .ops_ms = NAN};
     if (!o->on_gpu) snprintf(res->why, sizeof res->why, "no GPU");
-    else if (lat_model_measure(&t->key, nt, pat, &res->measured_ms, &res->graph_ms, &e))
-        snprintf(res->why, sizeof res->why, "%s", e.msg), res->measured_ms = res->graph_ms = NAN;
+    else if (lat_model_measure(&t->key, nt, pat, &res->ops_ms, &res->measured_ms, &e))
+        snprintf(res->why, sizeof res->why, "%s", e.msg), res->measured_ms = res->ops_ms = NAN;
     printf("latency at batch %d, %s (%s): predicted %.4g ms (target %.4g, dense %.4g)", t->key.batch,
            t->key.precision, t->source, res->predicted_ms, target_ms, res->dense_ms);
     if (isnan(res->measured_ms)) printf(", not measured (%s)\n", res->why);
-    else printf(", measured %.4g ms (sum of layers; whole graph %.4g ms), prediction error %+.1f%%\n",
-                res->measured_ms, res->graph_ms, 100.0 * (res->predicted_ms / res->measured_ms - 1.0));
+    else printf(", measured %.4g ms (whole graph; sum of its ops %.4g ms), prediction error %+.1f%%\n",
+                res->measured_ms, res->ops_ms, 100.0 * (res->predicted_ms / res->measured_ms - 1.0));
 }
 
 // The objective's members of the summary.
@@ -168,11 +170,12 @@ void prune_lat_json(json_writer *j, const lat_table *t, const prune_lat_result *
     json_add_string(j, "table_gpu", t->key.gpu);
     json_add_int(j, "batch", t->key.batch);
     json_add_string(j, "precision", t->key.precision);
+    json_add_string(j, "plan", t->key.plan);
     json_add_number(j, "target_ms", target_ms);
     json_add_number(j, "dense_predicted_ms", lat_dense_ms(t));
     json_add_number(j, "predicted_ms", res ? res->predicted_ms : NAN);
     json_add_number(j, "measured_ms", res ? res->measured_ms : NAN);
-    json_add_number(j, "measured_graph_ms", res ? res->graph_ms : NAN);
+    json_add_number(j, "measured_ops_ms", res ? res->ops_ms : NAN);
     json_add_number(j, "prediction_error", res ? res->predicted_ms / res->measured_ms - 1.0 : NAN);
     json_add_string(j, "not_measured", res && res->why[0] ? res->why : NULL);
     json_object_end(j);

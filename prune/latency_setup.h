@@ -35,13 +35,13 @@ int prune_lat_sparsity(const lat_table *t, const prune_layers *pl, double target
                        double *sparsity, sc_err *err);
 
 // What the run's final model came to: predicted by the table and, on a GPU,
-// measured with deploy's candidates (NAN where not measured).
+// measured on the table's plan (NAN where not measured).
 typedef struct {
     double target_ms;     // the objective's target
     double predicted_ms;  // the table's prediction for the final masks
     double dense_ms;      // the table's dense network
-    double measured_ms;   // sum of the ops' fastest candidates, as the table adds them
-    double graph_ms;      // the tuned plan's forward pass as one CUDA graph
+    double measured_ms;   // the plan's forward pass as one CUDA graph (the prediction's error is against it)
+    double ops_ms;        // sum of the plan's op times (lat_model_measure's sum_ms)
     char why[520];        // why it was not measured ("" when it was)
 } prune_lat_result;
 

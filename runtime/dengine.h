@@ -68,8 +68,19 @@ int dengine_tensor(dengine *e, int t, int m, float *host, sc_err *err);
 int dengine_time(dengine *e, int repeat, double *ms, sc_err *err);
 
 // Tuned milliseconds of plan op i (NAN for ops the engine fused away or
-// did not time) and a one-line description of what runs it.
+// did not time: only convolutions are tuned) and a one-line description of
+// what runs it. Each tuning run is timed alone between two events, so a
+// call's host-side cost (cuDNN's graph execute) is in it where it exceeds
+// the kernel's; the whole graph's replay does not pay it.
 double dengine_op_ms(const dengine *e, int i);
+
+// Milliseconds of plan op i (any kind, on the path the engine chose) as a
+// CUDA graph runs it: `copies` consecutive runs of the op captured in one
+// graph, the median of `repeat` replays divided by copies, so no host
+// launch cost is in it. *ms = NAN for an op fused into a conv or aliased.
+// The repeated runs overwrite the op's output: run a forward before
+// reading tensors again.
+int dengine_op_graph_ms(dengine *e, int i, int copies, int repeat, double *ms, sc_err *err);
 void dengine_op_describe(const dengine *e, int i, char *buf, size_t len);
 
 // Conv op i's tuned cuDNN time and its fastest sparse path that passed the

@@ -564,18 +564,23 @@ static int de_tune(dengine *e, const uint8_t *images, int repeat, sc_err *err) {
     return rc;
 }
 
-// Captures the forward into a CUDA graph.
-static int de_capture(dengine *e, sc_err *err) {
+// Captures `copies` runs of op i (i < 0: the whole forward) into a CUDA graph.
+static int de_capture_runs(dengine *e, int i, int copies, cudaGraphExec_t *exec, sc_err *err) {
     cudaGraph_t graph = NULL;
     cudaCheck(err, cudaStreamBeginCapture(e->g.stream, cudaStreamCaptureModeThreadLocal));
-    int rc = de_enqueue(e, NULL, 0, 0, err);
+    int rc = 0;
+    for (int k = 0; k < copies && !rc; k++)
+        rc = i < 0 ? de_enqueue(e, NULL, 0, 0, err) : de_op_run(e, i, NULL, 0, 0, err);
     cudaError_t ce = cudaStreamEndCapture(e->g.stream, &graph);
     if (!rc && ce != cudaSuccess) rc = sc_fail(err, "capturing the dense engine: %s", cudaGetErrorString(ce));
-    if (!rc && cudaGraphInstantiate(&e->graph, graph, 0) != cudaSuccess)
+    if (!rc && cudaGraphInstantiate(exec, graph, 0) != cudaSuccess)
         rc = sc_fail(err, "instantiating the dense engine's graph: %s", cudaGetErrorString(cudaGetLastError()));
     if (graph) cudaGraphDestroy(graph);
     return rc;
 }
+
+// Captures the forward into a CUDA graph.
+static int de_capture(dengine *e, sc_err *err) { return de_capture_runs(e, -1, 1, &e->graph, err); }
 
 // --- public API ---------------------------------------------------------------------------
 
@@ -681,16 +686,23 @@ int dengine_tensor(dengine *e, int t, int m, float *host, sc_err *err) {
     return rc;
 }
 
-// One replay of the engine's graph (a gpu_run_fn).
-static int de_replay(void *e_, sc_err *err) {
-    dengine *e = e_;
-    cudaCheck(err, cudaGraphLaunch(e->graph, e->g.stream));
+// A graph and the stream it replays on (the argument of de_replay).
+typedef struct {
+    cudaGraphExec_t graph;
+    cudaStream_t stream;
+} de_replayed;
+
+// One replay of a graph (a gpu_run_fn).
+static int de_replay(void *arg, sc_err *err) {
+    const de_replayed *r = arg;
+    cudaCheck(err, cudaGraphLaunch(r->graph, r->stream));
     return 0;
 }
 
 // Median of `repeat` graph replays after a warm-up.
 int dengine_time(dengine *e, int repeat, double *ms, sc_err *err) {
-    return gpu_time_median(&e->g, de_replay, e, 3, repeat, ms, err) ? sc_wrap(err, "timing the dense engine") : 0;
+    de_replayed r = {e->graph, e->g.stream};
+    return gpu_time_median(&e->g, de_replay, &r, 3, repeat, ms, err) ? sc_wrap(err, "timing the dense engine") : 0;
 }
 
 // Tuned milliseconds of op i.
@@ -699,6 +711,19 @@ double dengine_op_ms(const dengine *e, int i) { return e->ops[i].ms; }
 // Tuned milliseconds of conv op i's cuDNN plan and of its fastest checked sparse path.
 void dengine_op_paths_ms(const dengine *e, int i, double *dense_ms, double *sparse_ms) {
     *dense_ms = e->ops[i].dense_ms, *sparse_ms = e->ops[i].sparse_ms;
+}
+
+// Op i's milliseconds inside a graph: `copies` runs captured, replays timed, per run.
+int dengine_op_graph_ms(dengine *e, int i, int copies, int repeat, double *ms, sc_err *err) {
+    *ms = NAN;
+    if (e->ops[i].kind == EO_NONE) return 0;
+    if (copies < 1) return sc_fail(err, "timing op %s: %d copies", e->p->ops[i].name, copies);
+    de_replayed r = {NULL, e->g.stream};
+    int rc = de_capture_runs(e, i, copies, &r.graph, err);
+    if (!rc) rc = gpu_time_median(&e->g, de_replay, &r, 2, repeat, ms, err);
+    if (r.graph) cudaGraphExecDestroy(r.graph);
+    if (!rc) *ms /= copies;
+    return rc ? sc_wrap(err, "timing op %s in a graph", e->p->ops[i].name) : 0;
 }
 
 // What runs op i.

@@ -59,6 +59,12 @@ void dengine_op_paths_ms(const dengine *e, int i, double *dense_ms, double *spar
     *dense_ms = *sparse_ms = NAN;
 }
 
+// Never reached without an engine.
+int dengine_op_graph_ms(dengine *e, int i, int copies, int repeat, double *ms, sc_err *err) {
+    *ms = NAN;
+    return sc_fail(err, "no GPU in this build");
+}
+
 // No description without an engine.
 void dengine_op_describe(const dengine *e, int i, char *buf, size_t len) {
     if (len) buf[0] = 0;

@@ -35,6 +35,8 @@ rc=$?
 grep -q "FLOP model" <<<"$err" && ok "says FLOP model" || bad "says FLOP model" "$err"
 [ "$(jget "$T/a_latency.json" "d['source']")" = "FLOP model (no GPU)" ] && ok "table cached in the run" \
     || bad "table cached in the run" "$(head -c 300 "$T/a_latency.json" 2>/dev/null)"
+[ "$(jget "$T/a_latency.json" "d['plan']")" = per-layer ] && ok "fp32 table: the per-layer plan" \
+    || bad "fp32 table: the per-layer plan" "$(jget "$T/a_latency.json" "d.get('plan')")"
 grep -q "not measured (no GPU)" "$T/a.out" && ok "final latency: not measured without a GPU" \
     || bad "final latency line" "$(grep latency "$T/a.out")"
 v=$(jget "$T/a.json" "d['latency']['predicted_ms'] <= d['latency']['target_ms'] * 1.0001 and d['latency']['not_measured'] == 'no GPU'")

@@ -4,7 +4,8 @@
 // layer reading a 2-D feature map, unfolded batch norms), the engine's
 // logits in fp16, bf16 and TF32 match the CPU plan's, at the batch it was
 // built for, for fewer images, at batch 1, and again after the timing's
-// graph replays. Every tensor starts as NaN,
+// graph replays (mixed plans: after every op is timed in a graph of its
+// own too). Every tensor starts as NaN,
 // so an element the engine forgets to write shows in the logits. Mixed fp16
 // plans force convs onto the sparse paths: the direct sparse kernel, and on
 // nets pruned on blocks and exported as BSR the block-sparse kernel (fused
@@ -95,6 +96,23 @@ static void test_concat(tctx *t) {
     tdm_fixture_free(&f);
 }
 
+// Every op timed in a graph of its own (dengine_op_graph_ms): a time for
+// each op the engine runs, NAN for the fused and aliased ones, and the
+// forward still gives the CPU's logits after the repeated runs.
+static void check_op_times(tctx *t, tdm_fixture *f, dengine *e, const char *what, int m) {
+    sc_err err = {{0}};
+    for (int i = 0; i < f->p->nops; i++) {
+        double ms = -1;
+        const int runs = dengine_op_tensor(e, i) >= 0;
+        CHECK(t, dengine_op_graph_ms(e, i, 3, 3, &ms, &err) == 0, "%s %s: %s", what, f->p->ops[i].name, err.msg);
+        CHECK(t, runs ? ms > 0 && isfinite(ms) : isnan(ms), "%s %s: %g ms (runs: %d)", what, f->p->ops[i].name,
+              ms, runs);
+    }
+    char again[128];
+    snprintf(again, sizeof again, "%s after timing each op", what);
+    check_engine(t, f, e, again, m, DE_FP16);
+}
+
 // The mixed fp16 plan with every conv forced onto the sparse kernel (where
 // its check against cuDNN passes): the layout conversions, the residual add
 // and ReLU after the conversion, and fused pools give the CPU's logits.
@@ -110,6 +128,7 @@ static void run_mixed(tctx *t, tdm_fixture *f, const char *name) {
         for (int i = 0; i < f->p->nops; i++) sparse += dengine_op_sparse(e, i);
         CHECK(t, sparse > 0, "%s: no layer ran sparse", what);
         check_engine(t, f, e, what, b1 ? 1 : NIMG, DE_FP16);
+        check_op_times(t, f, e, what, b1 ? 1 : NIMG);
         dengine_free(e);
     }
 }
@@ -205,6 +224,7 @@ static void run_bs(tctx *t, const char *pat, const char *dir, uint64_t seed) {
             if (!e) continue;
             check_bs_paths(t, &f, e, what);
             check_engine(t, &f, e, what, b1 ? 1 : NIMG, DE_FP16);
+            check_op_times(t, &f, e, what, b1 ? 1 : NIMG);
             dengine_free(e);
         }
     bs_fixture_free(&f);

@@ -1,7 +1,8 @@
 // Tests of the latency objective's host parts (prune/latency.h,
 // prune/latency_setup.h, the latency terms of prune/evolve.h): interpolation
 // against a direct reference, the JSON round trip, refusal of a table made
-// for another GPU, architecture, batch or precision, the FLOP model, the
+// for another GPU, architecture, batch, precision or plan (an old table without
+// one counts as the per-layer plan), the plan of each precision, the FLOP model, the
 // sparsity a target needs, the fitness penalty, and mutations drawn towards
 // the layer that buys time.
 #include <math.h>
@@ -36,6 +37,7 @@ static int random_table(lat_table *t, int L, int G, rng *r) {
     t->key.cc = 90, t->key.batch = 128;
     snprintf(t->key.arch, sizeof t->key.arch, "lenet");
     snprintf(t->key.precision, sizeof t->key.precision, "fp16");
+    snprintf(t->key.plan, sizeof t->key.plan, "%s", lat_plan_for("fp16"));
     snprintf(t->source, sizeof t->source, "synthetic");
     return 0;
 }
@@ -93,11 +95,20 @@ static void test_json(tctx *t) {
     for (int g = 0; g < a.G && b.G == a.G; g++) CHECK_CLOSE(t, b.grid[g], a.grid[g], 1e-12);
     CHECK_CLOSE(t, b.rest_ms, a.rest_ms, 1e-12);
     CHECK(t, !strcmp(a.key.gpu, b.key.gpu) && a.key.cc == b.key.cc && a.key.batch == b.key.batch &&
-                 !strcmp(a.key.precision, b.key.precision) && !strcmp(a.key.arch, b.key.arch),
-          "key %s %d %d", b.key.gpu, b.key.cc, b.key.batch);
+                 !strcmp(a.key.precision, b.key.precision) && !strcmp(a.key.arch, b.key.arch) &&
+                 !strcmp(b.key.plan, LAT_PLAN_MIXED),
+          "key %s %d %d %s", b.key.gpu, b.key.cc, b.key.batch, b.key.plan);
     CHECK(t, b.L == a.L && !strcmp(b.name[4], a.name[4]) && !strcmp(b.source, "synthetic"), "names");
     lat_table_free(&b);
-    FILE *f = fopen(path, "w");  // a grid that does not increase
+    FILE *f = fopen(path, "w");  // a table written before the plan was recorded: per-layer
+    fprintf(f, "{\"gpu\": \"x\", \"compute_capability\": 0, \"arch\": \"lenet\", \"batch\": 1, "
+               "\"precision\": \"fp16\", \"rest_ms\": 0, \"grid\": [0, 0.5], \"layers\": [\"a\"], "
+               "\"ms\": [[2, 1]]}\n");
+    fclose(f);
+    CHECK(t, lat_table_load(&b, path, &err) == 0 && !strcmp(b.key.plan, LAT_PLAN_LAYER), "old table: %s %s",
+          err.msg, b.key.plan);
+    lat_table_free(&b);
+    f = fopen(path, "w");  // a grid that does not increase
     fprintf(f, "{\"gpu\": \"x\", \"compute_capability\": 0, \"arch\": \"lenet\", \"batch\": 1, "
                "\"precision\": \"fp32\", \"rest_ms\": 0, \"grid\": [0, 0.5, 0.4], \"layers\": [\"a\"], "
                "\"ms\": [[1, 2, 3]]}\n");
@@ -120,7 +131,8 @@ static void test_refuse(tctx *t) {
     net *nt = lenet_layers(t, &pl);
     if (!nt) return;
     lat_table tb;
-    lat_key key = {.gpu = "NVIDIA H200", .cc = 90, .arch = "lenet", .batch = 128, .precision = "fp16"};
+    lat_key key = {.gpu = "NVIDIA H200", .cc = 90, .arch = "lenet", .batch = 128, .precision = "fp16",
+                   .plan = LAT_PLAN_MIXED};
     CHECK(t, lat_table_flops(&tb, &key, nt, &pl, &err) == 0, "%s", err.msg);
     char why[200] = "";
     CHECK(t, lat_table_fits(&tb, &key, nt, &pl, why, sizeof why) == 1, "%s", why);
@@ -134,6 +146,8 @@ static void test_refuse(tctx *t) {
     CHECK(t, !lat_table_fits(&tb, &k, nt, &pl, why, sizeof why) && strstr(why, "batch"), "%s", why);
     k = key, snprintf(k.precision, sizeof k.precision, "fp32");
     CHECK(t, !lat_table_fits(&tb, &k, nt, &pl, why, sizeof why) && strstr(why, "fp32"), "%s", why);
+    k = key, snprintf(k.plan, sizeof k.plan, "%s", LAT_PLAN_LAYER);
+    CHECK(t, !lat_table_fits(&tb, &k, nt, &pl, why, sizeof why) && strstr(why, "plan"), "%s", why);
     k = key, snprintf(k.arch, sizeof k.arch, "resnet18");
     CHECK(t, !lat_table_fits(&tb, &k, nt, &pl, why, sizeof why) && strstr(why, "resnet18"), "%s", why);
     snprintf(tb.name[0], sizeof tb.name[0], "other.weight");
@@ -141,6 +155,19 @@ static void test_refuse(tctx *t) {
     lat_table_free(&tb);
     prune_layers_free(&pl);
     net_free(nt);
+}
+
+// fp16 tables time the mixed fp16 engine, fp32 ones the per-layer plan; both say so.
+static void test_plan_names(tctx *t) {
+    char buf[64];
+    CHECK(t, !strcmp(lat_plan_for("fp16"), LAT_PLAN_MIXED), "fp16: %s", lat_plan_for("fp16"));
+    CHECK(t, !strcmp(lat_plan_for("fp32"), LAT_PLAN_LAYER), "fp32: %s", lat_plan_for("fp32"));
+    lat_key k = {.precision = "fp16", .plan = LAT_PLAN_MIXED};
+    lat_plan_describe(&k, buf, sizeof buf);
+    CHECK(t, !strcmp(buf, "mixed fp16 engine"), "%s", buf);
+    k = (lat_key){.precision = "fp32", .plan = LAT_PLAN_LAYER};
+    lat_plan_describe(&k, buf, sizeof buf);
+    CHECK(t, !strcmp(buf, "per-layer plan (fp32)"), "%s", buf);
 }
 
 // The FLOP model: labelled, proportional to MACs x density with its floor.
@@ -314,6 +341,7 @@ int main(void) {
     RUN(&t, test_interp);
     RUN(&t, test_json);
     RUN(&t, test_refuse);
+    RUN(&t, test_plan_names);
     RUN(&t, test_flops);
     RUN(&t, test_measure_nogpu);
     RUN(&t, test_fitness);

@@ -1,0 +1,231 @@
+#!/usr/bin/env python3
+"""Summarises bench/prune_pareto.sh: one markdown row per run (uniform U,
+floors F1/F2, latency objective L1-L3) from its prune-J.json and deploy-J.json
+(and the latency table), then issue 17's acceptance checks.
+
+    bench/pareto_table.py DIR [--table T.json] [--targets "1.1x 1.25x 1.5x"]
+                          [--floors F1=SPEC F2=SPEC] [--uniform 0.9]
+
+Measured times are deploy's mixed fp16 plan (mixed_fp16.batch_ms at deploy's
+batch, batch1_ms) and the dense fp16 engine of the same process; the
+predicted time of every run is the table's (prune/latency.c's piecewise-linear
+interpolation, flat beyond the grid) at the run's per-layer sparsities, and
+for latency runs also the prune tool's own prediction and its measurement of
+the whole graph.
+"""
+import argparse
+import glob
+import json
+import math
+import os
+import re
+import sys
+
+ORDER = ["U", "F1", "F2"] + [f"L{i}" for i in range(1, 10)]
+
+
+def load(path):
+    """The JSON at path, or None when missing or unreadable."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def layer_ms(table, row, s):
+    """Milliseconds of one table row at sparsity s (as lat_layer_ms)."""
+    g = table["grid"]
+    if s <= g[0]:
+        return row[0]
+    if s >= g[-1]:
+        return row[-1]
+    k = 0
+    while k + 2 < len(g) and s >= g[k + 1]:
+        k += 1
+    u = (s - g[k]) / (g[k + 1] - g[k])
+    return row[k] + u * (row[k + 1] - row[k])
+
+
+def predict(table, sparsity_of):
+    """The table's milliseconds for per-layer sparsities (name -> s); None when a layer is missing."""
+    if not table:
+        return None
+    ms = table["rest_ms"]
+    for name, row in zip(table["layers"], table["ms"]):
+        if name not in sparsity_of:
+            return None
+        ms += layer_ms(table, row, sparsity_of[name])
+    return ms
+
+
+def layer_sparsities(prune):
+    """Pruned tensor name -> sparsity from a prune summary."""
+    return {l["name"]: l["sparsity"] for l in prune.get("layers", []) if l.get("pruned")}
+
+
+def dense_engine(deploy, prec="fp16"):
+    """The dense engine entry of that precision, or {}."""
+    for e in deploy.get("dense_engine", []) if deploy else []:
+        if e.get("precision") == prec:
+            return e
+    return {}
+
+
+def num(v):
+    """A finite float or None."""
+    return v if isinstance(v, (int, float)) and math.isfinite(v) else None
+
+
+def run_row(tag, prune, deploy, table, setting):
+    """One run's figures as a dict (None where absent)."""
+    lat = (prune or {}).get("latency") or {}
+    mixed = (deploy or {}).get("mixed_fp16") or {}
+    eng = dense_engine(deploy)
+    r = {"tag": tag, "setting": setting, "ok_prune": prune is not None, "ok_deploy": bool(mixed)}
+    r["sparsity"] = num((prune or {}).get("sparsity"))
+    r["val"] = num((prune or {}).get("val_accuracy"))
+    r["test"] = num((prune or {}).get("test_accuracy"))
+    r["engine_test"] = num(mixed.get("test_accuracy"))
+    r["pred"] = predict(table, layer_sparsities(prune)) if prune else None
+    r["pred_prune"] = num(lat.get("predicted_ms"))
+    r["target"] = num(lat.get("target_ms"))
+    r["graph_prune"] = num(lat.get("measured_ms"))
+    r["ms"], r["ms1"] = num(mixed.get("batch_ms")), num(mixed.get("batch1_ms"))
+    r["dense"], r["dense1"] = num(eng.get("batch_ms")), num(eng.get("batch1_ms"))
+    r["batch"] = (deploy or {}).get("batch")
+    r["sparse_layers"] = mixed.get("sparse_layers")
+    return r
+
+
+def fmt(v, spec=".3f", none="-"):
+    """v formatted, or none."""
+    return none if v is None else format(v, spec)
+
+
+def ratio(a, b):
+    """a / b, or None."""
+    return a / b if a is not None and b else None
+
+
+def settings(args, tag, prune):
+    """Words for a run's setting."""
+    if tag == "U":
+        return f"uniform {args.uniform}"
+    if tag.startswith("F"):
+        spec = dict(f.split("=", 1) for f in args.floors if "=" in f).get(tag) or (prune or {}).get("layer_floor")
+        return f"floors {spec}"
+    k = int(tag[1:]) - 1
+    t = args.targets.split()
+    return f"latency target {t[k] if k < len(t) else '?'}"
+
+
+def table_lines(table):
+    """Lines about the latency table: its source, dense and best predictions."""
+    if not table:
+        return ["Latency table: none found."]
+    dense = table["rest_ms"] + sum(r[0] for r in table["ms"])
+    best = table["rest_ms"] + sum(r[-1] for r in table["ms"])
+    return [f"Latency table: {table.get('source')} on {table.get('gpu')}, plan {table.get('plan', 'per-layer')}, "
+            f"{table.get('precision')} batch {table.get('batch')}; dense {dense:.4f} ms, every layer at "
+            f"{table['grid'][-1]}: {best:.4f} ms ({dense / best:.2f}x)."]
+
+
+def markdown(rows):
+    """The runs as a markdown table."""
+    head = ("| run | setting | sparsity | val / test top-1 | mixed-plan test | predicted ms | prune's graph ms "
+            "| mixed b128 ms | mixed b1 ms | dense engine b128 / b1 ms | speedup b128 / b1 | pred. error | sparse convs |")
+    out = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        if not r["ok_prune"]:
+            out.append(f"| {r['tag']} | {r['setting']} | failed (see logs/{r['tag']}.log) |" + " |" * 10)
+            continue
+        pred = fmt(r["pred"], ".4f")
+        if r["pred_prune"] is not None:
+            pred += f" (prune {r['pred_prune']:.4f}, target {fmt(r['target'], '.4f')})"
+        err = ratio(r["pred"], r["ms"])
+        out.append(
+            f"| {r['tag']} | {r['setting']} | {fmt(r['sparsity'], '.4f')} | {fmt(r['val'], '.2f')} / "
+            f"{fmt(r['test'], '.2f')} | {fmt(r['engine_test'], '.2f')} | {pred} | {fmt(r['graph_prune'], '.4f')} | "
+            f"{fmt(r['ms'], '.4f')} | {fmt(r['ms1'], '.4f')} | {fmt(r['dense'], '.4f')} / {fmt(r['dense1'], '.4f')} | "
+            f"{fmt(ratio(r['dense'], r['ms']), '.2f')}x / {fmt(ratio(r['dense1'], r['ms1']), '.2f')}x | "
+            f"{fmt(None if err is None else 100 * (err - 1), '+.1f')}% | {fmt(r['sparse_layers'], 'd')} |")
+    return out
+
+
+def pair_verdict(l, f):
+    """Issue 17's comparison of latency run l with floors run f: (comparable, met, words). Met: at least
+    as fast (within 5%) and >= 1 point more accurate, or at least as accurate (within 0.3) and >= 1.3x
+    faster (a run better on both counts meets it too); comparable: met, or at the same latency or the
+    same accuracy."""
+    if None in (l["ms"], f["ms"], l["test"], f["test"]):
+        return False, False, "not measured"
+    d_acc, speed = l["test"] - f["test"], f["ms"] / l["ms"]
+    met = (speed >= 1 / 1.05 and d_acc >= 1.0) or (d_acc >= -0.3 and speed >= 1.3)
+    same = [w for w, c in (("latency within 5%", abs(speed - 1) <= 0.05), ("accuracy within 0.3", abs(d_acc) <= 0.3)) if c]
+    words = f"test {d_acc:+.2f} points, {speed:.2f}x the speed" + (f" (same {', '.join(same)})" if same else "")
+    return met or bool(same), met, words
+
+
+def acceptance(rows):
+    """Issue 17's checks as markdown lines."""
+    lines = ["", "Acceptance (test top-1 from prune's summary; times: deploy's mixed fp16 plan at batch "
+             f"{next((r['batch'] for r in rows if r['batch']), '?')}):"]
+    lat = [r for r in rows if r["tag"].startswith("L") and r["ok_deploy"]]
+    flo = [r for r in rows if r["tag"].startswith("F") and r["ok_deploy"]]
+    decided = []
+    for l in lat:
+        for f in flo:
+            comp, met, words = pair_verdict(l, f)
+            if comp:
+                decided.append(met)
+            lines.append(f"- {l['tag']} vs {f['tag']}: {words}" + (f" -> {'MET' if met else 'not met'}" if comp else ""))
+    if not decided:
+        lines.append("- no comparable latency/floors pair: the criterion is not decided by these runs")
+    else:
+        lines.append(f"- comparable pairs: {len(decided)}, met: {sum(decided)}")
+    for r in rows:
+        if r["pred"] is None or r["ms"] is None:
+            continue
+        e = r["pred"] / r["ms"] - 1
+        own = ""
+        if r["pred_prune"] is not None and r["graph_prune"] is not None:
+            own = f"; prune's own: predicted {r['pred_prune']:.4f} vs graph {r['graph_prune']:.4f} ms " \
+                  f"({100 * (r['pred_prune'] / r['graph_prune'] - 1):+.1f}%)"
+        lines.append(f"- {r['tag']} prediction {r['pred']:.4f} vs deploy's mixed {r['ms']:.4f} ms: "
+                     f"{100 * e:+.1f}% ({'within' if abs(e) <= 0.10 else 'NOT within'} 10%){own}")
+    return lines
+
+
+def tags_in(d):
+    """The run tags with a prune summary in d, in ORDER."""
+    found = {re.sub(r"^prune-(.*)\.json$", r"\1", os.path.basename(p)) for p in glob.glob(os.path.join(d, "prune-*.json"))}
+    return [t for t in ORDER if t in found]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("dir", help="folder of prune-J.json / deploy-J.json")
+    ap.add_argument("--table", help="the latency table JSON")
+    ap.add_argument("--targets", default="1.1x 1.25x 1.5x", help="latency targets of L1, L2, ...")
+    ap.add_argument("--floors", nargs="*", default=[], help="F1=SPEC F2=SPEC")
+    ap.add_argument("--uniform", default="0.9")
+    ap.add_argument("--jobs", default="U F1 F2 L1 L2 L3", help="runs expected (failed ones are listed)")
+    a = ap.parse_args()
+    table = load(a.table) if a.table else None
+    tags = [t for t in ORDER if t in set(a.jobs.split()) | set(tags_in(a.dir))]
+    rows = []
+    for t in tags:
+        p = load(os.path.join(a.dir, f"prune-{t}.json"))
+        d = load(os.path.join(a.dir, f"deploy-{t}.json"))
+        rows.append(run_row(t, p, d, table, settings(a, t, p)))
+    model = next((load(os.path.join(a.dir, f"prune-{t}.json")) or {}).get("model") for t in tags) if tags else "?"
+    print(f"## Pareto runs: {model}\n")
+    print("\n".join(table_lines(table)) + "\n")
+    print("\n".join(markdown(rows)))
+    print("\n".join(acceptance(rows)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# Issue 17's acceptance on a GPU machine (docs/prune.md, "Latency objective"):
+# one trained MODEL pruned with the same seed and image budget by
+#   U      uniform sparsity X (--min-layer-sparsity X --target-sparsity X),
+#   F1, F2 two --layer-floor settings that force the early layers sparse,
+#   L1-L3  --objective latency at three --latency-target values,
+# each winner exported and deployed on the mixed fp16 plan of the dense engine
+# (deploy --precision fp16 --engine fp16: the measured batch-128 and batch-1
+# times, and the dense fp16 engine of the same process), then one markdown
+# table by bench/pareto_table.py:
+#   bench/prune_pareto.sh MODEL              (MODEL: resnet18, vgg16, ...)
+# The latency table is measured once (job T: a one-iteration latency run that
+# writes it, alone on its GPU) and every latency run reads it (--latency-table).
+# Jobs run one per GPU at a time (nvidia-smi -L; CUDA_VISIBLE_DEVICES per job),
+# so every timing has its GPU to itself; a job's prune, export and deploy run
+# in sequence on one GPU and a failed job leaves the others' results.
+# Expects build/bin/* and CIFAR-100 in data/cifar-100-binary (linked to
+# /root/data when that exists, as bench/prune_latency.sh does); the start model
+# is /root/MODEL.h5 (train's defaults, trained when missing).
+# Environment (defaults): ITER (48) POP (8) BATCHES (10) search budget; SEED (1);
+# UNIFORM (0.9) X; TARGETS ("1.1x 1.25x 1.5x"); FLOOR1, FLOOR2 (per model below);
+# PATTERN (unstructured; 16x8 lets the block-sparse kernel run); LAT_BATCH (128);
+# ONLY (all jobs: "T U F1 F2 L1 L2 L3"); GPUS (count, default nvidia-smi's);
+# WORK (/root/pareto-MODEL: models, logs, JSON; a table found there is reused
+# unless REMEASURE=1); OUT (bench/out: pareto-MODEL.tar.gz and pareto-MODEL.md);
+# DEADLINE (540): seconds after which what is done is written to OUT while the
+# rest goes on (a device call ends at 10 minutes and keeps what OUT holds);
+# DATASET (cifar100), START, TRAIN_ARGS, DEPLOY_ARGS for other set-ups.
+# Wall time, resnet18 on 4 H100/H200 with the defaults: ~6-8 min (T ~1 min,
+# each other job: prune ~90 s + deploy 60-110 s); on one GPU ~20 min (use ONLY
+# to split it across calls; WORK keeps what is done).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+model=${1:?usage: bench/prune_pareto.sh MODEL}
+B=build/bin; ds=${DATASET:-cifar100}; out=${OUT:-bench/out}
+it=${ITER:-48}; pop=${POP:-8}; batches=${BATCHES:-10}; seed=${SEED:-1}; X=${UNIFORM:-0.9}
+read -ra targets <<<"${TARGETS:-1.1x 1.25x 1.5x}"; read -ra train_args <<<"${TRAIN_ARGS:-}"
+pattern=${PATTERN:-unstructured}; lbatch=${LAT_BATCH:-128}
+work=${WORK:-/root/pareto-$model}; start=${START:-/root/$model.h5}
+deploy_args=${DEPLOY_ARGS:---precision fp16 --engine fp16}
+case $model in
+resnet*) f1="layer1=0.98,layer2=0.98,layer3=0.98"; f2="layer1=0.95,layer2=0.95,layer3=0.95" ;;
+vgg*) f1=$(printf 'conv%d.=0.98,' $(seq 2 10)); f2=$(printf 'conv%d.=0.95,' $(seq 2 10))
+      f1=${f1%,}; f2=${f2%,} ;;
+*) f1=""; f2="" ;;
+esac
+f1=${FLOOR1:-$f1}; f2=${FLOOR2:-$f2}
+jobs=${ONLY:-T U F1 F2 L1 L2 L3}
+mkdir -p "$out" "$work/logs" "$work/json"
+[ -e data/cifar-100-binary ] || [ ! -d /root/data ] || { mkdir -p data; ln -s /root/data data/cifar-100-binary; }
+[ "$ds" != cifar100 ] || [ -d data/cifar-100-binary ] || { echo "no data/cifar-100-binary" >&2; exit 1; }
+for t in $B/train $B/prune $B/export $B/deploy; do [ -x "$t" ] || { echo "missing $t" >&2; exit 1; }; done
+if [ -n "${GPUS:-}" ]; then ngpu=$GPUS
+else ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true); fi
+[ "${ngpu:-0}" -ge 1 ] || ngpu=1
+threads=$(( $(nproc) / ngpu )); [ "$threads" -ge 1 ] || threads=1
+echo "prune_pareto: $model, $ngpu GPU(s), jobs: $jobs, work in $work"
+
+# The search settings every run shares (bench/pattern_prune.sh's budget).
+common=(--from "$start" --seed "$seed" --lr 0.2 --sched onecycle --warmup 0.1 --batches "$batches"
+        --iterations "$it" --population "$pop" --pattern "$pattern" --latency-batch "$lbatch"
+        --quiet --runs "$work/runs")
+
+# prune_args JOB: the options that make job JOB (one per line).
+prune_args() {
+    case $1 in
+    U) printf '%s\n' --objective sparsity --min-layer-sparsity "$X" --target-sparsity "$X" ;;
+    F1) printf '%s\n' --objective sparsity --target-sparsity "$X" --layer-floor "$f1" ;;
+    F2) printf '%s\n' --objective sparsity --target-sparsity "$X" --layer-floor "$f2" ;;
+    L[1-9]) printf '%s\n' --objective latency --latency-target "${targets[${1#L} - 1]}" \
+                --latency-table "$work/table_latency.json" ;;
+    esac
+}
+
+# table_job: the latency table, measured alone on this GPU by a one-iteration run.
+table_job() {
+    if [ -f "$work/table_latency.json" ] && [ "${REMEASURE:-0}" != 1 ]; then
+        echo "reusing $work/table_latency.json"; touch "$work/table.done"; return 0
+    fi
+    rm -f "$work/table_latency.json"
+    $B/prune "${common[@]}" --iterations 1 --population 2 --batches 1 --finetune 0 --scan-images 0 \
+        --objective latency --latency-target 1x --target-sparsity 0.5 -o "$work/table.h5" \
+        --json "$work/json/table.json" "$ds" || return 1
+    [ -f "$work/table_latency.json" ] && touch "$work/table.done"
+}
+
+# wait_table: until job T is done (1 when it failed or was not queued and left no table).
+wait_table() {
+    while [ ! -f "$work/table.done" ]; do
+        [ -f "$work/table.failed" ] && return 1
+        case " $jobs " in *" T "*) sleep 2 ;; *) [ -f "$work/table_latency.json" ] || return 1; return 0 ;; esac
+    done
+}
+
+# run_job JOB: prune (after the table for latency runs), export, deploy; 1 on any failure.
+run_job() {
+    local j=$1 m="$work/$1.h5"
+    [ "$j" = T ] && { table_job; return; }
+    local a; mapfile -t a < <(prune_args "$j")
+    [ ${#a[@]} -gt 0 ] || { echo "unknown job $j"; return 1; }
+    case $j in L*) wait_table || { echo "no latency table"; return 1; } ;; esac
+    $B/prune "${common[@]}" "${a[@]}" -o "$m" --json "$work/json/prune-$j.json" "$ds" || return 1
+    $B/export --quiet "$m" -o "$work/$j.csr.h5" --json "$work/json/export-$j.json" || return 1
+    # shellcheck disable=SC2086
+    $B/deploy --quiet $deploy_args --chart none --json "$work/json/deploy-$j.json" "$work/$j.csr.h5" "$ds"
+}
+
+# next_job: the next queued job name (empty when none), under a mkdir lock.
+next_job() {
+    until mkdir "$work/q.lock" 2>/dev/null; do sleep 0.2; done
+    local n; n=$(cat "$work/q.next")
+    echo $((n + 1)) >"$work/q.next"
+    rmdir "$work/q.lock"
+    sed -n "$((n + 1))p" "$work/q.jobs"
+}
+
+# worker G: runs queued jobs on GPU G until the queue is empty.
+worker() {
+    local g=$1 j t0 rc
+    while j=$(next_job) && [ -n "$j" ]; do
+        t0=$(date +%s)
+        echo "[gpu $g] $j started"
+        CUDA_VISIBLE_DEVICES=$g OMP_NUM_THREADS=$threads run_job "$j" >"$work/logs/$j.log" 2>&1 && rc=0 || rc=$?
+        [ "$j" = T ] && [ $rc -ne 0 ] && touch "$work/table.failed"
+        echo "$j gpu=$g rc=$rc seconds=$(( $(date +%s) - t0 ))" >>"$work/logs/jobs.txt"
+        echo "[gpu $g] $j done: rc $rc, $(( $(date +%s) - t0 )) s"
+    done
+}
+
+[ -f "$start" ] || CUDA_VISIBLE_DEVICES=0 $B/train --quiet --model "$model" "${train_args[@]}" -o "$start" "$ds" \
+    >"$work/logs/train.log" 2>&1 || { echo "training $model failed: $(tail -n 3 "$work/logs/train.log")" >&2; exit 1; }
+rm -rf "$work/q.lock" "$work/table.done" "$work/table.failed"
+echo "# $(date -u +%FT%TZ) jobs: $jobs" >>"$work/logs/jobs.txt"
+read -ra queue <<<"$jobs"; printf '%s\n' "${queue[@]}" >"$work/q.jobs"; echo 0 >"$work/q.next"
+# summarise: the tarball of the JSON summaries and logs, and the markdown table, into $out.
+summarise() {
+    local keep=(json logs)
+    [ -f "$work/table_latency.json" ] && keep+=(table_latency.json)
+    tar czf "$out/pareto-$model.tar.gz" -C "$work" "${keep[@]}"
+    {
+        python3 bench/pareto_table.py "$work/json" --table "$work/table_latency.json" --targets "${targets[*]}" \
+            --uniform "$X" --jobs "$jobs" --floors "F1=$f1" "F2=$f2"
+        printf '\nJobs (%s GPUs, pattern %s, %s iterations x %s batches, population %s, seed %s):\n' \
+            "$ngpu" "$pattern" "$it" "$batches" "$pop" "$seed"
+        sed 's/^/- /' "$work/logs/jobs.txt"
+    } >"$out/pareto-$model.md"
+}
+
+# running PID...: 0 while one of them runs.
+running() {
+    local p
+    for p in "$@"; do kill -0 "$p" 2>/dev/null && return 0; done
+    return 1
+}
+
+pids=()
+for ((g = 0; g < ngpu; g++)); do worker "$g" & pids+=($!); done
+early=0  # past DEADLINE seconds (default 540: the device's 10-minute calls) what is done is saved first
+while running "${pids[@]}"; do
+    if [ $early = 0 ] && [ $SECONDS -ge "${DEADLINE:-540}" ]; then
+        echo "prune_pareto: ${DEADLINE:-540} s passed: saving what is done (jobs go on)"; summarise || true; early=1
+    fi
+    sleep 2
+done
+wait
+summarise
+cat "$out/pareto-$model.md"
