@@ -333,13 +333,13 @@ extern "C" actconv_gpu *actconv_gpu_create(const gpu_ctx *g, const spconv_desc *
         return NULL;
     }
     a->d = *d, a->dt = dt, a->max_n = max_n, a->sms = g->dev.sms;
-    a->d.offsets = NULL, a->d.values = NULL, a->d.bias = NULL;
     spconv_out_size(d, &a->po, &a->qo);
     int *wptr = NULL;
     uint32_t *wpk = NULL;
     float *wv = NULL;
-    int rc = acv_tiles(a, g, &wptr, &wpk, &wv, err);
+    int rc = acv_tiles(a, g, &wptr, &wpk, &wv, err);  // reads the host weights through a->d
     if (!rc) rc = acv_upload(a, d, wptr, wpk, wv, err);
+    a->d.offsets = NULL, a->d.values = NULL, a->d.bias = NULL;  // the caller's arrays: not kept
     free(wptr), free(wpk), free(wv);
     if (rc) actconv_gpu_free(a), a = NULL;
     return a;
