@@ -6,27 +6,10 @@
 #include <stdlib.h>
 
 #include "kernels/bsconv_gpu.h"
+#include "kernels/bsconv_halo_gpu.h"
 #include "kernels/device_gpu.h"
 #include "kernels/nhwc_ops_gpu.h"
-
-// --- asynchronous copies (sm_80 cp.async) -------------------------------------------
-
-// Starts a 16-byte copy global -> shared; valid 0 writes 16 zero bytes instead
-// (src-size 0: nothing is read from src).
-__device__ __forceinline__ void bsk_cp16(void *dst, const void *src, int valid) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
-                 "r"(valid ? 16 : 0)
-                 : "memory");
-}
-
-// Closes the group of copies started since the last commit.
-__device__ __forceinline__ void bsk_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-
-// Waits until at most N groups of this thread's copies are still in flight.
-template <int N> __device__ __forceinline__ void bsk_cp_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
+#include "kernels/ptx_gpu.h"
 
 using namespace nvcuda;
 
@@ -42,7 +25,11 @@ struct bsconv_gpu {
     gpu_dtype dt;
     int np, ngroups, ncols, vec, vec_out;  // from the packed layout; vec_out: every group
                                            // starts at a multiple of 8 channels and K % 8 == 0
-    int variant;                           // bsk_variant_of: pixel tile, pipelining
+    int variant;                           // < BSCONV_GATHER_VARIANTS: bsk_variant_of (pixel
+                                           // tile, pipelining); else halo variant - that
+    int halo;                              // 1: the halo kernel applies (h uploaded)
+    char no_halo[120];                     // else why not
+    bsh_gpu h;                             // the halo kernel's weights
     bsconv_group *grp;                     // device (ngroups)
     uint32_t *cols;                        // device (ncols)
     void *vals;                            // device (ncols * np) of dt, fragment order
@@ -111,7 +98,7 @@ __device__ __forceinline__ void bsk_gather_vec(const bsk_args &a, int col, const
         const long long src = bsk_src(a, sm, row, __ldg(a.cols + col + half * 8));
         T *dst = sa + row * BSK_LDA + half * 8;
         if (ASYNC) {
-            bsk_cp16(dst, src >= 0 ? x + src : x, src >= 0);
+            ptx_cp16(dst, src >= 0 ? x + src : x, src >= 0);
             continue;
         }
         uint4 v = make_uint4(0u, 0u, 0u, 0u);
@@ -230,15 +217,15 @@ __device__ __forceinline__ void bsk_steps_pipe(const bsk_args &a, const bsconv_g
     if (g.steps == 0) return;
     __syncthreads();  // the pixel table is written
     bsk_gather<T, ROWS, true>(a, g.col0, sm, sm.a[0]);
-    bsk_cp_commit();
+    ptx_cp_commit();
     for (int t = 0; t < g.steps; t++) {
         const int col = g.col0 + t * BSCONV_KSTEP;
         if (t + 1 < g.steps) {  // the other tile was consumed before the last sync
             bsk_gather<T, ROWS, true>(a, col + BSCONV_KSTEP, sm, sm.a[(t + 1) & 1]);
-            bsk_cp_commit();
-            bsk_cp_wait<1>();
+            ptx_cp_commit();
+            ptx_cp_wait<1>();
         } else {
-            bsk_cp_wait<0>();
+            ptx_cp_wait<0>();
         }
         __syncthreads();  // tile t is complete for every thread
         bsk_mma<T, MF, NF>(sm.a[t & 1], (const T *)a.vals, col, warp, acc);
@@ -319,6 +306,9 @@ static void bsk_launch(const gpu_ctx *g, const bsconv_gpu *b, const bsk_args &a)
 // True when p is 16-byte aligned (NULL counts as aligned).
 static bool bsk_al16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
+// True when p is 4-byte aligned (NULL counts as aligned).
+static bool bsk_al4(const void *p) { return ((uintptr_t)p & 3u) == 0; }
+
 // Queues y = act(conv(x, w) + bias [+ z]).
 extern "C" int bsconv_gpu_run(const gpu_ctx *g, const bsconv_gpu *b, const void *x, const void *z,
                               void *y, sc_err *err) {
@@ -328,6 +318,8 @@ extern "C" int bsconv_gpu_run(const gpu_ctx *g, const bsconv_gpu *b, const void 
     if (z && b->win > 1) return sc_fail(err, "block-sparse conv: no residual with a pool");
     a.H = s->H, a.W = s->W, a.C = s->C, a.K = s->K, a.Po = b->Po, a.Qo = b->Qo, a.win = b->win;
     a.stride = s->stride, a.pad = s->pad, a.relu = s->relu;
+    if (b->variant >= BSCONV_GATHER_VARIANTS && bsk_al16(x) && bsk_al4(y) && bsk_al4(z))
+        return bsh_gpu_run(g, s, &b->h, b->dt, b->variant - BSCONV_GATHER_VARIANTS, b->bias, x, z, y, err);
     a.npq = s->n * b->Po * b->Qo * b->win * b->win;
     a.vec = b->vec && bsk_al16(x);
     a.vec_out = b->vec_out && bsk_al16(y) && bsk_al16(z);
@@ -343,6 +335,12 @@ extern "C" int bsconv_gpu_run(const gpu_ctx *g, const bsconv_gpu *b, const void 
 extern "C" int bsconv_gpu_set_variant(const gpu_ctx *g, bsconv_gpu *b, int v, sc_err *err) {
     if (v < 0 || v >= BSCONV_GPU_VARIANTS)
         return sc_fail(err, "block-sparse conv: variant %d (0 to %d)", v, BSCONV_GPU_VARIANTS - 1);
+    if (v >= BSCONV_GATHER_VARIANTS) {
+        if (!b->halo) return sc_fail(err, "block-sparse conv: no halo kernel: %s", b->no_halo);
+        SC_TRY(bsh_gpu_prepare(g, &b->s, &b->h, b->dt, v - BSCONV_GATHER_VARIANTS, err));
+        b->variant = v;
+        return 0;
+    }
     if (bsk_smem_bytes(v) > (size_t)g->dev.smem_block)
         return sc_fail(err, "block-sparse conv: variant %d needs %zu bytes of shared memory (%d)", v,
                        bsk_smem_bytes(v), g->dev.smem_block);
@@ -356,9 +354,20 @@ extern "C" int bsconv_gpu_set_variant(const gpu_ctx *g, bsconv_gpu *b, int v, sc
 // The variant in use.
 extern "C" int bsconv_gpu_variant(const bsconv_gpu *b) { return b->variant; }
 
-// The larger tile when it still gives every SM two CTAs, else the smaller
-// one (both unpipelined: the default until measurements say otherwise).
+// 1 when variant v can run the layer on g's device (else 0 and why).
+extern "C" int bsconv_gpu_variant_usable(const gpu_ctx *g, const bsconv_gpu *b, int v, char *why, int len) {
+    sc_err e = {{0}};
+    bsconv_gpu t = *b;
+    const int ok = bsconv_gpu_set_variant(g, &t, v, &e) == 0;
+    if (!ok && why) snprintf(why, (size_t)len, "%s", e.msg);
+    return ok;
+}
+
+// The first halo variant that runs the layer, else the larger gather tile
+// when it still gives every SM two CTAs, else the smaller one.
 static int bsk_pick_variant(const gpu_ctx *g, const bsconv_gpu *b) {
+    for (int v = BSCONV_GATHER_VARIANTS; b->halo && v < BSCONV_GPU_VARIANTS; v++)
+        if (bsconv_gpu_variant_usable(g, b, v, NULL, 0)) return v;
     const long long npq = (long long)b->s.n * b->Po * b->Qo * b->win * b->win;
     const long long rows = 2LL * BSK_WARPS * BSK_FM;
     return (npq + rows - 1) / rows * b->ngroups >= 2LL * g->dev.sms ? 1 : 0;
@@ -410,6 +419,18 @@ static void bsk_fill(bsconv_gpu *b, const bsconv_shape *s, const bsconv_bsr *w,
     for (int i = 0; i < p->ngroups; i++) b->vec_out &= p->grp[i].k0 % 8 == 0;
 }
 
+// Builds and uploads the halo kernel's weights when that kernel applies.
+static int bsk_halo_create(const gpu_ctx *g, bsconv_gpu *b, const bsconv_shape *s, const bsconv_bsr *w,
+                           sc_err *err) {
+    if (!bsconv_halo_applies(s, w, b->no_halo, sizeof b->no_halo)) return 0;
+    bsconv_hpack h;
+    SC_TRY(bsconv_hpack_build(s, w, &h, err));
+    const int rc = bsh_gpu_upload(g, &h, b->dt, &b->h, err);
+    bsconv_hpack_free(&h);
+    b->halo = rc == 0;
+    return rc;
+}
+
 // Packs and uploads a layer.
 extern "C" bsconv_gpu *bsconv_gpu_create(const gpu_ctx *g, const bsconv_shape *s,
                                          const bsconv_bsr *w, const float *bias, gpu_dtype dt,
@@ -435,6 +456,7 @@ extern "C" bsconv_gpu *bsconv_gpu_create(const gpu_ctx *g, const bsconv_shape *s
     int rc = p.ngroups > 65535 ? sc_fail(err, "block-sparse conv: %d channel groups (65535)", p.ngroups)
                                : bsk_upload(g, b, &p, bias, err);
     bsconv_packed_free(&p);
+    if (!rc) rc = bsk_halo_create(g, b, s, w, err);
     if (!rc) rc = bsconv_gpu_set_variant(g, b, bsk_pick_variant(g, b), err);
     if (rc) {
         bsconv_gpu_free(b);
@@ -450,6 +472,15 @@ extern "C" double bsconv_gpu_macs(const bsconv_gpu *b) {
 
 // One line describing the layer.
 extern "C" void bsconv_gpu_describe(const bsconv_gpu *b, char *buf, size_t len) {
+    if (b->variant >= BSCONV_GATHER_VARIANTS) {
+        int tm, nw, ws;
+        bsh_variant_of(b->variant - BSCONV_GATHER_VARIANTS, &tm, &nw, &ws);
+        snprintf(buf, len, "block %dx%d, %d blocks, halo kernel: %d groups of %d channels, %d units, "
+                 "%d input channels per chunk, %s, %d pixels x %d groups per CTA, %d warps per group",
+                 b->kb, b->cb, b->nblocks, b->h.ngroups, b->h.np, b->h.nunits, b->h.cc,
+                 b->dt == GDT_BF16 ? "bf16" : "fp16", tm, nw / ws, ws);
+        return;
+    }
     snprintf(buf, len, "block %dx%d, %d blocks, %d groups of %d channels, %d columns, %s, %d pixels/CTA%s",
              b->kb, b->cb, b->nblocks, b->ngroups, b->np, b->ncols,
              b->dt == GDT_BF16 ? "bf16" : "fp16", BSK_WARPS * BSK_FM * (b->variant & 1 ? 2 : 1),
@@ -464,5 +495,6 @@ extern "C" void bsconv_gpu_free(bsconv_gpu *b) {
     cudaFree(b->cols);
     cudaFree(b->vals);
     cudaFree(b->bias);
+    bsh_gpu_free(&b->h);
     free(b);
 }

@@ -63,6 +63,11 @@ int bsconv_check(const bsconv_shape *s, const bsconv_bsr *w, sc_err *err);
 void bsconv_forward_cpu(const bsconv_shape *s, const bsconv_bsr *w, const float *bias,
                         const float *x, const float *z, float *y);
 
+// act(acc + bias[k] [+ z[o]]) of output channel k at y element o (the epilogue
+// before any pool; bias and z may be NULL).
+float bsconv_epi_cpu(const bsconv_shape *s, float acc, const float *bias, const float *z, size_t o,
+                     int k);
+
 // --- the packed layout of the CUDA kernel --------------------------------------
 
 // Column code of a padding column (its weights are zero, its input is never read).
@@ -103,6 +108,9 @@ typedef struct {
 // Builds the packed layout of a checked layer (host memory; free with
 // bsconv_packed_free). 0 or -1 (bad layer, or out of memory).
 int bsconv_pack(const bsconv_shape *s, const bsconv_bsr *w, bsconv_packed *p, sc_err *err);
+
+// Index in vals of packed column col, group channel j (the fragment order above).
+size_t bsconv_packed_at(int np, int col, int j);
 
 // Frees what bsconv_pack allocated (a zeroed struct is fine).
 void bsconv_packed_free(bsconv_packed *p);

@@ -92,7 +92,7 @@ int bsconv_check(const bsconv_shape *s, const bsconv_bsr *w, sc_err *err) {
 // --- the reference ------------------------------------------------------------------
 
 // act(acc + bias + z) of output channel k at output element index o.
-static float bsc_epi(const bsconv_shape *s, float acc, const float *bias, const float *z,
+float bsconv_epi_cpu(const bsconv_shape *s, float acc, const float *bias, const float *z,
                      size_t o, int k) {
     float v = acc + (bias ? bias[k] : 0.0f);
     if (z) v += z[o];
@@ -144,7 +144,7 @@ static void bsc_pixel_bsr(const bsc_walk *wk, int im, int po, int qo, size_t o) 
         float m = -INFINITY;
         for (int a = 0; a < win * win; a++) {
             const float acc = bsc_dot(wk->s, wk->w, wk->x, im, po * win + a / win, qo * win + a % win, k);
-            m = fmaxf(m, bsc_epi(wk->s, acc, wk->bias, wk->z, o + k, k));
+            m = fmaxf(m, bsconv_epi_cpu(wk->s, acc, wk->bias, wk->z, o + k, k));
         }
         wk->y[o + k] = m;
     }
@@ -231,7 +231,7 @@ static int bsc_plan(const bsconv_shape *s, const bsconv_bsr *w, bsconv_packed *p
 }
 
 // Index in vals of packed column e, group channel j.
-static size_t bsc_val_at(int np, int e, int j) {
+size_t bsconv_packed_at(int np, int e, int j) {
     return ((size_t)(e / BSCONV_KSTEP) * (np / BSCONV_NFRAG) + j / BSCONV_NFRAG) *
                (BSCONV_KSTEP * BSCONV_NFRAG) +
            (size_t)(e % BSCONV_KSTEP) * BSCONV_NFRAG + j % BSCONV_NFRAG;
@@ -264,7 +264,7 @@ static void bsc_fill_group(const bsconv_shape *s, const bsconv_bsr *w, bsconv_pa
                 const int j = i * w->kb + kk - g->k0;
                 if (j < 0 || j >= g->nk) continue;
                 for (int c = 0; c < w->cb; c++)
-                    p->vals[bsc_val_at(p->np, pos[w->indices[b]] + c, j)] =
+                    p->vals[bsconv_packed_at(p->np, pos[w->indices[b]] + c, j)] =
                         w->data[((size_t)b * w->kb + kk) * w->cb + c];
             }
     for (int i = br0; i < br1; i++)
@@ -319,7 +319,7 @@ static void bsc_packed_dot(const bsconv_shape *s, const bsconv_packed *pk, const
         const int x0 = q * s->stride - s->pad + (int)(code >> 8 & 255u);
         if (h < 0 || h >= s->H || x0 < 0 || x0 >= s->W) continue;
         const float xv = x[(((size_t)im * s->H + h) * s->W + x0) * s->C + (code >> 16)];
-        for (int j = 0; j < pk->np; j++) acc[j] += xv * pk->vals[bsc_val_at(pk->np, e, j)];
+        for (int j = 0; j < pk->np; j++) acc[j] += xv * pk->vals[bsconv_packed_at(pk->np, e, j)];
     }
 }
 
@@ -334,7 +334,7 @@ static void bsc_pixel_packed(const bsc_walk *wk, int im, int po, int qo, size_t 
             float acc[BSCONV_NMAX] = {0};
             bsc_packed_dot(wk->s, wk->pk, g, wk->x, im, po * win + a / win, qo * win + a % win, acc);
             for (int j = 0; j < g->nk; j++)
-                m[j] = fmaxf(m[j], bsc_epi(wk->s, acc[j], wk->bias, wk->z, o + g->k0 + j, g->k0 + j));
+                m[j] = fmaxf(m[j], bsconv_epi_cpu(wk->s, acc[j], wk->bias, wk->z, o + g->k0 + j, g->k0 + j));
         }
         for (int j = 0; j < g->nk; j++) wk->y[o + g->k0 + j] = m[j];
     }

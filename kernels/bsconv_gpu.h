@@ -5,7 +5,15 @@
 // al., "Efficient tensor core-based GPU kernels for structured sparsity
 // under reduced precision", SC'21).
 //
-// An implicit GEMM over the non-zero columns only: bsconv_gpu_create packs
+// Two kernels, chosen per layer by variant (a tuner measures them):
+//
+// The halo kernel (variants 4-10, kernels/bsconv_halo.h) for layers whose
+// blocks are 8-channel aligned: a persistent CTA stages each tile's input
+// window in shared memory once per 64-channel chunk and its warps multiply
+// their groups' 8-channel units straight from it (ldmatrix + mma.sync).
+//
+// The gather kernel (variants 0-3), for every layer: an implicit GEMM over
+// the non-zero columns only: bsconv_gpu_create packs
 // the BSR once (bsconv_pack: output channels in groups of up to 64, each
 // with the list of its non-zero (r, s, c) columns padded to the MMA's
 // k-step of 16, weights narrowed to fp16/bf16 in fragment order). A CTA
@@ -45,9 +53,18 @@ bsconv_gpu *bsconv_gpu_create(const gpu_ctx *g, const bsconv_shape *s, const bsc
 // way while the current one multiplies. create picks 0 or 1 by the grid's
 // size; bsconv_gpu_set_variant sets another (for a tuner): -1 when v is out
 // of range or its shared memory does not fit the device.
-#define BSCONV_GPU_VARIANTS 4
+// Variants 4 to 10 run the halo kernel (kernels/bsconv_halo.h: 8-channel
+// aligned blocks, a 2x2 pool at most) with 128, 64 or 32 pixels x 2 to 8
+// groups per CTA, one or two warps per group (bsh_variant_of); create picks
+// the first halo variant that runs the layer. run falls back to the gather kernel (same tile) when x is
+// not 16-byte or y, z not 4-byte aligned.
+#define BSCONV_GATHER_VARIANTS 4
+#define BSCONV_GPU_VARIANTS 11
 int bsconv_gpu_set_variant(const gpu_ctx *g, bsconv_gpu *b, int v, sc_err *err);
 int bsconv_gpu_variant(const bsconv_gpu *b);
+
+// 1 when variant v can run the layer on g's device (else 0 and why, len bytes).
+int bsconv_gpu_variant_usable(const gpu_ctx *g, const bsconv_gpu *b, int v, char *why, int len);
 
 // Queues y (n, Po, Qo, K) = pool(act(conv(x, w) + bias [+ z])) on g's
 // stream for x (n, H, W, C); z NULL: no residual (NULL with a pool, else

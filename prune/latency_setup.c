@@ -55,10 +55,11 @@ static int cached_table(const prune_lat_opts *o, const lat_key *key, const net *
     return 0;
 }
 
-// A new table: measured on the GPU, else the FLOP model (said so).
+// A new table: measured on the GPU, else the FLOP model (said so, and why in its source).
 static int new_table(const prune_lat_opts *o, const lat_key *key, net *nt, const prune_layers *pl,
                      const sc_pattern *pat, lat_table *t, sc_err *err) {
-    if (strcmp(key->gpu, "none")) {
+    const int gpu = strcmp(key->gpu, "none") != 0;
+    if (gpu) {
         sc_err e = {0};
         log_line(stderr, o->quiet, "prune: measuring the latency table on %s (deploy's candidates)",
                  key->gpu);
@@ -68,7 +69,9 @@ static int new_table(const prune_lat_opts *o, const lat_key *key, net *nt, const
         log_line(stderr, o->quiet, "prune: no GPU: predicted latency from the FLOP model (nominal "
                  "milliseconds, only their ratios mean something)");
     }
-    return lat_table_flops(t, key, nt, pl, err);
+    SC_TRY(lat_table_flops(t, key, nt, pl, err));
+    if (gpu) snprintf(t->source, sizeof t->source, "FLOP model (measuring failed)");
+    return 0;
 }
 
 // Rank 0's choice of table.

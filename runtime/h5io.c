@@ -71,11 +71,12 @@ void h5io_quiet_end(const h5io_quiet *q) { H5Eset_auto2(H5E_DEFAULT, q->func, q-
 
 // --- types ------------------------------------------------------------------
 
-// Creates a variable-length UTF-8 string type.
-hid_t h5io_str_type(h5io *io) {
+// Creates a fixed-length, null-terminated UTF-8 string type of size bytes.
+hid_t h5io_str_type(h5io *io, size_t size) {
     hid_t t = -1;
     H5IO_CHECK(io, t = H5Tcopy(H5T_C_S1));
-    H5IO_CHECK(io, H5Tset_size(t, H5T_VARIABLE));
+    H5IO_CHECK(io, H5Tset_size(t, size));
+    H5IO_CHECK(io, H5Tset_strpad(t, H5T_STR_NULLTERM));
     H5IO_CHECK(io, H5Tset_cset(t, H5T_CSET_UTF8));
     return t;
 fail:
@@ -114,11 +115,11 @@ fail:
     return rc;
 }
 
-// Writes a string attribute.
+// Writes a fixed-length string attribute.
 int h5io_attr_str(h5io *io, hid_t obj, const char *name, const char *value) {
-    hid_t t = h5io_str_type(io);
+    hid_t t = h5io_str_type(io, strlen(value) + 1);
     if (t < 0) return -1;
-    int rc = h5io_attr_write(io, obj, name, t, t, 0, &value);
+    int rc = h5io_attr_write(io, obj, name, t, t, 0, value);
     H5IO_CLOSE(io, H5Tclose, t, rc);
     return rc;
 }
@@ -152,14 +153,24 @@ fail:
     return rc;
 }
 
-// Writes n strings as a 1-D dataset (ndim 1) or one string as a scalar (ndim 0).
+// Writes n strings as a 1-D dataset (ndim 1) or one string as a scalar
+// (ndim 0), packed into fixed-length slots of the longest one's size.
 int h5io_dset_strs(h5io *io, hid_t loc, const char *name, int ndim, int n,
                    const char *const *strs) {
-    hid_t t = h5io_str_type(io);
-    if (t < 0) return -1;
-    hsize_t dims[1] = {(hsize_t)n};
-    int rc = h5io_dset_write(io, loc, name, t, t, ndim, dims, strs);
-    H5IO_CLOSE(io, H5Tclose, t, rc);
+    size_t size = 1;
+    for (int i = 0; i < n; i++)
+        if (strlen(strs[i]) + 1 > size) size = strlen(strs[i]) + 1;
+    char *packed = calloc(n > 0 ? (size_t)n : 1, size);
+    if (!packed) return sc_fail(io->err, "out of memory (%s)", io->path);
+    for (int i = 0; i < n; i++) memcpy(packed + (size_t)i * size, strs[i], strlen(strs[i]));
+    hid_t t = h5io_str_type(io, size);
+    int rc = -1;
+    if (t >= 0) {
+        hsize_t dims[1] = {(hsize_t)n};
+        rc = h5io_dset_write(io, loc, name, t, t, ndim, dims, packed);
+        H5IO_CLOSE(io, H5Tclose, t, rc);
+    }
+    free(packed);
     return rc;
 }
 
@@ -225,6 +236,7 @@ hid_t h5io_file_open_as(h5io *io, int notice) {
     H5IO_CHECK(io, fapl = H5Pcreate(H5P_FILE_ACCESS));
     H5IO_CHECK(io, H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG));
     f = H5Fopen(io->path, H5F_ACC_RDONLY, fapl);
+    io->checked = f < 0 ? 0 : sealed == 1 ? 1 : 2;
     if (f < 0) {
         char h5msg[160];
         h5io_last_message(h5msg, sizeof h5msg);
@@ -348,6 +360,131 @@ int h5io_dset_read_num(h5io *io, hid_t loc, const char *where, const char *name,
     return h5io_dset_read_as(io, loc, where, name, 1, mtype, n, buf);
 }
 
+// --- reading strings ----------------------------------------------------------
+
+// Most bytes of strings one attribute or dataset may hold (a description of
+// the most layers a net may have is well under 1 MiB).
+#define H5IO_STR_MAX (64u << 20)
+
+// Frees n strings and their array.
+void h5io_strs_free(char **s, hssize_t n) {
+    if (!s) return;
+    for (hssize_t i = 0; i < n; i++) free(s[i]);
+    free(s);
+}
+
+// Reads n fixed-length strings of file type ftype into out (copies).
+static int h5io_strs_fixed(h5io *io, hid_t o, int is_attr, hid_t ftype, hssize_t n,
+                           const char *what, char **out) {
+    size_t sz = H5Tget_size(ftype);
+    if (sz == 0 || sz > H5IO_STR_MAX / (size_t)n)
+        return sc_fail(io->err, "%s: %lld strings of %zu bytes, more than %u MiB (%s)", what,
+                       (long long)n, sz, H5IO_STR_MAX >> 20, io->path);
+    char *raw = calloc((size_t)n, sz);
+    if (!raw) return sc_fail(io->err, "out of memory (%s)", io->path);
+    hid_t mt = -1;
+    int rc = -1;
+    H5IO_CHECK(io, mt = H5Tcopy(ftype));
+    H5IO_CHECK(io, H5Tset_strpad(mt, H5T_STR_NULLPAD));  // a full slot keeps its last byte
+    if (is_attr) H5IO_CHECK(io, H5Aread(o, mt, raw));
+    else H5IO_CHECK(io, H5Dread(o, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, raw));
+    rc = 0;
+    for (hssize_t i = 0; i < n && rc == 0; i++) {
+        out[i] = strndup(raw + (size_t)i * sz, sz);
+        if (!out[i]) rc = sc_fail(io->err, "out of memory (%s)", io->path);
+    }
+fail:
+    H5IO_CLOSE(io, H5Tclose, mt, rc);
+    free(raw);
+    return rc;
+}
+
+// Reads n variable-length strings of file type ftype into out (copies);
+// refused unless the file went through the checksum check at open.
+static int h5io_strs_vlen(h5io *io, hid_t o, int is_attr, hid_t ftype, hssize_t n,
+                          const char *what, char **out) {
+    if (!io->checked)
+        return sc_fail(io->err, "%s is a variable-length string in a file not checked at open "
+                                "(%s)", what, io->path);
+    if ((size_t)n > H5IO_STR_MAX / sizeof(char *))
+        return sc_fail(io->err, "%s: %lld strings, too many (%s)", what, (long long)n, io->path);
+    char **raw = calloc((size_t)n, sizeof *raw);
+    if (!raw) return sc_fail(io->err, "out of memory (%s)", io->path);
+    hid_t mt = -1;
+    int rc = -1;
+    H5T_cset_t cs;
+    H5IO_CHECK(io, cs = H5Tget_cset(ftype));
+    H5IO_CHECK(io, mt = H5Tcopy(H5T_C_S1));
+    H5IO_CHECK(io, H5Tset_size(mt, H5T_VARIABLE));
+    H5IO_CHECK(io, H5Tset_cset(mt, cs));
+    if (is_attr) H5IO_CHECK(io, H5Aread(o, mt, raw));
+    else H5IO_CHECK(io, H5Dread(o, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, raw));
+    rc = 0;
+    for (hssize_t i = 0; i < n; i++) {
+        out[i] = strdup(raw[i] ? raw[i] : "");
+        if (!out[i] && rc == 0) rc = sc_fail(io->err, "out of memory (%s)", io->path);
+        if (raw[i]) H5free_memory(raw[i]);
+    }
+fail:
+    free(raw);
+    H5IO_CLOSE(io, H5Tclose, mt, rc);
+    return rc;
+}
+
+// Reads every string of an attribute or dataset (fixed length, or variable
+// length in a checked file) into a new array; *n receives the count.
+char **h5io_strs_read(h5io *io, hid_t o, int is_attr, const char *what, hssize_t *n) {
+    hid_t t = -1, sp = -1;
+    char **out = NULL;
+    int rc = -1;
+    *n = 0;
+    H5IO_CHECK(io, t = is_attr ? H5Aget_type(o) : H5Dget_type(o));
+    H5IO_CHECK(io, sp = is_attr ? H5Aget_space(o) : H5Dget_space(o));
+    if (H5Tget_class(t) != H5T_STRING) {
+        sc_fail(io->err, "%s is not a string (%s)", what, io->path);
+        goto fail;
+    }
+    H5IO_CHECK(io, *n = H5Sget_simple_extent_npoints(sp));
+    if ((size_t)*n >= H5IO_STR_MAX) {
+        sc_fail(io->err, "%s: %lld strings, too many (%s)", what, (long long)*n, io->path);
+        goto fail;
+    }
+    out = calloc((size_t)*n + 1, sizeof *out);
+    if (!out) {
+        sc_fail(io->err, "out of memory (%s)", io->path);
+        goto fail;
+    }
+    htri_t vl;
+    H5IO_CHECK(io, vl = H5Tis_variable_str(t));
+    rc = 0;
+    if (*n > 0)
+        rc = vl ? h5io_strs_vlen(io, o, is_attr, t, *n, what, out)
+                : h5io_strs_fixed(io, o, is_attr, t, *n, what, out);
+fail:
+    H5IO_CLOSE(io, H5Sclose, sp, rc);
+    H5IO_CLOSE(io, H5Tclose, t, rc);
+    if (rc != 0) {
+        h5io_strs_free(out, out ? *n : 0);
+        return NULL;
+    }
+    return out;
+}
+
+// Reads the one string of an attribute or dataset into a new buffer.
+char *h5io_str_read(h5io *io, hid_t o, int is_attr, const char *what) {
+    hssize_t n = 0;
+    char **s = h5io_strs_read(io, o, is_attr, what, &n);
+    if (!s) return NULL;
+    if (n != 1) {
+        sc_fail(io->err, "%s holds %lld strings, expected 1 (%s)", what, (long long)n, io->path);
+        h5io_strs_free(s, n);
+        return NULL;
+    }
+    char *one = s[0];
+    free(s);
+    return one;
+}
+
 // --- checksummed, atomic files -----------------------------------------------
 // A written file starts with a 512-byte HDF5 user block (which libhdf5 and
 // h5py skip) holding "sparsecnn-crc32 <crc> <bytes>": the CRC-32 of every
@@ -400,6 +537,23 @@ int h5io_seal(const char *path, sc_err *err) {
     return rc;
 }
 
+// Checks the start of the superblock of an HDF5 file without a checksum
+// (read unverified) before libhdf5 parses it: version 0-3 and addresses and
+// lengths of 2, 4 or 8 bytes, as every HDF5 writer uses. Others are refused:
+// libhdf5 1.10 sizes buffers from these fields (fuzz_quant: a 130-byte file
+// made it allocate 4 GB).
+static int h5io_superblock_check(const unsigned char *sb, ssize_t got, const char *path,
+                                 sc_err *err) {
+    int version = got > 8 ? sb[8] : -1;
+    int so = version < 0 ? 0 : version <= 1 ? sb[13] : sb[9];
+    int sl = version < 0 ? 0 : version <= 1 ? sb[14] : sb[10];
+    int ok_size = (so == 2 || so == 4 || so == 8) && (sl == 2 || sl == 4 || sl == 8);
+    if (got < 16 || version > 3 || !ok_size)
+        return sc_fail(err, "HDF5 file damaged or truncated (%s, superblock version %d with "
+                            "%d-byte addresses and %d-byte lengths)", path, version, so, sl);
+    return 0;
+}
+
 // Verifies an open file's checksum; *sealed = 1 when it has one, 0 for an
 // HDF5 file without one (an older version's), -1 for anything else.
 static int h5io_verify(int fd, const char *path, int *sealed, sc_err *err) {
@@ -408,6 +562,7 @@ static int h5io_verify(int fd, const char *path, int *sealed, sc_err *err) {
     if (got < 0) return sc_fail(err, "cannot read (%s, %s)", path, strerror(errno));
     *sealed = got >= (ssize_t)strlen(H5IO_UB_MAGIC) && !memcmp(ub, H5IO_UB_MAGIC, strlen(H5IO_UB_MAGIC));
     if (!*sealed) *sealed = got >= 8 && !memcmp(ub, "\211HDF\r\n\032\n", 8) ? 0 : -1;
+    if (*sealed == 0) return h5io_superblock_check((const unsigned char *)ub, got, path, err);
     if (*sealed != 1) return 0;
     unsigned want_crc = 0;
     unsigned long long want_len = 0, len;
@@ -474,7 +629,7 @@ int h5io_file_save(const char *path, h5io_writer fn, const void *ctx, sc_err *er
     h5io_init();
     sc_atomic a;
     SC_TRY(sc_atomic_begin(&a, path, err));
-    h5io io = {path, err, -1, NULL};
+    h5io io = {.path = path, .err = err, .file = -1};
     h5io_quiet q;
     h5io_quiet_begin(&q);
     int rc = h5io_save_tmp(&io, a.tmp, fn, ctx);

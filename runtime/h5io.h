@@ -16,6 +16,8 @@ typedef struct {
     sc_err *err;
     hid_t file;
     const char *kind;  // readers: "model file" or "export file", as in "<kind> lacks /a/b"
+    int checked;       // set by h5io_file_open_as: 1 the checksum verified, 2 an older file
+                       // without one; 0 (never opened so): variable-length strings refused
 } h5io;
 
 // Copies HDF5's innermost error message of the current stack into buf ('' when none).
@@ -52,15 +54,16 @@ void h5io_quiet_begin(h5io_quiet *q);
 // Restores HDF5's previous error printing.
 void h5io_quiet_end(const h5io_quiet *q);
 
-// A variable-length UTF-8 string type (caller closes), -1 on failure.
-hid_t h5io_str_type(h5io *io);
+// A fixed-length, null-terminated UTF-8 string type of size bytes (the
+// longest string and its terminator; caller closes), -1 on failure.
+hid_t h5io_str_type(h5io *io, size_t size);
 // The IEEE half-precision file type (numpy float16; caller closes), -1 on failure.
 hid_t h5io_half_type(h5io *io);
 
 // Writes an attribute of n values (n == 0: a scalar).
 int h5io_attr_write(h5io *io, hid_t obj, const char *name, hid_t ftype, hid_t mtype, int n,
                     const void *buf);
-// Writes a variable-length UTF-8 string attribute.
+// Writes a fixed-length UTF-8 string attribute (its length plus the terminator).
 int h5io_attr_str(h5io *io, hid_t obj, const char *name, const char *value);
 // Writes a 32-bit integer attribute.
 int h5io_attr_int(h5io *io, hid_t obj, const char *name, int v);
@@ -71,7 +74,8 @@ int h5io_attr_i64(h5io *io, hid_t obj, const char *name, long long v);
 int h5io_dset_write(h5io *io, hid_t loc, const char *name, hid_t ftype, hid_t mtype, int ndim,
                     const hsize_t *dims, const void *buf);
 
-// Writes n strings as a 1-D dataset (ndim 1) or one string as a scalar (ndim 0).
+// Writes n strings as a 1-D dataset (ndim 1) or one string as a scalar (ndim 0),
+// fixed-length (the longest plus the terminator).
 int h5io_dset_strs(h5io *io, hid_t loc, const char *name, int ndim, int n,
                    const char *const *strs);
 // Creates a group; returns its id or -1 (error filled).
@@ -112,6 +116,18 @@ int h5io_dset_read(h5io *io, hid_t loc, const char *where, const char *name, hid
 // As h5io_dset_read, and first fails unless the dataset's type is numeric.
 int h5io_dset_read_num(h5io *io, hid_t loc, const char *where, const char *name, hid_t mtype,
                        size_t n, void *buf);
+
+// Reads every string of the open attribute (is_attr) or dataset o (named
+// `what` in messages) into a new array of *n malloc'd strings (plus a NULL).
+// Fixed-length strings are read as stored; variable-length ones (files of
+// older versions) only after h5io_file_open_as checked the file (io->checked),
+// because libhdf5's variable-length reads are what damaged metadata crashes.
+// NULL with the error filled.
+char **h5io_strs_read(h5io *io, hid_t o, int is_attr, const char *what, hssize_t *n);
+// As h5io_strs_read for exactly one string; a malloc'd copy or NULL.
+char *h5io_str_read(h5io *io, hid_t o, int is_attr, const char *what);
+// Frees n strings read by h5io_strs_read and their array.
+void h5io_strs_free(char **s, hssize_t n);
 
 // --- checksummed, atomic files -----------------------------------------------
 

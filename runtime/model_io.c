@@ -230,94 +230,6 @@ fail:
     return rc;
 }
 
-// Frees an array of n strings.
-static void mio_strs_free(char **s, hssize_t n) {
-    if (!s) return;
-    for (hssize_t i = 0; i < n; i++) free(s[i]);
-    free(s);
-}
-
-// Reads n strings of a variable-length string type into out (copies).
-static int mio_strs_read_vlen(mio *io, hid_t obj, int is_attr, hid_t ftype, hssize_t n,
-                              char **out) {
-    hid_t mt = -1;
-    int rc = -1;
-    char **raw = calloc((size_t)n, sizeof *raw);
-    if (!raw) return sc_fail(io->err, "out of memory (%s)", io->path);
-    H5T_cset_t cs;
-    H5IO_CHECK(io, cs = H5Tget_cset(ftype));
-    H5IO_CHECK(io, mt = H5Tcopy(H5T_C_S1));
-    H5IO_CHECK(io, H5Tset_size(mt, H5T_VARIABLE));
-    H5IO_CHECK(io, H5Tset_cset(mt, cs));
-    if (is_attr) H5IO_CHECK(io, H5Aread(obj, mt, raw));
-    else H5IO_CHECK(io, H5Dread(obj, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, raw));
-    rc = 0;
-    for (hssize_t i = 0; i < n; i++) {
-        out[i] = strdup(raw[i] ? raw[i] : "");
-        if (!out[i] && rc == 0) rc = sc_fail(io->err, "out of memory (%s)", io->path);
-        if (raw[i]) H5free_memory(raw[i]);
-    }
-fail:
-    free(raw);
-    H5IO_CLOSE(io, H5Tclose, mt, rc);
-    return rc;
-}
-
-// Reads n strings of a fixed-length string type into out (copies).
-static int mio_strs_read_fixed(mio *io, hid_t obj, int is_attr, hid_t ftype, hssize_t n,
-                               char **out) {
-    size_t sz = H5Tget_size(ftype);
-    if (sz == 0) return sc_fail(io->err, "bad string type (%s)", io->path);
-    char *raw = calloc((size_t)n, sz);
-    if (!raw) return sc_fail(io->err, "out of memory (%s)", io->path);
-    int rc = -1;
-    if (is_attr) H5IO_CHECK(io, H5Aread(obj, ftype, raw));
-    else H5IO_CHECK(io, H5Dread(obj, ftype, H5S_ALL, H5S_ALL, H5P_DEFAULT, raw));
-    rc = 0;
-    for (hssize_t i = 0; i < n && rc == 0; i++) {
-        out[i] = strndup(raw + (size_t)i * sz, sz);
-        if (!out[i]) rc = sc_fail(io->err, "out of memory (%s)", io->path);
-    }
-fail:
-    free(raw);
-    return rc;
-}
-
-// Reads all strings of an attribute or dataset (variable or fixed length)
-// into a new array; *n receives the count.
-static char **mio_strs_read(mio *io, hid_t obj, int is_attr, const char *what, hssize_t *n) {
-    hid_t t = -1, sp = -1;
-    char **out = NULL;
-    int rc = -1;
-    H5IO_CHECK(io, t = is_attr ? H5Aget_type(obj) : H5Dget_type(obj));
-    H5IO_CHECK(io, sp = is_attr ? H5Aget_space(obj) : H5Dget_space(obj));
-    if (H5Tget_class(t) != H5T_STRING) {
-        sc_fail(io->err, "%s is not a string (%s)", what, io->path);
-        goto fail;
-    }
-    H5IO_CHECK(io, *n = H5Sget_simple_extent_npoints(sp));
-    out = calloc((size_t)*n + 1, sizeof *out);
-    if (!out) {
-        sc_fail(io->err, "out of memory (%s)", io->path);
-        goto fail;
-    }
-    htri_t vl;
-    H5IO_CHECK(io, vl = H5Tis_variable_str(t));
-    if (*n > 0)
-        rc = vl ? mio_strs_read_vlen(io, obj, is_attr, t, *n, out)
-                : mio_strs_read_fixed(io, obj, is_attr, t, *n, out);
-    else
-        rc = 0;
-fail:
-    H5IO_CLOSE(io, H5Sclose, sp, rc);
-    H5IO_CLOSE(io, H5Tclose, t, rc);
-    if (rc != 0) {
-        mio_strs_free(out, out ? *n : 0);
-        return NULL;
-    }
-    return out;
-}
-
 // Reads one string from an attribute (is_attr) or dataset named name under
 // loc; returns a malloc'd copy or NULL with the error filled.
 static char *mio_str_read(mio *io, hid_t loc, const char *where, const char *name, int is_attr) {
@@ -329,28 +241,20 @@ static char *mio_str_read(mio *io, hid_t loc, const char *where, const char *nam
         return NULL;
     }
     hid_t o = -1;
-    char **s = NULL;
-    hssize_t n = 0;
+    char *s = NULL;
     int rc = 0;
     H5IO_CHECK(io, o = is_attr ? H5Aopen(loc, name, H5P_DEFAULT) : H5Dopen2(loc, name, H5P_DEFAULT));
-    s = mio_strs_read(io, o, is_attr, what, &n);
-    if (s && n != 1) {
-        sc_fail(io->err, "%s holds %lld strings, expected 1 (%s)", what, (long long)n, io->path);
-        mio_strs_free(s, n);
-        s = NULL;
-    }
+    s = h5io_str_read(io, o, is_attr, what);
 fail:
     if (o >= 0) {
         if (is_attr) H5IO_CLOSE(io, H5Aclose, o, rc);
         else H5IO_CLOSE(io, H5Dclose, o, rc);
     }
-    if (!s || rc != 0) {
-        mio_strs_free(s, n);
+    if (rc != 0) {
+        free(s);
         return NULL;
     }
-    char *one = s[0];
-    free(s);
-    return one;
+    return s;
 }
 
 // Formats dims as "(a, b, c)".
@@ -594,7 +498,7 @@ static int mio_history_read(mio *io, model_meta *m) {
     if (d < 0) return -1;
     int rc = -1;
     hssize_t n = 0;
-    char **h = mio_strs_read(io, d, 0, "/history", &n);
+    char **h = h5io_strs_read(io, d, 0, "/history", &n);
     if (h) {
         m->history = h;
         m->nhistory = (int)n;
@@ -667,7 +571,7 @@ static net *mio_read_all(mio *io, model_meta *m) {
 // first and left empty on failure).
 net *model_load(const char *path, model_meta *meta, sc_err *err) {
     if (meta) model_meta_init(meta);
-    mio io = {path, err, -1, "model file"};
+    mio io = {.path = path, .err = err, .file = -1, .kind = "model file"};
     h5io_quiet q;
     h5io_quiet_begin(&q);
     net *nt = NULL;

@@ -240,45 +240,24 @@ fail:
     return rc;
 }
 
-// Reads a string attribute (variable or fixed length) into out.
+// Reads a string attribute (fixed length, or variable length from an older
+// file) into out.
 static int qio_attr_str_read(qio *io, hid_t obj, const char *where, const char *name, char *out,
                              size_t len) {
     htri_t ex = H5Aexists(obj, name);
     if (ex <= 0) return sc_fail(io->err, "%s lacks attribute %s (%s)", where, name, io->path);
-    hid_t a = -1, ft = -1, mt = -1;
+    hid_t a = -1;
     int rc = -1;
+    char what[160];
+    snprintf(what, sizeof what, "attribute %s of %s", name, where);
     H5IO_CHECK(io, a = H5Aopen(obj, name, H5P_DEFAULT));
-    H5IO_CHECK(io, ft = H5Aget_type(a));
-    if (H5Tget_class(ft) != H5T_STRING) {
-        sc_fail(io->err, "attribute %s of %s is not a string (%s)", name, where, io->path);
-        goto fail;
-    }
-    H5IO_CHECK(io, mt = H5Tcopy(H5T_C_S1));
-    htri_t vl;
-    H5IO_CHECK(io, vl = H5Tis_variable_str(ft));
-    if (vl) {
-        char *s = NULL;
-        H5IO_CHECK(io, H5Tset_size(mt, H5T_VARIABLE));
-        H5IO_CHECK(io, H5Aread(a, mt, &s));
-        snprintf(out, len, "%s", s ? s : "");
-        H5free_memory(s);
-    } else {
-        size_t n = H5Tget_size(ft);
-        char *s = calloc(n + 1, 1);
-        if (!s) {
-            sc_fail(io->err, "out of memory (%s)", io->path);
-            goto fail;
-        }
-        herr_t r = H5Tset_size(mt, n + 1);
-        if (r >= 0) r = H5Aread(a, mt, s);
+    char *s = h5io_str_read(io, a, 1, what);
+    if (s) {
         snprintf(out, len, "%s", s);
         free(s);
-        H5IO_CHECK(io, r);
+        rc = 0;
     }
-    rc = 0;
 fail:
-    H5IO_CLOSE(io, H5Tclose, mt, rc);
-    H5IO_CLOSE(io, H5Tclose, ft, rc);
     H5IO_CLOSE(io, H5Aclose, a, rc);
     return rc;
 }
@@ -469,7 +448,7 @@ fail:
 // Opens the file, and reads /quant when it has one.
 int quant_load(const char *path, const net *nt, quant_model **out, sc_err *err) {
     *out = NULL;
-    qio io = {path, err, -1, "model file"};
+    qio io = {.path = path, .err = err, .file = -1, .kind = "model file"};
     h5io_quiet s;
     h5io_quiet_begin(&s);
     int rc = -1;

@@ -164,45 +164,6 @@ static int sio_need(sio *io, hid_t loc, const char *where, const char *name, int
     return 0;
 }
 
-// Reads the one string of attribute or dataset o into a new buffer.
-static char *sio_str_obj(sio *io, hid_t o, int is_attr, const char *what) {
-    hid_t t = -1, sp = -1, mt = -1;
-    char *out = NULL, *vl = NULL;
-    H5IO_CHECK(io, t = is_attr ? H5Aget_type(o) : H5Dget_type(o));
-    H5IO_CHECK(io, sp = is_attr ? H5Aget_space(o) : H5Dget_space(o));
-    if (H5Tget_class(t) != H5T_STRING || H5Sget_simple_extent_npoints(sp) != 1) {
-        sc_fail(io->err, "%s is not one string (%s)", what, io->path);
-        goto fail;
-    }
-    htri_t var;
-    H5IO_CHECK(io, var = H5Tis_variable_str(t));
-    size_t size = var ? 0 : H5Tget_size(t);
-    H5IO_CHECK(io, mt = H5Tcopy(H5T_C_S1));
-    H5IO_CHECK(io, H5Tset_size(mt, var ? H5T_VARIABLE : size));
-    H5IO_CHECK(io, H5Tset_cset(mt, H5Tget_cset(t)));
-    void *dst = var ? (void *)&vl : (void *)(out = calloc(size + 1, 1));
-    if (!dst) {
-        sc_fail(io->err, "out of memory (%s)", io->path);
-        goto fail;
-    }
-    H5IO_CHECK(io, is_attr ? H5Aread(o, mt, dst) : H5Dread(o, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst));
-    if (var) {
-        out = strdup(vl ? vl : "");
-        H5free_memory(vl);
-        if (!out) sc_fail(io->err, "out of memory (%s)", io->path);
-    }
-    SIO_CLOSE(H5Tclose, mt);
-    SIO_CLOSE(H5Sclose, sp);
-    SIO_CLOSE(H5Tclose, t);
-    return out;
-fail:
-    SIO_CLOSE(H5Tclose, mt);
-    SIO_CLOSE(H5Sclose, sp);
-    SIO_CLOSE(H5Tclose, t);
-    free(out);
-    return NULL;
-}
-
 // Reads string attribute (is_attr) or string dataset `name` under loc.
 static char *sio_str(sio *io, hid_t loc, const char *where, const char *name, int is_attr) {
     if (sio_need(io, loc, where, name, is_attr) != 0) return NULL;
@@ -213,7 +174,7 @@ static char *sio_str(sio *io, hid_t loc, const char *where, const char *name, in
         h5io_fail(io, "open", __FILE__, __LINE__);
         return NULL;
     }
-    char *s = sio_str_obj(io, o, is_attr, what);
+    char *s = h5io_str_read(io, o, is_attr, what);
     if (is_attr) H5Aclose(o);
     else H5Dclose(o);
     return s;
@@ -680,7 +641,7 @@ static int sio_read_all(sio *io, sparse_model *m) {
 
 // Loads an export file.
 sparse_model *sparse_model_load(const char *path, sc_err *err) {
-    sio io = {path, err, -1, "export file"};
+    sio io = {.path = path, .err = err, .file = -1, .kind = "export file"};
     h5io_quiet q;
     h5io_quiet_begin(&q);
     sparse_model *m = calloc(1, sizeof *m);

@@ -99,7 +99,7 @@ if have_h5py; then
     if out=$(km_py "$D/model.quant.h5" <<'EOF' 2>&1
 with h5py.File(sys.argv[1], "r") as f:
     q = f["quant"]
-    assert q.attrs["method"] == "kmeans" and q.attrs["k"] == 16 and q.attrs["bits"] == 4
+    assert q.attrs["method"] == b"kmeans" and q.attrs["k"] == 16 and q.attrs["bits"] == 4
     assert len(q) == 4 and "conv1.weight" not in q, list(q)  # the first conv is skipped
     for name, g in q.items():
         cb = g["codebook"][()]
@@ -259,7 +259,7 @@ if have_h5py && [ -f "$T/fi.h5" ] && [ -f "$T/kn.h5" ]; then
 differ = 0
 with h5py.File(sys.argv[1], "r") as f, h5py.File(sys.argv[2], "r") as plain:
     q = f["quant"]
-    assert q.attrs["method"] == "kmeans" and q.attrs["k"] == 16 and len(q) == 4, dict(q.attrs)
+    assert q.attrs["method"] == b"kmeans" and q.attrs["k"] == 16 and len(q) == 4, dict(q.attrs)
     for name, g in q.items():
         km_check(f, name, g)
         cb = g["codebook"][()].astype(np.float32)

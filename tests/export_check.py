@@ -25,6 +25,11 @@ import sys
 NAME = "export_check.py"
 
 
+def text(v):
+    """A string attribute as str (h5py returns fixed-length strings as bytes)."""
+    return v.decode() if isinstance(v, bytes) else v
+
+
 def summary(passed, failed, skipped):
     print(f"{NAME}: {passed} passed, {failed} failed, {skipped} skipped")
     sys.exit(1 if failed else 0)
@@ -145,14 +150,14 @@ def check_quant(g, model, name, rows, idx, code, scale, bn):
 
 def block_size(g):
     """(kb, cb) of a BSR layer, (1, 1) for CSR."""
-    if g.attrs["encoding-type"] != "bsr_matrix":
+    if text(g.attrs["encoding-type"]) != "bsr_matrix":
         return 1, 1
     return tuple(int(v) for v in g.attrs["blocksize"])
 
 
 def entries(g, shape, ptr, idx):
     """Row and (c, r, s) column of every stored entry, in the stored order."""
-    if g.attrs["encoding-type"] != "bsr_matrix":
+    if text(g.attrs["encoding-type"]) != "bsr_matrix":
         return np.repeat(np.arange(shape[0]), np.diff(ptr)), idx
     kb, cb = block_size(g)
     c, rs = int(g.attrs["in_c"]), int(np.prod(g.attrs["k"]))
@@ -184,7 +189,7 @@ def check_stored(g, model, name, raw, rows, idx):
     """Problems of the stored entries: CSR exactly the model's non-zeros;
     BSR exactly the model's kept weights (the mask's whole blocks), which
     hold every non-zero."""
-    if g.attrs["encoding-type"] != "bsr_matrix":
+    if text(g.attrs["encoding-type"]) != "bsr_matrix":
         if int(g.attrs["nnz"]) != np.count_nonzero(raw) or np.count_nonzero(raw[rows, idx]) != len(idx):
             return ["the rows do not hold exactly the model's non-zeros"]
         return []
@@ -201,8 +206,8 @@ def check_layer(g, model, layers, i, tol, reader, dec):
     bad = []
     read_layer, dense_weights = reader
     shape = tuple(int(v) for v in g.attrs["shape"])
-    enc = g.attrs["encoding-type"]
-    if enc not in ("csr_matrix", "bsr_matrix") or g.attrs["encoding-version"] != "0.1.0":
+    enc = text(g.attrs["encoding-type"])
+    if enc not in ("csr_matrix", "bsr_matrix") or text(g.attrs["encoding-version"]) != "0.1.0":
         bad.append("neither an anndata csr_matrix nor a bsr_matrix")
     m, b = read_layer(g)  # the documented reader
     if enc == "bsr_matrix" and (m.format != "bsr" or m.blocksize != block_size(g)):
@@ -214,8 +219,8 @@ def check_layer(g, model, layers, i, tol, reader, dec):
     err = np.abs(got - want).max() / max(np.abs(want).max(), 1e-30) if want.size else 0.0
     if err > tol:
         bad.append(f"scipy CSR differs from the folded weights (rel err {err:.3g} > {tol})")
-    if (g.attrs["bn"] or None) != bn:
-        bad.append(f"folded BN {g.attrs['bn']!r}, the description says {bn!r}")
+    if (text(g.attrs["bn"]) or None) != bn:
+        bad.append(f"folded BN {text(g.attrs['bn'])!r}, the description says {bn!r}")
     if np.abs(b - bias).max(initial=0) > 1e-5 * max(1.0, np.abs(bias).max(initial=0)):
         bad.append("bias differs from the folded bias")
     ptr, idx = g["indptr"][()], g["indices"][()].astype(np.int64)
@@ -227,7 +232,7 @@ def check_layer(g, model, layers, i, tol, reader, dec):
         dw, db = dec.get(layers[i]["name"], (None, None))
         if dw is None or not np.array_equal(dw, dense_weights(g, m).reshape(shape)) or not np.array_equal(db, b):
             bad.append("the documented reader differs from the toolkit's decode")
-    if g.attrs["values"] == "codebook4":
+    if text(g.attrs["values"]) == "codebook4":
         code = layer_codes(g, len(idx))
         if (code >= len(g["codebook"])).any():
             bad.append("codes beyond the codebook")
@@ -244,26 +249,26 @@ def main():
     dec = decoded(sys.argv[3]) if len(sys.argv) == 4 else None
     with h5py.File(sys.argv[1], "r") as ex, h5py.File(sys.argv[2], "r") as model:
         layers = parse_desc(model["net/description"].asstr()[()])
-        vt = ex.attrs["values"]
+        vt = text(ex.attrs["values"])
         convs = [i for i, l in enumerate(layers) if l["kind"] in ("conv", "linear")]
-        if ex.attrs["format"] != "sparsecnn-export" or sorted(ex["layers"]) != sorted(layers[i]["name"] for i in convs):
+        if text(ex.attrs["format"]) != "sparsecnn-export" or sorted(ex["layers"]) != sorted(layers[i]["name"] for i in convs):
             print("FAIL file: not an export of this model's layers")
             failed += 1
-        nbsr = sum(g.attrs["encoding-type"] == "bsr_matrix" for g in ex["layers"].values())
+        nbsr = sum(text(g.attrs["encoding-type"]) == "bsr_matrix" for g in ex["layers"].values())
         if int(ex.attrs["format_version"]) != (3 if nbsr else 2):
             print(f"FAIL file: format_version {int(ex.attrs['format_version'])} with {nbsr} BSR layers")
             failed += 1
         for i in convs:
             name = layers[i]["name"]
             g = ex[f"layers/{name}"]
-            tol = 1e-6 if g.attrs["values"] == "fp32" else 1e-3
+            tol = 1e-6 if text(g.attrs["values"]) == "fp32" else 1e-3
             bad = check_layer(g, model, layers, i, tol, reader, dec)
             if bad:
                 print(f"FAIL {name}: " + "; ".join(bad))
                 failed += 1
             else:
-                enc = "bsr %dx%d" % block_size(g) if g.attrs["encoding-type"] == "bsr_matrix" else "csr"
-                print(f"ok   {name} ({enc}, {g.attrs['values']}, nnz {int(g.attrs['nnz'])}{', = toolkit decode' if dec else ''})")
+                enc = "bsr %dx%d" % block_size(g) if text(g.attrs["encoding-type"]) == "bsr_matrix" else "csr"
+                print(f"ok   {name} ({enc}, {text(g.attrs['values'])}, nnz {int(g.attrs['nnz'])}{', = toolkit decode' if dec else ''})")
                 passed += 1
         print(f"  {sys.argv[1]}: values {vt}, {len(convs)} layers, {nbsr} BSR")
     summary(passed, failed, 0)

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "kernels/bsconv.h"
+#include "kernels/bsconv_halo.h"
 #include "tests/bsconv_cases.h"
 #include "tests/check.h"
 
@@ -39,18 +40,38 @@ static const bsc_case CASES[] = {
     {2, 16, 9, 7, 16, 3, 3, 1, 1, 8, 8, 0.5, 0, 1, 0, 1, 2},    // 2x2 max pool, odd plane
     {1, 12, 10, 9, 20, 3, 3, 1, 1, 4, 4, 0.3, 1, 1, 0, 0, 2},   // pool without ReLU, kb < 8
     {1, 8, 9, 9, 16, 1, 1, 1, 0, 16, 1, 0.5, 0, 1, 0, 1, 4},    // 4x4 max pool
+    {3, 96, 5, 6, 32, 3, 3, 1, 1, 16, 8, 0.7, 1, 1, 1, 1, 0},   // 3 chunks of 32, several images per tile
+    {2, 40, 7, 9, 24, 3, 3, 2, 1, 8, 8, 0.5, 0, 1, 0, 1, 0},    // chunks of 8 channels, stride 2
+    {2, 64, 6, 7, 16, 3, 3, 1, 1, 4, 8, 0.5, 0, 1, 0, 1, 2},    // kb 4 (merged rows), 2x2 pool
+    {1, 128, 4, 4, 64, 3, 3, 1, 1, 64, 8, 0.8, 0, 1, 1, 1, 0},  // 64-channel groups, 2 chunks
+    {4, 16, 3, 3, 8, 1, 1, 1, 0, 8, 16, 0.0, 0, 1, 0, 1, 0},    // cb 16, dense
+    {2, 32, 13, 11, 16, 3, 3, 2, 1, 16, 8, 0.5, 0, 1, 0, 0, 2}, // stride 2 and a pool
 };
 #define NCASES ((int)(sizeof CASES / sizeof CASES[0]))
 
-// Which walk a comparison runs.
-enum { WALK_REF = 0, WALK_PACKED = 1 };
+// Which walk a comparison runs: the reference, the gather kernel's packed
+// layout, the halo kernel's loops with 32-, 64- or 128-pixel tiles.
+enum { WALK_REF = 0, WALK_PACKED = 1, WALK_HALO32 = 2, WALK_HALO64 = 3, WALK_HALO128 = 4 };
 
-// Runs one walk of layer L into y; returns 0 or -1 (packing failed).
+// The halo kernel's loops with tiles of tm pixels; 1 when the kernel does not apply.
+static int run_halo(const bsc_layer *L, int tm, float *y, sc_err *err) {
+    if (!bsconv_halo_applies(&L->s, &L->w, NULL, 0)) return 1;
+    bsconv_hpack h;
+    SC_TRY(bsconv_hpack_build(&L->s, &L->w, &h, err));
+    bsconv_htile t;
+    bsconv_htile_pick(&L->s, tm, h.cc, &t);
+    bsconv_halo_forward_cpu(&L->s, &h, &t, L->bias, L->x, L->z, y);
+    bsconv_hpack_free(&h);
+    return 0;
+}
+
+// Runs one walk of layer L into y; returns 0, -1 (packing failed) or 1 (the walk does not apply).
 static int run_walk(const bsc_layer *L, int walk, float *y, sc_err *err) {
     if (walk == WALK_REF) {
         bsconv_forward_cpu(&L->s, &L->w, L->bias, L->x, L->z, y);
         return 0;
     }
+    if (walk >= WALK_HALO32) return run_halo(L, 32 << (walk - WALK_HALO32), y, err);
     bsconv_packed pk;
     SC_TRY(bsconv_pack(&L->s, &L->w, &pk, err));
     bsconv_packed_forward_cpu(&L->s, &pk, L->bias, L->x, L->z, y);
@@ -58,8 +79,8 @@ static int run_walk(const bsc_layer *L, int walk, float *y, sc_err *err) {
     return 0;
 }
 
-// Checks one walk against the dense double conv on every case.
-static void check_walk(tctx *t, int walk) {
+// Checks one walk against the dense double conv on every case it applies to (counted).
+static void check_walk(tctx *t, int walk, int *applied) {
     for (int ci = 0; ci < NCASES; ci++) {
         bsc_layer L;
         char name[160];
@@ -74,7 +95,13 @@ static void check_walk(tctx *t, int walk) {
         bsc_dense_conv(&L, wd, 1, scale);
         size_t at;
         const int rc = run_walk(&L, walk, y, &err);
-        CHECK(t, rc == 0, "%s: %s", name, err.msg);
+        CHECK(t, rc >= 0, "%s: %s", name, err.msg);
+        if (rc == 1) {
+            free(wd), free(y), free(want), free(scale);
+            bsc_free(&L);
+            continue;
+        }
+        *applied += 1;
         const double e = bsc_worst(y, want, scale, L.ny, 0.0, TOL_ABS, &at);
         CHECK(t, e <= 1.0, "%s: y[%zu] = %.9g, want %.9g (%.3g x tolerance)", name, at, y[at],
               want[at], e);
@@ -84,10 +111,44 @@ static void check_walk(tctx *t, int walk) {
 }
 
 // The BSR reference against the dense conv.
-static void test_reference_vs_dense(tctx *t) { check_walk(t, WALK_REF); }
+static void test_reference_vs_dense(tctx *t) {
+    int n = 0;
+    check_walk(t, WALK_REF, &n);
+}
 
 // The kernel's packed layout, walked in C, against the dense conv.
-static void test_packed_vs_dense(tctx *t) { check_walk(t, WALK_PACKED); }
+static void test_packed_vs_dense(tctx *t) {
+    int n = 0;
+    check_walk(t, WALK_PACKED, &n);
+}
+
+// The halo kernel's loops, in C, against the dense conv, three tile sizes;
+// the kernel applies to the cases with 8-channel aligned blocks.
+static void test_halo_vs_dense(tctx *t) {
+    for (int w = WALK_HALO32; w <= WALK_HALO128; w++) {
+        int n = 0;
+        check_walk(t, w, &n);
+        CHECK(t, n == 10, "the halo walk ran %d cases (10 apply)", n);
+    }
+}
+
+// The halo tile covers the plane: every tile's pixels within tm, windows within the
+// tile for a pool, and the grid reaches the last image, row and column.
+static void test_halo_tiles(tctx *t) {
+    const int planes[][4] = {{128, 32, 32, 0}, {128, 16, 16, 0}, {128, 4, 4, 0}, {3, 9, 11, 2}, {1, 7, 5, 0},
+                             {2, 64, 64, 2}, {5, 3, 200, 0}};
+    for (int i = 0; i < (int)(sizeof planes / sizeof planes[0]); i++)
+        for (int tm = 32; tm <= 128; tm *= 2) {
+            bsconv_shape s = {.n = planes[i][0], .C = 64, .H = planes[i][1], .W = planes[i][2], .K = 64,
+                              .R = 3, .S = 3, .stride = 1, .pad = 1, .pool = planes[i][3]};
+            bsconv_htile h;
+            bsconv_htile_pick(&s, tm, 64, &h);
+            CHECK(t, h.ti * h.tr * h.tq <= tm && h.ti >= 1 && h.tr >= 1 && h.tq >= 1, "plane %d tm %d: %dx%dx%d",
+                  i, tm, h.ti, h.tr, h.tq);
+            CHECK(t, h.nti * h.ti >= s.n && h.ntr * h.tr >= h.pc && h.ntq * h.tq >= h.qc, "plane %d tm %d: grid", i, tm);
+            CHECK(t, h.win == 1 || (h.tr % 2 == 0 && h.tq % 2 == 0), "plane %d tm %d: odd pool tile", i, tm);
+        }
+}
 
 // Checks the packed layout's invariants for one layer.
 static void check_layout(tctx *t, const char *name, const bsc_layer *L, const bsconv_packed *p) {
@@ -211,6 +272,8 @@ int main(void) {
     tctx t = {.suite = "test_bsconv_cpu"};
     RUN(&t, test_reference_vs_dense);
     RUN(&t, test_packed_vs_dense);
+    RUN(&t, test_halo_vs_dense);
+    RUN(&t, test_halo_tiles);
     RUN(&t, test_pack_layout);
     RUN(&t, test_check_rejects);
     RUN(&t, test_catches_planted);

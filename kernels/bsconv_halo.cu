@@ -1,0 +1,337 @@
+// The halo kernel of the block-sparse convolution (layout and loops in
+// kernels/bsconv_halo.h; device API in kernels/bsconv_halo_gpu.h): a CTA
+// stages its tile's input window in shared memory chunk by chunk (cp.async,
+// double-buffered when there are several chunks), each warp multiplies one
+// output-channel group's units from it with ldmatrix + mma.sync, and the
+// epilogue works on the accumulator registers.
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "kernels/bsconv_halo_gpu.h"
+#include "kernels/device_gpu.h"
+#include "kernels/nhwc_ops_gpu.h"
+#include "kernels/ptx_gpu.h"
+
+// What the kernel reads (passed by value).
+struct bsh_args {
+    const void *x, *z;
+    void *y;
+    const float *bias;
+    const int32_t *k0, *nk, *ustart;
+    const uint32_t *units, *vals;  // vals: two 16-bit weights per word
+    bsconv_htile t;
+    int n, H, W, C, K, stride, pad, relu;
+    int cc, lnch, nchunks, ngroups, nw;  // lnch: log2 of the 16-byte slots per position
+    int ws;                              // warps per group (each a slice of the tile's pixels)
+    int wbytes;                          // bytes of one window buffer (a multiple of 16)
+};
+
+// --- the window ---------------------------------------------------------------------------
+
+// Starts the copies of chunk c of the tile's window into buffer buf: warp w
+// takes window rows w, w + nw, ... (one image row each, contiguous in x).
+template <typename T>
+__device__ __forceinline__ void bsh_load(const bsh_args &a, int i0, int r0, int q0, int c, char *buf) {
+    const T *x = (const T *)a.x;
+    const int nch = 1 << a.lnch, per = a.t.hw << a.lnch, lane = threadIdx.x & 31;
+    const int w0 = q0 * a.stride - a.pad;
+    for (int row = threadIdx.x >> 5; row < a.t.ti * a.t.hr; row += blockDim.x >> 5) {
+        const int img = i0 + row / a.t.hr, h = r0 * a.stride - a.pad + row % a.t.hr;
+        const bool rin = img < a.n && h >= 0 && h < a.H;
+        const T *xr = x + (((size_t)(rin ? img : 0) * a.H + (rin ? h : 0)) * a.W) * a.C + c * a.cc;
+        for (int k = lane; k < per; k += 32) {
+            const int xx = k >> a.lnch, j = k & (nch - 1), w = w0 + xx;
+            const bool in = rin && w >= 0 && w < a.W;
+            ptx_cp16(buf + bsh_slot(&a.t, row * a.t.hw + xx, j, nch) * 16,
+                     in ? xr + (size_t)w * a.C + j * 8 : x, in);
+        }
+    }
+}
+
+// The tile's tables (thread i < tm computes entry i): the window position of
+// pixel i's ldmatrix row (-1 past the tile) and the y pixel it writes (-1: none).
+__device__ __forceinline__ void bsh_tables(const bsh_args &a, int i0, int r0, int q0, int *pos, int *out) {
+    const int i = threadIdx.x;
+    if (i >= a.t.tm) return;
+    int ti, tr, tq;
+    pos[i] = -1, out[i] = -1;
+    if (!bsh_pixel(&a.t, i, &ti, &tr, &tq)) return;
+    pos[i] = bsh_pos(&a.t, ti, tr * a.stride, tq * a.stride);
+    const int img = i0 + ti, r = r0 + tr, q = q0 + tq, w = a.t.win;
+    if (img < a.n && r < a.t.pc && q < a.t.qc) out[i] = (img * (a.t.pc / w) + r / w) * (a.t.qc / w) + q / w;
+}
+
+// --- the multiply -------------------------------------------------------------------------
+
+// Shared address of unit `code`'s 8 channels for the row at window position p (-1: zeros).
+__device__ __forceinline__ uint32_t bsh_addr(const bsh_args &a, uint32_t buf, uint32_t zero, int p,
+                                             uint32_t code) {
+    if (p < 0) return zero;
+    const int q = p + (int)(code & 255u) * a.t.hw + (int)(code >> 8 & 255u);
+    return buf + 16u * (uint32_t)bsh_slot(&a.t, q, (int)(code >> 16), 1 << a.lnch);
+}
+
+// acc += units [u, ue) of chunk buffer buf: pairs by m16n8k16, a last odd one by m16n8k8.
+template <typename T, int MF, int NF>
+__device__ __forceinline__ void bsh_units(const bsh_args &a, int u, int ue, uint32_t buf, uint32_t zero,
+                                          const int *pos, int lane, float (*acc)[NF][4]) {
+    for (; u + 1 < ue; u += 2) {
+        const uint32_t code = __ldg(a.units + u + (lane >> 4));
+        uint32_t b[NF][2];
+#pragma unroll
+        for (int f = 0; f < NF; f++) {
+            b[f][0] = __ldg(a.vals + ((size_t)u * NF + f) * 32 + lane);
+            b[f][1] = __ldg(a.vals + ((size_t)(u + 1) * NF + f) * 32 + lane);
+        }
+#pragma unroll
+        for (int mf = 0; mf < MF; mf++) {
+            uint32_t fa[4];
+            ptx_ldmatrix_x4(bsh_addr(a, buf, zero, pos[mf], code), fa);
+#pragma unroll
+            for (int f = 0; f < NF; f++) ptx_mma16816<T>(acc[mf][f], fa, b[f]);
+        }
+    }
+    if (u < ue) {
+        const uint32_t code = __ldg(a.units + u);
+        uint32_t b[NF];
+#pragma unroll
+        for (int f = 0; f < NF; f++) b[f] = __ldg(a.vals + ((size_t)u * NF + f) * 32 + lane);
+#pragma unroll
+        for (int mf = 0; mf < MF; mf++) {
+            uint32_t fa[2];
+            ptx_ldmatrix_x2(bsh_addr(a, buf, zero, pos[mf], code), fa);
+#pragma unroll
+            for (int f = 0; f < NF; f++) ptx_mma1688<T>(acc[mf][f], fa, b[f]);
+        }
+    }
+}
+
+// --- the epilogue -------------------------------------------------------------------------
+
+// Two 16-bit values at p as floats.
+__device__ __forceinline__ float2 bsh_ld2(const __half *p) { return __half22float2(*(const __half2 *)p); }
+__device__ __forceinline__ float2 bsh_ld2(const __nv_bfloat16 *p) {
+    return __bfloat1622float2(*(const __nv_bfloat162 *)p);
+}
+
+// Stores two floats at p as 16-bit values.
+__device__ __forceinline__ void bsh_st2(__half *p, float u, float v) { *(__half2 *)p = __floats2half2_rn(u, v); }
+__device__ __forceinline__ void bsh_st2(__nv_bfloat16 *p, float u, float v) {
+    *(__nv_bfloat162 *)p = __floats2bfloat162_rn(u, v);
+}
+
+// Writes the warp's accumulators of group g: fragment (mf, f) holds rows
+// mf * 16 + lane / 4 (+ 8) and channels f * 8 + 2 (lane % 4) + {0, 1}; the bias
+// is read once per channel pair and the y pixel once per row. With POOL,
+// the max over each window's 4 rows (lanes 4 and 8 apart) is stored by its
+// first lane.
+template <typename T, int MF, int NF, bool POOL>
+__device__ __forceinline__ void bsh_epilogue(const bsh_args &a, const int *out, int g, int lane,
+                                             float (*acc)[NF][4]) {
+    const int nk = __ldg(a.nk + g), k = __ldg(a.k0 + g) + (lane & 3) * 2;
+    float2 bias[NF];
+#pragma unroll
+    for (int f = 0; f < NF; f++)
+        bias[f] = a.bias && f * 8 < nk ? make_float2(__ldg(a.bias + k + f * 8), __ldg(a.bias + k + f * 8 + 1))
+                                       : make_float2(0.0f, 0.0f);
+#pragma unroll
+    for (int mf = 0; mf < MF; mf++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int pix = out[mf * 16 + (lane >> 2) + h * 8];
+            const long long o = (long long)pix * a.K + k;
+#pragma unroll
+            for (int f = 0; f < NF; f++) {
+                if (f * 8 >= nk) break;  // nk is a multiple of 8: the same for the whole warp
+                float v0 = acc[mf][f][h * 2] + bias[f].x, v1 = acc[mf][f][h * 2 + 1] + bias[f].y;
+                if (!POOL && a.z && pix >= 0) {
+                    const float2 zz = bsh_ld2((const T *)a.z + o + f * 8);
+                    v0 += zz.x, v1 += zz.y;
+                }
+                if (a.relu) v0 = fmaxf(v0, 0.0f), v1 = fmaxf(v1, 0.0f);
+                if (POOL) {
+#pragma unroll
+                    for (int off = 4; off <= 8; off <<= 1) {
+                        v0 = fmaxf(v0, __shfl_xor_sync(0xffffffffu, v0, off));
+                        v1 = fmaxf(v1, __shfl_xor_sync(0xffffffffu, v1, off));
+                    }
+                    if ((lane >> 2 & 3) != 0) continue;
+                }
+                if (pix >= 0) bsh_st2((T *)a.y + o + f * 8, v0, v1);
+            }
+        }
+}
+
+// --- the kernel ---------------------------------------------------------------------------
+
+// One CTA: tile blockIdx.x, groups blockIdx.y * nw / ws + warp / ws; warp w
+// computes the MF fragments of pixel slice w % ws of its group.
+template <typename T, int MF, int NF, bool POOL>
+__global__ void __launch_bounds__(256) bsh_kernel(bsh_args a) {
+    extern __shared__ __align__(16) char bsh_smem[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = blockIdx.y * (a.nw / a.ws) + warp / a.ws, row0 = warp % a.ws * MF * 16;
+    int i0, r0, q0;
+    bsh_tile_origin(&a.t, blockIdx.x, &i0, &r0, &q0);
+    char *zero = bsh_smem + (a.nchunks > 1 ? 2 : 1) * a.wbytes;
+    int *tpos = (int *)(zero + 16), *tout = tpos + a.t.tm;
+    if (threadIdx.x < 4) ((uint32_t *)zero)[threadIdx.x] = 0u;
+    bsh_tables(a, i0, r0, q0, tpos, tout);
+    __syncthreads();
+    int pos[MF];
+#pragma unroll
+    for (int mf = 0; mf < MF; mf++) pos[mf] = tpos[row0 + mf * 16 + (lane & 15)];
+    float acc[MF][NF][4];
+#pragma unroll
+    for (int mf = 0; mf < MF; mf++)
+#pragma unroll
+        for (int f = 0; f < NF; f++) acc[mf][f][0] = acc[mf][f][1] = acc[mf][f][2] = acc[mf][f][3] = 0.0f;
+    const uint32_t base = (uint32_t)__cvta_generic_to_shared(bsh_smem);
+    const uint32_t zaddr = (uint32_t)__cvta_generic_to_shared(zero);
+    bsh_load<T>(a, i0, r0, q0, 0, bsh_smem);
+    ptx_cp_commit();
+    for (int c = 0; c < a.nchunks; c++) {
+        if (c + 1 < a.nchunks) {  // the other buffer was consumed before the last barrier
+            bsh_load<T>(a, i0, r0, q0, c + 1, bsh_smem + ((c + 1) & 1) * a.wbytes);
+            ptx_cp_commit();
+            ptx_cp_wait<1>();
+        } else {
+            ptx_cp_wait<0>();
+        }
+        __syncthreads();
+        if (g < a.ngroups)
+            bsh_units<T, MF, NF>(a, __ldg(a.ustart + g * a.nchunks + c), __ldg(a.ustart + g * a.nchunks + c + 1),
+                                 base + (uint32_t)((c & 1) * a.wbytes), zaddr, pos, lane, acc);
+        __syncthreads();
+    }
+    if (g < a.ngroups) bsh_epilogue<T, MF, NF, POOL>(a, tout + row0, g, lane, acc);
+}
+
+// --- variants and launch ------------------------------------------------------------------
+
+// Pixel rows per tile, warps per CTA and warps per group of variant v.
+extern "C" void bsh_variant_of(int v, int *tm, int *nw, int *ws) {
+    static const int tms[BSH_VARIANTS] = {128, 64, 128, 64, 32, 128, 64};
+    static const int nws[BSH_VARIANTS] = {4, 4, 8, 8, 4, 8, 8}, wss[BSH_VARIANTS] = {1, 1, 2, 1, 1, 1, 2};
+    *tm = tms[v], *nw = nws[v], *ws = wss[v];
+}
+
+// The kernel of (T, MF, NF, POOL) as a plain pointer; NULL when MF x NF > 16.
+template <typename T, int MF, bool POOL> static void *bsh_fn_nf(int nf) {
+    switch (nf) {
+    case 1: return (void *)bsh_kernel<T, MF, 1, POOL>;
+    case 2: return (void *)bsh_kernel<T, MF, 2, POOL>;
+    case 4: return MF <= 4 ? (void *)bsh_kernel<T, MF, (MF <= 4 ? 4 : 1), POOL> : NULL;
+    default: return MF <= 2 ? (void *)bsh_kernel<T, MF, (MF <= 2 ? 8 : 1), POOL> : NULL;
+    }
+}
+
+// The kernel for element type T, mf fragments, nf channel fragments, pool or not.
+template <typename T> static void *bsh_fn_t(int mf, int nf, bool pool) {
+    switch (mf) {
+    case 2: return pool ? bsh_fn_nf<T, 2, true>(nf) : bsh_fn_nf<T, 2, false>(nf);
+    case 4: return pool ? bsh_fn_nf<T, 4, true>(nf) : bsh_fn_nf<T, 4, false>(nf);
+    default: return pool ? bsh_fn_nf<T, 8, true>(nf) : bsh_fn_nf<T, 8, false>(nf);
+    }
+}
+
+// The kernel of variant v for layer (s, d) in dt, or NULL.
+static void *bsh_fn(const bsconv_shape *s, const bsh_gpu *d, gpu_dtype dt, int v) {
+    int tm, nw, ws;
+    bsh_variant_of(v, &tm, &nw, &ws);
+    const bool pool = s->pool == 2;
+    const int mf = tm / 16 / ws;
+    return dt == GDT_BF16 ? bsh_fn_t<__nv_bfloat16>(mf, d->nf, pool) : bsh_fn_t<__half>(mf, d->nf, pool);
+}
+
+// Dynamic shared memory of variant v's CTA: one or two window buffers, a zero
+// slot and the tile's two tables.
+static long long bsh_smem_bytes(const bsconv_shape *s, const bsh_gpu *d, int v) {
+    int tm, nw, ws;
+    bsh_variant_of(v, &tm, &nw, &ws);
+    bsconv_htile t;
+    bsconv_htile_pick(s, tm, d->cc, &t);
+    return bsconv_htile_bytes(&t, d->cc) * (d->nchunks > 1 ? 2 : 1) + 16 + 2 * tm * (long long)sizeof(int);
+}
+
+// Checks that variant v runs the layer and allows its shared memory.
+extern "C" int bsh_gpu_prepare(const gpu_ctx *g, const bsconv_shape *s, const bsh_gpu *d, gpu_dtype dt,
+                               int v, sc_err *err) {
+    if (v < 0 || v >= BSH_VARIANTS) return sc_fail(err, "block-sparse conv: halo variant %d", v);
+    void *fn = bsh_fn(s, d, dt, v);
+    int tm, nw, ws;
+    bsh_variant_of(v, &tm, &nw, &ws);
+    if (!fn)
+        return sc_fail(err, "block-sparse conv: %d pixels x %d channels per warp need too many registers", tm / ws,
+                       d->np);
+    const long long bytes = bsh_smem_bytes(s, d, v);
+    if (bytes > g->dev.smem_block_optin)
+        return sc_fail(err, "block-sparse conv: the window needs %lld bytes of shared memory (%d)", bytes,
+                       g->dev.smem_block_optin);
+    // The limit belongs to the kernel, which other layers share: raise it to the
+    // device's opt-in maximum (never to this layer's need, which may be below theirs).
+    cudaCheck(err, cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, g->dev.smem_block_optin));
+    cudaCheck(err, cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                        cudaSharedmemCarveoutMaxShared));
+    return 0;
+}
+
+// Queues the kernel of variant v.
+extern "C" int bsh_gpu_run(const gpu_ctx *g, const bsconv_shape *s, const bsh_gpu *d, gpu_dtype dt, int v,
+                           const float *bias, const void *x, const void *z, void *y, sc_err *err) {
+    int tm, nw, ws;
+    bsh_variant_of(v, &tm, &nw, &ws);
+    bsh_args a;
+    a.x = x, a.z = z, a.y = y, a.bias = bias, a.k0 = d->k0, a.nk = d->nk, a.ustart = d->ustart;
+    a.units = d->units, a.vals = (const uint32_t *)d->vals;
+    bsconv_htile_pick(s, tm, d->cc, &a.t);
+    a.n = s->n, a.H = s->H, a.W = s->W, a.C = s->C, a.K = s->K, a.stride = s->stride, a.pad = s->pad;
+    a.relu = s->relu, a.cc = d->cc, a.nchunks = d->nchunks, a.ngroups = d->ngroups, a.nw = nw, a.ws = ws;
+    a.lnch = 0;
+    while ((8 << a.lnch) < d->cc) a.lnch++;
+    a.wbytes = (int)bsconv_htile_bytes(&a.t, d->cc);
+    const long long tiles = bsconv_htile_count(&a.t);
+    if (tiles > INT32_MAX) return sc_fail(err, "block-sparse conv: %lld tiles", tiles);
+    void *fn = bsh_fn(s, d, dt, v);
+    if (!fn) return sc_fail(err, "block-sparse conv: halo variant %d does not fit the layer", v);
+    const int gpc = nw / ws;  // groups per CTA
+    const dim3 grid((unsigned)tiles, (unsigned)((d->ngroups + gpc - 1) / gpc));
+    void *args[] = {&a};
+    cudaCheck(err, cudaLaunchKernel(fn, grid, dim3((unsigned)(nw * 32)), args, (size_t)bsh_smem_bytes(s, d, v),
+                                    g->stream));
+    return 0;
+}
+
+// --- upload -------------------------------------------------------------------------------
+
+// A device copy of n bytes of h at *dst (at least 16 bytes allocated).
+static int bsh_put(void **dst, const void *h, size_t n, sc_err *err) {
+    cudaCheck(err, cudaMalloc(dst, n ? n : 16));
+    return n ? gpu_upload(*dst, h, n, err) : 0;
+}
+
+// Uploads h, the weights narrowed to dt on the device.
+extern "C" int bsh_gpu_upload(const gpu_ctx *g, const bsconv_hpack *h, gpu_dtype dt, bsh_gpu *d, sc_err *err) {
+    memset(d, 0, sizeof *d);
+    d->cc = h->cc, d->nchunks = h->nchunks, d->np = h->np, d->nf = h->nf, d->ngroups = h->ngroups;
+    d->nunits = h->nunits;
+    const size_t ng = (size_t)h->ngroups, nv = (size_t)h->nunits * h->nf * BSH_FRAG_VALS;
+    SC_TRY(bsh_put((void **)&d->k0, h->k0, ng * sizeof *h->k0, err));
+    SC_TRY(bsh_put((void **)&d->nk, h->nk, ng * sizeof *h->nk, err));
+    SC_TRY(bsh_put((void **)&d->ustart, h->ustart, (ng * h->nchunks + 1) * sizeof *h->ustart, err));
+    SC_TRY(bsh_put((void **)&d->units, h->units, ((size_t)h->nunits + 1) * sizeof *h->units, err));
+    float *tmp = NULL;
+    cudaCheck(err, cudaMalloc(&d->vals, nv ? nv * 2 : 16));
+    int rc = nv ? bsh_put((void **)&tmp, h->vals, nv * sizeof *h->vals, err) : 0;
+    if (!rc && nv) rc = nhwc_from_f32_gpu(g, dt, nv, tmp, d->vals, err);
+    const cudaError_t e = cudaStreamSynchronize(g->stream);
+    cudaFree(tmp);
+    if (!rc && e != cudaSuccess) rc = sc_fail(err, "block-sparse conv: uploading: %s", cudaGetErrorString(e));
+    return rc;
+}
+
+// Frees the device arrays.
+extern "C" void bsh_gpu_free(bsh_gpu *d) {
+    cudaFree(d->k0), cudaFree(d->nk), cudaFree(d->ustart), cudaFree(d->units), cudaFree(d->vals);
+    memset(d, 0, sizeof *d);
+}

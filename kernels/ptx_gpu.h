@@ -1,0 +1,83 @@
+// Inline PTX wrappers of the sm_80 instructions the tensor-core kernels use
+// (CUDA sources only): cp.async copies to shared memory, ldmatrix, and the
+// fp16/bf16 mma.sync shapes with fp32 accumulators.
+#ifndef SC_KERNELS_PTX_GPU_H
+#define SC_KERNELS_PTX_GPU_H
+
+#if defined(SC_HAVE_CUDA) && defined(__CUDACC__)
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+// --- asynchronous copies ----------------------------------------------------------------
+
+// Starts a 16-byte copy global -> shared; valid 0 writes 16 zero bytes instead
+// (src-size 0: nothing is read from src).
+__device__ __forceinline__ void ptx_cp16(void *dst, const void *src, int valid) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
+                 "r"(valid ? 16 : 0)
+                 : "memory");
+}
+
+// Closes the group of copies started since the last commit.
+__device__ __forceinline__ void ptx_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+// Waits until at most N groups of this thread's copies are still in flight.
+template <int N> __device__ __forceinline__ void ptx_cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// --- ldmatrix ---------------------------------------------------------------------------
+
+// Four 8x8 16-bit matrices; lane l gives the shared address of row l % 8 of matrix l / 8.
+__device__ __forceinline__ void ptx_ldmatrix_x4(uint32_t addr, uint32_t *a) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+                 : "r"(addr));
+}
+
+// Two 8x8 16-bit matrices; lanes 0-15 give the row addresses.
+__device__ __forceinline__ void ptx_ldmatrix_x2(uint32_t addr, uint32_t *a) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+                 : "=r"(a[0]), "=r"(a[1])
+                 : "r"(addr));
+}
+
+// --- mma.sync ---------------------------------------------------------------------------
+
+// d += a (16x16, row) x b (16x8, col), fp32 accumulators, for element type T.
+template <typename T> __device__ __forceinline__ void ptx_mma16816(float *d, const uint32_t *a, const uint32_t *b);
+template <> __device__ __forceinline__ void ptx_mma16816<__half>(float *d, const uint32_t *a, const uint32_t *b) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+template <>
+__device__ __forceinline__ void ptx_mma16816<__nv_bfloat16>(float *d, const uint32_t *a, const uint32_t *b) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// d += a (16x8, row) x b (8x8, col), fp32 accumulators, for element type T.
+template <typename T> __device__ __forceinline__ void ptx_mma1688(float *d, const uint32_t *a, uint32_t b);
+template <> __device__ __forceinline__ void ptx_mma1688<__half>(float *d, const uint32_t *a, uint32_t b) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+                 "{%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(b));
+}
+template <>
+__device__ __forceinline__ void ptx_mma1688<__nv_bfloat16>(float *d, const uint32_t *a, uint32_t b) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+                 "{%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(b));
+}
+
+#endif  // SC_HAVE_CUDA && __CUDACC__
+#endif
