@@ -221,9 +221,9 @@ static const deploy_cand CANDS[] = {
      .create = cand_cudnn16_create, CAND_DCONV},
     {.name = "cudnn_fp16_nhwc", .prec = DP_FP16, .choosable = 1, .dense = 1, .tol = 3e-2,
      .create = cand_nhwc_create, CAND_DCONV},
-    {.name = "actsparse_fp32", .prec = DP_FP32, .choosable = 1, .tol = 1e-4,
+    {.name = "actsparse_fp32", .prec = DP_FP32, .choosable = 1, .tol = 1e-4, .skips_zeros = 1,
      .create = cand_act32_create, CAND_ACT},
-    {.name = "actsparse_fp16", .prec = DP_FP16, .choosable = 1, .tol = 3e-2,
+    {.name = "actsparse_fp16", .prec = DP_FP16, .choosable = 1, .tol = 3e-2, .skips_zeros = 1,
      .create = cand_act16_create, CAND_ACT},
 };
 
@@ -252,3 +252,6 @@ int deploy_cand_dense(int i) { return CANDS[i].dense; }
 
 // Candidate i's check tolerance.
 double deploy_cand_tol(int i) { return CANDS[i].tol; }
+
+// Whether candidate i skips its input's zeros.
+int deploy_cand_skips_zeros(int i) { return CANDS[i].skips_zeros; }

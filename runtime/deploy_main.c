@@ -31,8 +31,9 @@
 
 typedef struct {
     cli_common c;
-    const char *precision, *reference, *chart, *data_dir, *runs, *engine;
+    const char *precision, *reference, *chart, *data_dir, *runs, *engine, *skip_cands;
     int batch, repeat, check_images, test_images;
+    double act_min;
     const char *model, *dataset;  // positionals
 } deploy_opts;
 
@@ -60,6 +61,15 @@ static int opts_parse(deploy_opts *o, int argc, char **argv) {
         {.name = "engine", .type = OPT_STRING, .dst = &o->engine, .def = "fp16,bf16,tf32",
          .metavar = "LIST", .help = "precisions of the dense channels-last engine to build and time as the\n"
                                     "yardstick (fp16, bf16, tf32, comma-separated; none: skip it)"},
+        {.name = "skip-candidates", .type = OPT_STRING, .dst = &o->skip_cands, .def = "none",
+         .metavar = "LIST", .help = "candidates the sparse plans leave out on every layer: names or families\n"
+                                    "(the name up to its first '_'), comma-separated, e.g. actsparse;\n"
+                                    "dense baselines cannot be left out (none: time every candidate)"},
+        {.name = "actsparse-min-zeros", .type = OPT_FLOAT, .dst = &o->act_min, .def = "0.5", .min = 0,
+         .max = 1, .help = "time the activation-sparse candidates only on layers whose input has at\n"
+                           "least this fraction of zeros over the CPU reference's images (0: every\n"
+                           "layer): they multiply the input's non-zeros, so below the measured\n"
+                           "fraction they do more work than where they already lost"},
         {.name = "batch", .short_name = 'b', .type = OPT_INT, .dst = &o->batch, .def = "128",
          .min = 1, .max = 65536, .help = "batch size of the throughput figures and the per-layer choice"},
         {.name = "repeat", .type = OPT_INT, .dst = &o->repeat, .def = "20", .min = 1,
@@ -107,6 +117,7 @@ typedef struct {
     int *cpu_pred;        // (test.n) CPU reference top-1, -1 where not run
     int nreference;       // --reference resolved
     double *act_z, *act_e; // (nops) zeros and elements of each conv op's input over the CPU's images
+    unsigned skip_mask;   // --skip-candidates parsed
     FILE *log;            // progress and warnings (stderr), NULL when quiet
     double t0;
 } deploy_run;
@@ -385,7 +396,10 @@ static int gpu_logits_check(deploy_run *d, deploy_gpu *g, const float *ref_logit
 static int gpu_prec(deploy_run *d, deploy_cpu *ref, const float *ref_logits, int nref,
                     deploy_prec_result *pr, sc_err *err) {
     log_line(stderr, d->o.c.quiet, "%s: %s plan", TOOL, pr->prec == DP_FP16 ? "fp16" : "fp32");
-    deploy_gpu *g = deploy_gpu_create(d->p, pr->prec, d->o.batch, stderr, err);
+    act_finish(d);  // the CPU reference has run: the filter of the activation-sparse candidates
+    const deploy_gpu_skip skip = {.cands = d->skip_mask, .act_sparsity = d->r.act_sparsity,
+                                  .act_min = d->o.act_min};
+    deploy_gpu *g = deploy_gpu_create(d->p, pr->prec, d->o.batch, &skip, stderr, err);
     if (!g) return -1;
     d->r.device = deploy_gpu_device(g);
     uint8_t *img = batch_images(d, d->o.batch);
@@ -615,6 +629,7 @@ static void report_init(deploy_run *d) {
     d->r.batch = d->o.batch, d->r.repeat = d->o.repeat;
     d->r.test_images = d->test.n;
     d->r.sparsity = deploy_plan_sparsity(d->p);
+    d->r.skip_cands = d->skip_mask, d->r.act_min = d->o.act_min;
     d->r.dense_note = d->r.gpu ? "the dense engine of the plan's precision (TF32 for the fp32 plan) is "
                                  "the yardstick; the old per-layer cuDNN plan (fp32: NCHW, TF32 off; "
                                  "fp16: per layer the faster of NCHW and NHWC with transposes) is a "
@@ -676,6 +691,7 @@ int main(int argc, char **argv) {
     d.log = d.o.c.quiet ? NULL : stderr;
     sc_err err = {{0}};
     rc = engine_list_check(&d, &err) ? -2 : 0;
+    if (!rc && strcmp(d.o.skip_cands, "none")) rc = deploy_cand_parse_skip(d.o.skip_cands, &d.skip_mask, &err) ? -2 : 0;
     if (rc == -2) {
         cli_error(TOOL, "%s", err.msg);
         return SC_EXIT_USAGE;

@@ -59,6 +59,8 @@ typedef struct {
     double *act_sparsity;        // (nops) fraction of zeros in each conv op's input interior over
                                  // the images the CPU reference ran (NAN: not measured)
     long act_images;             // those images
+    unsigned skip_cands;         // candidates left out on every layer (--skip-candidates)
+    double act_min;              // zero-skipping candidates left out where act_sparsity < act_min
     double seconds;
     double load_seconds;         // sparse_model_load of the export file (read, check, pad)
     char chart[1100];            // chart file written ("" when none)

@@ -92,6 +92,26 @@ fi
 grep -q '"test_images": *100' "$T/s.json" && grep -q '"batch": *32' "$T/s.json" && ok "explicit input, --json -" \
     || bad "explicit input, --json -" "$(cat "$T/s.json" "$T/err2")"
 
+# --skip-candidates / --actsparse-min-zeros: parse, reach the JSON, refuse bad values
+# (names are checked against the build's candidate table: a CPU-only build has none)
+expect_fail "actsparse-min-zeros above 1" 2 '^deploy: .*actsparse-min-zeros' $DP --actsparse-min-zeros 1.5 "$X"
+"$BIN/deploy" --device cpu --quiet --data-dir "$T/data" --test-images 20 --skip-candidates actsparse,cusparse \
+    --actsparse-min-zeros 0.3 --json "$T/k.json" "$X" synthetic >/dev/null 2>"$T/err3"
+rc=$?
+[ $rc -eq 0 ] && grep -q '"actsparse_min_zeros": *0.3' "$T/k.json" && ok "skip options parse" \
+    || bad "skip options parse" "exit $rc: $(cat "$T/err3")"
+if grep -q '"actsparse_fp32_ms"' "$T/d.json"; then
+    tr -d ' \n' <"$T/k.json" | grep -q '"skipped_candidates":\["cusparse","actsparse_fp32","actsparse_fp16"\]' \
+        && ok "skipped candidates in the JSON" || bad "skipped candidates in the JSON" "$(grep -A4 skipped "$T/k.json")"
+    expect_fail "unknown candidate" 2 "^deploy: --skip-candidates: 'frob' is no candidate" \
+        $DP --skip-candidates actsparse,frob "$X"
+    expect_fail "dense baseline" 2 '^deploy: --skip-candidates: cudnn_fp32 is a dense baseline' \
+        $DP --skip-candidates cudnn "$X"
+    expect_fail "empty name" 2 "^deploy: --skip-candidates: '' is no candidate" $DP --skip-candidates actsparse, "$X"
+else
+    SKIP=$((SKIP + 4)); echo "skip candidate names: this build has no GPU candidates"
+fi
+
 # --- bad input with a pipeline (exit 1) ------------------------------------------------
 expect_fail "unknown dataset" 1 '^deploy: .*nosuchset' $DP "$X" nosuchset
 expect_fail "bad reference" 1 '^deploy: .*--reference' $DP --reference many "$X"
