@@ -62,26 +62,21 @@ def engine(d, prec):
     return None
 
 
-def plan_ms(d, prec, b1):
-    """A plan's time in ms at the batch (b1: batch 1) and the all-dense fp32 network's."""
+def plan_ms(d, prec, b1, dense=False):
+    """A plan's time in ms at the batch (b1: at batch 1); dense: the all-dense network of the
+    same run (for the fp32 plan: cuDNN per layer, TF32 off: the dense fp32 figure)."""
     p = plan(d, prec)
     if not p:
         return None
+    pre = 'dense_' if dense else ''
     if b1:
-        return p['latency_ms_batch1']
-    ips = p['images_per_second']
+        return p[pre + 'latency_ms_batch1']
+    ips = p[pre + 'images_per_second']
     return d['batch'] * 1000.0 / ips if ips else None
 
 
 def dense_fp32_ms(d, b1):
-    """The all-dense fp32 network (cuDNN per layer, TF32 off), from the fp32 plan's run."""
-    p = plan(d, 'fp32')
-    if not p:
-        return None
-    if b1:
-        return p['dense_latency_ms_batch1']
-    ips = p['dense_images_per_second']
-    return d['batch'] * 1000.0 / ips if ips else None
+    return plan_ms(d, 'fp32', b1, dense=True)
 
 
 def training_table(nets):

@@ -31,9 +31,10 @@ static double fconv_dot(const fconv_dims *d, const float *img, const float *wk, 
     return acc;
 }
 
-// y = act(conv(x, w) + bias [+ z]) for m images.
-void fconv_cpu(const fconv_dims *d, int m, const float *x, const float *w, const float *bias,
-               const float *z, float *y) {
+// The sums of m images into out: act(conv(x, w) + bias [+ z]), or with mag
+// the same over magnitudes without the activation.
+static void fconv_run(const fconv_dims *d, int m, const float *x, const float *w, const float *bias,
+                      const float *z, float *out, int mag) {
     int P, Q;
     fconv_out(d, &P, &Q);
     const size_t in_img = (size_t)d->H * d->W * d->C, wrow = (size_t)d->R * d->S * d->C;
@@ -42,26 +43,23 @@ void fconv_cpu(const fconv_dims *d, int m, const float *x, const float *w, const
             for (int q = 0; q < Q; q++)
                 for (int k = 0; k < d->K; k++) {
                     const size_t o = (((size_t)i * P + p) * Q + q) * d->K + k;
-                    double v = fconv_dot(d, x + i * in_img, w + k * wrow, p, q, 0) + bias[k];
-                    if (d->residual) v += z[o];
-                    y[o] = d->relu && v < 0.0 ? 0.0f : (float)v;
+                    const double dot = fconv_dot(d, x + i * in_img, w + k * wrow, p, q, mag);
+                    double v = dot + (mag ? fabs((double)bias[k]) : bias[k]);
+                    if (d->residual) v += mag ? fabs((double)z[o]) : z[o];
+                    out[o] = !mag && d->relu && v < 0.0 ? 0.0f : (float)v;
                 }
+}
+
+// y = act(conv(x, w) + bias [+ z]) for m images.
+void fconv_cpu(const fconv_dims *d, int m, const float *x, const float *w, const float *bias,
+               const float *z, float *y) {
+    fconv_run(d, m, x, w, bias, z, y, 0);
 }
 
 // mag = conv(|x|, |w|) + |bias| [+ |z|] for m images.
 void fconv_cpu_mag(const fconv_dims *d, int m, const float *x, const float *w, const float *bias,
                    const float *z, float *mag) {
-    int P, Q;
-    fconv_out(d, &P, &Q);
-    const size_t in_img = (size_t)d->H * d->W * d->C, wrow = (size_t)d->R * d->S * d->C;
-    for (int i = 0; i < m; i++)
-        for (int p = 0; p < P; p++)
-            for (int q = 0; q < Q; q++)
-                for (int k = 0; k < d->K; k++) {
-                    const size_t o = (((size_t)i * P + p) * Q + q) * d->K + k;
-                    double v = fconv_dot(d, x + i * in_img, w + k * wrow, p, q, 1) + fabs((double)bias[k]);
-                    mag[o] = (float)(d->residual ? v + fabs((double)z[o]) : v);
-                }
+    fconv_run(d, m, x, w, bias, z, mag, 1);
 }
 
 // Products per output element plus the bias and residual adds.

@@ -96,15 +96,19 @@ static void one_case(tctx *t, const gpu_ctx *g, const fconv_shape *s, const char
     bufs_free(&b);
 }
 
+// 1 when a GPU is here and its context g is made (a failure is checked).
+static int ctx_here(tctx *t, gpu_ctx *g) {
+    sc_err err = {{0}};
+    if (!gpu_here(t)) return 0;
+    const int rc = gpu_ctx_init(g, &err);
+    CHECK(t, rc == 0, "%s", err.msg);
+    return rc == 0;
+}
+
 // Awkward shapes in every storage type.
 static void test_planted(tctx *t) {
-    if (!gpu_here(t)) return;
     gpu_ctx g;
-    sc_err err = {{0}};
-    if (gpu_ctx_init(&g, &err)) {
-        CHECK(t, 0, "%s", err.msg);
-        return;
-    }
+    if (!ctx_here(t, &g)) return;
     const fconv_dims dims[] = {
         {.n = 5, .C = 16, .H = 9, .W = 7, .K = 24, .R = 3, .S = 3, .stride = 1, .pad = 1, .residual = 1, .relu = 1},
         {.n = 3, .C = 8, .H = 11, .W = 13, .K = 40, .R = 3, .S = 3, .stride = 2, .pad = 1, .relu = 1},
@@ -151,13 +155,9 @@ static int download_f32(const gpu_ctx *g, gpu_dtype dt, const void *dev, size_t 
 // an untrained resnet50's layer2.1.conv2); the rounding bound keeps one, and
 // the kept plan is within its bound on every image.
 static void test_cancellation(tctx *t) {
-    if (!gpu_here(t)) return;
     gpu_ctx g;
     sc_err err = {{0}};
-    if (gpu_ctx_init(&g, &err)) {
-        CHECK(t, 0, "%s", err.msg);
-        return;
-    }
+    if (!ctx_here(t, &g)) return;
     const fconv_shape s = {.d = {.n = 3, .C = 128, .H = 16, .W = 16, .K = 128, .R = 3, .S = 3, .stride = 1,
                                  .pad = 1, .relu = 1}, .dt = GDT_F16};
     fc_bufs b = {.ws = NULL};
