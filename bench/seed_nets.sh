@@ -13,7 +13,8 @@
 # With N GPUs (nvidia-smi -L) both trainings run at once on GPUs 0 and 1; with one GPU, one
 # after the other. Prune, export and deploy run on GPU 0.
 # Steps: train (ours), train_pytorch.py, prune --method gmp to 0.9 (PRUNE_EPOCHS fine-tuning
-# epochs, default 10), export, then deploy (--precision both --engine fp16,tf32) twice:
+# epochs, default 10), export, then deploy (--precision $PRECISION, default both, --engine
+# fp16,tf32: the fp32 plan's all-dense network is the dense fp32 figure) twice:
 # with the activation-sparse candidates (--reference all: accuracy against the CPU reference
 # on the whole test set) and with --skip-candidates actsparse (--reference $REF_WITHOUT,
 # default all).
@@ -31,6 +32,7 @@ D=${SEED:-/root/seed}/$NET
 BUDGET=${BUDGET:-540}
 PRUNE_EPOCHS=${PRUNE_EPOCHS:-10}
 REF_WITHOUT=${REF_WITHOUT:-all}
+PRECISION=${PRECISION:-both}  # deploy's sparse plans (fp16 alone halves the tuning; no fp32 plan then)
 OUTDIR=${OUT:-bench/out}
 T0=$SECONDS
 mkdir -p "$D" "$OUTDIR" data
@@ -96,9 +98,9 @@ if [ -s "$D/train.json" ]; then
     step prune "$D/prune.json" 0 $B/prune --quiet --device "$DEVICE" --method gmp --from "$D/model.h5" --target-sparsity 0.9 \
         --epochs "$PRUNE_EPOCHS" -o "$D/pruned.h5" --json "$D/prune.json" --runs "$D/runs" "$DATASET" &&
     step export "$D/export.json" 0 $B/export --quiet "$D/pruned.h5" -o "$D/pruned.csr.h5" --json "$D/export.json" &&
-    step deploy_with "$D/deploy_with.json" 0 $B/deploy --device "$DEVICE" --precision both --engine fp16,tf32 --reference all \
+    step deploy_with "$D/deploy_with.json" 0 $B/deploy --device "$DEVICE" --precision "$PRECISION" --engine fp16,tf32 --reference all \
         --chart none --json "$D/deploy_with.json" "$D/pruned.csr.h5" "$DATASET" &&
-    step deploy_without "$D/deploy_without.json" 0 $B/deploy --device "$DEVICE" --precision both --engine fp16,tf32 \
+    step deploy_without "$D/deploy_without.json" 0 $B/deploy --device "$DEVICE" --precision "$PRECISION" --engine fp16,tf32 \
         --skip-candidates actsparse --reference "$REF_WITHOUT" --chart none --json "$D/deploy_without.json" \
         "$D/pruned.csr.h5" "$DATASET"
 fi
