@@ -44,4 +44,14 @@ void spconv_offsets(const spconv_desc *d, const int32_t *indices, int32_t *offse
 // written (the caller keeps it zero).
 void spconv_forward_cpu(const spconv_desc *d, int n, const float *in, float *out);
 
+// Fills acc (P, Q) with the raw sums (no bias) of output channel k of image i;
+// arg is what the caller passed to spconv_planes_cpu.
+typedef void (*spconv_plane_fn)(const spconv_desc *d, const void *arg, int i, int k, double *acc);
+
+// spconv_forward_cpu's driver and epilogue for any way of summing a plane:
+// every (image, channel) plane's sums from fn, then bias, ReLU and the fused
+// max pool into the interior of out (kernels/actconv_cpu.c sums from the
+// input's non-zeros).
+void spconv_planes_cpu(const spconv_desc *d, int n, spconv_plane_fn fn, const void *arg, float *out);
+
 #endif

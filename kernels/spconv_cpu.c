@@ -169,11 +169,22 @@ static void spconv_store(const spconv_desc *d, const double *acc, int k, float *
     }
 }
 
+// acc (P, Q) = conv of row k over image i of the bordered input arg (n, C, Hb, Wb).
+static void spconv_plane_in(const spconv_desc *d, const void *arg, int i, int k, double *acc) {
+    const size_t in_img = (size_t)d->C * (d->H + 2 * d->in_border) * (d->W + 2 * d->in_border);
+    spconv_plane(d, (const float *)arg + (size_t)i * in_img, k, acc);
+}
+
 // out (n, K, Po + 2 ob, Qo + 2 ob) interior = pool(relu(conv(in) + bias)).
 void spconv_forward_cpu(const spconv_desc *d, int n, const float *in, float *out) {
+    spconv_planes_cpu(d, n, spconv_plane_in, in, out);
+}
+
+// out interior = pool(relu(sums + bias)) of every (image, channel) plane,
+// the sums from fn, OpenMP over the planes.
+void spconv_planes_cpu(const spconv_desc *d, int n, spconv_plane_fn fn, const void *arg, float *out) {
     int po, qo;
     spconv_out_size(d, &po, &qo);
-    const size_t in_img = (size_t)d->C * (d->H + 2 * d->in_border) * (d->W + 2 * d->in_border);
     const int ob = d->out_border, hob = po + 2 * ob, wob = qo + 2 * ob;
     const long planes = (long)n * d->K;
 #pragma omp parallel
@@ -184,7 +195,7 @@ void spconv_forward_cpu(const spconv_desc *d, int n, const float *in, float *out
             const int i = (int)(pl / d->K), k = (int)(pl % d->K);
             float *o = out + (size_t)pl * hob * wob;  // (Po + 2 ob, Qo + 2 ob)
             if (!acc) continue;                        // out of memory: plane left as it was
-            spconv_plane(d, in + (size_t)i * in_img, k, acc);
+            fn(d, arg, i, k, acc);
             if (d->pool_k <= 0) {
                 spconv_store(d, acc, k, o + (size_t)ob * wob + ob, wob);
                 continue;

@@ -86,7 +86,7 @@ static int tune_model(const net *nt, const lat_key *key, const sc_pattern *pat,
     deploy_plan *p = *po;
     deploy_cpu *ref = rc ? NULL : deploy_cpu_create(p, LAT_NREF, err);
     deploy_prec prec = !strcmp(key->precision, "fp16") ? DP_FP16 : DP_FP32;
-    deploy_gpu *g = ref ? deploy_gpu_create(p, prec, key->batch, NULL, err) : NULL;
+    deploy_gpu *g = ref ? deploy_gpu_create(p, prec, key->batch, NULL, NULL, err) : NULL;
     rc = g ? deploy_cpu_forward(ref, LAT_NREF, img, NULL, err) : -1;
     if (!rc) rc = deploy_timing_init(t, p->nops, key->batch, err);
     if (!rc) rc = deploy_gpu_tune(g, key->batch, img, ref, LAT_NREF, 20, t, NULL, err);

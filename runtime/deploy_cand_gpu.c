@@ -11,10 +11,14 @@
 //   sparse_cb4   direct sparse conv, 4-bit codebook weights (codebook exports)
 //   cudnn_fp16   cuDNN dense, fp16 tensor cores, NCHW                     dense baseline
 //   cudnn_fp16_nhwc  the same with cuDNN in NHWC (transposes in and out)   dense baseline
+//   actsparse_fp32   activation-sparse conv: the input's non-zeros times the non-zero
+//   actsparse_fp16   weights, fused max pool (kernels/actconv_gpu.h); fp16: fp16
+//                    activations, fp32 weights and sums
 // Where a precision has two dense entries, the all-dense network runs each
 // layer with the faster of them (measured).
 #include <stdlib.h>
 
+#include "kernels/actconv_gpu.h"
 #include "kernels/dconv_gpu.h"
 #include "kernels/spconv_gpu.h"
 #include "kernels/spmm_gpu.h"
@@ -168,12 +172,36 @@ static void cand_spmm_free(void *st) {
     free(s);
 }
 
+// --- activation-sparse convolution (actconv_gpu) ----------------------------------------
+
+// fp32 activations.
+static void *cand_act32_create(const deploy_cand_args *a, sc_err *err) {
+    return actconv_gpu_create(a->g, &a->op->desc, GDT_F32, a->max_n, err);
+}
+
+// fp16 activations.
+static void *cand_act16_create(const deploy_cand_args *a, sc_err *err) {
+    return actconv_gpu_create(a->g, &a->op->desc, GDT_F16, a->max_n, err);
+}
+
+// out = layer(in) from in's non-zeros.
+static int cand_act_forward(void *st, const gpu_ctx *g, int n, const void *in, void *out, sc_err *err) {
+    return actconv_gpu_forward(st, n, in, out, g->stream, err);
+}
+
+// The tile sizes.
+static void cand_act_describe(const void *st, char *buf, size_t len) { actconv_gpu_describe(st, buf, len); }
+
+// Frees the layer.
+static void cand_act_free(void *st) { actconv_gpu_free(st); }
+
 // --- the table ---------------------------------------------------------------------
 
 #define CAND_SPARSE .tune = cand_sparse_tune, .forward = cand_sparse_forward, \
                     .describe = cand_sparse_describe, .free = cand_sparse_free
 #define CAND_DCONV .forward = cand_dconv_forward, .describe = cand_dconv_describe, \
                    .free = cand_dconv_free
+#define CAND_ACT .forward = cand_act_forward, .describe = cand_act_describe, .free = cand_act_free
 
 static const deploy_cand CANDS[] = {
     {.name = "sparse_fp32", .prec = DP_FP32, .choosable = 1, .tol = 1e-4,
@@ -193,6 +221,10 @@ static const deploy_cand CANDS[] = {
      .create = cand_cudnn16_create, CAND_DCONV},
     {.name = "cudnn_fp16_nhwc", .prec = DP_FP16, .choosable = 1, .dense = 1, .tol = 3e-2,
      .create = cand_nhwc_create, CAND_DCONV},
+    {.name = "actsparse_fp32", .prec = DP_FP32, .choosable = 1, .tol = 1e-4, .skips_zeros = 1,
+     .create = cand_act32_create, CAND_ACT},
+    {.name = "actsparse_fp16", .prec = DP_FP16, .choosable = 1, .tol = 3e-2, .skips_zeros = 1,
+     .create = cand_act16_create, CAND_ACT},
 };
 
 // The table and its length.
@@ -220,3 +252,6 @@ int deploy_cand_dense(int i) { return CANDS[i].dense; }
 
 // Candidate i's check tolerance.
 double deploy_cand_tol(int i) { return CANDS[i].tol; }
+
+// Whether candidate i skips its input's zeros.
+int deploy_cand_skips_zeros(int i) { return CANDS[i].skips_zeros; }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/actconv.h"
 #include "kernels/deploy_ops.h"
 #include "kernels/spconv.h"
 #include "runtime/deploy_plan.h"
@@ -95,6 +96,18 @@ int deploy_cpu_forward(deploy_cpu *c, int n, const uint8_t *images, float *logit
     for (int i = 0; i < p->nops; i++) deploy_cpu_op(c, i, n);
     if (logits) memcpy(logits, c->t[p->output], (size_t)n * nt->classes * sizeof *logits);
     return 0;
+}
+
+// Adds to zeros[i] and elems[i] the zeros and the elements of the input
+// interior of every conv/linear op i over the first n images of the last forward.
+void deploy_cpu_act_zeros(const deploy_cpu *c, int n, double *zeros, double *elems) {
+    for (int i = 0; i < c->p->nops; i++) {
+        const deploy_op *op = &c->p->ops[i];
+        if (op->kind != DOP_CONV) continue;
+        const double e = (double)n * op->desc.C * op->desc.H * op->desc.W;
+        zeros[i] += actconv_zero_fraction(&op->desc, n, c->t[op->in]) * e;
+        elems[i] += e;
+    }
 }
 
 // Tensor t's buffer.

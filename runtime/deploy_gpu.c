@@ -109,7 +109,7 @@ static int gpu_affines(deploy_gpu *g, sc_err *err) {
 
 // Creates every applicable candidate of conv op i; the dense baseline is
 // chosen. Only a dense baseline that cannot be made is an error.
-static int gpu_op_cands(deploy_gpu *g, int i, FILE *warn, sc_err *err) {
+static int gpu_op_cands(deploy_gpu *g, int i, const deploy_gpu_skip *skip, FILE *warn, sc_err *err) {
     const deploy_op *op = &g->p->ops[i];
     float *w = deploy_op_dense_weights(g->p, op);
     if (!w) return sc_fail(err, "out of memory");
@@ -119,7 +119,8 @@ static int gpu_op_cands(deploy_gpu *g, int i, FILE *warn, sc_err *err) {
     for (int c = 0; c < g->ncand && !rc; c++) {
         const deploy_cand *cd = &g->cands[c];
         deploy_inst *in = &g->inst[(size_t)i * g->ncand + c];
-        if (cd->prec != g->prec || (cd->applies && !cd->applies(&a))) continue;
+        if (cd->prec != g->prec || (cd->applies && !cd->applies(&a)) || deploy_gpu_skipped(skip, i, c))
+            continue;
         sc_err why = {{0}};
         in->st = cd->create(&a, &why);
         in->ok = in->st != NULL;
@@ -133,8 +134,8 @@ static int gpu_op_cands(deploy_gpu *g, int i, FILE *warn, sc_err *err) {
     return rc;
 }
 
-// Creates the candidates of every conv/linear op.
-static int gpu_cands(deploy_gpu *g, FILE *warn, sc_err *err) {
+// Creates the candidates of every conv/linear op that skip does not leave out.
+static int gpu_cands(deploy_gpu *g, const deploy_gpu_skip *skip, FILE *warn, sc_err *err) {
     g->cands = deploy_cand_table(&g->ncand);
     if (g->ncand > DEPLOY_MAX_CANDS)
         return sc_fail(err, "%d candidates, DEPLOY_MAX_CANDS is %d", g->ncand, DEPLOY_MAX_CANDS);
@@ -144,7 +145,7 @@ static int gpu_cands(deploy_gpu *g, FILE *warn, sc_err *err) {
     if (!g->inst || !g->chosen || !g->dense_pick) return sc_fail(err, "out of memory");
     for (int i = 0; i < g->p->nops; i++) {
         g->chosen[i] = g->dense_pick[i] = -1;
-        if (g->p->ops[i].kind == DOP_CONV) SC_TRY(gpu_op_cands(g, i, warn, err));
+        if (g->p->ops[i].kind == DOP_CONV) SC_TRY(gpu_op_cands(g, i, skip, warn, err));
     }
     return 0;
 }
@@ -160,8 +161,8 @@ static int gpu_device_name(deploy_gpu *g, sc_err *err) {
 }
 
 // Creates the GPU plan.
-deploy_gpu *deploy_gpu_create(const deploy_plan *p, deploy_prec prec, int max_n, FILE *warn,
-                              sc_err *err) {
+deploy_gpu *deploy_gpu_create(const deploy_plan *p, deploy_prec prec, int max_n,
+                              const deploy_gpu_skip *skip, FILE *warn, sc_err *err) {
     sc_err why = {{0}};
     if (!deploy_gpu_available(&why)) {
         sc_fail(err, "%s", why.msg);
@@ -176,7 +177,7 @@ deploy_gpu *deploy_gpu_create(const deploy_plan *p, deploy_prec prec, int max_n,
     g->dt = prec == DP_FP16 ? GDT_F16 : GDT_F32;
     g->esz = gpu_dtype_size(g->dt);
     if (gpu_ctx_init(&g->g, err) || gpu_device_name(g, err) || gpu_buffers(g, err) ||
-        gpu_affines(g, err) || gpu_cands(g, warn, err)) {
+        gpu_affines(g, err) || gpu_cands(g, skip, warn, err)) {
         deploy_gpu_free(g);
         return NULL;
     }

@@ -38,6 +38,26 @@ int deploy_cand_choosable(int i);
 int deploy_cand_dense(int i);
 // Candidate i's check tolerance (relative to the largest output).
 double deploy_cand_tol(int i);
+// 1 when candidate i skips the zeros of its input (its work shrinks with the
+// input's activation sparsity): the activation-sparse convolution.
+int deploy_cand_skips_zeros(int i);
+// Parses a comma-separated list of candidate names or families (the part of
+// a name before its first '_': "actsparse" is actsparse_fp32 and
+// actsparse_fp16) into *mask (bit c: leave candidate c out). A name that is
+// no candidate of this build, or one that would leave out a dense baseline,
+// is an error. In a build without candidates every list gives an empty mask.
+int deploy_cand_parse_skip(const char *list, unsigned *mask, sc_err *err);
+
+// Which candidates deploy_gpu_create leaves out.
+typedef struct {
+    unsigned cands;              // bit c: candidate c is left out on every layer
+    const double *act_sparsity;  // (nops) measured fraction of zeros in each op's input, or NULL
+    double act_min;              // candidates that skip input zeros are left out of an op
+                                 // whose act_sparsity is below this (0: never)
+} deploy_gpu_skip;
+
+// 1 when `skip` leaves candidate c out of op i (skip may be NULL: never).
+int deploy_gpu_skipped(const deploy_gpu_skip *skip, int i, int c);
 
 // --- per-layer results ---------------------------------------------------------
 
@@ -69,11 +89,12 @@ typedef struct deploy_gpu deploy_gpu;
 int deploy_gpu_available(sc_err *why);
 
 // Creates the GPU plan in precision prec for batches of up to max_n images:
-// device tensors, every applicable candidate of every conv/linear op. A
-// candidate other than the dense baseline that cannot be made for a layer
-// is left out with a line to `warn` (when not NULL).
-deploy_gpu *deploy_gpu_create(const deploy_plan *p, deploy_prec prec, int max_n, FILE *warn,
-                              sc_err *err);
+// device tensors, every applicable candidate of every conv/linear op that
+// `skip` (NULL: none) does not leave out. A candidate other than the dense
+// baseline that cannot be made for a layer is left out with a line to
+// `warn` (when not NULL).
+deploy_gpu *deploy_gpu_create(const deploy_plan *p, deploy_prec prec, int max_n,
+                              const deploy_gpu_skip *skip, FILE *warn, sc_err *err);
 void deploy_gpu_free(deploy_gpu *g);
 
 // The GPU's name ("NVIDIA H200").

@@ -36,6 +36,7 @@ typedef struct {
     int choosable;             // 0: timed for the table only (e.g. TF32 in the fp32 plan)
     int dense;                 // 1: its precision's all-dense baseline
     double tol;                // check tolerance: max |gpu - cpu| / max |cpu|
+    int skips_zeros;           // 1: its work shrinks with the input's zeros (deploy_gpu_skip)
     int (*applies)(const deploy_cand_args *a);       // NULL: every layer
     void *(*create)(const deploy_cand_args *a, sc_err *err);
     int (*tune)(void *st, const gpu_ctx *g, int n, const void *in, void *out,

@@ -22,12 +22,15 @@ int deploy_cand_dense(int i) { return 0; }
 // No tolerance without candidates.
 double deploy_cand_tol(int i) { return 0.0; }
 
+// No candidate skips zeros.
+int deploy_cand_skips_zeros(int i) { return 0; }
+
 // No GPU in this build.
 int deploy_gpu_available(sc_err *why) { return sc_fail(why, DEPLOY_NO_GPU), 0; }
 
 // Fails: no GPU in this build.
-deploy_gpu *deploy_gpu_create(const deploy_plan *p, deploy_prec prec, int max_n, FILE *warn,
-                              sc_err *err) {
+deploy_gpu *deploy_gpu_create(const deploy_plan *p, deploy_prec prec, int max_n,
+                              const deploy_gpu_skip *skip, FILE *warn, sc_err *err) {
     sc_fail(err, DEPLOY_NO_GPU);
     return NULL;
 }

@@ -31,8 +31,9 @@
 
 typedef struct {
     cli_common c;
-    const char *precision, *reference, *chart, *data_dir, *runs, *engine;
+    const char *precision, *reference, *chart, *data_dir, *runs, *engine, *skip_cands;
     int batch, repeat, check_images, test_images;
+    double act_min;
     const char *model, *dataset;  // positionals
 } deploy_opts;
 
@@ -60,6 +61,15 @@ static int opts_parse(deploy_opts *o, int argc, char **argv) {
         {.name = "engine", .type = OPT_STRING, .dst = &o->engine, .def = "fp16,bf16,tf32",
          .metavar = "LIST", .help = "precisions of the dense channels-last engine to build and time as the\n"
                                     "yardstick (fp16, bf16, tf32, comma-separated; none: skip it)"},
+        {.name = "skip-candidates", .type = OPT_STRING, .dst = &o->skip_cands, .def = "none",
+         .metavar = "LIST", .help = "candidates the sparse plans leave out on every layer: names or families\n"
+                                    "(the name up to its first '_'), comma-separated, e.g. actsparse;\n"
+                                    "dense baselines cannot be left out (none: time every candidate)"},
+        {.name = "actsparse-min-zeros", .type = OPT_FLOAT, .dst = &o->act_min, .def = "0.5", .min = 0,
+         .max = 1, .help = "time the activation-sparse candidates only on layers whose input has at\n"
+                           "least this fraction of zeros over the CPU reference's images (0: every\n"
+                           "layer): they multiply the input's non-zeros, so below the measured\n"
+                           "fraction they do more work than where they already lost"},
         {.name = "batch", .short_name = 'b', .type = OPT_INT, .dst = &o->batch, .def = "128",
          .min = 1, .max = 65536, .help = "batch size of the throughput figures and the per-layer choice"},
         {.name = "repeat", .type = OPT_INT, .dst = &o->repeat, .def = "20", .min = 1,
@@ -106,6 +116,8 @@ typedef struct {
     deploy_report r;
     int *cpu_pred;        // (test.n) CPU reference top-1, -1 where not run
     int nreference;       // --reference resolved
+    double *act_z, *act_e; // (nops) zeros and elements of each conv op's input over the CPU's images
+    unsigned skip_mask;   // --skip-candidates parsed
     FILE *log;            // progress and warnings (stderr), NULL when quiet
     double t0;
 } deploy_run;
@@ -166,7 +178,10 @@ static int model_and_data(deploy_run *d, sc_err *err) {
     SC_TRY(reference_count(d, &d->nreference, err));
     if (!(d->p = deploy_plan_build(d->m, err))) return sc_wrap(err, "%s", d->input);
     d->cpu_pred = malloc((size_t)d->test.n * sizeof *d->cpu_pred);
-    if (!d->cpu_pred) return sc_fail(err, "out of memory");
+    d->act_z = calloc((size_t)d->p->nops, sizeof *d->act_z);
+    d->act_e = calloc((size_t)d->p->nops, sizeof *d->act_e);
+    d->r.act_sparsity = malloc((size_t)d->p->nops * sizeof *d->r.act_sparsity);
+    if (!d->cpu_pred || !d->act_z || !d->act_e || !d->r.act_sparsity) return sc_fail(err, "out of memory");
     for (int i = 0; i < d->test.n; i++) d->cpu_pred[i] = -1;
     return 0;
 }
@@ -186,6 +201,17 @@ static uint8_t *batch_images(const deploy_run *d, int n) {
 
 // --- the CPU path -------------------------------------------------------------
 
+// Counts the zeros of every conv op's input over the n images of c's last forward.
+static void act_add(deploy_run *d, const deploy_cpu *c, int n) {
+    deploy_cpu_act_zeros(c, n, d->act_z, d->act_e);
+    d->r.act_images += n;
+}
+
+// The report's activation sparsity per op from the counts (NAN: not a conv or not measured).
+static void act_finish(deploy_run *d) {
+    for (int i = 0; i < d->p->nops; i++) d->r.act_sparsity[i] = d->act_e[i] > 0 ? d->act_z[i] / d->act_e[i] : NAN;
+}
+
 // Runs the CPU plan over the first `count` test images in batches of n:
 // predictions into cpu_pred, accuracy, median batch time.
 static int cpu_pass(deploy_run *d, deploy_cpu *c, int n, int count, double *batch_ms, sc_err *err) {
@@ -202,6 +228,7 @@ static int cpu_pass(deploy_run *d, deploy_cpu *c, int n, int count, double *batc
         double t = progress_clock();
         rc = deploy_cpu_forward(c, b, test_image(d, i), lg, err);
         if (b == n) times[nt++] = (progress_clock() - t) * 1000.0;
+        if (!rc) act_add(d, c, b);
         for (int k = 0; k < b && !rc; k++) {
             d->cpu_pred[i + k] = top1(lg + (size_t)k * classes, classes);
             hits += d->cpu_pred[i + k] == d->test.labels[i + k];
@@ -369,7 +396,10 @@ static int gpu_logits_check(deploy_run *d, deploy_gpu *g, const float *ref_logit
 static int gpu_prec(deploy_run *d, deploy_cpu *ref, const float *ref_logits, int nref,
                     deploy_prec_result *pr, sc_err *err) {
     log_line(stderr, d->o.c.quiet, "%s: %s plan", TOOL, pr->prec == DP_FP16 ? "fp16" : "fp32");
-    deploy_gpu *g = deploy_gpu_create(d->p, pr->prec, d->o.batch, stderr, err);
+    act_finish(d);  // the CPU reference has run: the filter of the activation-sparse candidates
+    const deploy_gpu_skip skip = {.cands = d->skip_mask, .act_sparsity = d->r.act_sparsity,
+                                  .act_min = d->o.act_min};
+    deploy_gpu *g = deploy_gpu_create(d->p, pr->prec, d->o.batch, &skip, stderr, err);
     if (!g) return -1;
     d->r.device = deploy_gpu_device(g);
     uint8_t *img = batch_images(d, d->o.batch);
@@ -560,6 +590,7 @@ static int gpu_path(deploy_run *d, sc_err *err) {
     int rc = ref && ref_logits ? 0 : -1;
     if (ref && !ref_logits) sc_fail(err, "out of memory");
     if (!rc) rc = deploy_cpu_forward(ref, nref, test_image(d, 0), ref_logits, err);
+    if (!rc && nall == 0) act_add(d, ref, nref);  // else the --reference images are counted
     if (!rc && nall > 0) {
         int n = d->o.batch < 64 ? d->o.batch : 64;
         deploy_cpu *c = deploy_cpu_create(d->p, n, err);
@@ -608,6 +639,7 @@ static void report_init(deploy_run *d) {
     d->r.batch = d->o.batch, d->r.repeat = d->o.repeat;
     d->r.test_images = d->test.n;
     d->r.sparsity = deploy_plan_sparsity(d->p);
+    d->r.skip_cands = d->skip_mask, d->r.act_min = d->o.act_min;
     d->r.dense_note = d->r.gpu ? "the dense engine of the plan's precision (TF32 for the fp32 plan) is "
                                  "the yardstick; the old per-layer cuDNN plan (fp32: NCHW, TF32 off; "
                                  "fp16: per layer the faster of NCHW and NHWC with transposes) is a "
@@ -635,6 +667,7 @@ static void chart_write(deploy_run *d) {
 // Prints the table and the summary; writes the chart and the JSON summary.
 static int reports(deploy_run *d, sc_err *err) {
     d->r.seconds = progress_clock() - d->t0;
+    act_finish(d);
     chart_write(d);
     FILE *out = d->o.c.json && !strcmp(d->o.c.json, "-") ? stderr : stdout;
     if (!d->o.c.quiet && (!d->r.gpu || d->r.nprec)) deploy_report_table(out, d->p, &d->r);
@@ -652,7 +685,7 @@ static int reports(deploy_run *d, sc_err *err) {
 // Frees everything a run holds.
 static void run_free(deploy_run *d) {
     for (int i = 0; i < 2; i++) deploy_timing_free(&d->r.pr[i].tb), deploy_timing_free(&d->r.pr[i].t1);
-    free(d->r.cpu_op_ms), free(d->cpu_pred);
+    free(d->r.cpu_op_ms), free(d->cpu_pred), free(d->act_z), free(d->act_e), free(d->r.act_sparsity);
     free(d->r.mixed.op_dense_ms), free(d->r.mixed.op_sparse_ms);
     deploy_plan_free(d->p);
     sparse_model_free(d->m);
@@ -669,6 +702,7 @@ int main(int argc, char **argv) {
     d.log = d.o.c.quiet ? NULL : stderr;
     sc_err err = {{0}};
     rc = engine_list_check(&d, &err) ? -2 : 0;
+    if (!rc && strcmp(d.o.skip_cands, "none")) rc = deploy_cand_parse_skip(d.o.skip_cands, &d.skip_mask, &err) ? -2 : 0;
     if (rc == -2) {
         cli_error(TOOL, "%s", err.msg);
         return SC_EXIT_USAGE;

@@ -136,6 +136,11 @@ int deploy_cpu_forward(deploy_cpu *c, int n, const uint8_t *images, float *logit
 // Runs op i alone on the first n images of its input tensor(s).
 void deploy_cpu_op(deploy_cpu *c, int i, int n);
 
+// Adds to zeros[i] and elems[i] (nops) the zeros and the elements of the
+// input interior of every DOP_CONV op i over the first n images of the last
+// forward (its activation sparsity is zeros / elems).
+void deploy_cpu_act_zeros(const deploy_cpu *c, int n, double *zeros, double *elems);
+
 // Tensor t's buffer: (max_n, c, h + 2 border, w + 2 border).
 float *deploy_cpu_tensor(const deploy_cpu *c, int t);
 

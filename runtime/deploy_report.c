@@ -40,6 +40,42 @@ void deploy_timing_free(deploy_timing *t) {
     memset(t, 0, sizeof *t);
 }
 
+// --- leaving candidates out (deploy_gpu.h; plain C for every build) --------------
+
+// 1 when word (len characters) names candidate c or its family (the name up to its first '_').
+static int skip_matches(const char *word, size_t len, int c) {
+    const char *n = deploy_cand_name(c), *u = strchr(n, '_');
+    const size_t fam = u ? (size_t)(u - n) : strlen(n);
+    return (strlen(n) == len || fam == len) && !strncmp(n, word, len);
+}
+
+// Parses --skip-candidates' list into a mask of candidate indices.
+int deploy_cand_parse_skip(const char *list, unsigned *mask, sc_err *err) {
+    *mask = 0;
+    for (const char *s = list; deploy_cand_count() > 0;) {
+        const size_t len = strcspn(s, ",");
+        int hit = 0;
+        for (int c = 0; c < deploy_cand_count(); c++) {
+            if (!skip_matches(s, len, c)) continue;
+            if (deploy_cand_dense(c))
+                return sc_fail(err, "--skip-candidates: %s is a dense baseline and cannot be left out",
+                               deploy_cand_name(c));
+            *mask |= 1u << c, hit = 1;
+        }
+        if (!hit) return sc_fail(err, "--skip-candidates: '%.*s' is no candidate or family of this build", (int)len, s);
+        if (!s[len]) break;
+        s += len + 1;
+    }
+    return 0;
+}
+
+// Whether skip leaves candidate c out of op i (never a dense baseline).
+int deploy_gpu_skipped(const deploy_gpu_skip *skip, int i, int c) {
+    if (!skip || deploy_cand_dense(c)) return 0;
+    if (skip->cands >> c & 1u) return 1;
+    return deploy_cand_skips_zeros(c) && skip->act_sparsity && skip->act_sparsity[i] < skip->act_min;
+}
+
 // Images per second of one batch.
 double deploy_ips(int n, double ms) { return ms > 0 && isfinite(ms) ? n * 1000.0 / ms : NAN; }
 
@@ -73,12 +109,18 @@ static int rep_failed(const deploy_report *r, int i, int c, int b1) {
     return t && t->passed && t->passed[i][c] == 0;
 }
 
-// Fastest sparse candidate ("sparse*") of precision prec on op i.
+// Whether candidate c is one of this toolkit's sparse kernels ("sparse*", "actsparse*").
+static int rep_is_sparse(int c) {
+    const char *n = deploy_cand_name(c);
+    return !strncmp(n, "sparse", 6) || !strncmp(n, "actsparse", 9);
+}
+
+// Fastest sparse candidate (rep_is_sparse) of precision prec on op i.
 static double rep_sparse_ms(const deploy_report *r, int i, deploy_prec prec, int b1) {
     double best = NAN;
     for (int c = 0; c < deploy_cand_count(); c++) {
         double ms = rep_ms(r, i, c, b1);
-        if (deploy_cand_prec(c) == prec && !strncmp(deploy_cand_name(c), "sparse", 6) &&
+        if (deploy_cand_prec(c) == prec && rep_is_sparse(c) &&
             isfinite(ms) && !(ms >= best) && !rep_failed(r, i, c, b1))
             best = ms;
     }
@@ -124,16 +166,39 @@ static void rep_speed_cell(FILE *f, double x) {
     else fprintf(f, " %7s", "-");
 }
 
+// Whether the table has a column for candidate c (its precision ran, --skip-candidates kept it).
+static int rep_column(const deploy_report *r, int c) {
+    return rep_prec(r, deploy_cand_prec(c)) && !(r->skip_cands >> c & 1u);
+}
+
+// Whether the activation-sparsity filter left candidate c out of op i.
+static int rep_filtered(const deploy_report *r, int i, int c) {
+    const deploy_gpu_skip skip = {.act_sparsity = r->act_sparsity, .act_min = r->act_min};
+    return r->gpu && deploy_gpu_skipped(&skip, i, c);
+}
+
 // Prints the header line of the table.
 static void rep_table_head(FILE *f, const deploy_report *r) {
-    fprintf(f, "%-24s %-18s %8s", "layer", "shape", "sparsity");
+    fprintf(f, "%-24s %-18s %8s %7s", "layer", "shape", "sparsity", "act-sp");
     if (!r->gpu) {
         fprintf(f, " %11s\n", "cpu_ms");
         return;
     }
     for (int c = 0; c < deploy_cand_count(); c++)
-        if (rep_prec(r, deploy_cand_prec(c))) fprintf(f, " %11s", deploy_cand_name(c));
+        if (rep_column(r, c)) fprintf(f, " %11s", deploy_cand_name(c));
     fprintf(f, " %7s %7s  %s\n", "x fp32", "x fp16", "chosen");
+}
+
+// Prints what the sparse plans left out: --skip-candidates and the activation-sparsity filter.
+static void rep_table_skips(FILE *f, const deploy_report *r) {
+    if (!r->gpu) return;
+    int any = 0;
+    for (int c = 0; c < deploy_cand_count(); c++)
+        if (r->skip_cands >> c & 1u) fprintf(f, "%s%s", any++ ? " " : "(left out on every layer: ", deploy_cand_name(c));
+    if (any) fprintf(f, ", --skip-candidates)\n");
+    if (r->act_min > 0)
+        fprintf(f, "(skip: activation-sparse candidate not timed, the layer's act-sp is below %.0f%%, "
+                   "--actsparse-min-zeros)\n", 100.0 * r->act_min);
 }
 
 // Prints the per-layer table (times in ms at the batch size).
@@ -152,23 +217,32 @@ void deploy_report_table(FILE *f, const deploy_plan *p, const deploy_report *r) 
         }
         deploy_op_shape(p, op, shape, sizeof shape);
         fprintf(f, "%-24.24s %-18.18s %7.1f%%", op->name, shape, 100.0 * deploy_op_sparsity(p, op));
+        const double as = r->act_sparsity ? r->act_sparsity[i] : NAN;
+        if (isfinite(as)) fprintf(f, " %6.1f%%", 100.0 * as);
+        else fprintf(f, " %7s", "-");
         if (!r->gpu) {
             rep_cell(f, r->cpu_op_ms ? r->cpu_op_ms[i] : NAN, 11, 0);
             fputc('\n', f);
             continue;
         }
-        for (int c = 0; c < deploy_cand_count(); c++)
-            if (rep_prec(r, deploy_cand_prec(c))) rep_cell(f, rep_ms(r, i, c, 0), 11, rep_failed(r, i, c, 0));
+        for (int c = 0; c < deploy_cand_count(); c++) {
+            if (!rep_column(r, c)) continue;
+            if (rep_filtered(r, i, c)) fprintf(f, " %11s", "skip");
+            else rep_cell(f, rep_ms(r, i, c, 0), 11, rep_failed(r, i, c, 0));
+        }
         double s32 = rep_speedup(r, i, DP_FP32, 0), s16 = rep_speedup(r, i, DP_FP16, 0);
         rep_speed_cell(f, s32);
         rep_speed_cell(f, s16);
         const char *c32 = rep_chosen(r, i, DP_FP32, 0), *c16 = rep_chosen(r, i, DP_FP16, 0);
         fprintf(f, "  %s%s%s\n", c32 ? c32 : "", c32 && c16 ? " " : "", c16 ? c16 : "");
     }
-    fprintf(f, "%-24s %-18s %8s", "other ops", "(add, pool, ...)", "");
+    fprintf(f, "%-24s %-18s %8s %7s", "other ops", "(add, pool, ...)", "", "");
     rep_cell(f, other, 11, 0);
     fputc('\n', f);
+    if (r->act_images) fprintf(f, "(act-sp: zeros in the layer's input over %ld test images of the CPU reference)\n",
+                               r->act_images);
     if (r->gpu) fprintf(f, "(* failed its check against the CPU reference: timed, never chosen)\n");
+    rep_table_skips(f, r);
 }
 
 // --- the summary ----------------------------------------------------------------
@@ -302,8 +376,12 @@ static void rep_json_layers(json_writer *j, const deploy_plan *p, const deploy_r
         json_add_string(j, "name", op->name);
         json_add_string(j, "shape", shape);
         json_add_number(j, "sparsity", deploy_op_sparsity(p, op));
+        json_add_number(j, "act_sparsity", r->act_sparsity ? r->act_sparsity[i] : NAN);
         json_add_int(j, "nnz", deploy_op_layer(p, op)->nnz);
         json_add_int(j, "nnz_row", deploy_op_layer(p, op)->nnz_row);
+        int filtered = 0;
+        for (int c = 0; c < deploy_cand_count(); c++) filtered |= rep_filtered(r, i, c);
+        json_add_bool(j, "actsparse_filtered", filtered);
         rep_json_times(j, r, i, 0);
         const char *ch = r->nprec ? rep_chosen(r, i, r->pr[0].prec, 0) : NULL;
         json_add_string(j, "chosen", r->gpu ? ch : "cpu");
@@ -429,6 +507,12 @@ void deploy_report_json(json_writer *j, const deploy_plan *p, const deploy_repor
     json_add_number(j, "cpu_reference_accuracy", r->cpu_images ? r->cpu_acc : NAN);
     json_add_int(j, "cpu_reference_images", r->cpu_images);
     json_add_number(j, "sparsity", r->sparsity);
+    json_add_int(j, "act_sparsity_images", r->act_images);
+    json_add_number(j, "actsparse_min_zeros", r->act_min);
+    json_array_begin(j, "skipped_candidates");
+    for (int c = 0; c < deploy_cand_count(); c++)
+        if (r->skip_cands >> c & 1u) json_add_string(j, NULL, deploy_cand_name(c));
+    json_array_end(j);
     json_add_number(j, "images_per_second", deploy_ips(r->batch, pr ? pr->ms : r->cpu_ms));
     json_add_number(j, "dense_images_per_second", deploy_ips(r->batch, pr ? pr->dense_ms : r->cpu_dense_ms));
     json_add_number(j, "latency_ms_batch1", pr ? pr->lat_ms : r->cpu_lat_ms);

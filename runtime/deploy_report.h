@@ -59,6 +59,11 @@ typedef struct {
     double cpu_ms, cpu_lat_ms;   // CPU plan: one batch, one image
     double cpu_dense_ms, cpu_dense_lat_ms;  // dense CPU executor on the folded net
     double *cpu_op_ms;           // (nops) CPU plan time of each op at the batch size
+    double *act_sparsity;        // (nops) fraction of zeros in each conv op's input interior over
+                                 // the images the CPU reference ran (NAN: not measured)
+    long act_images;             // those images
+    unsigned skip_cands;         // candidates left out on every layer (--skip-candidates)
+    double act_min;              // zero-skipping candidates left out where act_sparsity < act_min
     double seconds;
     double load_seconds;         // sparse_model_load of the export file (read, check, pad)
     char chart[1100];            // chart file written ("" when none)

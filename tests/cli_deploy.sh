@@ -51,12 +51,14 @@ out=$($DP --json "$T/d.json" 2>"$T/err")
 rc=$?
 [ $rc -eq 0 ] && ok "cpu path exits 0" || bad "cpu path exits 0" "exit $rc: $(cat "$T/err")"
 grep -q '^conv2 ' <<<"$out" && grep -q 'test accuracy' <<<"$out" && ok "table and summary" || bad "table and summary" "$out"
+grep -q '^layer .* sparsity  *act-sp' <<<"$out" && grep -q '^(act-sp: zeros in the layer' <<<"$out" \
+    && ok "act-sp column" || bad "act-sp column" "$out"
 grep -qE '^loaded .*model\.csr\.h5 in [0-9]+\.[0-9]{3} s$' <<<"$out" && ok "load time line" || bad "load time line" "$out"
 for k in tool dataset model output test_accuracy load_seconds cpu_reference_accuracy sparsity images_per_second \
          dense_images_per_second latency_ms_batch1 dense_latency_ms_batch1 seconds layers; do
     grep -q "\"$k\"" "$T/d.json" || bad "json has $k" "missing"
 done
-for k in name shape sparsity cudnn_fp32_ms cudnn_tf32_ms cudnn_fp16_ms sparse_fp32_ms sparse_fp16_ms \
+for k in name shape sparsity act_sparsity cudnn_fp32_ms cudnn_tf32_ms cudnn_fp16_ms sparse_fp32_ms sparse_fp16_ms \
          cusparse_ms chosen; do
     grep -q "\"$k\"" "$T/d.json" || bad "json layers have $k" "missing"
 done
@@ -73,6 +75,12 @@ assert 0 < d["load_seconds"] < d["seconds"], (d["load_seconds"], d["seconds"])
 names = [l["name"] for l in d["layers"]]
 assert names == ["conv1", "conv2", "fc1", "fc2", "fc3"], names
 assert all(l["chosen"] == "cpu" and l["cpu_ms"] > 0 for l in d["layers"])
+# activation sparsity: measured over every test image the CPU ran; the image
+# input is dense, the inputs after ReLUs hold zeros
+assert d["act_sparsity_images"] == d["test_images"], d["act_sparsity_images"]
+act = [l["act_sparsity"] for l in d["layers"]]
+assert all(0 <= a <= 1 for a in act), act
+assert act[0] < 0.5 and max(act[1:]) > 0, act
 EOF
 else
     SKIP=$((SKIP + 1)); echo "skip json values: no $PY"
@@ -83,6 +91,26 @@ fi
     >"$T/s.json" 2>"$T/err2"
 grep -q '"test_images": *100' "$T/s.json" && grep -q '"batch": *32' "$T/s.json" && ok "explicit input, --json -" \
     || bad "explicit input, --json -" "$(cat "$T/s.json" "$T/err2")"
+
+# --skip-candidates / --actsparse-min-zeros: parse, reach the JSON, refuse bad values
+# (names are checked against the build's candidate table: a CPU-only build has none)
+expect_fail "actsparse-min-zeros above 1" 2 '^deploy: .*actsparse-min-zeros' $DP --actsparse-min-zeros 1.5 "$X"
+"$BIN/deploy" --device cpu --quiet --data-dir "$T/data" --test-images 20 --skip-candidates actsparse,cusparse \
+    --actsparse-min-zeros 0.3 --json "$T/k.json" "$X" synthetic >/dev/null 2>"$T/err3"
+rc=$?
+[ $rc -eq 0 ] && grep -q '"actsparse_min_zeros": *0.3' "$T/k.json" && ok "skip options parse" \
+    || bad "skip options parse" "exit $rc: $(cat "$T/err3")"
+if grep -q '"actsparse_fp32_ms"' "$T/d.json"; then
+    tr -d ' \n' <"$T/k.json" | grep -q '"skipped_candidates":\["cusparse","actsparse_fp32","actsparse_fp16"\]' \
+        && ok "skipped candidates in the JSON" || bad "skipped candidates in the JSON" "$(grep -A4 skipped "$T/k.json")"
+    expect_fail "unknown candidate" 2 "^deploy: --skip-candidates: 'frob' is no candidate" \
+        $DP --skip-candidates actsparse,frob "$X"
+    expect_fail "dense baseline" 2 '^deploy: --skip-candidates: cudnn_fp32 is a dense baseline' \
+        $DP --skip-candidates cudnn "$X"
+    expect_fail "empty name" 2 "^deploy: --skip-candidates: '' is no candidate" $DP --skip-candidates actsparse, "$X"
+else
+    SKIP=$((SKIP + 4)); echo "skip candidate names: this build has no GPU candidates"
+fi
 
 # --- bad input with a pipeline (exit 1) ------------------------------------------------
 expect_fail "unknown dataset" 1 '^deploy: .*nosuchset' $DP "$X" nosuchset

@@ -42,6 +42,10 @@ if [ ! -f "$T/b.h5" ]; then bad "kill after epoch 1" "no checkpoint"; else
     else bad "resume is bitwise equal" "params differ"; fi
 fi
 grep -q '"test_accuracy"' "$T/a.json" && grep -q '"tool": *"train"' "$T/a.json" && ok "json summary" || bad "json summary" "$(cat "$T/a.json" 2>/dev/null)"
+# lenet on 10 classes, counted by hand: conv1 6*3*5*5+6, conv2 16*6*5*5+16, fc1 400*120+120,
+# fc2 120*84+84, fc3 84*10+10
+grep -qE '"parameters": *62006,' "$T/a.json" && grep -qE '"lr": *0\.05(00000007[0-9]*)?,' "$T/a.json" && ok "json parameters and lr" \
+    || bad "json parameters and lr" "$(grep -E 'parameters|"lr"' "$T/a.json")"
 acc=$(grep -oE '"val_accuracy": *[0-9.]+' "$T/a.json" | tail -n 1 | grep -oE '[0-9.]+$')
 awk -v a="${acc:-0}" 'BEGIN { exit !(a > 30) }' && ok "lenet learns synthetic (val $acc%)" || bad "lenet learns synthetic" "val ${acc:-?}%"
 

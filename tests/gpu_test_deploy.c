@@ -56,7 +56,7 @@ static void check_each_candidate(tctx *t, fixture *f, deploy_gpu *g, deploy_prec
 // Tunes at NIMG and at 1 in one precision and checks logits, candidates and timing.
 static void run_prec(tctx *t, fixture *f, deploy_prec prec, double tol) {
     sc_err err = {{0}};
-    deploy_gpu *g = deploy_gpu_create(f->p, prec, NIMG, stderr, &err);
+    deploy_gpu *g = deploy_gpu_create(f->p, prec, NIMG, NULL, stderr, &err);
     CHECK(t, g != NULL, "create: %s", err.msg);
     if (!g) return;
     deploy_timing tm;
@@ -147,6 +147,46 @@ static void test_codebook(tctx *t) {
     fixture_free(&f);
 }
 
+// Candidates deploy_gpu_create leaves out: a --skip-candidates mask on every
+// layer, the activation-sparsity filter on the layers below its threshold;
+// the rest are checked and timed as usual and the plan still matches the CPU.
+static void test_skip(tctx *t) {
+    if (!gpu_here(t)) return;
+    fixture f;
+    tdm_opts o = {.fold_bn = 1, .fuse_relu = 1, .fuse_pool = 1, .sparsity = 0.85f};
+    sc_err err = {{0}};
+    if (fixture_make(t, &f, "res", RES_DESC, 13, 11, &o, 26) == 0) {
+        unsigned mask = 0;
+        CHECK(t, deploy_cand_parse_skip("cusparse", &mask, &err) == 0 && mask, "parse: %s", err.msg);
+        double *act = malloc((size_t)f.p->nops * sizeof *act);
+        int first = -1;  // the first conv reads the image (no zeros): below any threshold
+        for (int i = 0; i < f.p->nops; i++) {
+            act[i] = f.p->ops[i].kind == DOP_CONV && first < 0 ? 0.1 : 0.9;
+            if (f.p->ops[i].kind == DOP_CONV && first < 0) first = i;
+        }
+        const deploy_gpu_skip skip = {.cands = mask, .act_sparsity = act, .act_min = 0.5};
+        deploy_gpu *g = deploy_gpu_create(f.p, DP_FP32, NIMG, &skip, stderr, &err);
+        CHECK(t, g != NULL, "create: %s", err.msg);
+        deploy_timing tm;
+        deploy_timing_init(&tm, f.p->nops, NIMG, &err);
+        int rc = g ? deploy_gpu_tune(g, NIMG, f.img, f.cpu, NIMG, 3, &tm, stderr, &err) : -1, kept = 0;
+        CHECK(t, rc == 0, "tune: %s", err.msg);
+        for (int i = 0; !rc && i < f.p->nops; i++)
+            for (int c = 0; c < deploy_cand_count() && f.p->ops[i].kind == DOP_CONV; c++) {
+                const int out = deploy_gpu_skipped(&skip, i, c);
+                CHECK(t, !out || (tm.passed[i][c] == -1 && isnan(tm.ms[i][c]) && tm.chosen[i] != c),
+                      "%s: %s was left out but ran", f.p->ops[i].name, deploy_cand_name(c));
+                kept += deploy_cand_prec(c) == DP_FP32 && deploy_cand_skips_zeros(c) && tm.passed[i][c] == 1;
+            }
+        CHECK(t, rc || kept > 0, "the activation-sparse candidate ran on no layer above the threshold");
+        if (!rc) check_logits(t, "plan without the skipped candidates", &f, g, NIMG, 1e-4);
+        deploy_timing_free(&tm);
+        deploy_gpu_free(g);
+        free(act);
+    }
+    fixture_free(&f);
+}
+
 int main(void) {
     tctx t = {.suite = "gpu_test_deploy"};
     RUN(&t, test_lenet);
@@ -154,5 +194,6 @@ int main(void) {
     RUN(&t, test_residual_unfused);
     RUN(&t, test_codebook);
     RUN(&t, test_concat);
+    RUN(&t, test_skip);
     return check_finish(&t);
 }

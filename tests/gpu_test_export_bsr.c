@@ -39,7 +39,7 @@ static int side_make(tctx *t, bsr_side *s, net *nt, const sc_pattern *pat, int c
     s->m = tex_roundtrip(nt, &cfg, path, NULL);
     s->p = s->m ? deploy_plan_build(s->m, &err) : NULL;
     s->cpu = s->p ? deploy_cpu_create(s->p, NIMG, &err) : NULL;
-    s->g = s->cpu ? deploy_gpu_create(s->p, prec, NIMG, stderr, &err) : NULL;
+    s->g = s->cpu ? deploy_gpu_create(s->p, prec, NIMG, NULL, stderr, &err) : NULL;
     int rc = s->g && deploy_timing_init(&s->tm, s->p->nops, NIMG, &err) == 0 ? 0 : -1;
     if (rc == 0) rc = deploy_cpu_forward(s->cpu, NIMG, img, NULL, &err);  // the tune's reference has run them
     if (rc == 0) rc = deploy_gpu_tune(s->g, NIMG, img, s->cpu, NIMG, 2, &s->tm, stderr, &err);

@@ -42,6 +42,7 @@
 #include "kernels/spmm_gpu.h"
 #include "runtime/rng.h"
 #include "tests/check.h"
+#include "tests/gpu_testutil.h"
 #include "tests/spconv_cases.h"
 #include "tests/testutil.h"
 
@@ -221,15 +222,25 @@ static int sparse_run_check(tctx *t, tdata *d, spconv_gpu *g, cudaStream_t st, c
     return out_check(t, what, &d->L, d->n, d->half, d->dout, d->ref, d->half ? TOL16 : TOL32);
 }
 
+// One forward of the chosen variant (graph_capture's callback).
+typedef struct {
+    tdata *d;
+    spconv_gpu *g;
+    cudaStream_t st;
+} sparse_fwd;
+
+// Queues the forward in arg.
+static int sparse_fwd_run(void *arg, sc_err *err) {
+    sparse_fwd *f = arg;
+    return spconv_gpu_forward(f->g, f->d->n, f->d->din, f->d->dout, f->st, err);
+}
+
 // Replays the chosen variant from a captured CUDA graph and checks it.
 static void sparse_graph_check(tctx *t, tdata *d, spconv_gpu *g, cudaStream_t st) {
     sc_err err = {{0}};
-    cudaGraph_t graph = NULL;
     cudaGraphExec_t exec = NULL;
-    int ok = cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
-    ok = ok && spconv_gpu_forward(g, d->n, d->din, d->dout, st, &err) == 0;
-    ok = cudaStreamEndCapture(st, &graph) == cudaSuccess && ok;
-    ok = ok && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+    sparse_fwd f = {d, g, st};
+    int ok = graph_capture(st, sparse_fwd_run, &f, &exec, &err) == 0;
     CHECK(t, ok, "graph capture failed: %s %s", err.msg, cudaGetErrorString(cudaGetLastError()));
     if (ok) {
         dev_poison(d->dout, spc_out_elems(&d->L, d->n), d->half, st);
@@ -239,7 +250,6 @@ static void sparse_graph_check(tctx *t, tdata *d, spconv_gpu *g, cudaStream_t st
                           d->half ? TOL16 : TOL32);
     }
     if (exec) cudaGraphExecDestroy(exec);
-    if (graph) cudaGraphDestroy(graph);
 }
 
 // Every variant, the tuned one and a graph replay of one case; returns how

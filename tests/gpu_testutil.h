@@ -143,6 +143,21 @@ static inline void dget_nchw(genv *e, gpu_dtype dt, int n, int c, int hw, const 
     free(t);
 }
 
+// Captures fn(arg), which queues work on st, into a CUDA graph and
+// instantiates it into *exec (the caller destroys it); 0 on success.
+static inline int graph_capture(cudaStream_t st, gpu_run_fn fn, void *arg, cudaGraphExec_t *exec,
+                                sc_err *err) {
+    cudaGraph_t graph = NULL;
+    *exec = NULL;
+    int ok = cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+    ok = ok && fn(arg, err) == 0;
+    ok = cudaStreamEndCapture(st, &graph) == cudaSuccess && ok;
+    ok = ok && cudaGraphInstantiate(exec, graph, 0) == cudaSuccess;
+    if (graph) cudaGraphDestroy(graph);
+    if (!ok && *exec) cudaGraphExecDestroy(*exec), *exec = NULL;
+    return ok ? 0 : -1;
+}
+
 // Name of a dtype for messages.
 static inline const char *dtn(gpu_dtype dt) { return dt == GDT_F16 ? "fp16" : "fp32"; }
 

@@ -272,6 +272,8 @@ static int finish(train_run *r, json_writer *hist, double secs, long images, sc_
     json_add_string(j, "precision", r->prec == PREC_FP16 ? "fp16" : "fp32");
     json_add_int(j, "epochs", r->hp.epochs);
     json_add_int(j, "batch", r->hp.batch);
+    json_add_number(j, "lr", r->hp.lr);
+    json_add_int(j, "parameters", (long long)r->nt->nparam);
     json_add_number(j, "val_accuracy", r->meta.val_accuracy);
     json_add_number(j, "test_accuracy", test);
     json_add_number(j, "sparsity", net_sparsity(r->nt));
@@ -311,9 +313,10 @@ static int train_tool(train_run *r, int argc, char **argv) {
     }
     if (!rc && r->meta.momentum) rc = exec_write_momentum(r->ex, r->meta.momentum, &err);
     if (!rc) {
-        log_line(stderr, r->o.c.quiet, "train: %s on %s (%d train, %d val, %d test, %d classes), %s %s, %.1f MMAC/image -> %s",
+        log_line(stderr, r->o.c.quiet, "train: %s on %s (%d train, %d val, %d test, %d classes), %s %s, "
+                 "%zu parameters, %.1f MMAC/image -> %s",
                  r->nt->arch, r->o.dataset, r->ds.train.n, r->ds.val.n, r->ds.test.n, r->ds.classes,
-                 exec_device_name(r->ex), r->prec == PREC_FP16 ? "fp16" : "fp32",
+                 exec_device_name(r->ex), r->prec == PREC_FP16 ? "fp16" : "fp32", r->nt->nparam,
                  net_macs(r->nt) / 1e6, r->out);
         rc = epochs_run(r, &hist, &secs, &images, &err) || finish(r, &hist, secs, images, &err);
     }

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Issue 20 on the GPU machine: one seed network trained by `train` and by PyTorch with the same
+# recipe and budget, pruned to 90%, exported and deployed with and without the
+# activation-sparse candidates.
+#
+#   bench/seed_nets.sh NET [EPOCHS]     NET: resnet50 | densenet121 | vgg19; EPOCHS: 60
+#
+# Resumable: every artefact lives in $SEED/NET (default /root/seed/NET) and a step whose
+# output exists is skipped; `train` continues its per-epoch checkpoint (--resume), PyTorch
+# its own (--ckpt). Each step runs under the time left of BUDGET seconds (default 540, for a
+# 10-minute device call): when it runs out the step is stopped, the results so far are
+# packed, and the next call of the same command on the same (warm) machine goes on.
+# With N GPUs (nvidia-smi -L) both trainings run at once on GPUs 0 and 1; with one GPU, one
+# after the other. Prune, export and deploy run on GPU 0.
+# Steps: train (ours), train_pytorch.py, prune --method gmp to 0.9 (PRUNE_EPOCHS fine-tuning
+# epochs, default 10), export, then deploy (--precision $PRECISION, default both, --engine
+# fp16,tf32: the fp32 plan's all-dense network is the dense fp32 figure) twice:
+# with the activation-sparse candidates (--reference all: accuracy against the CPU reference
+# on the whole test set) and with --skip-candidates actsparse (--reference $REF_WITHOUT,
+# default all).
+# Out: $OUT/seed-NET.tar.gz with the JSON summaries and logs; bench/seed_table.py makes the table.
+# Expects build/bin/* (bench/pack.sh) and CIFAR-100 in /root/data or data/cifar-100-binary.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+NET=${1:?usage: bench/seed_nets.sh resnet50|densenet121|vgg19 [EPOCHS]}
+EPOCHS=${2:-60}
+case $NET in resnet50|densenet121|vgg19) ;; *) [ -n "${SEED_ANY_NET:-}" ] || { echo "seed_nets: unknown net $NET" >&2; exit 2; } ;; esac
+DATASET=${DATASET:-cifar100}  # (DATASET=synthetic SEED_ANY_NET=1 DEVICE=cpu: a smoke test of the script)
+DEVICE=${DEVICE:-gpu}         # never a silent CPU run on the GPU machine
+B=build/bin
+D=${SEED:-/root/seed}/$NET
+BUDGET=${BUDGET:-540}
+PRUNE_EPOCHS=${PRUNE_EPOCHS:-10}
+REF_WITHOUT=${REF_WITHOUT:-all}
+PRECISION=${PRECISION:-both}  # deploy's sparse plans (fp16 alone halves the tuning; no fp32 plan then)
+OUTDIR=${OUT:-bench/out}
+T0=$SECONDS
+mkdir -p "$D" "$OUTDIR" data
+[ -e data/cifar-100-binary ] || { [ -f /root/data/train.bin ] && ln -s /root/data data/cifar-100-binary; }
+[ "$DATASET" != cifar100 ] || [ -f data/cifar-100-binary/train.bin ] ||
+    { echo "seed_nets: no CIFAR-100 in data/cifar-100-binary or /root/data" >&2; exit 1; }
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+[ "$NGPU" -ge 1 ] || { echo "seed_nets: no GPU (nvidia-smi -L)" >&2; exit 1; }
+
+left() { echo $((BUDGET - (SECONDS - T0))); }
+# step NAME DONE_FILE GPU CMD...: runs CMD on GPU under the time left unless DONE_FILE exists.
+step() {
+    local name=$1 done=$2 gpu=$3; shift 3
+    if [ -s "$done" ]; then echo "== $name: done ($done)"; return 0; fi
+    local t=$(left)
+    if [ "$t" -lt 20 ]; then echo "== $name: no time left in this call (run again)"; return 1; fi
+    echo "== $name (GPU $gpu, at most ${t}s): $*"
+    CUDA_VISIBLE_DEVICES=$gpu timeout --signal=TERM --kill-after=10 "$t" "$@" >>"$D/$name.log" 2>&1
+    local rc=$?
+    tail -n 3 "$D/$name.log"
+    [ $rc -eq 124 ] && echo "== $name: stopped at the time limit (run again to go on)"
+    [ $rc -ne 0 ] && echo "== $name: exit $rc"
+    return $rc
+}
+
+# Ours, resuming its checkpoint when there is one.
+train_ours() {
+    local args=(--model "$NET" --epochs "$EPOCHS" "$DATASET")
+    [ -f "$D/model.h5" ] && args=(--resume)  # the settings and dataset come from the checkpoint
+    step train "$D/train.json" "$1" $B/train --device "$DEVICE" -o "$D/model.h5" --json "$D/train.json" "${args[@]}"
+}
+
+# PyTorch, the same recipe and epochs; its last line is the JSON summary.
+train_torch() {
+    step train_pytorch "$D/train_pytorch.json" "$1" bash -c \
+        "python3 bench/train_pytorch.py --model $NET --epochs $EPOCHS --ckpt $D/torch.ckpt \
+         | tee -a $D/train_pytorch.out | tail -n 1 | grep '^{' >$D/train_pytorch.json.tmp \
+         && mv $D/train_pytorch.json.tmp $D/train_pytorch.json"
+}
+
+# The parameter counts of both, side by side (PyTorch's without a GPU run).
+params() {
+    [ -s "$D/params.txt" ] && return 0
+    local ours torch
+    ours=$(grep -o '[0-9]* parameters' "$D/train.log" 2>/dev/null | head -n 1 | cut -d' ' -f1)
+    torch=$(python3 bench/train_pytorch.py --model "$NET" --params 2>/dev/null | grep -o '"parameters": [0-9]*' | cut -d' ' -f2)
+    if [ -n "$ours" ] && [ -n "$torch" ]; then
+        echo "$NET parameters: ours $ours, pytorch $torch$([ "$ours" = "$torch" ] || echo ' DIFFERENT')" | tee "$D/params.txt"
+    else echo "== params: ours '${ours}', pytorch '${torch}' (not both known yet)"; fi
+}
+
+if [ "$NGPU" -ge 2 ]; then
+    train_ours 0 & p1=$!
+    train_torch 1 & p2=$!
+    wait $p1; wait $p2
+else
+    train_ours 0
+    train_torch 0
+fi
+params
+
+if [ -s "$D/train.json" ]; then
+    step prune "$D/prune.json" 0 $B/prune --quiet --device "$DEVICE" --method gmp --from "$D/model.h5" --target-sparsity 0.9 \
+        --epochs "$PRUNE_EPOCHS" -o "$D/pruned.h5" --json "$D/prune.json" --runs "$D/runs" "$DATASET" &&
+    step export "$D/export.json" 0 $B/export --quiet "$D/pruned.h5" -o "$D/pruned.csr.h5" --json "$D/export.json" &&
+    step deploy_with "$D/deploy_with.json" 0 $B/deploy --device "$DEVICE" --precision "$PRECISION" --engine fp16,tf32 --reference all \
+        --chart none --json "$D/deploy_with.json" "$D/pruned.csr.h5" "$DATASET" &&
+    step deploy_without "$D/deploy_without.json" 0 $B/deploy --device "$DEVICE" --precision "$PRECISION" --engine fp16,tf32 \
+        --skip-candidates actsparse --reference "$REF_WITHOUT" --chart none --json "$D/deploy_without.json" \
+        "$D/pruned.csr.h5" "$DATASET"
+fi
+
+# Pack the summaries and logs (the models stay in $D).
+files=$(cd "$D" && ls -- *.json *.log *.txt train_pytorch.out 2>/dev/null)
+tar czf "$OUTDIR/seed-$NET.tar.gz" -C "$D" $files
+echo "== packed $OUTDIR/seed-$NET.tar.gz: $(echo $files)"
+for f in train train_pytorch prune export deploy_with deploy_without; do
+    [ -s "$D/$f.json" ] && printf '%s ' "$f" || printf '(%s) ' "$f"
+done
+echo "(parenthesised: not done yet)"
