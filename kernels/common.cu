@@ -128,22 +128,6 @@ extern "C" int gpu_fill_uniform(const gpu_ctx *g, gpu_dtype dt, size_t n, void *
 
 // --- timing -------------------------------------------------------------------
 
-// Times `repeat` runs of fn between events after the warm-up; -1 on failure.
-static int gpu_time_runs(const gpu_ctx *g, gpu_run_fn fn, void *arg, int warmup, int repeat,
-                         cudaEvent_t ev[2], double *v, sc_err *err) {
-    for (int k = 0; k < warmup; k++) SC_TRY(fn(arg, err));
-    for (int k = 0; k < repeat; k++) {
-        float t = 0.0f;
-        cudaCheck(err, cudaEventRecord(ev[0], g->stream));
-        SC_TRY(fn(arg, err));
-        cudaCheck(err, cudaEventRecord(ev[1], g->stream));
-        cudaCheck(err, cudaEventSynchronize(ev[1]));
-        cudaCheck(err, cudaEventElapsedTime(&t, ev[0], ev[1]));
-        v[k] = t;
-    }
-    return 0;
-}
-
 // Spins until `ns` nanoseconds of the GPU's global timer have passed.
 __global__ void gpu_spin_kernel(unsigned long long ns) {
     unsigned long long t0, t;
@@ -154,15 +138,18 @@ __global__ void gpu_spin_kernel(unsigned long long ns) {
     } while (t - t0 < ns);
 }
 
-// Times `repeat` runs of fn, each queued behind a spin kernel of GPU_BUSY_NS
-// so that the host's queuing of fn overlaps it; -1 on failure.
-static int gpu_time_busy_runs(const gpu_ctx *g, gpu_run_fn fn, void *arg, int warmup, int repeat,
-                              cudaEvent_t ev[2], double *v, sc_err *err) {
+// Times `repeat` runs of fn between events after the warm-up, each queued
+// behind a spin kernel of GPU_BUSY_NS when busy (the host's queuing of fn
+// then overlaps it); -1 on failure.
+static int gpu_time_runs(const gpu_ctx *g, gpu_run_fn fn, void *arg, int warmup, int repeat, int busy,
+                         cudaEvent_t ev[2], double *v, sc_err *err) {
     for (int k = 0; k < warmup; k++) SC_TRY(fn(arg, err));
     for (int k = 0; k < repeat; k++) {
         float t = 0.0f;
-        gpu_spin_kernel<<<1, 1, 0, g->stream>>>(GPU_BUSY_NS);
-        cudaCheckLaunch(err);
+        if (busy) {
+            gpu_spin_kernel<<<1, 1, 0, g->stream>>>(GPU_BUSY_NS);
+            cudaCheckLaunch(err);
+        }
         cudaCheck(err, cudaEventRecord(ev[0], g->stream));
         SC_TRY(fn(arg, err));
         cudaCheck(err, cudaEventRecord(ev[1], g->stream));
@@ -181,8 +168,7 @@ static int gpu_time_median_of(const gpu_ctx *g, gpu_run_fn fn, void *arg, int wa
     cudaEvent_t ev[2] = {NULL, NULL};
     int rc = cudaEventCreate(&ev[0]) != cudaSuccess || cudaEventCreate(&ev[1]) != cudaSuccess
                  ? sc_fail(err, "cudaEventCreate: %s", cudaGetErrorString(cudaGetLastError()))
-             : busy ? gpu_time_busy_runs(g, fn, arg, warmup, repeat, ev, v, err)
-                    : gpu_time_runs(g, fn, arg, warmup, repeat, ev, v, err);
+                 : gpu_time_runs(g, fn, arg, warmup, repeat, busy, ev, v, err);
     for (int k = 0; k < 2; k++)
         if (ev[k]) cudaEventDestroy(ev[k]);
     *ms = rc ? NAN : sc_median(v, repeat);

@@ -476,6 +476,13 @@ static void fc_keep(fconv_gpu *c, int keep) {
     c->nplans = 1, c->pick = 0;
 }
 
+// Largest |output| of the CPU reference on the checked images.
+static double fc_ref_max(const fc_check *k) {
+    double m = 0.0;
+    for (size_t i = 0; i < k->m * k->out_img; i++) m = fabs((double)k->ref[i]) > m ? fabs((double)k->ref[i]) : m;
+    return m;
+}
+
 // Times every plan that matches the CPU reference (fconv_check) and keeps
 // the fastest.
 int fconv_gpu_tune(const gpu_ctx *g, fconv_gpu *c, const void *x, const void *w, const void *bias,
@@ -496,8 +503,13 @@ int fconv_gpu_tune(const gpu_ctx *g, fconv_gpu *c, const void *x, const void *w,
         double t = fc_time_plan(g, c, p, ptr, repeat);
         if (t < best_ms) best_ms = t, best = p, best_err = e;
     }
+    const double ymax = fc_ref_max(&k);
     fc_check_free(&k);
     if (rc) return rc;
+    if (best < 0 && c->s.dt == GDT_F16 && ymax > 65504.0)  // fp16's largest finite value
+        return sc_fail(err, "conv %dx%dx%dx%d: its outputs reach %.3g, beyond fp16's largest finite value "
+                       "(65504); this model cannot run in fp16 (bf16 or fp32 can)",
+                       c->s.d.K, c->s.d.C, c->s.d.R, c->s.d.S, ymax);
     if (best < 0)
         return sc_fail(err, "none of the %d cuDNN plans of conv %dx%dx%dx%d ran and matched the CPU "
                        "reference (%d did not match; the closest was off by %.3g times its rounding bound)",

@@ -5,9 +5,11 @@
 // reference (kernels/fconv.h) on every image, in fp16, bf16 and fp32
 // storage, on awkward shapes with and without the residual epilogue; and a
 // layer whose folded batch norm cancels most of its sums keeps a plan within
-// its rounding bound (kernels/fconv.h: fconv_check_ratio).
+// its rounding bound (kernels/fconv.h: fconv_check_ratio); a layer whose
+// outputs overflow fp16 fails its tune with a message that says so.
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/fconv_gpu.h"
 #include "tests/check.h"
@@ -200,9 +202,36 @@ static void test_cancellation(tctx *t) {
     gpu_ctx_free(&g);
 }
 
+// A layer whose outputs exceed fp16's range (weights of 200-250 on inputs near
+// 1, 576 terms: sums near 1.2e5): no plan can match, and the tuner says why in words.
+static void test_fp16_overflow(tctx *t) {
+    gpu_ctx g;
+    sc_err err = {{0}};
+    if (!ctx_here(t, &g)) return;
+    const fconv_shape s = {.d = {.n = 2, .C = 64, .H = 8, .W = 8, .K = 64, .R = 3, .S = 3, .stride = 1,
+                                 .pad = 1, .relu = 0}, .dt = GDT_F16};
+    fc_bufs b = {.ws = NULL};
+    fconv_gpu *c = NULL;
+    double ms = NAN;
+    int rc = bufs_make(&g, &s, &b, &err);
+    if (!rc) rc = gpu_fill_uniform(&g, s.dt, b.count[0], b.d[0], 0.9f, 1.0f, 41, &err) ||
+                  gpu_fill_uniform(&g, s.dt, b.count[1], b.d[1], 200.0f, 250.0f, 42, &err);
+    CHECK(t, !rc, "setup: %s", err.msg);
+    if (!rc && !(c = fconv_gpu_create(&g, &s, 12, &err))) rc = -1;
+    CHECK(t, !rc, "create: %s", err.msg);
+    if (!rc) rc = fconv_gpu_tune(&g, c, b.d[0], b.d[1], b.d[2], NULL, b.d[4], b.ws, (size_t)256 << 20, 3, &ms, &err);
+    printf("  info: overflowing layer: %s\n", rc ? err.msg : "a plan was kept");
+    CHECK(t, rc && strstr(err.msg, "beyond fp16's largest finite value"), "expected the fp16 range message, got: %s",
+          rc ? err.msg : "a plan");
+    fconv_gpu_free(c);
+    bufs_free(&b);
+    gpu_ctx_free(&g);
+}
+
 int main(void) {
     tctx t = {.suite = "gpu_test_fconv"};
     RUN(&t, test_planted);
     RUN(&t, test_cancellation);
+    RUN(&t, test_fp16_overflow);
     return check_finish(&t);
 }
