@@ -68,6 +68,17 @@ double lat_predict(const lat_table *t, const double *sp) {
     return ms;
 }
 
+// Scales each grid point's layer times to the whole graph measured there.
+void lat_table_calibrate(lat_table *t, const double *graph_ms) {
+    for (int g = 0; g < t->G; g++) {
+        double sum = 0.0;
+        for (int l = 0; l < t->L; l++) sum += t->ms[(size_t)l * t->G + g];
+        const double r = sum > 0.0 && graph_ms[g] > 0.0 ? (graph_ms[g] - t->rest_ms) / sum : NAN;
+        if (!(r > 0.0)) continue;  // NAN too
+        for (int l = 0; l < t->L; l++) t->ms[(size_t)l * t->G + g] *= r;
+    }
+}
+
 // The prediction at sparsity 0 everywhere.
 double lat_dense_ms(const lat_table *t) {
     double ms = t->rest_ms;

@@ -7,7 +7,9 @@
 // prunable layer's op is timed as a CUDA graph runs it. fp32: deploy's
 // per-layer tuner checks and times every candidate of every layer at the
 // batch; a layer's time is its fastest choosable candidate. The rest of the
-// network is timed at sparsity 0. Plain C: without a GPU
+// network is timed at sparsity 0; on the mixed engine each grid point's layer
+// times are then scaled to the whole graph timed there (lat_table_calibrate).
+// Plain C: without a GPU
 // deploy_gpu_available says so.
 #include "prune/latency.h"
 
@@ -158,11 +160,12 @@ static void engine_free(sparse_model *m, deploy_plan *p, dengine *e) {
 // holds all of them. Every point logs the graph against the table's sum and
 // against the sum of the engine's tuned conv times (each timed behind a spin kernel, gpu_time_median_busy).
 static int engine_point(lat_table *t, int gi, const net *nt, const prune_layers *pl, const lat_key *key,
-                        const sc_pattern *pat, const uint8_t *img, FILE *log, sc_err *err) {
+                        const sc_pattern *pat, const uint8_t *img, FILE *log, double *graph_ms, sc_err *err) {
     sparse_model *m = NULL;
     deploy_plan *p = NULL;
     dengine *e = NULL;
     double graph = NAN, layers = 0.0, tuned = 0.0;
+    *graph_ms = NAN;
     int rc = engine_build(nt, key, pat, img, &m, &p, &e, err);
     for (int i = 0; !rc && i < p->nops; i++) {
         const int l = op_prunable(p, i, nt, pl);
@@ -174,6 +177,7 @@ static int engine_point(lat_table *t, int gi, const net *nt, const prune_layers 
         tuned += isfinite(dengine_op_ms(e, i)) ? dengine_op_ms(e, i) : *ms;
     }
     if (!rc) rc = dengine_time(e, LAT_GRAPH_REPEAT, &graph, err);
+    if (!rc) *graph_ms = graph;
     if (!rc && gi == 0) t->rest_ms = fmax(0.0, graph - layers);
     if (!rc && log)
         fprintf(log, "prune: sparsity %.2f: whole graph %.4f ms, table %.4f ms (layers %.4f + rest %.4f; "
@@ -210,13 +214,15 @@ static int engine_plan(const lat_key *key, sc_err *err) {
     return sc_fail(err, "latency table: unknown plan '%s'", key->plan);
 }
 
-// One grid point: masks at grid[gi], then the plan's layer times into t.
+// One grid point: masks at grid[gi], then the plan's layer times into t
+// and (mixed engine) the whole graph's time into *graph_ms (else NAN).
 static int measure_point(lat_table *t, int gi, net *nt, const prune_layers *pl, const lat_key *key,
-                         const sc_pattern *pat, const uint8_t *img, FILE *log, sc_err *err) {
+                         const sc_pattern *pat, const uint8_t *img, FILE *log, double *graph_ms, sc_err *err) {
     double tg[pl->n];
+    *graph_ms = NAN;
     for (int l = 0; l < pl->n; l++) tg[l] = t->grid[gi];
     SC_TRY(prune_mask_raise(nt, pl, tg, NULL, (prune_crit){.alpha = 1, .beta = 0}, NULL, err));
-    int rc = engine_plan(key, err) ? engine_point(t, gi, nt, pl, key, pat, img, log, err)
+    int rc = engine_plan(key, err) ? engine_point(t, gi, nt, pl, key, pat, img, log, graph_ms, err)
                                    : layer_point(t, gi, nt, pl, key, pat, img, err);
     return rc ? sc_wrap(err, "latency at sparsity %g", t->grid[gi]) : 0;
 }
@@ -241,11 +247,13 @@ int lat_table_measure(lat_table *t, const lat_key *key, net *nt, const prune_lay
         memcpy(param, nt->param, np), memcpy(mask, nt->mask, np);
         dense_random(nt, pl, 0x1A7E);
     }
+    double graph[LAT_MAX_GRID];
     for (int g = 0; g < t->G && !rc; g++) {
         if (log) fprintf(log, "prune: timing every layer at sparsity %.2f, batch %d, %s\n", t->grid[g],
                          key->batch, plan);
-        rc = measure_point(t, g, nt, pl, key, pat, img, log, err);
+        rc = measure_point(t, g, nt, pl, key, pat, img, log, &graph[g], err);
     }
+    if (!rc) lat_table_calibrate(t, graph);  // mixed engine: each point to its whole graph
     if (param && mask) memcpy(nt->param, param, np), memcpy(nt->mask, mask, np);
     free(param);
     free(mask);

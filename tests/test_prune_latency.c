@@ -77,6 +77,36 @@ static void test_interp(tctx *t) {
     }
 }
 
+// Calibration: at every grid point the uniform prediction equals the graph
+// given; a point without a graph (NAN) keeps its times; a layer's share of
+// a point is kept.
+static void test_calibrate(tctx *t) {
+    rng r;
+    rng_seed(&r, 12, 0);
+    lat_table tb;
+    const int L = 4, G = 5;
+    CHECK(t, random_table(&tb, L, G, &r) == 0, "alloc");
+    double graph[5], before[4 * 5];
+    memcpy(before, tb.ms, sizeof before);
+    for (int g = 0; g < G; g++) {
+        double sp[4];
+        for (int l = 0; l < L; l++) sp[l] = tb.grid[g];
+        graph[g] = lat_predict(&tb, sp) * (1.0 + 0.05 * g);  // the network slower than its parts, more so when sparse
+    }
+    graph[2] = NAN;
+    lat_table_calibrate(&tb, graph);
+    for (int g = 0; g < G; g++) {
+        double sp[4];
+        for (int l = 0; l < L; l++) sp[l] = tb.grid[g];
+        if (g != 2) CHECK_CLOSE(t, lat_predict(&tb, sp), graph[g], 1e-9);
+        for (int l = 0; l < L; l++)
+            if (g == 2 || g == 0) CHECK_CLOSE(t, tb.ms[l * G + g], before[l * G + g], 1e-12);
+        const double r0 = tb.ms[g] / before[g];  // layer 0's factor: the same for every layer of the point
+        for (int l = 1; l < L; l++) CHECK_CLOSE(t, tb.ms[l * G + g] / before[l * G + g], r0, 1e-9);
+    }
+    lat_table_free(&tb);
+}
+
 // Save then load gives the same table; a malformed file is refused.
 static void test_json(tctx *t) {
     rng r;
@@ -339,6 +369,7 @@ static void test_plan_bias(tctx *t) {
 int main(void) {
     tctx t = {.suite = "test_prune_latency"};
     RUN(&t, test_interp);
+    RUN(&t, test_calibrate);
     RUN(&t, test_json);
     RUN(&t, test_refuse);
     RUN(&t, test_plan_names);
