@@ -348,7 +348,7 @@ static int time_check(env *e, bsc_layer *L, gpu_dtype dt, const void *dy) {
     float *got = malloc(n2 * sizeof *got), *want = malloc(n2 * sizeof *want);
     double *wd = malloc(n2 * sizeof *wd), *scale = malloc(n2 * sizeof *scale);
     int ok = dget(e, dt, dy, n2, got) == 0;
-    bsconv_forward_cpu(&s2, &L->w, L->bias, L->x, NULL, want);
+    bsconv_forward_cpu(&s2, &L->w, L->bias, L->x, L->z, want);  // z: its first two images
     const bsconv_shape keep = L->s;
     L->s = s2;
     float *wdense = bsc_dense_weights(L);
@@ -368,12 +368,13 @@ static int time_layer(env *e, const char *name, const bsc_case *c, gpu_dtype dt,
     bsc_make(c, 4242, &L);
     int ok = hround(e, dt, L.data, (size_t)L.nblocks * c->kb * c->cb) == 0;
     void *dx = ok ? dnew_put(e, dt, L.x, L.nx) : NULL, *dy = dnew(e, L.ny * 2);
-    bsconv_gpu *b = dx && dy ? bsconv_gpu_create(&e->g, &L.s, &L.w, L.bias, dt, &e->err) : NULL;
+    void *dz = ok && L.z ? dnew_put(e, dt, L.z, L.ny) : NULL;
+    bsconv_gpu *b = dx && dy && (dz || !L.z) ? bsconv_gpu_create(&e->g, &L.s, &L.w, L.bias, dt, &e->err) : NULL;
     ok = b != NULL;
     double best = INFINITY;
     int bv = -1;
     for (int v = 0; ok && v < BSCONV_GPU_VARIANTS; v++) {
-        timed a = {&e->g, b, NULL, dx, NULL, NULL, NULL, dy, NULL};
+        timed a = {&e->g, b, NULL, dx, NULL, NULL, dz, dy, NULL};
         double ms = NAN;
         char desc[300];
         if (!bsconv_gpu_variant_usable(&e->g, b, v, desc, sizeof desc)) continue;
@@ -400,24 +401,27 @@ static int time_layer(env *e, const char *name, const bsc_case *c, gpu_dtype dt,
 
 // Times the dense fused cuDNN conv (bias + ReLU) of the layer in dt; NAN on failure.
 static double time_dense(env *e, const bsc_case *c, gpu_dtype dt) {
-    const fconv_shape fs = {.d = {c->n, c->C, c->H, c->W, c->K, c->R, c->S, c->stride, c->pad, 0, 1}, .dt = dt};
+    fconv_shape fs = {.d = {c->n, c->C, c->H, c->W, c->K, c->R, c->S, c->stride, c->pad, 0, 1}, .dt = dt};
+    fs.d.residual = c->residual;
     const size_t nx = (size_t)c->n * c->H * c->W * c->C, nw = (size_t)c->K * c->R * c->S * c->C;
     int P, Q;
     fconv_out(&fs.d, &P, &Q);
     const size_t ny = (size_t)c->n * P * Q * c->K;
     void *dx = dnew(e, nx * 2), *dw = dnew(e, nw * 2), *db = dnew(e, (size_t)c->K * 2),
-         *dy = dnew(e, ny * 2), *ws = dnew(e, WS_BYTES);
-    fconv_gpu *fc = dx && dw && db && dy && ws ? fconv_gpu_create(&e->g, &fs, 12, &e->err) : NULL;
+         *dy = dnew(e, ny * 2), *ws = dnew(e, WS_BYTES), *dz = c->residual ? dnew(e, ny * 2) : NULL;
+    fconv_gpu *fc = dx && dw && db && dy && ws && (dz || !c->residual) ? fconv_gpu_create(&e->g, &fs, 12, &e->err)
+                                                                         : NULL;
     double ms = NAN;
     int rc = !fc || gpu_fill_uniform(&e->g, dt, nx, dx, -1.0f, 1.0f, 1, &e->err) ||
              gpu_fill_uniform(&e->g, dt, nw, dw, -0.1f, 0.1f, 2, &e->err) ||
              gpu_fill_uniform(&e->g, dt, (size_t)c->K, db, -0.5f, 0.5f, 3, &e->err) ||
-             fconv_gpu_tune(&e->g, fc, dx, dw, db, NULL, dy, ws, WS_BYTES, 20, &ms, &e->err);
-    timed a = {&e->g, NULL, fc, dx, dw, db, NULL, dy, ws};
+             (dz && gpu_fill_uniform(&e->g, dt, ny, dz, -1.0f, 1.0f, 4, &e->err)) ||
+             fconv_gpu_tune(&e->g, fc, dx, dw, db, dz, dy, ws, WS_BYTES, 20, &ms, &e->err);
+    timed a = {&e->g, NULL, fc, dx, dw, db, dz, dy, ws};
     if (!rc) rc = gpu_time_median_busy(&e->g, timed_fconv, &a, 10, 50, &ms, &e->err);
     if (rc) printf("dense cuDNN conv %s: failed: %s\n", dt == GDT_BF16 ? "bf16" : "fp16", e->err.msg);
-    else printf("time %s dense cuDNN fused conv+bias+ReLU: %.4f ms median of 50\n",
-                dt == GDT_BF16 ? "bf16" : "fp16", ms);
+    else printf("time %s dense cuDNN fused conv+bias%s+ReLU: %.4f ms median of 50\n",
+                dt == GDT_BF16 ? "bf16" : "fp16", c->residual ? "+residual" : "", ms);
     fconv_gpu_free(fc);
     dfree_all(e);
     return rc ? NAN : ms;
@@ -427,17 +431,20 @@ static double time_dense(env *e, const bsc_case *c, gpu_dtype dt) {
 typedef struct {
     const char *name;
     int C, HW, K, R, stride, pad, pool;
+    int res;  // 1: a residual add before the ReLU (the second conv of a ResNet block)
 } time_shape;
 
-// The --time mode: resnet18's and vgg16's layer shapes at batch 128, blocks
-// 16x8 at 90% and 95% (and 8x1 on the first), fp16 (and bf16 on the first);
+// The --time mode: resnet18's and vgg16's layer shapes at batch 128 (two
+// with a residual add), blocks 16x8 at 90% and 95% (and 8x1 on the first),
+// fp16 (and bf16 on the first);
 // only the layer named `only` at sparsity `only_sp` when given (profiling).
 static void time_all(tctx *t, env *e, const char *only, double only_sp) {
     static const time_shape SH[] = {
-        {"r18-64x32", 64, 32, 64, 3, 1, 1, 0},      {"r18-64to128s2", 64, 32, 128, 3, 2, 1, 0},
-        {"r18-128x16", 128, 16, 128, 3, 1, 1, 0},   {"r18-256x8", 256, 8, 256, 3, 1, 1, 0},
-        {"r18-512x4", 512, 4, 512, 3, 1, 1, 0},     {"r18-1x1s2", 128, 16, 256, 1, 2, 0, 0},
-        {"vgg-64x32+pool", 64, 32, 64, 3, 1, 1, 2}, {"vgg-256x8+pool", 256, 8, 256, 3, 1, 1, 2},
+        {"r18-64x32", 64, 32, 64, 3, 1, 1, 0, 0},      {"r18-64to128s2", 64, 32, 128, 3, 2, 1, 0, 0},
+        {"r18-128x16", 128, 16, 128, 3, 1, 1, 0, 0},   {"r18-256x8", 256, 8, 256, 3, 1, 1, 0, 0},
+        {"r18-512x4", 512, 4, 512, 3, 1, 1, 0, 0},     {"r18-1x1s2", 128, 16, 256, 1, 2, 0, 0, 0},
+        {"vgg-64x32+pool", 64, 32, 64, 3, 1, 1, 2, 0}, {"vgg-256x8+pool", 256, 8, 256, 3, 1, 1, 2, 0},
+        {"r18-64x32+res", 64, 32, 64, 3, 1, 1, 0, 1}, {"r18-128x16+res", 128, 16, 128, 3, 1, 1, 0, 1},
     };
     const double sps[2] = {0.90, 0.95};
     printf("device: %s (%d SMs)\n", e->g.dev.name, e->g.dev.sms);
@@ -446,9 +453,10 @@ static void time_all(tctx *t, env *e, const char *only, double only_sp) {
             if (only && strcmp(only, SH[i].name)) continue;
             const gpu_dtype dt = d ? GDT_BF16 : GDT_F16;
             const time_shape *h = &SH[i];
-            bsc_case c = {128, h->C, h->HW, h->HW, h->K, h->R, h->R, h->stride, h->pad, 16, 8, 0.0, 0, 1, 0, 1, h->pool};
-            printf("layer %s: n 128, C %d, %dx%d, K %d, %dx%d, stride %d%s\n", h->name, h->C, h->HW, h->HW, h->K,
-                   h->R, h->R, h->stride, h->pool ? ", 2x2 max pool (dense: without)" : "");
+            bsc_case c = {128, h->C, h->HW, h->HW, h->K, h->R, h->R, h->stride, h->pad, 16, 8, 0.0, 0, 1, h->res, 1, h->pool};
+            printf("layer %s: n 128, C %d, %dx%d, K %d, %dx%d, stride %d%s%s\n", h->name, h->C, h->HW, h->HW, h->K,
+                   h->R, h->R, h->stride, h->pool ? ", 2x2 max pool (dense: without)" : "",
+                   h->res ? ", residual add" : "");
             const double dense = time_dense(e, &c, dt);
             for (int si = 0; si < 2; si++) {
                 c.sparsity = only ? only_sp : sps[si];
