@@ -9,8 +9,7 @@
 // batch; a layer's time is its fastest choosable candidate. The rest of the
 // network is timed at sparsity 0; on the mixed engine each grid point's layer
 // times are then scaled to the whole graph timed there (lat_table_calibrate).
-// Plain C: without a GPU
-// deploy_gpu_available says so.
+// Plain C: without a GPU deploy_gpu_available says so.
 #include "prune/latency.h"
 
 #include <math.h>

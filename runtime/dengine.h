@@ -69,9 +69,9 @@ int dengine_time(dengine *e, int repeat, double *ms, sc_err *err);
 
 // Tuned milliseconds of plan op i (NAN for ops the engine fused away or
 // did not time: only convolutions are tuned) and a one-line description of
-// what runs it. Each tuning run is timed alone between two events, so a
-// call's host-side cost (cuDNN's graph execute) is in it where it exceeds
-// the kernel's; the whole graph's replay does not pay it.
+// what runs it. Each tuning run is queued behind a spin kernel
+// (gpu_time_median_busy), so a call's host-side cost is not in it, as in
+// the whole graph's replay.
 double dengine_op_ms(const dengine *e, int i);
 
 // Milliseconds of plan op i (any kind, on the path the engine chose) as a
