@@ -4,6 +4,7 @@
 #include <mma.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/bsconv_gpu.h"
 #include "kernels/bsconv_halo_gpu.h"
@@ -208,38 +209,45 @@ __device__ __forceinline__ void bsk_steps_plain(const bsk_args &a, const bsconv_
     }
 }
 
-// The k-steps double-buffered: the gather of step t + 1 (cp.async for vector
-// layers) is under way while step t multiplies.
-template <typename T, int MF, int NF, typename SM, typename ACC>
+// The k-steps through NBUF A buffers: the gathers (cp.async for vector
+// layers) run NBUF - 1 steps ahead of the multiply, so a CTA keeps that many
+// in flight (small planes have few CTAs and long chains of short steps).
+// One barrier per step: after it, step t is visible and step t - 1 consumed,
+// so its buffer takes the gather of step t + NBUF - 1.
+template <typename T, int MF, int NF, int NBUF, typename SM, typename ACC>
 __device__ __forceinline__ void bsk_steps_pipe(const bsk_args &a, const bsconv_group &g, SM &sm,
                                                int warp, ACC &acc) {
     constexpr int ROWS = BSK_WARPS * MF * BSK_FM;
-    if (g.steps == 0) return;
+    static_assert(NBUF >= 2, "a pipeline needs two buffers");
     __syncthreads();  // the pixel table is written
-    bsk_gather<T, ROWS, true>(a, g.col0, sm, sm.a[0]);
-    ptx_cp_commit();
+#pragma unroll
+    for (int t = 0; t < NBUF - 1; t++) {
+        if (t < g.steps) bsk_gather<T, ROWS, true>(a, g.col0 + t * BSCONV_KSTEP, sm, sm.a[t]);
+        ptx_cp_commit();  // empty groups keep the count of groups in flight fixed
+    }
     for (int t = 0; t < g.steps; t++) {
-        const int col = g.col0 + t * BSCONV_KSTEP;
-        if (t + 1 < g.steps) {  // the other tile was consumed before the last sync
-            bsk_gather<T, ROWS, true>(a, col + BSCONV_KSTEP, sm, sm.a[(t + 1) & 1]);
-            ptx_cp_commit();
-            ptx_cp_wait<1>();
-        } else {
-            ptx_cp_wait<0>();
-        }
-        __syncthreads();  // tile t is complete for every thread
-        bsk_mma<T, MF, NF>(sm.a[t & 1], (const T *)a.vals, col, warp, acc);
-        __syncthreads();  // tile t is consumed before step t + 1 gathers into it
+        ptx_cp_wait<NBUF - 2>();
+        __syncthreads();
+        const int tn = t + NBUF - 1;
+        if (tn < g.steps) bsk_gather<T, ROWS, true>(a, g.col0 + tn * BSCONV_KSTEP, sm, sm.a[tn % NBUF]);
+        ptx_cp_commit();
+        bsk_mma<T, MF, NF>(sm.a[t % NBUF], (const T *)a.vals, g.col0 + t * BSCONV_KSTEP, warp, acc);
     }
 }
 
+// A buffers of the pipelined variants: more stages for the smaller tile, both
+// under the 48 KB of static shared memory.
+template <int MF> struct bsk_stages {
+    static constexpr int n = MF == 1 ? 6 : 3;
+};
+
 // One CTA: ROWS = BSK_WARPS * MF * 32 output pixels x the NF * 8 channels of
 // group blockIdx.y; warp w owns pixel rows [w * MF * 32, (w + 1) * MF * 32).
-// PIPE: double-buffered k-steps.
+// PIPE: the k-steps pipelined through bsk_stages<MF>::n buffers.
 template <typename T, int MF, int NF, bool PIPE>
 __global__ void __launch_bounds__(BSK_THREADS) bsk_kernel(bsk_args a) {
-    constexpr int ROWS = BSK_WARPS * MF * BSK_FM;
-    __shared__ __align__(128) bsk_smem<T, ROWS, PIPE ? 2 : 1> sm;
+    constexpr int ROWS = BSK_WARPS * MF * BSK_FM, NBUF = PIPE ? bsk_stages<MF>::n : 1;
+    __shared__ __align__(128) bsk_smem<T, ROWS, NBUF> sm;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const bsconv_group g = a.grp[blockIdx.y];
     const int m0 = blockIdx.x * ROWS;
@@ -249,7 +257,7 @@ __global__ void __launch_bounds__(BSK_THREADS) bsk_kernel(bsk_args a) {
     for (int i = 0; i < MF; i++)
 #pragma unroll
         for (int f = 0; f < NF; f++) wmma::fill_fragment(acc[i][f], 0.0f);
-    if (PIPE) bsk_steps_pipe<T, MF, NF>(a, g, sm, warp, acc);
+    if constexpr (PIPE) bsk_steps_pipe<T, MF, NF, NBUF>(a, g, sm, warp, acc);
     else bsk_steps_plain<T, MF, NF>(a, g, sm, warp, acc);
 #pragma unroll
     for (int i = 0; i < MF; i++)
@@ -274,7 +282,8 @@ static void bsk_variant_of(int v, int *mf, bool *pipe) {
 static size_t bsk_smem_bytes(int v) {
     constexpr int R1 = BSK_WARPS * BSK_FM, R2 = 2 * R1;
     const size_t sz[4] = {sizeof(bsk_smem<__half, R1, 1>), sizeof(bsk_smem<__half, R2, 1>),
-                          sizeof(bsk_smem<__half, R1, 2>), sizeof(bsk_smem<__half, R2, 2>)};
+                          sizeof(bsk_smem<__half, R1, bsk_stages<1>::n>),
+                          sizeof(bsk_smem<__half, R2, bsk_stages<2>::n>)};
     return sz[v];
 }
 
@@ -481,11 +490,12 @@ extern "C" void bsconv_gpu_describe(const bsconv_gpu *b, char *buf, size_t len) 
                  b->dt == GDT_BF16 ? "bf16" : "fp16", tm, nw / ws, ws);
         return;
     }
-    snprintf(buf, len, "block %dx%d, %d blocks, %d groups of %d channels, %d columns, %s, %d pixels/CTA%s",
+    const int nbuf = b->variant < 2 ? 1 : b->variant & 1 ? bsk_stages<2>::n : bsk_stages<1>::n;
+    snprintf(buf, len, "block %dx%d, %d blocks, %d groups of %d channels, %d columns, %s, %d pixels/CTA, %s%s gather",
              b->kb, b->cb, b->nblocks, b->ngroups, b->np, b->ncols,
              b->dt == GDT_BF16 ? "bf16" : "fp16", BSK_WARPS * BSK_FM * (b->variant & 1 ? 2 : 1),
-             b->vec ? (b->variant >= 2 ? ", cp.async double-buffered vector gather" : ", vector gather")
-                    : (b->variant >= 2 ? ", double-buffered scalar gather" : ", scalar gather"));
+             nbuf > 1 ? (b->vec ? "cp.async " : "") : "", b->vec ? "vector" : "scalar");
+    if (nbuf > 1) snprintf(buf + strlen(buf), len - strlen(buf), ", %d stages", nbuf);
 }
 
 // Frees the device arrays.

@@ -20,7 +20,7 @@
 // computes 128 or 256 output pixels x one group: per k-step it gathers the
 // pixels' input values of those 16 columns from x into shared memory (16-byte
 // vectors when cb is a multiple of 8, zeros outside the image; optionally
-// double-buffered with cp.async), multiplies
+// pipelined several k-steps deep with cp.async), multiplies
 // them with the group's weights by WMMA 32x8x16 fragments (one per 8
 // channels), and the epilogue adds bias (fp32) and z, applies the ReLU and
 // writes the group's channels of y. With a max pool, the pixel rows are
@@ -49,8 +49,8 @@ bsconv_gpu *bsconv_gpu_create(const gpu_ctx *g, const bsconv_shape *s, const bsc
 
 // Kernel variants: 0 and 1 gather a k-step's A tile and multiply it in turn
 // with 128 (0) or 256 (1) pixels per CTA; 2 and 3 are the same tiles with
-// two A buffers, the next tile's gather (cp.async for vector layers) under
-// way while the current one multiplies. create picks 0 or 1 by the grid's
+// the gathers (cp.async for vector layers) 5 (2) or 2 (3) k-steps ahead of
+// the multiply. create picks 0 or 1 by the grid's
 // size; bsconv_gpu_set_variant sets another (for a tuner): -1 when v is out
 // of range or its shared memory does not fit the device.
 // Variants 4 to 10 run the halo kernel (kernels/bsconv_halo.h: 8-channel

@@ -5,7 +5,7 @@
 // merged) and 72x8 (sliced); an empty block row; block sparsity 0%, 50%,
 // 95%, 99%, 100%; bias, residual and ReLU on and off; 2x2 and 4x4 max
 // pools; fp16 and bf16; every
-// kernel variant (two pixel tiles, plain and double-buffered); x misaligned
+// kernel variant (two pixel tiles, plain and pipelined); x misaligned
 // (scalar gather of a vector layer) and y == z.
 // Outputs are poisoned (all bits set: NaN in fp16 and bf16) with a guard
 // zone after the end, so an unwritten element or a write past the end fails.
@@ -434,7 +434,7 @@ typedef struct {
     int res;  // 1: a residual add before the ReLU (the second conv of a ResNet block)
 } time_shape;
 
-// The --time mode: resnet18's and vgg16's layer shapes at batch 128 (two
+// The --time mode: resnet18's and vgg16's layer shapes at batch 128 (three
 // with a residual add), blocks 16x8 at 90% and 95% (and 8x1 on the first),
 // fp16 (and bf16 on the first);
 // only the layer named `only` at sparsity `only_sp` when given (profiling).
@@ -445,6 +445,7 @@ static void time_all(tctx *t, env *e, const char *only, double only_sp) {
         {"r18-512x4", 512, 4, 512, 3, 1, 1, 0, 0},     {"r18-1x1s2", 128, 16, 256, 1, 2, 0, 0, 0},
         {"vgg-64x32+pool", 64, 32, 64, 3, 1, 1, 2, 0}, {"vgg-256x8+pool", 256, 8, 256, 3, 1, 1, 2, 0},
         {"r18-64x32+res", 64, 32, 64, 3, 1, 1, 0, 1}, {"r18-128x16+res", 128, 16, 128, 3, 1, 1, 0, 1},
+        {"r18-512x4+res", 512, 4, 512, 3, 1, 1, 0, 1}, {"vgg-512x2", 512, 2, 512, 3, 1, 1, 0, 0},
     };
     const double sps[2] = {0.90, 0.95};
     printf("device: %s (%d SMs)\n", e->g.dev.name, e->g.dev.sms);
