@@ -119,9 +119,11 @@ int lat_table_measure(lat_table *t, const lat_key *key, net *nt, const prune_lay
 // the plan's whole forward pass as one CUDA graph (median of replays, the
 // measured latency), *sum_ms the sum of its ops' times as the table adds
 // them (mixed engine: each op in a graph of its own; per-layer plan: the
-// ops' fastest candidates). Fails without a GPU.
-int lat_model_measure(const lat_key *key, const net *nt, const sc_pattern *pat, double *sum_ms,
-                      double *graph_ms, sc_err *err);
+// ops' fastest candidates), and layer_ms (pl->n, when not NULL) each
+// prunable layer's op time of that sum (NAN for a layer without its own op).
+// Fails without a GPU.
+int lat_model_measure(const lat_key *key, const net *nt, const prune_layers *pl, const sc_pattern *pat,
+                      double *layer_ms, double *sum_ms, double *graph_ms, sc_err *err);
 
 // The current GPU's name and compute capability into key (-1 without a GPU).
 int lat_gpu_key(lat_key *key, sc_err *err);

@@ -117,15 +117,20 @@ static int layer_point(lat_table *t, int gi, const net *nt, const prune_layers *
     return rc;
 }
 
-// Per-layer plan of the model as it is: per-op best times summed, the whole graph timed.
-static int layer_model(const lat_key *key, const net *nt, const sc_pattern *pat, const uint8_t *img,
-                       double *sum_ms, double *graph_ms, sc_err *err) {
+// Per-layer plan of the model as it is: per-op best times summed (and per
+// prunable layer into layer_ms when not NULL), the whole graph timed.
+static int layer_model(const lat_key *key, const net *nt, const prune_layers *pl, const sc_pattern *pat,
+                       const uint8_t *img, double *layer_ms, double *sum_ms, double *graph_ms, sc_err *err) {
     deploy_timing tm = {0};
     sparse_model *m = NULL;
     deploy_plan *p = NULL;
     int rc = tune_model(nt, key, pat, img, &tm, &m, &p, graph_ms, err);
     *sum_ms = 0.0;
-    for (int i = 0; !rc && i < p->nops; i++) *sum_ms += tm.op_ms[i];
+    for (int i = 0; !rc && i < p->nops; i++) {
+        const int l = layer_ms ? op_prunable(p, i, nt, pl) : -1;
+        if (l >= 0) layer_ms[l] = tm.op_ms[i];
+        *sum_ms += tm.op_ms[i];
+    }
     deploy_timing_free(&tm);
     deploy_plan_free(p);
     sparse_model_free(m);
@@ -186,9 +191,10 @@ static int engine_point(lat_table *t, int gi, const net *nt, const prune_layers 
     return rc;
 }
 
-// The mixed engine of the model as it is: every op's graph time summed, the whole graph timed.
-static int engine_model(const lat_key *key, const net *nt, const sc_pattern *pat, const uint8_t *img,
-                        double *sum_ms, double *graph_ms, sc_err *err) {
+// The mixed engine of the model as it is: every op's graph time summed (and
+// per prunable layer into layer_ms when not NULL), the whole graph timed.
+static int engine_model(const lat_key *key, const net *nt, const prune_layers *pl, const sc_pattern *pat,
+                        const uint8_t *img, double *layer_ms, double *sum_ms, double *graph_ms, sc_err *err) {
     sparse_model *m = NULL;
     deploy_plan *p = NULL;
     dengine *e = NULL;
@@ -198,6 +204,8 @@ static int engine_model(const lat_key *key, const net *nt, const sc_pattern *pat
         double ms;
         rc = dengine_op_graph_ms(e, i, LAT_OP_COPIES, LAT_OP_REPEAT, &ms, err);
         if (!rc && isfinite(ms)) *sum_ms += ms;  // NAN: fused into a conv or an alias
+        const int l = layer_ms ? op_prunable(p, i, nt, pl) : -1;
+        if (!rc && l >= 0) layer_ms[l] = ms;
     }
     if (!rc) rc = dengine_time(e, LAT_GRAPH_REPEAT, graph_ms, err);
     engine_free(m, p, e);
@@ -262,15 +270,16 @@ int lat_table_measure(lat_table *t, const lat_key *key, net *nt, const prune_lay
 }
 
 // The model as it is on key's plan: its ops' times summed and the whole graph timed.
-int lat_model_measure(const lat_key *key, const net *nt, const sc_pattern *pat, double *sum_ms,
-                      double *graph_ms, sc_err *err) {
+int lat_model_measure(const lat_key *key, const net *nt, const prune_layers *pl, const sc_pattern *pat,
+                      double *layer_ms, double *sum_ms, double *graph_ms, sc_err *err) {
     if (!deploy_gpu_available(err)) return -1;  // 1 when a GPU is there
     const int engine = engine_plan(key, err);
     if (engine < 0) return -1;
     uint8_t *img = random_images(nt, key->batch, 2);
     if (!img) return sc_fail(err, "out of memory");
-    int rc = engine ? engine_model(key, nt, pat, img, sum_ms, graph_ms, err)
-                    : layer_model(key, nt, pat, img, sum_ms, graph_ms, err);
+    for (int l = 0; layer_ms && l < pl->n; l++) layer_ms[l] = NAN;
+    int rc = engine ? engine_model(key, nt, pl, pat, img, layer_ms, sum_ms, graph_ms, err)
+                    : layer_model(key, nt, pl, pat, img, layer_ms, sum_ms, graph_ms, err);
     free(img);
     return rc;
 }

@@ -144,6 +144,18 @@ int prune_lat_sparsity(const lat_table *t, const prune_layers *pl, double target
     return 0;
 }
 
+// Each layer's table time at its sparsity against its measured op time (stdout).
+static void print_layers(const lat_table *t, const prune_lat_result *res) {
+    printf("  per layer (table at the layer's sparsity vs its op measured in the final model; ms):\n"
+           "  %-28s %8s %8s %8s %7s\n", "layer", "sparsity", "table", "measured", "error");
+    for (int l = 0; l < res->L; l++) {
+        const double p = lat_layer_ms(t, l, res->sp[l]), m = res->layer_ms[l];
+        printf("  %-28.28s %8.3f %8.4f %8.4f", t->name[l], res->sp[l], p, m);
+        if (isfinite(m) && m > 0) printf(" %+6.1f%%\n", 100.0 * (p / m - 1.0));
+        else printf("       -\n");
+    }
+}
+
 // Prediction from the masks, then the measurement where there is a GPU.
 void prune_lat_final(const prune_lat_opts *o, const lat_table *t, double target_ms, const net *nt,
                      const prune_layers *pl, const sc_pattern *pat, prune_lat_result *res) {
@@ -151,15 +163,19 @@ void prune_lat_final(const prune_lat_opts *o, const lat_table *t, double target_
     sc_err e = {0};
     prune_sparsity_read(nt, pl, sp);
     *res = (prune_lat_result){.target_ms = target_ms, .predicted_ms = lat_predict(t, sp),
-                              .dense_ms = lat_dense_ms(t), .measured_ms = NAN, .ops_ms = NAN};
+                              .dense_ms = lat_dense_ms(t), .measured_ms = NAN, .ops_ms = NAN,
+                              .L = pl->n <= PRUNE_LAT_MAX_LAYERS ? pl->n : 0};
+    for (int l = 0; l < res->L; l++) res->sp[l] = sp[l], res->layer_ms[l] = NAN;
     if (!o->on_gpu) snprintf(res->why, sizeof res->why, "no GPU");
-    else if (lat_model_measure(&t->key, nt, pat, &res->ops_ms, &res->measured_ms, &e))
+    else if (lat_model_measure(&t->key, nt, pl, pat, res->L ? res->layer_ms : NULL, &res->ops_ms,
+                               &res->measured_ms, &e))
         snprintf(res->why, sizeof res->why, "%s", e.msg), res->measured_ms = res->ops_ms = NAN;
     printf("latency at batch %d, %s (%s): predicted %.4g ms (target %.4g, dense %.4g)", t->key.batch,
            t->key.precision, t->source, res->predicted_ms, target_ms, res->dense_ms);
     if (isnan(res->measured_ms)) printf(", not measured (%s)\n", res->why);
     else printf(", measured %.4g ms (whole graph; sum of its ops %.4g ms), prediction error %+.1f%%\n",
                 res->measured_ms, res->ops_ms, 100.0 * (res->predicted_ms / res->measured_ms - 1.0));
+    if (!o->quiet && !isnan(res->measured_ms)) print_layers(t, res);
 }
 
 // The objective's members of the summary.
@@ -178,5 +194,15 @@ void prune_lat_json(json_writer *j, const lat_table *t, const prune_lat_result *
     json_add_number(j, "measured_ops_ms", res ? res->ops_ms : NAN);
     json_add_number(j, "prediction_error", res ? res->predicted_ms / res->measured_ms - 1.0 : NAN);
     json_add_string(j, "not_measured", res && res->why[0] ? res->why : NULL);
+    json_array_begin(j, "layers");
+    for (int l = 0; res && l < res->L; l++) {
+        json_object_begin(j, NULL);
+        json_add_string(j, "name", t->name[l]);
+        json_add_number(j, "sparsity", res->sp[l]);
+        json_add_number(j, "table_ms", lat_layer_ms(t, l, res->sp[l]));
+        json_add_number(j, "measured_ms", res->layer_ms[l]);
+        json_object_end(j);
+    }
+    json_array_end(j);
     json_object_end(j);
 }

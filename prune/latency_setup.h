@@ -34,6 +34,9 @@ int prune_lat_table(const prune_lat_opts *o, net *nt, const prune_layers *pl,
 int prune_lat_sparsity(const lat_table *t, const prune_layers *pl, double target_ms, double s_max,
                        double *sparsity, sc_err *err);
 
+// Prunable layers whose times prune_lat_result keeps one by one.
+#define PRUNE_LAT_MAX_LAYERS 256
+
 // What the run's final model came to: predicted by the table and, on a GPU,
 // measured on the table's plan (NAN where not measured).
 typedef struct {
@@ -42,15 +45,20 @@ typedef struct {
     double dense_ms;      // the table's dense network
     double measured_ms;   // the plan's forward pass as one CUDA graph (the prediction's error is against it)
     double ops_ms;        // sum of the plan's op times (lat_model_measure's sum_ms)
+    int L;                // prunable layers kept below (0 when more than PRUNE_LAT_MAX_LAYERS)
+    double sp[PRUNE_LAT_MAX_LAYERS];        // each layer's sparsity
+    double layer_ms[PRUNE_LAT_MAX_LAYERS];  // each layer's measured op time (NAN: not measured)
     char why[520];        // why it was not measured ("" when it was)
 } prune_lat_result;
 
 // Predicts and (on a GPU, o->on_gpu) measures nt's latency; prints one line
-// to stdout. A failed measurement is reported, not an error.
+// to stdout, and unless o->quiet each layer's table time against its
+// measured op time. A failed measurement is reported, not an error.
 void prune_lat_final(const prune_lat_opts *o, const lat_table *t, double target_ms, const net *nt,
                      const prune_layers *pl, const sc_pattern *pat, prune_lat_result *res);
 
-// Adds the objective's members to the summary JSON (res NULL: not finished).
+// Adds the objective's members to the summary JSON (res NULL: not finished),
+// with each prunable layer's sparsity, table time and measured time.
 void prune_lat_json(json_writer *j, const lat_table *t, const prune_lat_result *res,
                     double target_ms);
 

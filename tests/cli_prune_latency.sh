@@ -41,6 +41,10 @@ grep -q "not measured (no GPU)" "$T/a.out" && ok "final latency: not measured wi
     || bad "final latency line" "$(grep latency "$T/a.out")"
 v=$(jget "$T/a.json" "d['latency']['predicted_ms'] <= d['latency']['target_ms'] * 1.0001 and d['latency']['not_measured'] == 'no GPU'")
 [ "$v" = True ] && ok "summary: predicted under the target" || bad "summary latency" "$(jget "$T/a.json" "d['latency']")"
+rest=$(jget "$T/a_latency.json" "d['rest_ms']")
+v=$(jget "$T/a.json" "len(d['latency']['layers']) == len(json.load(open('$T/a_latency.json'))['layers']) and all(l['measured_ms'] is None and l['table_ms'] > 0 for l in d['latency']['layers']) and abs(sum(l['table_ms'] for l in d['latency']['layers']) + $rest - d['latency']['predicted_ms']) <= 1e-6 * d['latency']['predicted_ms']")
+[ "$v" = True ] && ok "summary: per-layer table times add up to the prediction" \
+    || bad "summary per-layer latency" "$(jget "$T/a.json" "d['latency'].get('layers')" | head -c 300)"
 v=$(jget "$T/a_history.json" "all(h['best_predicted_latency_ms'] > 0 for h in d['history'])")
 [ "$v" = True ] && ok "history json has predicted latency" || bad "history json latency" "$v"
 head -n 1 "$T/a_history.csv" | grep -q best_predicted_latency_ms && ok "history csv has predicted latency" \

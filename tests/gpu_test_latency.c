@@ -5,7 +5,9 @@
 // (timing noise allowed), the table is keyed to this GPU and its plan and
 // fits it, the net is restored, and at 90% everywhere the table's prediction
 // is within 10% of the engine's measured whole graph (fp16), within a
-// factor of the per-layer plan's summed ops (fp32). Skips without a GPU.
+// factor of the per-layer plan's summed ops (fp32); each prunable layer's
+// measured op time is positive and they add up to no more than all the ops.
+// Skips without a GPU.
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -31,13 +33,20 @@ static void check_layers(tctx *t, const lat_table *tb) {
 // The model at 90% everywhere measured on the table's plan against the prediction.
 static void check_model(tctx *t, const lat_table *tb, net *nt, const prune_layers *pl) {
     sc_err err = {0};
-    double sp[64], sum = 0, graph = 0;
-    for (int l = 0; l < pl->n && l < 64; l++) sp[l] = 0.9;
+    double sp[64], lms[64], sum = 0, graph = 0, lsum = 0;
+    CHECK(t, pl->n <= 64, "%d prunable layers", pl->n);
+    if (pl->n > 64) return;
+    for (int l = 0; l < pl->n; l++) sp[l] = 0.9;
     CHECK(t, prune_mask_raise(nt, pl, sp, NULL, (prune_crit){.alpha = 1, .beta = 0}, NULL, &err) == 0,
           "masks: %s", err.msg);
-    int rc = lat_model_measure(&tb->key, nt, NULL, &sum, &graph, &err);
+    int rc = lat_model_measure(&tb->key, nt, pl, NULL, lms, &sum, &graph, &err);
     CHECK(t, rc == 0 && sum > 0 && graph > 0, "model: %s", err.msg);
     if (rc) return;
+    for (int l = 0; l < pl->n; l++) {  // every prunable layer of resnet20 has an op of its own
+        CHECK(t, isfinite(lms[l]) && lms[l] > 0, "layer %s: %g ms", tb->name[l], lms[l]);
+        lsum += isfinite(lms[l]) ? lms[l] : 0.0;
+    }
+    CHECK(t, lsum <= sum * (1 + 1e-9), "layers %g ms > the sum of all ops %g ms", lsum, sum);
     double pred = lat_predict(tb, sp);
     printf("  at 0.9: predicted %.4f ms, measured graph %.4f ms (sum of ops %.4f), error %+.1f%%\n", pred, graph,
            sum, 100.0 * (pred / graph - 1.0));
