@@ -197,6 +197,19 @@ def acceptance(rows):
     return lines
 
 
+def layer_misses(tag, prune, worst=4):
+    """Lines naming the layers where the table's time misses the final model's measured op time the most."""
+    layers = [l for l in ((prune or {}).get("latency") or {}).get("layers") or []
+              if num(l.get("measured_ms")) is not None and num(l.get("table_ms")) is not None]
+    if not layers:
+        return []
+    layers.sort(key=lambda l: -abs(l["table_ms"] - l["measured_ms"]))
+    words = ", ".join(f"{l['name'].removesuffix('.weight')} at {l['sparsity']:.3f}: table {l['table_ms']:.4f} vs "
+                      f"{l['measured_ms']:.4f} ms" for l in layers[:worst])
+    miss = sum(l["table_ms"] - l["measured_ms"] for l in layers)
+    return [f"- {tag}: layers' table - measured = {miss:+.4f} ms in all; largest: {words}"]
+
+
 def tags_in(d):
     """The run tags with a prune summary in d, in ORDER."""
     found = {re.sub(r"^prune-(.*)\.json$", r"\1", os.path.basename(p)) for p in glob.glob(os.path.join(d, "prune-*.json"))}
@@ -224,6 +237,10 @@ def main():
     print("\n".join(table_lines(table)) + "\n")
     print("\n".join(markdown(rows)))
     print("\n".join(acceptance(rows)))
+    misses = [m for t in tags for m in layer_misses(t, load(os.path.join(a.dir, f"prune-{t}.json")))]
+    if misses:
+        print("\nWhere the latency table misses the final models' layers (prune's own measurement):")
+        print("\n".join(misses))
     return 0
 
 
