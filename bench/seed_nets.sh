@@ -10,8 +10,10 @@
 # its own (--ckpt). Each step runs under the time left of BUDGET seconds (default 540, for a
 # 10-minute device call): when it runs out the step is stopped, the results so far are
 # packed, and the next call of the same command on the same (warm) machine goes on.
-# With N GPUs (nvidia-smi -L) both trainings run at once on GPUs 0 and 1; with one GPU, one
-# after the other. Prune, export and deploy run on GPU 0.
+# GPUS (default "0 1"): with two GPUs both trainings run at once, and later both deploys
+# (each compares against the dense engine timed in its own process on its own GPU); with
+# one (one listed, or one in nvidia-smi -L), one after the other. Prune and export run on the
+# first. Two networks at once on a 4-GPU machine: GPUS="0 1" for one, GPUS="2 3" for the other.
 # Steps: train (ours), train_pytorch.py, prune --method gmp to 0.9 (PRUNE_EPOCHS fine-tuning
 # epochs, default 10), export, then deploy (--precision $PRECISION, default both, --engine
 # fp16,tf32: the fp32 plan's all-dense network is the dense fp32 figure) twice:
@@ -41,6 +43,10 @@ mkdir -p "$D" "$OUTDIR" data
     { echo "seed_nets: no CIFAR-100 in data/cifar-100-binary or /root/data" >&2; exit 1; }
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 [ "$NGPU" -ge 1 ] || { echo "seed_nets: no GPU (nvidia-smi -L)" >&2; exit 1; }
+read -ra GL <<<"${GPUS:-0 1}"
+G0=${GL[0]:-0}; G1=${GL[1]:-$G0}
+[ "$NGPU" -ge 2 ] || G1=$G0
+for g in "$G0" "$G1"; do [ "$g" -lt "$NGPU" ] || { echo "seed_nets: no GPU $g ($NGPU found)" >&2; exit 2; }; done
 
 left() { echo $((BUDGET - (SECONDS - T0))); }
 # step NAME DONE_FILE GPU CMD...: runs CMD on GPU under the time left unless DONE_FILE exists.
@@ -84,25 +90,40 @@ params() {
     else echo "== params: ours '${ours}', pytorch '${torch}' (not both known yet)"; fi
 }
 
-if [ "$NGPU" -ge 2 ]; then
-    train_ours 0 & p1=$!
-    train_torch 1 & p2=$!
-    wait $p1; wait $p2
-else
-    train_ours 0
-    train_torch 0
-fi
+# both A B: runs functions A and B, at once when there are two GPUs (A on G0, B on G1).
+both() {
+    if [ "$G1" != "$G0" ]; then
+        "$1" "$G0" & local p1=$!
+        "$2" "$G1" & local p2=$!
+        wait $p1; local r1=$?; wait $p2; local r2=$?
+        return $((r1 || r2))
+    fi
+    "$1" "$G0"; local r1=$?
+    "$2" "$G0"; local r2=$?
+    return $((r1 || r2))
+}
+
+# Deploy with the activation-sparse candidates, on GPU $1.
+deploy_with() {
+    step deploy_with "$D/deploy_with.json" "$1" $B/deploy --device "$DEVICE" --precision "$PRECISION" --engine fp16,tf32 \
+        --reference all --chart none --json "$D/deploy_with.json" "$D/pruned.csr.h5" "$DATASET"
+}
+
+# Deploy without them, on GPU $1.
+deploy_without() {
+    step deploy_without "$D/deploy_without.json" "$1" $B/deploy --device "$DEVICE" --precision "$PRECISION" \
+        --engine fp16,tf32 --skip-candidates actsparse --reference "$REF_WITHOUT" --chart none \
+        --json "$D/deploy_without.json" "$D/pruned.csr.h5" "$DATASET"
+}
+
+both train_ours train_torch
 params
 
 if [ -s "$D/train.json" ]; then
-    step prune "$D/prune.json" 0 $B/prune --quiet --device "$DEVICE" --method gmp --from "$D/model.h5" --target-sparsity 0.9 \
+    step prune "$D/prune.json" "$G0" $B/prune --quiet --device "$DEVICE" --method gmp --from "$D/model.h5" --target-sparsity 0.9 \
         --epochs "$PRUNE_EPOCHS" -o "$D/pruned.h5" --json "$D/prune.json" --runs "$D/runs" "$DATASET" &&
-    step export "$D/export.json" 0 $B/export --quiet "$D/pruned.h5" -o "$D/pruned.csr.h5" --json "$D/export.json" &&
-    step deploy_with "$D/deploy_with.json" 0 $B/deploy --device "$DEVICE" --precision "$PRECISION" --engine fp16,tf32 --reference all \
-        --chart none --json "$D/deploy_with.json" "$D/pruned.csr.h5" "$DATASET" &&
-    step deploy_without "$D/deploy_without.json" 0 $B/deploy --device "$DEVICE" --precision "$PRECISION" --engine fp16,tf32 \
-        --skip-candidates actsparse --reference "$REF_WITHOUT" --chart none --json "$D/deploy_without.json" \
-        "$D/pruned.csr.h5" "$DATASET"
+    step export "$D/export.json" "$G0" $B/export --quiet "$D/pruned.h5" -o "$D/pruned.csr.h5" --json "$D/export.json" &&
+    both deploy_with deploy_without
 fi
 
 # Pack the summaries and logs (the models stay in $D).
