@@ -15,22 +15,14 @@ the whole graph.
 """
 import argparse
 import glob
-import json
-import math
 import os
 import re
 import sys
 
+from tablelib import dense_engine, fmt, load, num, ratio
+
 ORDER = ["U", "F1", "F2"] + [f"L{i}" for i in range(1, 10)]
 
-
-def load(path):
-    """The JSON at path, or None when missing or unreadable."""
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
 
 
 def layer_ms(table, row, s):
@@ -64,17 +56,6 @@ def layer_sparsities(prune):
     return {l["name"]: l["sparsity"] for l in prune.get("layers", []) if l.get("pruned")}
 
 
-def dense_engine(deploy, prec="fp16"):
-    """The dense engine entry of that precision, or {}."""
-    for e in deploy.get("dense_engine", []) if deploy else []:
-        if e.get("precision") == prec:
-            return e
-    return {}
-
-
-def num(v):
-    """A finite float or None."""
-    return v if isinstance(v, (int, float)) and math.isfinite(v) else None
 
 
 def run_row(tag, prune, deploy, table, setting):
@@ -98,14 +79,6 @@ def run_row(tag, prune, deploy, table, setting):
     return r
 
 
-def fmt(v, spec=".3f", none="-"):
-    """v formatted, or none."""
-    return none if v is None else format(v, spec)
-
-
-def ratio(a, b):
-    """a / b, or None."""
-    return a / b if a is not None and b else None
 
 
 def settings(args, tag, prune):

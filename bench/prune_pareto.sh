@@ -11,7 +11,7 @@
 #   bench/prune_pareto.sh MODEL              (MODEL: resnet18, vgg16, ...)
 # The latency table is measured once (job T: a one-iteration latency run that
 # writes it, alone on its GPU) and every latency run reads it (--latency-table).
-# Jobs run one per GPU at a time (nvidia-smi -L; CUDA_VISIBLE_DEVICES per job),
+# Jobs run one per GPU at a time (bench/gpu_queue.sh: nvidia-smi -L; CUDA_VISIBLE_DEVICES per job),
 # so every timing has its GPU to itself; a job's prune, export and deploy run
 # in sequence on one GPU and a failed job leaves the others' results.
 # Expects build/bin/* and CIFAR-100 in data/cifar-100-binary (linked to
@@ -22,7 +22,8 @@
 # PATTERN (unstructured; 16x8 lets the block-sparse kernel run); LAT_BATCH (128);
 # ONLY (all jobs: "T U F1 F2 L1 L2 L3"); GPUS (count, default nvidia-smi's);
 # WORK (/root/pareto-MODEL: models, logs, JSON; a table found there is reused
-# unless REMEASURE=1); OUT (bench/out: pareto-MODEL.tar.gz and pareto-MODEL.md);
+# unless REMEASURE=1, a job done there is skipped unless REDO=1: run the same
+# command again to go on); OUT (bench/out: pareto-MODEL.tar.gz and pareto-MODEL.md);
 # DEADLINE (540): seconds after which what is done is written to OUT while the
 # rest goes on (a device call ends at 10 minutes and keeps what OUT holds);
 # DATASET (cifar100), START, TRAIN_ARGS, DEPLOY_ARGS for other set-ups.
@@ -31,6 +32,7 @@
 # to split it across calls; WORK keeps what is done).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/gpu_queue.sh
 model=${1:?usage: bench/prune_pareto.sh MODEL}
 B=build/bin; ds=${DATASET:-cifar100}; out=${OUT:-bench/out}
 it=${ITER:-48}; pop=${POP:-8}; batches=${BATCHES:-10}; seed=${SEED:-1}; X=${UNIFORM:-0.9}
@@ -53,7 +55,6 @@ for t in $B/train $B/prune $B/export $B/deploy; do [ -x "$t" ] || { echo "missin
 if [ -n "${GPUS:-}" ]; then ngpu=$GPUS
 else ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true); fi
 [ "${ngpu:-0}" -ge 1 ] || ngpu=1
-threads=$(( $(nproc) / ngpu )); [ "$threads" -ge 1 ] || threads=1
 echo "prune_pareto: $model, $ngpu GPU(s), jobs: $jobs, work in $work"
 
 # The search settings every run shares (bench/pattern_prune.sh's budget).
@@ -97,7 +98,7 @@ wait_table() {
 # run_job JOB: prune (after the table for latency runs), export, deploy; 1 on any failure.
 run_job() {
     local j=$1 m="$work/$1.h5"
-    [ "$j" = T ] && { table_job; return; }
+    [ "$j" = T ] && { table_job || { touch "$work/table.failed"; return 1; }; return; }
     local a; mapfile -t a < <(prune_args "$j")
     [ ${#a[@]} -gt 0 ] || { echo "unknown job $j"; return 1; }
     case $j in L*) wait_table || { echo "no latency table"; return 1; } ;; esac
@@ -107,33 +108,10 @@ run_job() {
     $B/deploy --quiet $deploy_args --chart none --json "$work/json/deploy-$j.json" "$work/$j.csr.h5" "$ds"
 }
 
-# next_job: the next queued job name (empty when none), under a mkdir lock.
-next_job() {
-    until mkdir "$work/q.lock" 2>/dev/null; do sleep 0.2; done
-    local n; n=$(cat "$work/q.next")
-    echo $((n + 1)) >"$work/q.next"
-    rmdir "$work/q.lock"
-    sed -n "$((n + 1))p" "$work/q.jobs"
-}
-
-# worker G: runs queued jobs on GPU G until the queue is empty.
-worker() {
-    local g=$1 j t0 rc
-    while j=$(next_job) && [ -n "$j" ]; do
-        t0=$(date +%s)
-        echo "[gpu $g] $j started"
-        CUDA_VISIBLE_DEVICES=$g OMP_NUM_THREADS=$threads run_job "$j" >"$work/logs/$j.log" 2>&1 && rc=0 || rc=$?
-        [ "$j" = T ] && [ $rc -ne 0 ] && touch "$work/table.failed"
-        echo "$j gpu=$g rc=$rc seconds=$(( $(date +%s) - t0 ))" >>"$work/logs/jobs.txt"
-        echo "[gpu $g] $j done: rc $rc, $(( $(date +%s) - t0 )) s"
-    done
-}
-
 [ -f "$start" ] || CUDA_VISIBLE_DEVICES=0 $B/train --quiet --model "$model" "${train_args[@]}" -o "$start" "$ds" \
     >"$work/logs/train.log" 2>&1 || { echo "training $model failed: $(tail -n 3 "$work/logs/train.log")" >&2; exit 1; }
-rm -rf "$work/q.lock" "$work/table.done" "$work/table.failed"
-echo "# $(date -u +%FT%TZ) jobs: $jobs" >>"$work/logs/jobs.txt"
-read -ra queue <<<"$jobs"; printf '%s\n' "${queue[@]}" >"$work/q.jobs"; echo 0 >"$work/q.next"
+rm -rf "$work/table.done" "$work/table.failed" "$work/done/T"  # T runs every time: it reuses a table it finds
+read -ra queue <<<"$jobs"
 # summarise: the tarball of the JSON summaries and logs, and the markdown table, into $out.
 summarise() {
     local keep=(json logs)
@@ -148,22 +126,5 @@ summarise() {
     } >"$out/pareto-$model.md"
 }
 
-# running PID...: 0 while one of them runs.
-running() {
-    local p
-    for p in "$@"; do kill -0 "$p" 2>/dev/null && return 0; done
-    return 1
-}
-
-pids=()
-for ((g = 0; g < ngpu; g++)); do worker "$g" & pids+=($!); done
-early=0  # past DEADLINE seconds (default 540: the device's 10-minute calls) what is done is saved first
-while running "${pids[@]}"; do
-    if [ $early = 0 ] && [ $SECONDS -ge "${DEADLINE:-540}" ]; then
-        echo "prune_pareto: ${DEADLINE:-540} s passed: saving what is done (jobs go on)"; summarise || true; early=1
-    fi
-    sleep 2
-done
-wait
-summarise
+gq_run "$work" "$ngpu" summarise run_job "${queue[@]}"
 cat "$out/pareto-$model.md"

@@ -1,0 +1,73 @@
+# A job queue over the GPUs of one machine, sourced by the bench scripts that
+# run many independent jobs (bench/prune_pareto.sh, bench/pattern_table.sh):
+# one job per GPU at a time, so every timing has its GPU to itself.
+#
+#   . bench/gpu_queue.sh
+#   gq_run WORK NGPU SUMMARY_FN RUN_FN JOB...
+#
+# RUN_FN JOB runs one job with CUDA_VISIBLE_DEVICES set and OMP_NUM_THREADS =
+# cores / NGPU, its output in WORK/logs/JOB.log. A job that returns 0 is
+# marked done (WORK/done/JOB) and skipped by later calls (REDO=1 runs every
+# job again), so a run longer than one device call goes on when the same
+# command runs again on the same machine. Past DEADLINE seconds of the
+# calling script (default 540: a device call ends at 10 minutes) SUMMARY_FN
+# saves what is done while the jobs go on; it runs again at the end. One line
+# per job in WORK/logs/jobs.txt.
+
+# gq_next WORK: the next queued job name (empty when none), under a mkdir lock.
+gq_next() {
+    local w=$1 n
+    until mkdir "$w/q.lock" 2>/dev/null; do sleep 0.2; done
+    n=$(cat "$w/q.next")
+    echo $((n + 1)) >"$w/q.next"
+    rmdir "$w/q.lock"
+    sed -n "$((n + 1))p" "$w/q.jobs"
+}
+
+# gq_worker G WORK THREADS RUN_FN: runs queued jobs on GPU G until the queue is empty.
+gq_worker() {
+    local g=$1 w=$2 th=$3 fn=$4 j t0 rc
+    while j=$(gq_next "$w") && [ -n "$j" ]; do
+        t0=$(date +%s)
+        echo "[gpu $g] $j started"
+        CUDA_VISIBLE_DEVICES=$g OMP_NUM_THREADS=$th "$fn" "$j" >"$w/logs/$j.log" 2>&1 && rc=0 || rc=$?
+        [ $rc -eq 0 ] && touch "$w/done/$j"
+        echo "$j gpu=$g rc=$rc seconds=$(($(date +%s) - t0))" >>"$w/logs/jobs.txt"
+        echo "[gpu $g] $j done: rc $rc, $(($(date +%s) - t0)) s"
+    done
+}
+
+# gq_running PID...: 0 while one of them runs.
+gq_running() {
+    local p
+    for p in "$@"; do kill -0 "$p" 2>/dev/null && return 0; done
+    return 1
+}
+
+# gq_run WORK NGPU SUMMARY_FN RUN_FN JOB...: the jobs not done yet over NGPU workers.
+gq_run() {
+    local w=$1 ngpu=$2 summary=$3 fn=$4 j g th early=0 pids=()
+    shift 4
+    mkdir -p "$w/logs" "$w/done"
+    rm -rf "$w/q.lock"
+    [ "${REDO:-0}" = 1 ] && rm -f "$w"/done/*
+    : >"$w/q.jobs"
+    for j in "$@"; do
+        if [ -f "$w/done/$j" ]; then echo "$j: done before (REDO=1 runs it again)"; else echo "$j" >>"$w/q.jobs"; fi
+    done
+    echo 0 >"$w/q.next"
+    echo "# $(date -u +%FT%TZ) jobs: $*" >>"$w/logs/jobs.txt"
+    th=$(($(nproc) / ngpu))
+    [ "$th" -ge 1 ] || th=1
+    for ((g = 0; g < ngpu; g++)); do gq_worker "$g" "$w" "$th" "$fn" & pids+=($!); done
+    while gq_running "${pids[@]}"; do
+        if [ $early = 0 ] && [ "$SECONDS" -ge "${DEADLINE:-540}" ]; then
+            echo "gpu_queue: ${DEADLINE:-540} s passed: saving what is done (jobs go on)"
+            "$summary" || true
+            early=1
+        fi
+        sleep 2
+    done
+    wait
+    "$summary"
+}

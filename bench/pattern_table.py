@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Issue 16's acceptance table from bench/pattern_table.sh's JSON summaries.
+
+One row per model, pattern and target sparsity (prune-MODEL-PATTERN-SPARSITY.json,
+deploy-...json) with validation / test top-1, deploy's mixed fp16 plan at batch
+128 and 1, the dense fp16 engine of the same process, PyTorch's BN-folded CUDA
+graph of the same weights (torch-MODEL.json, bench/dense_pytorch.py) and the
+speedups against both; then, per model and sparsity, how far each pattern's
+test top-1 is from the unstructured model's and whether the 1.5x / 1.3x
+speedups of the acceptance hold.
+
+Usage: bench/pattern_table.py DIR
+"""
+import glob
+import os
+import re
+import sys
+
+from tablelib import dense_engine, fmt, load, num, ratio
+
+PATTERN_ORDER = ["unstructured", "8x1", "16x1", "16x8", "2of4"]
+
+
+
+
+
+
+def torch_ms(d, batch):
+    """PyTorch's fp16 CUDA-graph milliseconds at batch (dense_pytorch.py's rows), or None."""
+    for r in (d or {}).get("rows", []):
+        if r.get("precision") == "fp16" and r.get("batch") == batch:
+            return num(r.get("graph_ms"))
+    return None
+
+
+
+def row(d, tag):
+    """One job's figures (None where absent)."""
+    model, pat, sp = tag.split("-", 2)
+    p = load(os.path.join(d, f"prune-{tag}.json")) or {}
+    dep = load(os.path.join(d, f"deploy-{tag}.json")) or {}
+    torch = load(os.path.join(d, f"torch-{model}.json"))
+    mixed = dep.get("mixed_fp16") or {}
+    eng = dense_engine(dep)
+    r = dict(model=model, pattern=pat.replace("of", ":"), target=sp, sparsity=num(p.get("sparsity")),
+             val=num(p.get("val_accuracy")), test=num(p.get("test_accuracy")),
+             engine_test=num(mixed.get("test_accuracy")), ms=num(mixed.get("batch_ms")),
+             ms1=num(mixed.get("batch1_ms")), dense=num(eng.get("batch_ms")), dense1=num(eng.get("batch1_ms")),
+             pt=torch_ms(torch, dep.get("batch") or 128), pt1=torch_ms(torch, 1),
+             block_layers=mixed.get("sparse_layers"))
+    r["x_engine"], r["x_engine1"] = ratio(r["dense"], r["ms"]), ratio(r["dense1"], r["ms1"])
+    r["x_pt"], r["x_pt1"] = ratio(r["pt"], r["ms"]), ratio(r["pt1"], r["ms1"])
+    return r
+
+
+def tags(d):
+    """Job tags with a prune summary in d, by model, sparsity, then PATTERN_ORDER."""
+    found = [re.sub(r"^prune-(.*)\.json$", r"\1", os.path.basename(p)) for p in glob.glob(os.path.join(d, "prune-*.json"))]
+
+    def key(t):
+        m, p, s = t.split("-", 2)
+        return (m, s, PATTERN_ORDER.index(p) if p in PATTERN_ORDER else len(PATTERN_ORDER), p)
+    return sorted((t for t in found if t.count("-") >= 2), key=key)
+
+
+def markdown(rows):
+    out = ["| model | pattern | target | sparsity | val / test top-1 | engine test | mixed b128 / b1 ms "
+           "| dense engine b128 / b1 ms | PyTorch graph b128 / b1 ms | x engine b128 / b1 | x PyTorch b128 / b1 "
+           "| sparse convs |", "|" + "---|" * 12]
+    for r in rows:
+        out.append(f"| {r['model']} | {r['pattern']} | {r['target']} | {fmt(r['sparsity'], '.4f')} "
+                   f"| {fmt(r['val'], '.2f')} / {fmt(r['test'], '.2f')} | {fmt(r['engine_test'], '.2f')} "
+                   f"| {fmt(r['ms'], '.4f')} / {fmt(r['ms1'], '.4f')} | {fmt(r['dense'], '.4f')} / {fmt(r['dense1'], '.4f')} "
+                   f"| {fmt(r['pt'], '.4f')} / {fmt(r['pt1'], '.4f')} | {fmt(r['x_engine'], '.2f')}x / "
+                   f"{fmt(r['x_engine1'], '.2f')}x | {fmt(r['x_pt'], '.2f')}x / {fmt(r['x_pt1'], '.2f')}x "
+                   f"| {r['block_layers'] if r['block_layers'] is not None else '-'} |")
+    return out
+
+
+def verdicts(rows):
+    """Per row against the unstructured row of its model and sparsity: accuracy gap and the speedup bars."""
+    base = {(r["model"], r["target"]): r for r in rows if r["pattern"] == "unstructured"}
+    out = []
+    for r in rows:
+        if r["pattern"] == "unstructured":
+            continue
+        u = base.get((r["model"], r["target"]))
+        gap = r["test"] - u["test"] if u and r["test"] is not None and u["test"] is not None else None
+        fast = [v for v in (r["x_engine"], r["x_pt"]) if v is not None]
+        fast1 = [v for v in (r["x_engine1"], r["x_pt1"]) if v is not None]
+        b128 = "?" if len(fast) < 2 else ("yes" if min(fast) >= 1.5 else "no")
+        b1 = "?" if len(fast1) < 2 else ("yes" if min(fast1) >= 1.3 else "no")
+        acc = "?" if gap is None else ("yes" if gap >= -1.0 else "no")
+        out.append(f"- {r['model']} {r['pattern']} at {r['target']}: test top-1 {fmt(gap, '+.2f')} vs unstructured "
+                   f"(within 1 point: {acc}); batch 128 >= 1.5x over engine and PyTorch: {b128}; "
+                   f"batch 1 >= 1.3x: {b1}")
+    return out
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__.strip().splitlines()[-1], file=sys.stderr)
+        return 2
+    d = sys.argv[1]
+    rows = [row(d, t) for t in tags(d)]
+    dev = next((load(p).get("device") for p in glob.glob(os.path.join(d, "deploy-*.json")) if load(p)), "?")
+    print(f"## Patterns (issue 16): {dev}\n")
+    print("\n".join(markdown(rows)))
+    print("\nAgainst the unstructured model of the same model and sparsity (acceptance bars; '?': not measured):")
+    print("\n".join(verdicts(rows)) or "- no pattern rows")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

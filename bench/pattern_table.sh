@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Issue 16's acceptance table on a GPU machine: each MODEL trained once, then
+# pruned under each pattern to each sparsity with the same seed and image
+# budget (evolve, as bench/pattern_prune.sh: ITER iterations x BATCHES batches,
+# population POP), exported and deployed on the mixed fp16 plan against the
+# dense fp16 engine of the same process (batch 128 and batch 1), with
+# PyTorch's BN-folded channels_last CUDA graph of the same weights
+# (bench/dense_pytorch.py) timed in the same call; bench/pattern_table.py
+# makes the markdown table.
+#   MODELS="resnet18 vgg16" PATTERNS="unstructured 8x1 16x8 2:4" SPARSITIES="0.9 0.95" \
+#       bench/pattern_table.sh
+# Jobs, one per GPU at a time (bench/gpu_queue.sh): MODEL-PATTERN-SPARSITY
+# (prune, export, deploy; ':' of N:M written 'of') and torch-MODEL (PyTorch
+# on the first finished export of MODEL). Resumable: WORK keeps the models and
+# the jobs done, so the same command on the same (warm) machine goes on where
+# the last call stopped; DEADLINE seconds in (540) the table so far goes to
+# OUT while the jobs go on. About 2 min of prune and 1-2 min of deploy per job
+# on an H100/H200: 16 jobs take ~8-10 min on four GPUs.
+# Env (defaults): MODELS, PATTERNS, SPARSITIES as above; ITER (48) POP (8)
+# BATCHES (10) SEED (1); WORK (/root/pattern); OUT (bench/out:
+# pattern-table.md and pattern-table.tar.gz); DATASET (cifar100); START_DIR
+# (/root: START_DIR/MODEL.h5 is the start model, trained with train's
+# defaults and TRAIN_ARGS when missing); DEPLOY_ARGS ("--precision fp16
+# --engine fp16"); GPUS (count, default nvidia-smi's); REDO=1 runs done jobs again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. bench/gpu_queue.sh
+B=build/bin; ds=${DATASET:-cifar100}; out=${OUT:-bench/out}; work=${WORK:-/root/pattern}
+read -ra models <<<"${MODELS:-resnet18 vgg16}"; read -ra patterns <<<"${PATTERNS:-unstructured 8x1 16x8 2:4}"
+read -ra sparsities <<<"${SPARSITIES:-0.9 0.95}"; read -ra train_args <<<"${TRAIN_ARGS:-}"
+it=${ITER:-48}; pop=${POP:-8}; batches=${BATCHES:-10}; seed=${SEED:-1}; sdir=${START_DIR:-/root}
+deploy_args=${DEPLOY_ARGS:---precision fp16 --engine fp16}
+mkdir -p "$out" "$work/logs" "$work/json"
+[ -e data/cifar-100-binary ] || [ ! -d /root/data ] || { mkdir -p data; ln -s /root/data data/cifar-100-binary; }
+[ "$ds" != cifar100 ] || [ -d data/cifar-100-binary ] || { echo "no data/cifar-100-binary" >&2; exit 1; }
+for t in $B/train $B/prune $B/export $B/deploy; do [ -x "$t" ] || { echo "missing $t" >&2; exit 1; }; done
+if [ -n "${GPUS:-}" ]; then ngpu=$GPUS; else ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true); fi
+[ "${ngpu:-0}" -ge 1 ] || ngpu=1
+
+# run_job JOB: MODEL-PATTERN-SPARSITY (prune, export, deploy) or torch-MODEL.
+run_job() {
+    local j=$1 model pat sp
+    case $j in torch-*) torch_job "${j#torch-}"; return ;; esac
+    IFS=- read -r model pat sp <<<"$j"
+    pat=${pat/of/:}
+    $B/prune --from "$sdir/$model.h5" --target-sparsity "$sp" --pattern "$pat" --seed "$seed" --lr 0.2 \
+        --sched onecycle --warmup 0.1 --batches "$batches" --iterations "$it" --population "$pop" --quiet \
+        --runs "$work/runs" -o "$work/$j.h5" --json "$work/json/prune-$j.json" "$ds" || return 1
+    $B/export --quiet "$work/$j.h5" -o "$work/$j.csr.h5" --json "$work/json/export-$j.json" || return 1
+    # shellcheck disable=SC2086
+    $B/deploy --quiet $deploy_args --chart none --json "$work/json/deploy-$j.json" "$work/$j.csr.h5" "$ds"
+}
+
+# torch_job MODEL: PyTorch's dense network on the weights of MODEL's first finished export
+# (waits up to 15 min for one; dense, so any of them gives the same times).
+torch_job() {
+    local model=$1 f t0=$SECONDS data=data/cifar-100-binary
+    if [ "$ds" != cifar100 ]; then  # timing only: random test images (their accuracy means nothing)
+        data=$work/random-test; mkdir -p "$data"
+        [ -s "$data/test.bin" ] || head -c $((3074 * 10000)) /dev/urandom >"$data/test.bin"
+    fi
+    while :; do
+        for f in "$work/done/$model"-*; do
+            [ -e "$f" ] || continue
+            python3 bench/dense_pytorch.py "$work/$(basename "$f").csr.h5" --data "$data" \
+                --json "$work/json/torch-$model.json"
+            return
+        done
+        [ $((SECONDS - t0)) -lt 900 ] || { echo "no finished export of $model"; return 1; }
+        sleep 5
+    done
+}
+
+# summarise: the JSON summaries and logs (tarball) and the markdown table into $out.
+summarise() {
+    tar czf "$out/pattern-table.tar.gz" -C "$work" json logs
+    {
+        python3 bench/pattern_table.py "$work/json"
+        printf '\nJobs (%s GPUs, %s iterations x %s batches, population %s, seed %s):\n' "$ngpu" "$it" "$batches" \
+            "$pop" "$seed"
+        sed 's/^/- /' "$work/logs/jobs.txt"
+    } >"$out/pattern-table.md"
+}
+
+for m in "${models[@]}"; do  # the start models, trained at once on separate GPUs when missing
+    [ -f "$sdir/$m.h5" ] && continue
+    g=$(( $(printf '%s\n' "${models[@]}" | grep -n -x "$m" | cut -d: -f1) - 1 ))
+    CUDA_VISIBLE_DEVICES=$((g % ngpu)) $B/train --quiet --model "$m" "${train_args[@]}" -o "$sdir/$m.h5" "$ds" \
+        >"$work/logs/train-$m.log" 2>&1 &
+done
+wait
+for m in "${models[@]}"; do [ -f "$sdir/$m.h5" ] || { echo "training $m failed: $(tail -n 3 "$work/logs/train-$m.log")" >&2; exit 1; }; done
+jobs=()
+for m in "${models[@]}"; do for p in "${patterns[@]}"; do for s in "${sparsities[@]}"; do jobs+=("$m-${p/:/of}-$s"); done; done; done
+for m in "${models[@]}"; do jobs+=("torch-$m"); done
+echo "pattern_table: ${#jobs[@]} jobs on $ngpu GPU(s), work in $work"
+gq_run "$work" "$ngpu" summarise run_job "${jobs[@]}"
+cat "$out/pattern-table.md"
