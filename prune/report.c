@@ -78,6 +78,7 @@ void prune_report_table(FILE *f, const net *nt, const sc_pattern *pat) {
 }
 
 // Adds a pruned layer's pattern fields: "pattern", "blocks", "blocks_kept",
+// "blocks_kept_row_max" (block layers: the busiest row of kb output channels),
 // "pattern_fallback", "off_pattern".
 static void json_blocks(json_writer *j, const net *nt, int t, const sc_pattern *pat) {
     sc_pattern_geom g;
@@ -88,6 +89,7 @@ static void json_blocks(json_writer *j, const net *nt, int t, const sc_pattern *
     json_add_string(j, "pattern", text);
     json_add_int(j, "blocks", (long long)g.units);
     json_add_int(j, "blocks_kept", (long long)sc_pattern_units_kept(&g, mask));
+    if (g.kind == PAT_BLOCK) json_add_int(j, "blocks_kept_row_max", (long long)sc_pattern_row_max_kept(&g, mask));
     json_add_bool(j, "pattern_fallback", g.fallback);
     json_add_int(j, "off_pattern", (long long)sc_pattern_violations(&g, mask));
 }

@@ -172,6 +172,25 @@ size_t sc_pattern_units_kept(const sc_pattern_geom *g, const float *mask) {
     return units_scan(g, mask, 0);
 }
 
+// The most kept blocks of one block row (units are in k block, tap, c block order).
+size_t sc_pattern_row_max_kept(const sc_pattern_geom *g, const float *mask) {
+    if (g->kind != PAT_BLOCK || !g->units) return 0;
+    unsigned *kept = malloc(g->units * sizeof *kept);
+    if (!kept || units_count(g, mask, kept)) {
+        free(kept);
+        return (size_t)-1;
+    }
+    const size_t per_row = g->units / (size_t)(g->K / g->kb);
+    size_t best = 0;
+    for (size_t r0 = 0; r0 < g->units; r0 += per_row) {
+        size_t n = 0;
+        for (size_t u = r0; u < r0 + per_row; u++) n += kept[u] > 0;
+        best = n > best ? n : best;
+    }
+    free(kept);
+    return best;
+}
+
 // Entries that break the pattern ((size_t)-1 when out of memory).
 size_t sc_pattern_violations(const sc_pattern_geom *g, const float *mask) {
     if (g->kind == PAT_UNSTRUCTURED) return 0;

@@ -67,6 +67,11 @@ void sc_pattern_unit_entries(const sc_pattern_geom *g, size_t u, size_t *idx);
 // Units with at least one kept entry of a mask of g's tensor.
 size_t sc_pattern_units_kept(const sc_pattern_geom *g, const float *mask);
 
+// Block layers: the most blocks with a kept entry in one block row (kb output
+// channels; the block-sparse kernels take as long as their busiest rows);
+// 0 for other layers, (size_t)-1 when out of memory.
+size_t sc_pattern_row_max_kept(const sc_pattern_geom *g, const float *mask);
+
 // Entries that break the pattern in a mask: for blocks, kept entries of
 // blocks that are not all kept; for N:M, kept entries past the N-th of a
 // group; 0 for unstructured layers and masks on the pattern.

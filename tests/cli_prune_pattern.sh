@@ -88,6 +88,11 @@ grep -qE 'fc1.weight .*8x8\* [0-9]+/750 blocks' "$T/gmp-16x8.out" && grep -qE 'f
     && ok "table counts blocks (fc3 falls back to 2x4)" || bad "table counts blocks" "$(grep -E 'fc[13]' "$T/gmp-16x8.out")"
 grep -q '"blocks_kept"' "$T/gmp-16x8.json" && grep -q '"pattern": *"2x4"' "$T/gmp-16x8.json" \
     && ok "json counts blocks" || bad "json counts blocks" "no blocks_kept"
+v=$("${PY:-/usr/bin/python3}" -c "import json,sys
+L=[l for l in json.load(open(sys.argv[1]))['layers'] if 'blocks_kept_row_max' in l]
+def rows(l): return int(l['shape'].split('x')[0]) // int(l['pattern'].split('x')[0])
+print(len(L) > 0 and all(l['blocks_kept'] <= rows(l) * l['blocks_kept_row_max'] and l['blocks_kept_row_max'] <= l['blocks_kept'] and l['blocks_kept_row_max'] <= l['blocks'] // rows(l) for l in L))" "$T/gmp-16x8.json" 2>&1)
+[ "$v" = True ] && ok "json: the busiest block row between the mean and a full row" || bad "json blocks_kept_row_max" "$v"
 
 # --- evolve: stopped and resumed == uninterrupted, pattern kept -----------------------
 ARGS="$TINY --pattern 4x2 --finetune 1 --seed 3"

@@ -125,6 +125,24 @@ static void test_units(tctx *t) {
     free(seen);
 }
 
+// The busiest block row by hand: (K 8, C 6, RS 9) in 4x3 blocks, rows of 2 x 9 blocks.
+static void test_row_max(tctx *t) {
+    sc_pattern_geom g = geom_make(PAT_BLOCK, 8, 6, 9, 4, 3, 0);
+    size_t n = 8 * 6 * 9, idx[12];
+    float *m = calloc(n, sizeof *m);
+    CHECK(t, sc_pattern_row_max_kept(&g, m) == 0, "empty mask");
+    const size_t keep[] = {0, 5, 17, 20, 21};  // three blocks of row 0, two of row 1
+    for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++) {
+        sc_pattern_unit_entries(&g, keep[i], idx);
+        m[idx[i % g.unit_size]] = 1.0f;  // one kept entry is enough
+    }
+    CHECK(t, sc_pattern_row_max_kept(&g, m) == 3, "row max %zu, want 3", sc_pattern_row_max_kept(&g, m));
+    CHECK(t, sc_pattern_units_kept(&g, m) == 5, "kept %zu", sc_pattern_units_kept(&g, m));
+    sc_pattern_geom u = geom_make(PAT_NM, 8, 8, 1, 1, 4, 2);
+    CHECK(t, sc_pattern_row_max_kept(&u, m) == 0, "not a block layer");
+    free(m);
+}
+
 // --- raises -------------------------------------------------------------------
 
 // Block raise by hand: the block with the smallest sum goes first even
@@ -389,6 +407,7 @@ int main(void) {
     RUN(&t, test_parse_bad);
     RUN(&t, test_geometry);
     RUN(&t, test_units);
+    RUN(&t, test_row_max);
     RUN(&t, test_block_sum_hand);
     RUN(&t, test_block_raise_random);
     RUN(&t, test_nm_raise);
