@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # A job queue over the GPUs of one machine, sourced by the bench scripts that
 # run many independent jobs (bench/prune_pareto.sh, bench/pattern_table.sh):
 # one job per GPU at a time, so every timing has its GPU to itself.
