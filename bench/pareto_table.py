@@ -170,6 +170,14 @@ def acceptance(rows):
     return lines
 
 
+def busiest_row(b):
+    """', busiest block row N blocks (mean M)' for a block layer of prune's summary, else ''."""
+    if b.get("blocks_kept_row_max") is None:  # only block layers have it, with their KxC pattern
+        return ""
+    rows = int(b["shape"].split("x")[0]) // int(b["pattern"].split("x")[0])
+    return f", busiest block row {b['blocks_kept_row_max']} blocks (mean {b['blocks_kept'] / rows:.1f})"
+
+
 def layer_misses(tag, prune, worst=4):
     """Lines naming the layers where the table's time misses the final model's measured op time the most."""
     layers = [l for l in ((prune or {}).get("latency") or {}).get("layers") or []
@@ -178,17 +186,8 @@ def layer_misses(tag, prune, worst=4):
         return []
     layers.sort(key=lambda l: -abs(l["table_ms"] - l["measured_ms"]))
     info = {l.get("name"): l for l in (prune or {}).get("layers") or []}
-
-    def rows(name):
-        """', busiest block row N blocks (mean M)' for a block layer of the summary, else ''."""
-        b = info.get(name) or {}
-        nrows = b.get("blocks_kept_row_max") is not None and b.get("blocks") and b.get("shape")
-        if not nrows:
-            return ""
-        k, kb = int(b["shape"].split("x")[0]), int(b.get("pattern", "1x1").split("x")[0] or 1)
-        return f", busiest block row {b['blocks_kept_row_max']} blocks (mean {b['blocks_kept'] * kb / k:.1f})"
     words = ", ".join(f"{l['name'].removesuffix('.weight')} at {l['sparsity']:.3f}: table {l['table_ms']:.4f} vs "
-                      f"{l['measured_ms']:.4f} ms{rows(l['name'])}" for l in layers[:worst])
+                      f"{l['measured_ms']:.4f} ms{busiest_row(info.get(l['name']) or {})}" for l in layers[:worst])
     miss = sum(l["table_ms"] - l["measured_ms"] for l in layers)
     return [f"- {tag}: layers' table - measured = {miss:+.4f} ms in all; largest: {words}"]
 

@@ -108,12 +108,6 @@ __device__ __forceinline__ void bsh_units(const bsh_args &a, int u, int ue, uint
 
 // --- the epilogue -------------------------------------------------------------------------
 
-// Two 16-bit values at p as floats.
-__device__ __forceinline__ float2 bsh_ld2(const __half *p) { return __half22float2(*(const __half2 *)p); }
-__device__ __forceinline__ float2 bsh_ld2(const __nv_bfloat16 *p) {
-    return __bfloat1622float2(*(const __nv_bfloat162 *)p);
-}
-
 // Stores two floats at p as 16-bit values.
 __device__ __forceinline__ void bsh_st2(__half *p, float u, float v) { *(__half2 *)p = __floats2half2_rn(u, v); }
 __device__ __forceinline__ void bsh_st2(__nv_bfloat16 *p, float u, float v) {

@@ -150,6 +150,14 @@ static int download_f32(const gpu_ctx *g, gpu_dtype dt, const void *dev, size_t 
     return rc ? -1 : 0;
 }
 
+// bufs_make, then x uniform in [xlo, xhi] and w in [wlo, whi] (seeds seed, seed + 1).
+static int bufs_make_xw(const gpu_ctx *g, const fconv_shape *s, fc_bufs *b, float xlo, float xhi, float wlo,
+                        float whi, uint64_t seed, sc_err *err) {
+    SC_TRY(bufs_make(g, s, b, err));
+    SC_TRY(gpu_fill_uniform(g, s->dt, b->count[0], b->d[0], xlo, xhi, seed, err));
+    return gpu_fill_uniform(g, s->dt, b->count[1], b->d[1], wlo, whi, seed + 1, err);
+}
+
 // Batch norm folded into an untrained layer (inputs 0.5 +- 0.01, weights of a
 // large folded scale, a folded shift cancelling the mean sum): the fp32
 // accumulation's rounding is large against the small outputs. The old check
@@ -165,9 +173,7 @@ static void test_cancellation(tctx *t) {
     fc_bufs b = {.ws = NULL};
     fconv_gpu *c = NULL;
     double ms = NAN;
-    int rc = bufs_make(&g, &s, &b, &err);  // then x, w and bias replaced
-    if (!rc) rc = gpu_fill_uniform(&g, s.dt, b.count[0], b.d[0], 0.49f, 0.51f, 31, &err) ||
-                  gpu_fill_uniform(&g, s.dt, b.count[1], b.d[1], -24.0f, 36.0f, 32, &err);
+    int rc = bufs_make_xw(&g, &s, &b, 0.49f, 0.51f, -24.0f, 36.0f, 31, &err);  // then the bias replaced
     for (int i = 0; i < 2 && !rc; i++) rc = download_f32(&g, s.dt, b.d[i], b.count[i], b.h[i]);  // x, w
     const size_t row = (size_t)9 * s.d.C;
     for (int k = 0; k < s.d.K && !rc; k++) {  // the folded shift: minus the mean sum
@@ -213,9 +219,7 @@ static void test_fp16_overflow(tctx *t) {
     fc_bufs b = {.ws = NULL};
     fconv_gpu *c = NULL;
     double ms = NAN;
-    int rc = bufs_make(&g, &s, &b, &err);
-    if (!rc) rc = gpu_fill_uniform(&g, s.dt, b.count[0], b.d[0], 0.9f, 1.0f, 41, &err) ||
-                  gpu_fill_uniform(&g, s.dt, b.count[1], b.d[1], 200.0f, 250.0f, 42, &err);
+    int rc = bufs_make_xw(&g, &s, &b, 0.9f, 1.0f, 200.0f, 250.0f, 41, &err);
     CHECK(t, !rc, "setup: %s", err.msg);
     if (!rc && !(c = fconv_gpu_create(&g, &s, 12, &err))) rc = -1;
     CHECK(t, !rc, "create: %s", err.msg);
