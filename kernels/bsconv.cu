@@ -482,12 +482,12 @@ extern "C" double bsconv_gpu_macs(const bsconv_gpu *b) {
 // One line describing the layer.
 extern "C" void bsconv_gpu_describe(const bsconv_gpu *b, char *buf, size_t len) {
     if (b->variant >= BSCONV_GATHER_VARIANTS) {
-        int tm, nw, ws;
-        bsh_variant_of(b->variant - BSCONV_GATHER_VARIANTS, &tm, &nw, &ws);
+        const bsh_variant r = bsh_variant_get(b->variant - BSCONV_GATHER_VARIANTS);
         snprintf(buf, len, "block %dx%d, %d blocks, halo kernel: %d groups of %d channels, %d units, "
-                 "%d input channels per chunk, %s, %d pixels x %d groups per CTA, %d warps per group",
+                 "%d input channels per chunk, %s, %d pixels x %d groups per CTA, %d warps per group%s",
                  b->kb, b->cb, b->nblocks, b->h.ngroups, b->h.np, b->h.nunits, b->h.cc,
-                 b->dt == GDT_BF16 ? "bf16" : "fp16", tm, nw / ws, ws);
+                 b->dt == GDT_BF16 ? "bf16" : "fp16", r.tm, r.nw / r.ws, r.ws,
+                 r.resident ? ", whole window resident" : "");
         return;
     }
     const int nbuf = b->variant < 2 ? 1 : b->variant & 1 ? bsk_stages<2>::n : bsk_stages<1>::n;

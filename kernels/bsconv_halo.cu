@@ -24,6 +24,7 @@ struct bsh_args {
     int cc, lnch, nchunks, ngroups, nw;  // lnch: log2 of the 16-byte slots per position
     int ws;                              // warps per group (each a slice of the tile's pixels)
     int wbytes;                          // bytes of one window buffer (a multiple of 16)
+    int nbuf;                            // window buffers: 1, 2 (taking turns) or nchunks (resident)
 };
 
 // --- the window ---------------------------------------------------------------------------
@@ -196,6 +197,43 @@ __device__ __forceinline__ void bsh_epilogue(const bsh_args &a, const int *out, 
         }
 }
 
+// --- the chunk loop -----------------------------------------------------------------------
+
+// The units of group g (when it exists) in chunk c, from the window buffer at shared address buf.
+template <typename T, int MF, int NF>
+__device__ __forceinline__ void bsh_chunk(const bsh_args &a, int g, int c, uint32_t buf, uint32_t zaddr,
+                                          const int *pos, int lane, float (*acc)[NF][4]) {
+    if (g < a.ngroups)
+        bsh_units<T, MF, NF>(a, __ldg(a.ustart + g * a.nchunks + c), __ldg(a.ustart + g * a.nchunks + c + 1), buf,
+                             zaddr, pos, lane, acc);
+}
+
+// The chunks through a.nbuf window buffers: the first nbuf chunks load at
+// once (one cp.async group each); chunk c multiplies as soon as its group has
+// landed, and then its buffer takes chunk c + nbuf (with two buffers, one
+// chunk loads while the other multiplies; resident: every chunk has its own).
+template <typename T, int MF, int NF>
+__device__ __forceinline__ void bsh_chunks(const bsh_args &a, int i0, int r0, int q0, int g, uint32_t base,
+                                           uint32_t zaddr, const int *pos, int lane, float (*acc)[NF][4]) {
+    extern __shared__ __align__(16) char bsh_smem[];
+    const int n = a.nchunks, nb = a.nbuf;
+    for (int c = 0; c < nb && c < n; c++) {
+        bsh_load<T>(a, i0, r0, q0, c, bsh_smem + (size_t)c * a.wbytes);
+        ptx_cp_commit();
+    }
+    for (int c = 0; c < n; c++) {
+        const int b = c % nb;
+        ptx_cp_wait_n(min(nb - 1, n - 1 - c));  // the groups after chunk c's may still fly
+        __syncthreads();                         // chunk c has landed for every thread
+        bsh_chunk<T, MF, NF>(a, g, c, base + (uint32_t)b * (uint32_t)a.wbytes, zaddr, pos, lane, acc);
+        if (c + nb < n) {
+            __syncthreads();  // every warp is done with buffer b
+            bsh_load<T>(a, i0, r0, q0, c + nb, bsh_smem + (size_t)b * a.wbytes);
+            ptx_cp_commit();
+        }
+    }
+}
+
 // --- the kernel ---------------------------------------------------------------------------
 
 // One CTA: tile blockIdx.x, groups blockIdx.y * nw / ws + warp / ws; warp w
@@ -207,7 +245,7 @@ __global__ void __launch_bounds__(256) bsh_kernel(bsh_args a) {
     const int g = blockIdx.y * (a.nw / a.ws) + warp / a.ws, row0 = warp % a.ws * MF * 16;
     int i0, r0, q0;
     bsh_tile_origin(&a.t, blockIdx.x, &i0, &r0, &q0);
-    char *zero = bsh_smem + (a.nchunks > 1 ? 2 : 1) * a.wbytes;
+    char *zero = bsh_smem + a.nbuf * a.wbytes;
     int *tpos = (int *)(zero + 16), *tout = tpos + a.t.tm;
     if (threadIdx.x < 4) ((uint32_t *)zero)[threadIdx.x] = 0u;
     bsh_tables(a, i0, r0, q0, tpos, tout);
@@ -222,33 +260,22 @@ __global__ void __launch_bounds__(256) bsh_kernel(bsh_args a) {
         for (int f = 0; f < NF; f++) acc[mf][f][0] = acc[mf][f][1] = acc[mf][f][2] = acc[mf][f][3] = 0.0f;
     const uint32_t base = (uint32_t)__cvta_generic_to_shared(bsh_smem);
     const uint32_t zaddr = (uint32_t)__cvta_generic_to_shared(zero);
-    bsh_load<T>(a, i0, r0, q0, 0, bsh_smem);
-    ptx_cp_commit();
-    for (int c = 0; c < a.nchunks; c++) {
-        if (c + 1 < a.nchunks) {  // the other buffer was consumed before the last barrier
-            bsh_load<T>(a, i0, r0, q0, c + 1, bsh_smem + ((c + 1) & 1) * a.wbytes);
-            ptx_cp_commit();
-            ptx_cp_wait<1>();
-        } else {
-            ptx_cp_wait<0>();
-        }
-        __syncthreads();
-        if (g < a.ngroups)
-            bsh_units<T, MF, NF>(a, __ldg(a.ustart + g * a.nchunks + c), __ldg(a.ustart + g * a.nchunks + c + 1),
-                                 base + (uint32_t)((c & 1) * a.wbytes), zaddr, pos, lane, acc);
-        __syncthreads();
-    }
+    bsh_chunks<T, MF, NF>(a, i0, r0, q0, g, base, zaddr, pos, lane, acc);
     if (g < a.ngroups) bsh_epilogue<T, MF, NF, POOL>(a, tout + row0, g, lane, acc);
 }
 
 // --- variants and launch ------------------------------------------------------------------
 
-// Pixel rows per tile, warps per CTA and warps per group of variant v.
-extern "C" void bsh_variant_of(int v, int *tm, int *nw, int *ws) {
-    static const int tms[BSH_VARIANTS] = {128, 64, 128, 64, 32, 128, 64};
-    static const int nws[BSH_VARIANTS] = {4, 4, 8, 8, 4, 8, 8}, wss[BSH_VARIANTS] = {1, 1, 2, 1, 1, 1, 2};
-    *tm = tms[v], *nw = nws[v], *ws = wss[v];
+// Variant v (0 <= v < BSH_VARIANTS): the last three keep the whole window resident.
+extern "C" bsh_variant bsh_variant_get(int v) {
+    static const bsh_variant vs[BSH_VARIANTS] = {{128, 4, 1, 0}, {64, 4, 1, 0}, {128, 8, 2, 0}, {64, 8, 1, 0},
+                                                 {32, 4, 1, 0},  {128, 8, 1, 0}, {64, 8, 2, 0}, {32, 4, 1, 1},
+                                                 {32, 8, 1, 1},  {64, 8, 1, 1}};
+    return vs[v];
 }
+
+// Window buffers of variant r for a layer of nchunks chunks.
+static int bsh_nbuf(bsh_variant r, int nchunks) { return r.resident ? nchunks : nchunks > 1 ? 2 : 1; }
 
 // The kernel of (T, MF, NF, POOL) as a plain pointer; NULL when MF x NF > 16.
 template <typename T, int MF, bool POOL> static void *bsh_fn_nf(int nf) {
@@ -271,21 +298,19 @@ template <typename T> static void *bsh_fn_t(int mf, int nf, bool pool) {
 
 // The kernel of variant v for layer (s, d) in dt, or NULL.
 static void *bsh_fn(const bsconv_shape *s, const bsh_gpu *d, gpu_dtype dt, int v) {
-    int tm, nw, ws;
-    bsh_variant_of(v, &tm, &nw, &ws);
+    const bsh_variant r = bsh_variant_get(v);
     const bool pool = s->pool == 2;
-    const int mf = tm / 16 / ws;
+    const int mf = r.tm / 16 / r.ws;
     return dt == GDT_BF16 ? bsh_fn_t<__nv_bfloat16>(mf, d->nf, pool) : bsh_fn_t<__half>(mf, d->nf, pool);
 }
 
-// Dynamic shared memory of variant v's CTA: one or two window buffers, a zero
-// slot and the tile's two tables.
+// Dynamic shared memory of variant v's CTA: its window buffers (bsh_nbuf), a
+// zero slot and the tile's two tables.
 static long long bsh_smem_bytes(const bsconv_shape *s, const bsh_gpu *d, int v) {
-    int tm, nw, ws;
-    bsh_variant_of(v, &tm, &nw, &ws);
+    const bsh_variant r = bsh_variant_get(v);
     bsconv_htile t;
-    bsconv_htile_pick(s, tm, d->cc, &t);
-    return bsconv_htile_bytes(&t, d->cc) * (d->nchunks > 1 ? 2 : 1) + 16 + 2 * tm * (long long)sizeof(int);
+    bsconv_htile_pick(s, r.tm, d->cc, &t);
+    return bsconv_htile_bytes(&t, d->cc) * bsh_nbuf(r, d->nchunks) + 16 + 2 * r.tm * (long long)sizeof(int);
 }
 
 // Checks that variant v runs the layer and allows its shared memory.
@@ -293,11 +318,10 @@ extern "C" int bsh_gpu_prepare(const gpu_ctx *g, const bsconv_shape *s, const bs
                                int v, sc_err *err) {
     if (v < 0 || v >= BSH_VARIANTS) return sc_fail(err, "block-sparse conv: halo variant %d", v);
     void *fn = bsh_fn(s, d, dt, v);
-    int tm, nw, ws;
-    bsh_variant_of(v, &tm, &nw, &ws);
+    const bsh_variant r = bsh_variant_get(v);
     if (!fn)
-        return sc_fail(err, "block-sparse conv: %d pixels x %d channels per warp need too many registers", tm / ws,
-                       d->np);
+        return sc_fail(err, "block-sparse conv: %d pixels x %d channels per warp need too many registers",
+                       r.tm / r.ws, d->np);
     const long long bytes = bsh_smem_bytes(s, d, v);
     if (bytes > g->dev.smem_block_optin)
         return sc_fail(err, "block-sparse conv: the window needs %lld bytes of shared memory (%d)", bytes,
@@ -313,25 +337,25 @@ extern "C" int bsh_gpu_prepare(const gpu_ctx *g, const bsconv_shape *s, const bs
 // Queues the kernel of variant v.
 extern "C" int bsh_gpu_run(const gpu_ctx *g, const bsconv_shape *s, const bsh_gpu *d, gpu_dtype dt, int v,
                            const float *bias, const void *x, const void *z, void *y, sc_err *err) {
-    int tm, nw, ws;
-    bsh_variant_of(v, &tm, &nw, &ws);
+    const bsh_variant r = bsh_variant_get(v);
     bsh_args a;
     a.x = x, a.z = z, a.y = y, a.bias = bias, a.k0 = d->k0, a.nk = d->nk, a.ustart = d->ustart;
     a.units = d->units, a.vals = (const uint32_t *)d->vals;
-    bsconv_htile_pick(s, tm, d->cc, &a.t);
+    bsconv_htile_pick(s, r.tm, d->cc, &a.t);
     a.n = s->n, a.H = s->H, a.W = s->W, a.C = s->C, a.K = s->K, a.stride = s->stride, a.pad = s->pad;
-    a.relu = s->relu, a.cc = d->cc, a.nchunks = d->nchunks, a.ngroups = d->ngroups, a.nw = nw, a.ws = ws;
+    a.relu = s->relu, a.cc = d->cc, a.nchunks = d->nchunks, a.ngroups = d->ngroups, a.nw = r.nw, a.ws = r.ws;
     a.lnch = 0;
     while ((8 << a.lnch) < d->cc) a.lnch++;
     a.wbytes = (int)bsconv_htile_bytes(&a.t, d->cc);
+    a.nbuf = bsh_nbuf(r, d->nchunks);
     const long long tiles = bsconv_htile_count(&a.t);
     if (tiles > INT32_MAX) return sc_fail(err, "block-sparse conv: %lld tiles", tiles);
     void *fn = bsh_fn(s, d, dt, v);
     if (!fn) return sc_fail(err, "block-sparse conv: halo variant %d does not fit the layer", v);
-    const int gpc = nw / ws;  // groups per CTA
+    const int gpc = r.nw / r.ws;  // groups per CTA
     const dim3 grid((unsigned)tiles, (unsigned)((d->ngroups + gpc - 1) / gpc));
     void *args[] = {&a};
-    cudaCheck(err, cudaLaunchKernel(fn, grid, dim3((unsigned)(nw * 32)), args, (size_t)bsh_smem_bytes(s, d, v),
+    cudaCheck(err, cudaLaunchKernel(fn, grid, dim3((unsigned)(r.nw * 32)), args, (size_t)bsh_smem_bytes(s, d, v),
                                     g->stream));
     return 0;
 }

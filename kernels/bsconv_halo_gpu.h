@@ -21,10 +21,16 @@ typedef struct {
     void *vals;                 // device (nunits * nf * 64) of the layer's dtype
 } bsh_gpu;
 
-// Halo-kernel variants: pixel rows per tile, warps per CTA and warps per
-// group (each warp a slice of the tile's pixels).
-#define BSH_VARIANTS 7
-void bsh_variant_of(int v, int *tm, int *nw, int *ws);
+// A halo-kernel variant: pixel rows per tile, warps per CTA, warps per group
+// (each warp a slice of the tile's pixels), and whether every channel chunk
+// of the window stays in shared memory (all loads issued at once: for small
+// planes, whose CTAs are few and run a long chain of chunks) instead of two
+// buffers taking turns.
+typedef struct {
+    int tm, nw, ws, resident;
+} bsh_variant;
+#define BSH_VARIANTS 10
+bsh_variant bsh_variant_get(int v);
 
 // Uploads h for storage dt on g's stream (synchronised). 0 or -1.
 int bsh_gpu_upload(const gpu_ctx *g, const bsconv_hpack *h, gpu_dtype dt, bsh_gpu *d, sc_err *err);

@@ -29,6 +29,21 @@ template <int N> __device__ __forceinline__ void ptx_cp_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+// Waits until at most n groups are still in flight (n from 0 to 7; larger n
+// waits as for 7, which is stricter, never looser).
+__device__ __forceinline__ void ptx_cp_wait_n(int n) {
+    switch (n) {
+    case 0: ptx_cp_wait<0>(); break;
+    case 1: ptx_cp_wait<1>(); break;
+    case 2: ptx_cp_wait<2>(); break;
+    case 3: ptx_cp_wait<3>(); break;
+    case 4: ptx_cp_wait<4>(); break;
+    case 5: ptx_cp_wait<5>(); break;
+    case 6: ptx_cp_wait<6>(); break;
+    default: ptx_cp_wait<7>(); break;
+    }
+}
+
 // --- ldmatrix ---------------------------------------------------------------------------
 
 // Four 8x8 16-bit matrices; lane l gives the shared address of row l % 8 of matrix l / 8.
