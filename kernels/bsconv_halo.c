@@ -129,10 +129,11 @@ void bsconv_htile_pick(const bsconv_shape *s, int tm, int cc, bsconv_htile *t) {
     t->tr = bsh_min(t->pc, tm / t->tq);
     if (t->win == 2) t->tr &= ~1;
     t->ti = bsh_min(s->n, tm / (t->tr * t->tq));
-    t->hr = (t->tr - 1) * s->stride + s->R, t->hw = (t->tq - 1) * s->stride + s->S;
+    t->sub = s->R == 1 && s->S == 1 ? s->stride : 1, t->ps = s->stride / t->sub;
+    t->hr = (t->tr - 1) * t->ps + s->R, t->hw = (t->tq - 1) * t->ps + s->S;
     t->nti = (s->n + t->ti - 1) / t->ti;
     t->ntr = (t->pc + t->tr - 1) / t->tr, t->ntq = (t->qc + t->tq - 1) / t->tq;
-    t->swz = bsh_log2(8 / (cc / 8)) + (s->stride > 1);
+    t->swz = bsh_log2(8 / (cc / 8)) + (t->ps > 1);
 }
 
 // Tiles in the grid.
@@ -166,8 +167,8 @@ static void bsh_stage(const bsh_walk *wk, int c) {
         for (int yy = 0; yy < t->hr; yy++)
             for (int xx = 0; xx < t->hw; xx++)
                 for (int j = 0; j < nch; j++) {
-                    const int img = wk->i0 + ti, h = wk->r0 * s->stride - s->pad + yy;
-                    const int w = wk->q0 * s->stride - s->pad + xx;
+                    const int img = wk->i0 + ti, h = wk->r0 * s->stride - s->pad + yy * t->sub;
+                    const int w = wk->q0 * s->stride - s->pad + xx * t->sub;
                     const int in = img < s->n && h >= 0 && h < s->H && w >= 0 && w < s->W;
                     float *dst = wk->win + (size_t)bsh_slot(t, bsh_pos(t, ti, yy, xx), j, nch) * 8;
                     for (int e = 0; e < 8; e++)
@@ -188,7 +189,7 @@ static void bsh_units(const bsh_walk *wk, int g, int c) {
         for (int i = 0; i < t->tm; i++) {
             int ti, tr, tq;
             if (!bsh_pixel(t, i, &ti, &tr, &tq)) continue;
-            const int p = bsh_pos(t, ti, tr * wk->s->stride + r, tq * wk->s->stride + sx);
+            const int p = bsh_pos(t, ti, tr * t->ps + r, tq * t->ps + sx);
             const float *a = wk->win + (size_t)bsh_slot(t, p, j, nch) * 8;
             for (int k = 0; k < h->np; k++) {
                 const int f = k / 8, lane = (k % 8) * 4;

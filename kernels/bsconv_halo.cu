@@ -37,11 +37,11 @@ __device__ __forceinline__ void bsh_load(const bsh_args &a, int i0, int r0, int 
     const int nch = 1 << a.lnch, per = a.t.hw << a.lnch, lane = threadIdx.x & 31;
     const int w0 = q0 * a.stride - a.pad;
     for (int row = threadIdx.x >> 5; row < a.t.ti * a.t.hr; row += blockDim.x >> 5) {
-        const int img = i0 + row / a.t.hr, h = r0 * a.stride - a.pad + row % a.t.hr;
+        const int img = i0 + row / a.t.hr, h = r0 * a.stride - a.pad + row % a.t.hr * a.t.sub;
         const bool rin = img < a.n && h >= 0 && h < a.H;
         const T *xr = x + (((size_t)(rin ? img : 0) * a.H + (rin ? h : 0)) * a.W) * a.C + c * a.cc;
         for (int k = lane; k < per; k += 32) {
-            const int xx = k >> a.lnch, j = k & (nch - 1), w = w0 + xx;
+            const int xx = k >> a.lnch, j = k & (nch - 1), w = w0 + xx * a.t.sub;
             const bool in = rin && w >= 0 && w < a.W;
             ptx_cp16(buf + bsh_slot(&a.t, row * a.t.hw + xx, j, nch) * 16,
                      in ? xr + (size_t)w * a.C + j * 8 : x, in);
@@ -57,7 +57,7 @@ __device__ __forceinline__ void bsh_tables(const bsh_args &a, int i0, int r0, in
     int ti, tr, tq;
     pos[i] = -1, out[i] = -1;
     if (!bsh_pixel(&a.t, i, &ti, &tr, &tq)) return;
-    pos[i] = bsh_pos(&a.t, ti, tr * a.stride, tq * a.stride);
+    pos[i] = bsh_pos(&a.t, ti, tr * a.t.ps, tq * a.t.ps);
     const int img = i0 + ti, r = r0 + tr, q = q0 + tq, w = a.t.win;
     if (img < a.n && r < a.t.pc && q < a.t.qc) out[i] = (img * (a.t.pc / w) + r / w) * (a.t.qc / w) + q / w;
 }

@@ -4,8 +4,8 @@
 //
 // A CTA owns a tile of output pixels (ti images x tr rows x tq columns) and
 // loads the input window the tile reads (its "halo": hr x hw positions per
-// image) into shared memory once per chunk of cc input channels, by 16-byte
-// copies. Its warps then multiply that window with one output-channel group
+// image; for a 1x1 conv with a stride, only the pixels it reads) into shared
+// memory once per chunk of cc input channels, by 16-byte copies. Its warps then multiply that window with one output-channel group
 // each: the group's weight columns are "units" of 8 consecutive input
 // channels at one kernel tap, and for every unit the warp points the rows
 // of an ldmatrix straight at the window (pixel + tap), so nothing is copied
@@ -74,7 +74,10 @@ void bsconv_hpack_free(bsconv_hpack *h);
 typedef struct {
     int tm;              // pixel rows of the GEMM tile (16 per MMA fragment), ti * tr * tq <= tm
     int ti, tr, tq;      // images, conv rows and columns per tile
-    int hr, hw;          // window rows and columns per image: (tr - 1) * stride + R, likewise
+    int sub;             // input pixels between neighbouring window positions: the stride for
+                         // a 1x1 conv (its window holds just the pixels it reads), else 1
+    int ps;              // window positions between neighbouring output pixels: stride / sub
+    int hr, hw;          // window rows and columns per image: (tr - 1) * ps + R, likewise
     int pc, qc;          // conv plane the tiles cover
     int nti, ntr, ntq;   // tiles along images, rows and columns
     int win;             // 2: the pixel rows are ordered window by window (2x2 pool), else 1

@@ -46,6 +46,7 @@ static const bsc_case CASES[] = {
     {1, 128, 4, 4, 64, 3, 3, 1, 1, 64, 8, 0.8, 0, 1, 1, 1, 0},  // 64-channel groups, 2 chunks
     {4, 16, 3, 3, 8, 1, 1, 1, 0, 8, 16, 0.0, 0, 1, 0, 1, 0},    // cb 16, dense
     {2, 32, 13, 11, 16, 3, 3, 2, 1, 16, 8, 0.5, 0, 1, 0, 0, 2}, // stride 2 and a pool
+    {3, 24, 9, 11, 16, 1, 1, 2, 0, 8, 8, 0.5, 0, 1, 1, 0, 0},   // 1x1 stride 2, odd plane, residual
 };
 #define NCASES ((int)(sizeof CASES / sizeof CASES[0]))
 
@@ -128,12 +129,13 @@ static void test_halo_vs_dense(tctx *t) {
     for (int w = WALK_HALO32; w <= WALK_HALO128; w++) {
         int n = 0;
         check_walk(t, w, &n);
-        CHECK(t, n == 10, "the halo walk ran %d cases (10 apply)", n);
+        CHECK(t, n == 11, "the halo walk ran %d cases (11 apply)", n);
     }
 }
 
 // The halo tile covers the plane: every tile's pixels within tm, windows within the
-// tile for a pool, and the grid reaches the last image, row and column.
+// tile for a pool, the grid reaches the last image, row and column, and a 1x1
+// stride-2 conv's window holds just the tile's pixels.
 static void test_halo_tiles(tctx *t) {
     const int planes[][4] = {{128, 32, 32, 0}, {128, 16, 16, 0}, {128, 4, 4, 0}, {3, 9, 11, 2}, {1, 7, 5, 0},
                              {2, 64, 64, 2}, {5, 3, 200, 0}};
@@ -147,6 +149,10 @@ static void test_halo_tiles(tctx *t) {
                   i, tm, h.ti, h.tr, h.tq);
             CHECK(t, h.nti * h.ti >= s.n && h.ntr * h.tr >= h.pc && h.ntq * h.tq >= h.qc, "plane %d tm %d: grid", i, tm);
             CHECK(t, h.win == 1 || (h.tr % 2 == 0 && h.tq % 2 == 0), "plane %d tm %d: odd pool tile", i, tm);
+            s.R = s.S = 1, s.pad = 0, s.stride = 2, s.pool = 0;  // a 1x1 stride-2 shortcut: no halo, no gaps
+            bsconv_htile_pick(&s, tm, 64, &h);
+            CHECK(t, h.hr == h.tr && h.hw == h.tq && h.sub == 2 && h.ps == 1, "plane %d tm %d: 1x1 window %dx%d for %dx%d",
+                  i, tm, h.hr, h.hw, h.tr, h.tq);
         }
 }
 
