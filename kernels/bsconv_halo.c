@@ -235,7 +235,8 @@ void bsconv_halo_forward_cpu(const bsconv_shape *s, const bsconv_hpack *h, const
     bsh_walk wk = {s, h, t, bias, x, z, y, 0, 0, 0, NULL, NULL};
     wk.win = malloc((size_t)bsconv_htile_bytes(t, h->cc) * 2 + 64);
     wk.acc = malloc((size_t)t->tm * h->np * sizeof *wk.acc);
-    for (long long tile = 0; wk.win && wk.acc && tile < bsconv_htile_count(t); tile++) {
+    const long long tiles = bsconv_htile_count(t);
+    for (int tile = 0; wk.win && wk.acc && tiles <= INT32_MAX && tile < tiles; tile++) {
         bsh_tile_origin(t, tile, &wk.i0, &wk.r0, &wk.q0);
         for (int g = 0; g < h->ngroups; g++) {
             memset(wk.acc, 0, (size_t)t->tm * h->np * sizeof *wk.acc);

@@ -309,7 +309,7 @@ __global__ void __launch_bounds__(256) bsh_kernel(bsh_args a) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = blockIdx.y * (a.nw / a.ws) + warp / a.ws, row0 = warp % a.ws * MF * 16;
     int i0, r0, q0;
-    bsh_tile_origin(&a.t, blockIdx.x, &i0, &r0, &q0);
+    bsh_tile_origin(&a.t, (int)blockIdx.x, &i0, &r0, &q0);
     char *zero = bsh_smem + max(a.nbuf * a.wbytes, a.sbytes);
     int *tpos = (int *)(zero + 16), *tout = tpos + a.t.tm;
     if (threadIdx.x < 4) ((uint32_t *)zero)[threadIdx.x] = 0u;

@@ -120,16 +120,19 @@ BSH_HD int bsh_slot(const bsconv_htile *t, int p, int j, int nch) {
     return p * nch + (j ^ ((p >> t->swz) & (nch - 1)));
 }
 
-// The layer's tile index -> the first image, conv row and column it covers.
-BSH_HD void bsh_tile_origin(const bsconv_htile *t, long long tile, int *i0, int *r0, int *q0) {
-    *q0 = (int)(tile % t->ntq) * t->tq;
-    *r0 = (int)(tile / t->ntq % t->ntr) * t->tr;
-    *i0 = (int)(tile / ((long long)t->ntq * t->ntr)) * t->ti;
+// The layer's tile index -> the first image, conv row and column it covers
+// (32-bit arithmetic: a layer has fewer than 2^31 tiles, as the kernel's grid).
+BSH_HD void bsh_tile_origin(const bsconv_htile *t, int tile, int *i0, int *r0, int *q0) {
+    const int rq = tile / t->ntq;
+    *q0 = (tile - rq * t->ntq) * t->tq;
+    *r0 = rq % t->ntr * t->tr;
+    *i0 = rq / t->ntr * t->ti;
 }
 
 // The kernel's loops in plain C (fp32): per tile, the window staged chunk by
 // chunk in the swizzled layout, every group's units multiplied from it, the
-// epilogue per pixel; y as bsconv_forward_cpu gives it up to the order of sums.
+// epilogue per pixel; y as bsconv_forward_cpu gives it up to the order of sums
+// (a layer of fewer than 2^31 tiles, as on the GPU; else y is left alone).
 void bsconv_halo_forward_cpu(const bsconv_shape *s, const bsconv_hpack *h, const bsconv_htile *t,
                              const float *bias, const float *x, const float *z, float *y);
 
