@@ -403,6 +403,9 @@ extern "C" int bsh_gpu_prepare(const gpu_ctx *g, const bsconv_shape *s, const bs
                        r.tm / r.ws, d->np);
     if (r.staged && s->pool)
         return sc_fail(err, "block-sparse conv: halo variant %d stages the epilogue, which has no pool", v);
+    if (r.resident && d->nchunks <= 2)  // two buffers already hold every chunk: the same kernel run
+        return sc_fail(err, "block-sparse conv: halo variant %d keeps the window resident, the same as two "
+                       "buffers for %d chunk(s)", v, d->nchunks);
     const long long bytes = bsh_smem_bytes(s, d, v);
     if (bytes > g->dev.smem_block_optin)
         return sc_fail(err, "block-sparse conv: the window needs %lld bytes of shared memory (%d)", bytes,
