@@ -318,12 +318,6 @@ static bool bsk_al16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 // True when p is 4-byte aligned (NULL counts as aligned).
 static bool bsk_al4(const void *p) { return ((uintptr_t)p & 3u) == 0; }
 
-// True when y and z suit the halo variant in use: 4-byte aligned, 16-byte with a staged epilogue.
-static bool bsk_halo_aligned(const bsconv_gpu *b, const void *y, const void *z) {
-    if (bsh_variant_get(b->variant - BSCONV_GATHER_VARIANTS).staged) return bsk_al16(y) && bsk_al16(z);
-    return bsk_al4(y) && bsk_al4(z);
-}
-
 // Queues y = act(conv(x, w) + bias [+ z]).
 extern "C" int bsconv_gpu_run(const gpu_ctx *g, const bsconv_gpu *b, const void *x, const void *z,
                               void *y, sc_err *err) {
@@ -333,7 +327,7 @@ extern "C" int bsconv_gpu_run(const gpu_ctx *g, const bsconv_gpu *b, const void 
     if (z && b->win > 1) return sc_fail(err, "block-sparse conv: no residual with a pool");
     a.H = s->H, a.W = s->W, a.C = s->C, a.K = s->K, a.Po = b->Po, a.Qo = b->Qo, a.win = b->win;
     a.stride = s->stride, a.pad = s->pad, a.relu = s->relu;
-    if (b->variant >= BSCONV_GATHER_VARIANTS && bsk_al16(x) && bsk_halo_aligned(b, y, z))
+    if (b->variant >= BSCONV_GATHER_VARIANTS && bsk_al16(x) && bsk_al4(y) && bsk_al4(z))
         return bsh_gpu_run(g, s, &b->h, b->dt, b->variant - BSCONV_GATHER_VARIANTS, b->bias, x, z, y, err);
     a.npq = s->n * b->Po * b->Qo * b->win * b->win;
     a.vec = b->vec && bsk_al16(x);
@@ -490,10 +484,10 @@ extern "C" void bsconv_gpu_describe(const bsconv_gpu *b, char *buf, size_t len) 
     if (b->variant >= BSCONV_GATHER_VARIANTS) {
         const bsh_variant r = bsh_variant_get(b->variant - BSCONV_GATHER_VARIANTS);
         snprintf(buf, len, "block %dx%d, %d blocks, halo kernel: %d groups of %d channels, %d units, "
-                 "%d input channels per chunk, %s, %d pixels x %d groups per CTA, %d warps per group%s%s",
+                 "%d input channels per chunk, %s, %d pixels x %d groups per CTA, %d warps per group%s",
                  b->kb, b->cb, b->nblocks, b->h.ngroups, b->h.np, b->h.nunits, b->h.cc,
                  b->dt == GDT_BF16 ? "bf16" : "fp16", r.tm, r.nw / r.ws, r.ws,
-                 r.resident ? ", whole window resident" : "", r.staged ? ", staged epilogue" : "");
+                 r.resident ? ", whole window resident" : "");
         return;
     }
     const int nbuf = b->variant < 2 ? 1 : b->variant & 1 ? bsk_stages<2>::n : bsk_stages<1>::n;

@@ -25,8 +25,6 @@ struct bsh_args {
     int ws;                              // warps per group (each a slice of the tile's pixels)
     int wbytes;                          // bytes of one window buffer (a multiple of 16)
     int nbuf;                            // window buffers: 1, 2 (taking turns) or nchunks (resident)
-    int srow;                            // staged epilogue: floats per staged pixel row (0: not staged)
-    int sbytes;                          // staged epilogue: bytes of the staging area (0: not staged)
 };
 
 // --- the window ---------------------------------------------------------------------------
@@ -199,69 +197,6 @@ __device__ __forceinline__ void bsh_epilogue(const bsh_args &a, const int *out, 
         }
 }
 
-// --- the staged epilogue -----------------------------------------------------------------
-// The accumulators go to shared memory (fp32), then the CTA writes whole
-// 16-byte runs of 8 channels per pixel: bias, residual (one 16-byte load),
-// ReLU, and one 16-byte store, neighbouring threads on neighbouring channels
-// of a pixel, so a warp writes whole 128-byte lines of y (the register
-// epilogue writes 4 bytes per lane, 8 pixels per instruction).
-
-// Writes the warp's accumulators into the staging area st: row = tile pixel,
-// column = (the group's place gl in the CTA) * NF * 8 + channel. Rows are
-// srow floats apart (srow = 8 mod 32: the float2 writes of a half-warp,
-// 4 rows x 4 channel pairs, fall on distinct banks).
-template <int MF, int NF>
-__device__ __forceinline__ void bsh_stage_acc(const bsh_args &a, float *st, int gl, int row0, int lane,
-                                              float (*acc)[NF][4]) {
-#pragma unroll
-    for (int mf = 0; mf < MF; mf++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            float *r = st + (size_t)(row0 + mf * 16 + (lane >> 2) + h * 8) * a.srow + gl * NF * 8 + (lane & 3) * 2;
-#pragma unroll
-            for (int f = 0; f < NF; f++)
-                *reinterpret_cast<float2 *>(r + f * 8) = make_float2(acc[mf][f][h * 2], acc[mf][f][h * 2 + 1]);
-        }
-}
-
-// One 16-byte run: y[o .. o + 8) = act(v + bias[k ..] + z[o ..]) (o, k multiples of 8).
-template <typename T>
-__device__ __forceinline__ void bsh_run8(const bsh_args &a, float *v, int k, size_t o) {
-    if (a.bias) {
-        const float4 b0 = __ldg(reinterpret_cast<const float4 *>(a.bias + k));
-        const float4 b1 = __ldg(reinterpret_cast<const float4 *>(a.bias + k + 4));
-        v[0] += b0.x, v[1] += b0.y, v[2] += b0.z, v[3] += b0.w, v[4] += b1.x, v[5] += b1.y, v[6] += b1.z, v[7] += b1.w;
-    }
-    if (a.z) {
-        sc_pack<T> zp;
-        zp.raw = __ldg(reinterpret_cast<const uint4 *>((const T *)a.z + o));
-#pragma unroll
-        for (int e = 0; e < 8; e++) v[e] += sc_tof(zp.v[e]);
-    }
-    sc_pack<T> yp;
-#pragma unroll
-    for (int e = 0; e < 8; e++) yp.v[e] = sc_fromf<T>(a.relu ? fmaxf(v[e], 0.0f) : v[e]);
-    *reinterpret_cast<uint4 *>((T *)a.y + o) = yp.raw;
-}
-
-// The CTA writes its groups' channels of every tile pixel from the staging
-// area: thread idx takes run idx % (groups x NF) of pixel row idx / that.
-template <typename T, int NF>
-__device__ __forceinline__ void bsh_store_staged(const bsh_args &a, const float *st, const int *out, int g0) {
-    const int runs = a.nw / a.ws * NF;  // 8-channel runs per staged row
-    for (int idx = threadIdx.x; idx < a.t.tm * runs; idx += blockDim.x) {
-        const int row = idx / runs, run = idx % runs, g = g0 + run / NF, f = run % NF;
-        if (g >= a.ngroups || f * 8 >= __ldg(a.nk + g)) continue;
-        const int pix = out[row];
-        if (pix < 0) continue;
-        const float4 *src = reinterpret_cast<const float4 *>(st + (size_t)row * a.srow + run * 8);
-        const float4 u = src[0], w = src[1];
-        float v[8] = {u.x, u.y, u.z, u.w, w.x, w.y, w.z, w.w};
-        const int k = __ldg(a.k0 + g) + f * 8;
-        bsh_run8<T>(a, v, k, (size_t)pix * a.K + k);
-    }
-}
-
 // --- the chunk loop -----------------------------------------------------------------------
 
 // The units of group g (when it exists) in chunk c, from the window buffer at shared address buf.
@@ -310,7 +245,7 @@ __global__ void __launch_bounds__(256) bsh_kernel(bsh_args a) {
     const int g = blockIdx.y * (a.nw / a.ws) + warp / a.ws, row0 = warp % a.ws * MF * 16;
     int i0, r0, q0;
     bsh_tile_origin(&a.t, (int)blockIdx.x, &i0, &r0, &q0);
-    char *zero = bsh_smem + max(a.nbuf * a.wbytes, a.sbytes);
+    char *zero = bsh_smem + a.nbuf * a.wbytes;
     int *tpos = (int *)(zero + 16), *tout = tpos + a.t.tm;
     if (threadIdx.x < 4) ((uint32_t *)zero)[threadIdx.x] = 0u;
     bsh_tables(a, i0, r0, q0, tpos, tout);
@@ -326,30 +261,17 @@ __global__ void __launch_bounds__(256) bsh_kernel(bsh_args a) {
     const uint32_t base = (uint32_t)__cvta_generic_to_shared(bsh_smem);
     const uint32_t zaddr = (uint32_t)__cvta_generic_to_shared(zero);
     bsh_chunks<T, MF, NF>(a, i0, r0, q0, g, base, zaddr, pos, lane, acc);
-    if (!POOL && a.srow) {
-        __syncthreads();  // every warp is done with the window, which the staging area reuses
-        if (g < a.ngroups) bsh_stage_acc<MF, NF>(a, (float *)bsh_smem, warp / a.ws, row0, lane, acc);
-        __syncthreads();
-        bsh_store_staged<T, NF>(a, (const float *)bsh_smem, tout, blockIdx.y * (a.nw / a.ws));
-    } else if (g < a.ngroups) {
-        bsh_epilogue<T, MF, NF, POOL>(a, tout + row0, g, lane, acc);
-    }
+    if (g < a.ngroups) bsh_epilogue<T, MF, NF, POOL>(a, tout + row0, g, lane, acc);
 }
 
 // --- variants and launch ------------------------------------------------------------------
 
-// Variant v (0 <= v < BSH_VARIANTS): 7-9 keep the whole window resident,
-// 10-12 stage the epilogue (tm, nw, ws, resident, staged).
+// Variant v (0 <= v < BSH_VARIANTS): the last keeps the whole window resident.
 extern "C" bsh_variant bsh_variant_get(int v) {
-    static const bsh_variant vs[BSH_VARIANTS] = {
-        {128, 4, 1, 0, 0}, {64, 4, 1, 0, 0}, {128, 8, 2, 0, 0}, {64, 8, 1, 0, 0}, {32, 4, 1, 0, 0},
-        {128, 8, 1, 0, 0}, {64, 8, 2, 0, 0}, {32, 4, 1, 1, 0},  {32, 8, 1, 1, 0}, {64, 8, 1, 1, 0},
-        {128, 4, 1, 0, 1}, {32, 4, 1, 0, 1}, {64, 8, 1, 0, 1}};
+    static const bsh_variant vs[BSH_VARIANTS] = {{128, 4, 1, 0}, {64, 4, 1, 0}, {128, 8, 2, 0}, {64, 8, 1, 0},
+                                                 {32, 4, 1, 0},  {128, 8, 1, 0}, {64, 8, 2, 0}, {32, 8, 1, 1}};
     return vs[v];
 }
-
-// Floats per staged pixel row of variant r for groups of nf * 8 channels (0: not staged).
-static int bsh_srow(bsh_variant r, int nf) { return r.staged ? r.nw / r.ws * nf * 8 + 8 : 0; }
 
 // Window buffers of variant r for a layer of nchunks chunks.
 static int bsh_nbuf(bsh_variant r, int nchunks) { return r.resident ? nchunks : nchunks > 1 ? 2 : 1; }
@@ -387,9 +309,7 @@ static long long bsh_smem_bytes(const bsconv_shape *s, const bsh_gpu *d, int v) 
     const bsh_variant r = bsh_variant_get(v);
     bsconv_htile t;
     bsconv_htile_pick(s, r.tm, d->cc, &t);
-    const long long win = bsconv_htile_bytes(&t, d->cc) * bsh_nbuf(r, d->nchunks);
-    const long long stage = (long long)r.tm * bsh_srow(r, d->nf) * (long long)sizeof(float);
-    return (win > stage ? win : stage) + 16 + 2 * r.tm * (long long)sizeof(int);
+    return bsconv_htile_bytes(&t, d->cc) * bsh_nbuf(r, d->nchunks) + 16 + 2 * r.tm * (long long)sizeof(int);
 }
 
 // Checks that variant v runs the layer and allows its shared memory.
@@ -401,8 +321,6 @@ extern "C" int bsh_gpu_prepare(const gpu_ctx *g, const bsconv_shape *s, const bs
     if (!fn)
         return sc_fail(err, "block-sparse conv: %d pixels x %d channels per warp need too many registers",
                        r.tm / r.ws, d->np);
-    if (r.staged && s->pool)
-        return sc_fail(err, "block-sparse conv: halo variant %d stages the epilogue, which has no pool", v);
     if (r.resident && d->nchunks <= 2)  // two buffers already hold every chunk: the same kernel run
         return sc_fail(err, "block-sparse conv: halo variant %d keeps the window resident, the same as two "
                        "buffers for %d chunk(s)", v, d->nchunks);
@@ -432,7 +350,6 @@ extern "C" int bsh_gpu_run(const gpu_ctx *g, const bsconv_shape *s, const bsh_gp
     while ((8 << a.lnch) < d->cc) a.lnch++;
     a.wbytes = (int)bsconv_htile_bytes(&a.t, d->cc);
     a.nbuf = bsh_nbuf(r, d->nchunks);
-    a.srow = bsh_srow(r, d->nf), a.sbytes = r.tm * a.srow * (int)sizeof(float);
     const long long tiles = bsconv_htile_count(&a.t);
     if (tiles > INT32_MAX) return sc_fail(err, "block-sparse conv: %lld tiles", tiles);
     void *fn = bsh_fn(s, d, dt, v);

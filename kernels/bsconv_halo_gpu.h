@@ -22,15 +22,14 @@ typedef struct {
 } bsh_gpu;
 
 // A halo-kernel variant: pixel rows per tile, warps per CTA, warps per group
-// (each warp a slice of the tile's pixels), whether every channel chunk of
-// the window stays in shared memory (all loads issued at once: for small
+// (each warp a slice of the tile's pixels), and whether every channel chunk
+// of the window stays in shared memory (all loads issued at once: for small
 // planes, whose CTAs are few and run a long chain of chunks) instead of two
-// buffers taking turns, and whether the epilogue is staged through shared
-// memory (16-byte runs of y and z per thread; no pool; y and z 16-byte aligned).
+// buffers taking turns.
 typedef struct {
-    int tm, nw, ws, resident, staged;
+    int tm, nw, ws, resident;
 } bsh_variant;
-#define BSH_VARIANTS 13
+#define BSH_VARIANTS 8
 bsh_variant bsh_variant_get(int v);
 
 // Uploads h for storage dt on g's stream (synchronised). 0 or -1.
