@@ -66,16 +66,30 @@ def decode_layer(g):
         indptr = g["indptr"][()].astype(np.int64)
     else:
         raise SystemExit("dense_pytorch: layer %s has no 'data' (export it unquantized)" % g.name)
-    dense = np.zeros((K, cols), np.float32)
-    rows = np.repeat(np.arange(K), np.diff(indptr))
-    np.add.at(dense, (rows, indices), data)
     r, s = (int(x) for x in g.attrs["k"])
     c = int(g.attrs["in_c"])
     kind = g.attrs["kind"]
     kind = kind.decode() if isinstance(kind, bytes) else kind
+    if "blocksize" in g.attrs:
+        dense = bsr_to_dense(K, cols, g.attrs["blocksize"], data, indices, indptr)
+        if kind != "linear":  # BSR columns run (r, s, c): KRSC to KCRS
+            dense = dense.reshape(K, r, s, c).transpose(0, 3, 1, 2).reshape(K, cols)
+    else:
+        dense = np.zeros((K, cols), np.float32)
+        rows = np.repeat(np.arange(K), np.diff(indptr))
+        np.add.at(dense, (rows, indices), data)
     if kind == "linear":
         return dense, g["bias"][()].astype(np.float32), "linear"
     return dense.reshape(K, c, r, s), g["bias"][()].astype(np.float32), "conv"
+
+
+def bsr_to_dense(K, cols, blocksize, data, indices, indptr):
+    """Dense (K, cols) matrix of a scipy-convention BSR layer (blocks kb x cb)."""
+    kb, cb = (int(x) for x in blocksize)
+    dense = np.zeros((K // kb, kb, cols // cb, cb), np.float32)
+    brow = np.repeat(np.arange(K // kb), np.diff(indptr))
+    dense[brow, :, indices, :] = data.reshape(-1, kb, cb)
+    return dense.reshape(K, cols)
 
 
 def attr_str(v):
