@@ -91,8 +91,10 @@ done
 wait
 for m in "${models[@]}"; do [ -f "$sdir/$m.h5" ] || { echo "training $m failed: $(tail -n 3 "$work/logs/train-$m.log")" >&2; exit 1; }; done
 jobs=()
-for m in "${models[@]}"; do for p in "${patterns[@]}"; do for s in "${sparsities[@]}"; do jobs+=("$m-${p/:/of}-$s"); done; done; done
-for m in "${models[@]}"; do jobs+=("torch-$m"); done
+for m in "${models[@]}"; do  # each model's PyTorch job right after its own: a run cut short has whole models
+    for p in "${patterns[@]}"; do for s in "${sparsities[@]}"; do jobs+=("$m-${p/:/of}-$s"); done; done
+    jobs+=("torch-$m")
+done
 echo "pattern_table: ${#jobs[@]} jobs on $ngpu GPU(s), work in $work"
 gq_run "$work" "$ngpu" summarise run_job "${jobs[@]}"
 cat "$out/pattern-table.md"

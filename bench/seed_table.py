@@ -79,6 +79,17 @@ def dense_fp32_ms(d, b1):
     return plan_ms(d, 'fp32', b1, dense=True)
 
 
+def dense_fp32(w, wo, b1):
+    """The dense fp32 yardstick and its name: the fp32 plan's all-dense network (cuDNN per
+    layer, TF32 off) when a run made an fp32 plan, else the dense TF32 engine (deploy
+    --precision fp16 --engine fp16,tf32), else None."""
+    ms = dense_fp32_ms(w, b1) or dense_fp32_ms(wo, b1)
+    if ms:
+        return ms, 'dense fp32'
+    e = engine(w, 'tf32') or engine(wo, 'tf32')
+    return ((e['batch1_ms'] if b1 else e['batch_ms']), 'dense TF32 engine') if e else (None, 'dense fp32')
+
+
 def training_table(nets):
     rows = ['| net | parameters (ours; PyTorch) | epochs | ours test top-1 | PyTorch test top-1 | '
             'ours s (its last call if resumed) | PyTorch s | 90% gmp test top-1 |', '|---|---|---|---|---|---|---|---|']
@@ -96,12 +107,14 @@ def speed_rows(name, d, b1):
     w, wo = d.get('deploy_with'), d.get('deploy_without')
     e16 = engine(w, 'fp16') or engine(wo, 'fp16')
     e_ms = (e16['batch1_ms'] if b1 else e16['batch_ms']) if e16 else None
-    f32 = dense_fp32_ms(w, b1) or dense_fp32_ms(wo, b1)
+    f32, f32_name = dense_fp32(w, wo, b1)
     batch = 1 if b1 else (w or wo or {}).get('batch', '-')
     rows = []
     for label, src, prec in [('fp16 plan, with actsparse', w, 'fp16'), ('fp16 plan, without', wo, 'fp16'),
                              ('fp32 plan, with actsparse', w, 'fp32'), ('fp32 plan, without', wo, 'fp32')]:
         ms = plan_ms(src, prec, b1)
+        if ms is None and prec == 'fp32':
+            continue  # the runs made no fp32 plan (deploy --precision fp16)
         rows.append(f"| {name} | {batch} | {label} | {num(ms, '{:.3f}')} | {num(ratio(e_ms, ms))}x | "
                     f"{num(ratio(f32, ms))}x |")
     m = (w or wo or {}).get('mixed_fp16')
@@ -109,13 +122,13 @@ def speed_rows(name, d, b1):
         ms = m['batch1_ms'] if b1 else m['batch_ms']
         rows.append(f"| {name} | {batch} | mixed fp16 engine plan | {num(ms, '{:.3f}')} | "
                     f"{num(ratio(e_ms, ms))}x | {num(ratio(f32, ms))}x |")
-    rows.append(f"| {name} | {batch} | (dense fp16 engine; dense fp32) | {num(e_ms, '{:.3f}')}; "
+    rows.append(f"| {name} | {batch} | (dense fp16 engine; {f32_name}) | {num(e_ms, '{:.3f}')}; "
                 f"{num(f32, '{:.3f}')} | 1x | |")
     return rows
 
 
 def speed_table(nets):
-    rows = ['| net | batch | plan | ms | over dense fp16 engine | over dense fp32 |',
+    rows = ['| net | batch | plan | ms | over dense fp16 engine | over dense fp32 (or TF32 engine) |',
             '|---|---|---|---|---|---|']
     for b1 in (False, True):
         for name, d in nets:
