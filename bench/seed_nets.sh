@@ -15,11 +15,12 @@
 # one (one listed, or one in nvidia-smi -L), one after the other. Prune and export run on the
 # first. Two networks at once on a 4-GPU machine: GPUS="0 1" for one, GPUS="2 3" for the other.
 # Steps: train (ours), train_pytorch.py, prune --method gmp to 0.9 (PRUNE_EPOCHS fine-tuning
-# epochs, default 10), export, then deploy (--precision $PRECISION, default both, --engine
-# fp16,tf32: the fp32 plan's all-dense network is the dense fp32 figure) twice:
-# with the activation-sparse candidates (--reference all: accuracy against the CPU reference
-# on the whole test set) and with --skip-candidates actsparse (--reference $REF_WITHOUT,
-# default all).
+# epochs, default 10), export, then per plan precision in PRECISION (fp16, fp32 or both, the
+# default; fp16 first) two deploys, each its own resumable step (a resnet50 deploy of both
+# precisions did not fit one 10-minute call): with the activation-sparse candidates
+# (--reference all: accuracy against the CPU reference on the whole test set) and with
+# --skip-candidates actsparse (--reference $REF_WITHOUT, default all). The fp16 steps also time
+# the dense fp16 and TF32 engines; the fp32 plan's all-dense network is the dense fp32 figure.
 # Out: $OUT/seed-NET.tar.gz with the JSON summaries and logs; bench/seed_table.py makes the table.
 # Expects build/bin/* (bench/pack.sh) and CIFAR-100 in /root/data or data/cifar-100-binary.
 set -uo pipefail
@@ -34,7 +35,9 @@ D=${SEED:-/root/seed}/$NET
 BUDGET=${BUDGET:-540}
 PRUNE_EPOCHS=${PRUNE_EPOCHS:-10}
 REF_WITHOUT=${REF_WITHOUT:-all}
-PRECISION=${PRECISION:-both}  # deploy's sparse plans (fp16 alone halves the tuning; no fp32 plan then)
+PRECISION=${PRECISION:-both}  # deploy's sparse plans, one resumable step each (fp16 first)
+case $PRECISION in both) PRECS="fp16 fp32" ;; fp16|fp32) PRECS=$PRECISION ;;
+    *) echo "seed_nets: PRECISION fp16, fp32 or both, not $PRECISION" >&2; exit 2 ;; esac
 OUTDIR=${OUT:-bench/out}
 T0=$SECONDS
 mkdir -p "$D" "$OUTDIR" data
@@ -103,18 +106,20 @@ both() {
     return $((r1 || r2))
 }
 
-# Deploy with the activation-sparse candidates, on GPU $1.
-deploy_with() {
-    step deploy_with "$D/deploy_with.json" "$1" $B/deploy --device "$DEVICE" --precision "$PRECISION" --engine fp16,tf32 \
-        --reference all --chart none --json "$D/deploy_with.json" "$D/pruned.csr.h5" "$DATASET"
+# deploy_run RUN PREC GPU: deploy_with (the activation-sparse candidates in, --reference all)
+# or deploy_without (left out, --reference $REF_WITHOUT), PREC's sparse plan only, as its own
+# resumable step RUN-PREC; the fp16 step also builds the dense fp16 and TF32 engines.
+deploy_run() {
+    local run=$1 prec=$2 gpu=$3 engine=none ref=all skip=none
+    [ "$prec" = fp16 ] && engine=fp16,tf32
+    [ "$run" = deploy_without ] && ref=$REF_WITHOUT skip=actsparse
+    step "$run-$prec" "$D/$run-$prec.json" "$gpu" $B/deploy --device "$DEVICE" --precision "$prec" --engine "$engine" \
+        --skip-candidates "$skip" --reference "$ref" --chart none --json "$D/$run-$prec.json" "$D/pruned.csr.h5" "$DATASET"
 }
-
-# Deploy without them, on GPU $1.
-deploy_without() {
-    step deploy_without "$D/deploy_without.json" "$1" $B/deploy --device "$DEVICE" --precision "$PRECISION" \
-        --engine fp16,tf32 --skip-candidates actsparse --reference "$REF_WITHOUT" --chart none \
-        --json "$D/deploy_without.json" "$D/pruned.csr.h5" "$DATASET"
-}
+deploy_with_fp16() { deploy_run deploy_with fp16 "$1"; }
+deploy_without_fp16() { deploy_run deploy_without fp16 "$1"; }
+deploy_with_fp32() { deploy_run deploy_with fp32 "$1"; }
+deploy_without_fp32() { deploy_run deploy_without fp32 "$1"; }
 
 both train_ours train_torch
 params
@@ -123,14 +128,14 @@ if [ -s "$D/train.json" ]; then
     step prune "$D/prune.json" "$G0" $B/prune --quiet --device "$DEVICE" --method gmp --from "$D/model.h5" --target-sparsity 0.9 \
         --epochs "$PRUNE_EPOCHS" -o "$D/pruned.h5" --json "$D/prune.json" --runs "$D/runs" "$DATASET" &&
     step export "$D/export.json" "$G0" $B/export --quiet "$D/pruned.h5" -o "$D/pruned.csr.h5" --json "$D/export.json" &&
-    both deploy_with deploy_without
+    for prec in $PRECS; do both "deploy_with_$prec" "deploy_without_$prec" || break; done
 fi
 
 # Pack the summaries and logs (the models stay in $D).
 files=$(cd "$D" && ls -- *.json *.log *.txt train_pytorch.out 2>/dev/null)
 tar czf "$OUTDIR/seed-$NET.tar.gz" -C "$D" $files
 echo "== packed $OUTDIR/seed-$NET.tar.gz: $(echo $files)"
-for f in train train_pytorch prune export deploy_with deploy_without; do
+for f in train train_pytorch prune export $(for p in $PRECS; do echo deploy_with-$p deploy_without-$p; done); do
     [ -s "$D/$f.json" ] && printf '%s ' "$f" || printf '(%s) ' "$f"
 done
 echo "(parenthesised: not done yet)"

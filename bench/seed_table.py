@@ -3,7 +3,9 @@
 
 usage: bench/seed_table.py SEED...    (each a seed-NET.tar.gz or a folder holding its files:
                                        train.json, train_pytorch.json, params.txt, prune.json,
-                                       deploy_with.json, deploy_without.json; missing ones print -)
+                                       deploy_with-fp16.json, deploy_with-fp32.json and the same
+                                       for deploy_without (or one deploy_with.json holding both
+                                       precisions); missing ones print -)
 
 Tables: training (ours against PyTorch, same recipe and epochs), end-to-end deploy speed at
 the deploy batch and at batch 1 (each plan's time over the dense fp16 engine and over the
@@ -36,8 +38,42 @@ def load(src):
     for n in NAMES:
         if n + '.json' in files:
             out[n] = json.loads(files[n + '.json'])
+        else:
+            parts = [json.loads(files[f'{n}-{p}.json']) for p in ('fp16', 'fp32') if f'{n}-{p}.json' in files]
+            if parts:
+                out[n] = merge_runs(parts)
     out['params'] = files.get('params.txt', b'').decode().strip()
     return out
+
+
+def merge_runs(parts):
+    """One deploy summary from the per-precision ones (the first is the base: engines, batch,
+    CPU reference): plans appended, each layer's (and its batch1's) fields joined by name."""
+    base = json.loads(json.dumps(parts[0]))
+    byname = {lay['name']: lay for lay in base.get('layers', [])}
+    for d in parts[1:]:
+        base.setdefault('plans', []).extend(d.get('plans', []))
+        base['dense_engine'] = base.get('dense_engine') or d.get('dense_engine', [])
+        for lay in d.get('layers', []):
+            mine = byname.get(lay['name'])
+            if mine is None:
+                base.setdefault('layers', []).append(lay)
+                continue
+            join_fields(mine, lay)
+            join_fields(mine.setdefault('batch1', {}), lay.get('batch1', {}))
+    return base
+
+
+def join_fields(mine, other):
+    """Fills mine's missing or null fields from other (a run of another precision leaves the
+    fields of its precision null); failed_checks joined."""
+    for k, v in other.items():
+        if k == 'batch1':
+            continue
+        if k == 'failed_checks':
+            mine[k] = sorted(set(mine.get(k) or []) | set(v or []))
+        elif mine.get(k) is None:
+            mine[k] = v
 
 
 def num(x, fmt='{:.2f}'):
