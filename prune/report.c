@@ -72,6 +72,10 @@ void prune_report_table(FILE *f, const net *nt, const sc_pattern *pat) {
     }
     fprintf(f, "%-28s %-14s %10zu %10zu %8.2f%%\n", "total (pruned layers)", "", tot, tnz,
             tot ? 100.0 * (double)(tot - tnz) / (double)tot : 0.0);
+    const double macs = net_macs(nt), kept = net_macs_kept(nt);
+    fprintf(f, "compute: %.1f of %.1f MMAC per image kept, %.2f%% pruned by multiply-accumulates (what time "
+               "follows; the weights' figure above counts every weight alike)\n",
+            kept / 1e6, macs / 1e6, macs > 0 ? 100.0 * (1.0 - kept / macs) : 0.0);
     if (pat && !sc_pattern_is_unstructured(pat))
         fprintf(f, "blocks: the layer's own pattern (* = narrower than asked or unstructured: "
                 "see docs/prune.md, \"Patterns\"), blocks with a kept weight / all\n");

@@ -363,6 +363,28 @@ double net_macs(const net *nt) {
     return macs;
 }
 
+// Kept share of layer li's weight masks (1 when it has no weight tensor).
+static double layer_kept_share(const net *nt, int li) {
+    size_t kept = 0, total = 0;
+    for (int t = 0; t < nt->ntensors; t++) {
+        const ptensor *p = &nt->tensors[t];
+        if (p->layer != li || p->kind != PT_WEIGHT) continue;
+        for (size_t k = 0; k < p->count; k++) kept += nt->mask[p->offset + k] != 0.0f;
+        total += p->count;
+    }
+    return total ? (double)kept / (double)total : 1.0;
+}
+
+// Multiply-accumulates left when the pruned weights' products are skipped.
+double net_macs_kept(const net *nt) {
+    double macs = 0;
+    for (int i = 0; i < nt->nlayers; i++) {
+        const layer *L = &nt->layers[i];
+        if (op_of(L->kind)->macs) macs += op_of(L->kind)->macs(L) * layer_kept_share(nt, i);
+    }
+    return macs;
+}
+
 // How many of layer L's inputs are layer i's output.
 int layer_reads(const layer *L, int i) {
     int n = 0;

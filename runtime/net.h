@@ -110,6 +110,12 @@ double net_sparsity(const net *nt);
 // Multiply-accumulate count of one image's forward pass.
 double net_macs(const net *nt);
 
+// The same without the products of pruned weights: each layer's count times
+// the kept share of its weights' mask (1 for a layer without weights). Time
+// follows this, not the share of weights pruned: a network pruned 95% by
+// weights keeps far more of its compute when its large-plane layers keep more.
+double net_macs_kept(const net *nt);
+
 // How many of layer L's inputs are layer i's output (-1: the network input).
 int layer_reads(const layer *L, int i);
 

@@ -76,7 +76,10 @@ va=$(grep -oE '"test_accuracy": *[0-9.]+' "$T/a.json"); vb=$(grep -oE '"test_acc
 [ -n "$va" ] && [ "$va" = "$vb" ] && ok "same test accuracy ($va)" || bad "same test accuracy" "$va vs $vb"
 sp=$(grep -oE '"sparsity": *[0-9.]+' "$T/a.json" | head -n 1 | grep -oE '[0-9.]+$')
 awk -v s="${sp:-0}" 'BEGIN { exit !(s > 0.799 && s < 0.801) }' && ok "target reached ($sp)" || bad "target reached" "sparsity ${sp:-?}"
-for k in tool dataset model output val_accuracy test_accuracy sparsity images_per_second seconds history layers; do
+ms=$(grep -oE '"mac_sparsity": *[0-9.]+' "$T/a.json" | grep -oE '[0-9.]+$')
+awk -v s="${ms:--1}" 'BEGIN { exit !(s > 0 && s < 0.8) }' && ok "compute pruned below the weights: the unpruned first conv ($ms)" ||
+    bad "mac_sparsity" "${ms:-missing}"
+for k in tool dataset model output val_accuracy test_accuracy sparsity mac_sparsity images_per_second seconds history layers; do
     grep -q "\"$k\"" "$T/a.json" || bad "json has $k" "missing"
 done
 grep -q '"tool": *"prune"' "$T/a.json" && ok "json summary" || bad "json summary" "no tool"

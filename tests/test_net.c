@@ -131,6 +131,29 @@ static void test_init(tctx *t) {
     net_free(nt);
 }
 
+// The compute left after pruning: LeNet's first conv (6 filters 3x5x5 over a
+// 28x28 output, 352,800 MACs) with half its weights masked drops by half of
+// that; masking a BN-free layer's bias changes nothing; all kept: net_macs.
+static void test_macs_kept(tctx *t) {
+    sc_err err = {0};
+    net *nt = net_create("lenet", 3, 32, 32, 10, &err);
+    CHECK(t, nt != NULL, "lenet: %s", err.msg);
+    if (!nt) return;
+    CHECK_CLOSE(t, net_macs_kept(nt), net_macs(nt), 1e-12);
+    int w = -1, b = -1;
+    for (int i = 0; i < nt->ntensors; i++) {
+        if (nt->tensors[i].layer != nt->tensors[0].layer) continue;
+        if (nt->tensors[i].kind == PT_WEIGHT) w = i;
+        if (nt->tensors[i].kind == PT_BIAS) b = i;
+    }
+    CHECK(t, w >= 0 && nt->tensors[w].count == 6 * 3 * 5 * 5, "conv1 weight tensor");
+    if (w >= 0)
+        for (size_t k = 0; k < nt->tensors[w].count / 2; k++) nt->mask[nt->tensors[w].offset + k] = 0.0f;
+    if (b >= 0) nt->mask[nt->tensors[b].offset] = 0.0f;
+    CHECK_CLOSE(t, net_macs_kept(nt), net_macs(nt) - 0.5 * 6 * 3 * 5 * 5 * 28 * 28, 1e-12);
+    net_free(nt);
+}
+
 int main(void) {
     tctx t = {.suite = "test_net"};
     RUN(&t, test_param_counts);
@@ -139,5 +162,6 @@ int main(void) {
     RUN(&t, test_shapes);
     RUN(&t, test_bad_desc);
     RUN(&t, test_init);
+    RUN(&t, test_macs_kept);
     return check_finish(&t);
 }
