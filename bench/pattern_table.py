@@ -43,6 +43,7 @@ def row(d, tag):
     mixed = dep.get("mixed_fp16") or {}
     eng = dense_engine(dep)
     r = dict(model=model, pattern=pat.replace("of", ":"), target=sp, sparsity=num(p.get("sparsity")),
+             mac_sparsity=num(p.get("mac_sparsity")),
              val=num(p.get("val_accuracy")), test=num(p.get("test_accuracy")),
              engine_test=num(mixed.get("test_accuracy")), ms=num(mixed.get("batch_ms")),
              ms1=num(mixed.get("batch1_ms")), dense=num(eng.get("batch_ms")), dense1=num(eng.get("batch1_ms")),
@@ -64,11 +65,12 @@ def tags(d):
 
 
 def markdown(rows):
-    out = ["| model | pattern | target | sparsity | val / test top-1 | engine test | mixed b128 / b1 ms "
-           "| dense engine b128 / b1 ms | PyTorch graph b128 / b1 ms | x engine b128 / b1 | x PyTorch b128 / b1 "
-           "| sparse convs |", "|" + "---|" * 12]
+    out = ["| model | pattern | target | sparsity (weights / compute) | val / test top-1 | engine test "
+           "| mixed b128 / b1 ms | dense engine b128 / b1 ms | PyTorch graph b128 / b1 ms | x engine b128 / b1 "
+           "| x PyTorch b128 / b1 | sparse convs |", "|" + "---|" * 12]
     for r in rows:
-        out.append(f"| {r['model']} | {r['pattern']} | {r['target']} | {fmt(r['sparsity'], '.4f')} "
+        out.append(f"| {r['model']} | {r['pattern']} | {r['target']} | {fmt(r['sparsity'], '.4f')} / "
+                   f"{fmt(r['mac_sparsity'], '.4f')} "
                    f"| {fmt(r['val'], '.2f')} / {fmt(r['test'], '.2f')} | {fmt(r['engine_test'], '.2f')} "
                    f"| {fmt(r['ms'], '.4f')} / {fmt(r['ms1'], '.4f')} | {fmt(r['dense'], '.4f')} / {fmt(r['dense1'], '.4f')} "
                    f"| {fmt(r['pt'], '.4f')} / {fmt(r['pt1'], '.4f')} | {fmt(r['x_engine'], '.2f')}x / "
