@@ -639,6 +639,7 @@ static void report_init(deploy_run *d) {
     d->r.batch = d->o.batch, d->r.repeat = d->o.repeat;
     d->r.test_images = d->test.n;
     d->r.sparsity = deploy_plan_sparsity(d->p);
+    d->r.mac_sparsity = deploy_plan_mac_sparsity(d->p);
     d->r.skip_cands = d->skip_mask, d->r.act_min = d->o.act_min;
     d->r.dense_note = d->r.gpu ? "the dense engine of the plan's precision (TF32 for the fp32 plan) is "
                                  "the yardstick; the old per-layer cuDNN plan (fp32: NCHW, TF32 off; "

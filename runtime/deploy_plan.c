@@ -471,7 +471,18 @@ float *deploy_op_dense_weights(const deploy_plan *p, const deploy_op *op) {
     return w;
 }
 
-// Fraction of zero weights over the prunable conv/linear layers.
+// Share of the conv/linear multiply-accumulates per image the zero weights remove.
+double deploy_plan_mac_sparsity(const deploy_plan *p) {
+    double kept = 0.0, total = 0.0;
+    for (int s = 0; s < p->m->nlayers; s++) {
+        const sparse_layer *sl = &p->m->layers[s];
+        const double plane = (double)(sl->P > 0 ? sl->P : 1) * (sl->Q > 0 ? sl->Q : 1);
+        kept += (double)sl->nnz * plane, total += (double)sl->K * sl->C * sl->R * sl->S * plane;
+    }
+    return total > 0 ? 1.0 - kept / total : 0.0;
+}
+
+// Fraction of zero weights over the model's prunable conv/linear layers.
 double deploy_plan_sparsity(const deploy_plan *p) {
     const net *nt = p->m->nt;
     double zeros = 0.0, total = 0.0;

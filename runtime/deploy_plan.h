@@ -100,6 +100,11 @@ float *deploy_op_dense_weights(const deploy_plan *p, const deploy_op *op);
 // Fraction of zero weights over the model's prunable conv/linear layers.
 double deploy_plan_sparsity(const deploy_plan *p);
 
+// Fraction of the conv/linear layers' multiply-accumulates per image that
+// the zero weights remove (every layer, pruned or not, by its output plane):
+// the compute a sparse kernel can skip, which time follows.
+double deploy_plan_mac_sparsity(const deploy_plan *p);
+
 // --- builders the layer kinds' deploy hooks call (runtime/ops.h) ------------
 
 struct plan_builder;

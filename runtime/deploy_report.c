@@ -319,8 +319,9 @@ static void rep_summary_engines(FILE *f, const deploy_plan *p, const deploy_repo
 
 // Prints accuracy and the end-to-end figures.
 void deploy_report_summary(FILE *f, const deploy_plan *p, const deploy_report *r) {
-    fprintf(f, "deploy: %s on %s, %.1f%% sparse (prunable layers), %ld test images, %s\n", r->arch,
-            r->dataset, 100.0 * r->sparsity, r->test_images, r->device);
+    fprintf(f, "deploy: %s on %s, %.1f%% sparse (prunable layers; %.1f%% of the multiply-accumulates), %ld test "
+               "images, %s\n", r->arch, r->dataset, 100.0 * r->sparsity, 100.0 * r->mac_sparsity, r->test_images,
+            r->device);
     fprintf(f, "loaded %s in %.3f s\n", r->input ? r->input : "", r->load_seconds);
     if (r->cpu_images)
         fprintf(f, "CPU reference: test accuracy %.2f%% on %s%ld images\n", r->cpu_acc,
@@ -507,6 +508,7 @@ void deploy_report_json(json_writer *j, const deploy_plan *p, const deploy_repor
     json_add_number(j, "cpu_reference_accuracy", r->cpu_images ? r->cpu_acc : NAN);
     json_add_int(j, "cpu_reference_images", r->cpu_images);
     json_add_number(j, "sparsity", r->sparsity);
+    json_add_number(j, "mac_sparsity", r->mac_sparsity);
     json_add_int(j, "act_sparsity_images", r->act_images);
     json_add_number(j, "actsparse_min_zeros", r->act_min);
     json_array_begin(j, "skipped_candidates");

@@ -50,6 +50,7 @@ typedef struct {
     int batch, repeat;
     long test_images;
     double sparsity;
+    double mac_sparsity;         // deploy_plan_mac_sparsity
     int nprec;
     deploy_prec_result pr[2];    // in the order run; pr[0] is the primary plan
     deploy_engine_result eng[DE_NPREC];  // the dense engine per precision (the yardstick)

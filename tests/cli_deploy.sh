@@ -54,7 +54,7 @@ grep -q '^conv2 ' <<<"$out" && grep -q 'test accuracy' <<<"$out" && ok "table an
 grep -q '^layer .* sparsity  *act-sp' <<<"$out" && grep -q '^(act-sp: zeros in the layer' <<<"$out" \
     && ok "act-sp column" || bad "act-sp column" "$out"
 grep -qE '^loaded .*model\.csr\.h5 in [0-9]+\.[0-9]{3} s$' <<<"$out" && ok "load time line" || bad "load time line" "$out"
-for k in tool dataset model output test_accuracy load_seconds cpu_reference_accuracy sparsity images_per_second \
+for k in tool dataset model output test_accuracy load_seconds cpu_reference_accuracy sparsity mac_sparsity images_per_second \
          dense_images_per_second latency_ms_batch1 dense_latency_ms_batch1 seconds layers; do
     grep -q "\"$k\"" "$T/d.json" || bad "json has $k" "missing"
 done
@@ -70,6 +70,8 @@ d = json.load(open(sys.argv[1]))
 assert d["dataset"] == "synthetic" and d["model"] == "lenet", d
 assert d["test_accuracy"] == d["cpu_reference_accuracy"] and 0 <= d["test_accuracy"] <= 100
 assert abs(d["sparsity"] - 0.8) < 0.01, d["sparsity"]
+# the compute pruned: lenet's first conv, unpruned, holds about half the multiply-accumulates
+assert 0.2 < d["mac_sparsity"] < 0.6, d["mac_sparsity"]
 assert d["images_per_second"] > 0 and d["latency_ms_batch1"] > 0 and d["dense_images_per_second"] > 0
 assert 0 < d["load_seconds"] < d["seconds"], (d["load_seconds"], d["seconds"])
 names = [l["name"] for l in d["layers"]]
