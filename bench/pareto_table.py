@@ -65,6 +65,7 @@ def run_row(tag, prune, deploy, table, setting):
     eng = dense_engine(deploy)
     r = {"tag": tag, "setting": setting, "ok_prune": prune is not None, "ok_deploy": bool(mixed)}
     r["sparsity"] = num((prune or {}).get("sparsity"))
+    r["mac_sparsity"] = num((prune or {}).get("mac_sparsity"))
     r["val"] = num((prune or {}).get("val_accuracy"))
     r["test"] = num((prune or {}).get("test_accuracy"))
     r["engine_test"] = num(mixed.get("test_accuracy"))
@@ -106,7 +107,7 @@ def table_lines(table):
 
 def markdown(rows):
     """The runs as a markdown table."""
-    head = ("| run | setting | sparsity | val / test top-1 | mixed-plan test | predicted ms | prune's graph ms "
+    head = ("| run | setting | sparsity (weights / compute) | val / test top-1 | mixed-plan test | predicted ms | prune's graph ms "
             "| mixed b128 ms | mixed b1 ms | dense engine b128 / b1 ms | speedup b128 / b1 | pred. error | sparse convs |")
     out = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
@@ -118,7 +119,8 @@ def markdown(rows):
             pred += f" (prune {r['pred_prune']:.4f}, target {fmt(r['target'], '.4f')})"
         err = ratio(r["pred"], r["ms"])
         out.append(
-            f"| {r['tag']} | {r['setting']} | {fmt(r['sparsity'], '.4f')} | {fmt(r['val'], '.2f')} / "
+            f"| {r['tag']} | {r['setting']} | {fmt(r['sparsity'], '.4f')} / {fmt(r['mac_sparsity'], '.4f')} "
+            f"| {fmt(r['val'], '.2f')} / "
             f"{fmt(r['test'], '.2f')} | {fmt(r['engine_test'], '.2f')} | {pred} | {fmt(r['graph_prune'], '.4f')} | "
             f"{fmt(r['ms'], '.4f')} | {fmt(r['ms1'], '.4f')} | {fmt(r['dense'], '.4f')} / {fmt(r['dense1'], '.4f')} | "
             f"{fmt(ratio(r['dense'], r['ms']), '.2f')}x / {fmt(ratio(r['dense1'], r['ms1']), '.2f')}x | "
