@@ -15,6 +15,8 @@ chosen (its time against the best other candidate of the same precision that pas
 """
 import io, json, math, os, sys, tarfile
 
+from tablelib import dense_engine
+
 NAMES = ['train', 'train_pytorch', 'prune', 'export', 'deploy_with', 'deploy_without']
 # The choosable candidates of each plan precision (runtime/deploy_cand_gpu.c; cudnn_tf32 is
 # timed for the table only).
@@ -91,13 +93,6 @@ def plan(d, prec):
     return None
 
 
-def engine(d, prec):
-    for e in (d or {}).get('dense_engine', []):
-        if e['precision'] == prec:
-            return e
-    return None
-
-
 def plan_ms(d, prec, b1, dense=False):
     """A plan's time in ms at the batch (b1: at batch 1); dense: the all-dense network of the
     same run (for the fp32 plan: cuDNN per layer, TF32 off: the dense fp32 figure)."""
@@ -122,7 +117,7 @@ def dense_fp32(w, wo, b1):
     ms = dense_fp32_ms(w, b1) or dense_fp32_ms(wo, b1)
     if ms:
         return ms, 'dense fp32'
-    e = engine(w, 'tf32') or engine(wo, 'tf32')
+    e = dense_engine(w, 'tf32') or dense_engine(wo, 'tf32')
     return ((e['batch1_ms'] if b1 else e['batch_ms']), 'dense TF32 engine') if e else (None, 'dense fp32')
 
 
@@ -141,7 +136,7 @@ def training_table(nets):
 
 def speed_rows(name, d, b1):
     w, wo = d.get('deploy_with'), d.get('deploy_without')
-    e16 = engine(w, 'fp16') or engine(wo, 'fp16')
+    e16 = dense_engine(w, 'fp16') or dense_engine(wo, 'fp16')
     e_ms = (e16['batch1_ms'] if b1 else e16['batch_ms']) if e16 else None
     f32, f32_name = dense_fp32(w, wo, b1)
     batch = 1 if b1 else (w or wo or {}).get('batch', '-')

@@ -1,5 +1,5 @@
 """Helpers shared by the bench scripts that turn JSON summaries into markdown
-tables (bench/pareto_table.py, bench/pattern_table.py)."""
+tables (bench/pareto_table.py, bench/pattern_table.py, bench/seed_table.py)."""
 import json
 import math
 

@@ -490,10 +490,13 @@ extern "C" void bsconv_gpu_describe(const bsconv_gpu *b, char *buf, size_t len) 
                  r.resident ? ", whole window resident" : "");
         return;
     }
-    const int nbuf = b->variant < 2 ? 1 : b->variant & 1 ? bsk_stages<2>::n : bsk_stages<1>::n;
+    int mf;
+    bool pipe;
+    bsk_variant_of(b->variant, &mf, &pipe);
+    const int nbuf = !pipe ? 1 : mf == 2 ? bsk_stages<2>::n : bsk_stages<1>::n;
     snprintf(buf, len, "block %dx%d, %d blocks, %d groups of %d channels, %d columns, %s, %d pixels/CTA, %s%s gather",
              b->kb, b->cb, b->nblocks, b->ngroups, b->np, b->ncols,
-             b->dt == GDT_BF16 ? "bf16" : "fp16", BSK_WARPS * BSK_FM * (b->variant & 1 ? 2 : 1),
+             b->dt == GDT_BF16 ? "bf16" : "fp16", BSK_WARPS * BSK_FM * mf,
              nbuf > 1 ? (b->vec ? "cp.async " : "") : "", b->vec ? "vector" : "scalar");
     if (nbuf > 1) snprintf(buf + strlen(buf), len - strlen(buf), ", %d stages", nbuf);
 }

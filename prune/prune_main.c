@@ -563,7 +563,7 @@ static int summary_json(prune_run *r, double val, double test, const char *plot,
     json_add_number(&j, "min_layer_sparsity", r->cfg.min_layer);
     json_add_string(&j, "layer_floor", r->o.layer_floor);
     json_add_number(&j, "sparsity", net_sparsity(r->nt));
-    json_add_number(&j, "mac_sparsity", net_macs(r->nt) > 0 ? 1.0 - net_macs_kept(r->nt) / net_macs(r->nt) : 0.0);
+    json_add_number(&j, "mac_sparsity", net_mac_sparsity(r->nt));
     json_add_number(&j, "start_val_accuracy", p->nhist ? p->hist[0].best_acc : NAN);
     json_add_number(&j, "val_accuracy", val);
     json_add_number(&j, "test_accuracy", test);

@@ -11,14 +11,6 @@
 
 // --- per-layer figures ------------------------------------------------------
 
-// Non-zero mask entries of tensor t.
-static size_t tensor_nonzeros(const net *nt, int t) {
-    const ptensor *p = &nt->tensors[t];
-    size_t nz = 0;
-    for (size_t i = 0; i < p->count; i++) nz += nt->mask[p->offset + i] != 0.0f;
-    return nz;
-}
-
 // "KxCxRxS" of a tensor into out.
 static void tensor_shape(const ptensor *p, char *out, size_t len) {
     size_t k = 0;
@@ -62,7 +54,7 @@ void prune_report_table(FILE *f, const net *nt, const sc_pattern *pat) {
         const ptensor *p = &nt->tensors[t];
         char shape[64];
         tensor_shape(p, shape, sizeof shape);
-        size_t nz = tensor_nonzeros(nt, t);
+        size_t nz = net_tensor_kept(nt, t);
         fprintf(f, "%-28s %-14s %10zu %10zu %8.2f%%%s", p->name, shape, p->count, nz,
                 100.0 * (double)(p->count - nz) / (double)p->count,
                 p->prunable ? "" : "  (not pruned)");
@@ -72,10 +64,9 @@ void prune_report_table(FILE *f, const net *nt, const sc_pattern *pat) {
     }
     fprintf(f, "%-28s %-14s %10zu %10zu %8.2f%%\n", "total (pruned layers)", "", tot, tnz,
             tot ? 100.0 * (double)(tot - tnz) / (double)tot : 0.0);
-    const double macs = net_macs(nt), kept = net_macs_kept(nt);
     fprintf(f, "compute: %.1f of %.1f MMAC per image kept, %.2f%% pruned by multiply-accumulates (what time "
                "follows; the weights' figure above counts every weight alike)\n",
-            kept / 1e6, macs / 1e6, macs > 0 ? 100.0 * (1.0 - kept / macs) : 0.0);
+            net_macs_kept(nt) / 1e6, net_macs(nt) / 1e6, 100.0 * net_mac_sparsity(nt));
     if (pat && !sc_pattern_is_unstructured(pat))
         fprintf(f, "blocks: the layer's own pattern (* = narrower than asked or unstructured: "
                 "see docs/prune.md, \"Patterns\"), blocks with a kept weight / all\n");
@@ -109,7 +100,7 @@ void prune_report_json_layers(json_writer *j, const net *nt, const double *floor
         const ptensor *p = &nt->tensors[t];
         char shape[64];
         tensor_shape(p, shape, sizeof shape);
-        size_t nz = tensor_nonzeros(nt, t);
+        size_t nz = net_tensor_kept(nt, t);
         json_object_begin(j, NULL);
         json_add_string(j, "name", p->name);
         json_add_string(j, "shape", shape);

@@ -363,16 +363,12 @@ double net_macs(const net *nt) {
     return macs;
 }
 
-// Kept share of layer li's weight masks (1 when it has no weight tensor).
-static double layer_kept_share(const net *nt, int li) {
-    size_t kept = 0, total = 0;
-    for (int t = 0; t < nt->ntensors; t++) {
-        const ptensor *p = &nt->tensors[t];
-        if (p->layer != li || p->kind != PT_WEIGHT) continue;
-        for (size_t k = 0; k < p->count; k++) kept += nt->mask[p->offset + k] != 0.0f;
-        total += p->count;
-    }
-    return total ? (double)kept / (double)total : 1.0;
+// Non-zero mask entries of tensor t.
+size_t net_tensor_kept(const net *nt, int t) {
+    const ptensor *p = &nt->tensors[t];
+    size_t kept = 0;
+    for (size_t k = 0; k < p->count; k++) kept += nt->mask[p->offset + k] != 0.0f;
+    return kept;
 }
 
 // Multiply-accumulates left when the pruned weights' products are skipped.
@@ -380,9 +376,18 @@ double net_macs_kept(const net *nt) {
     double macs = 0;
     for (int i = 0; i < nt->nlayers; i++) {
         const layer *L = &nt->layers[i];
-        if (op_of(L->kind)->macs) macs += op_of(L->kind)->macs(L) * layer_kept_share(nt, i);
+        if (!op_of(L->kind)->macs) continue;
+        const double share = L->weight < 0 ? 1.0
+                                           : (double)net_tensor_kept(nt, L->weight) / (double)nt->tensors[L->weight].count;
+        macs += op_of(L->kind)->macs(L) * share;
     }
     return macs;
+}
+
+// Share of the multiply-accumulates the pruned weights remove (0 without any).
+double net_mac_sparsity(const net *nt) {
+    const double macs = net_macs(nt);
+    return macs > 0 ? 1.0 - net_macs_kept(nt) / macs : 0.0;
 }
 
 // How many of layer L's inputs are layer i's output.

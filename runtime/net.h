@@ -116,6 +116,12 @@ double net_macs(const net *nt);
 // weights keeps far more of its compute when its large-plane layers keep more.
 double net_macs_kept(const net *nt);
 
+// 1 - net_macs_kept / net_macs: the share of the compute pruned (0 when no MACs).
+double net_mac_sparsity(const net *nt);
+
+// Non-zero mask entries of tensor t.
+size_t net_tensor_kept(const net *nt, int t);
+
 // How many of layer L's inputs are layer i's output (-1: the network input).
 int layer_reads(const layer *L, int i);
 
