@@ -19,6 +19,8 @@
 
 #define DE_TUNE_WS ((size_t)256 << 20)
 #define DE_MAX_PLANS 12
+#define DE_CONFIRM_ROUNDS 3  // alternating whole-graph measurements per sparse op
+#define DE_CONFIRM_REPEAT 20 // replays per measurement
 
 typedef enum { EO_SMALL = 0, EO_CONV, EO_LINEAR, EO_NONE } eng_kind;
 
@@ -564,6 +566,19 @@ static int de_tune(dengine *e, const uint8_t *images, int repeat, sc_err *err) {
     return rc;
 }
 
+// A graph and the stream it replays on (the argument of de_replay).
+typedef struct {
+    cudaGraphExec_t graph;
+    cudaStream_t stream;
+} de_replayed;
+
+// One replay of a graph (a gpu_run_fn).
+static int de_replay(void *arg, sc_err *err) {
+    const de_replayed *r = arg;
+    cudaCheck(err, cudaGraphLaunch(r->graph, r->stream));
+    return 0;
+}
+
 // Captures `copies` runs of op i (i < 0: the whole forward) into a CUDA graph.
 static int de_capture_runs(dengine *e, int i, int copies, cudaGraphExec_t *exec, sc_err *err) {
     cudaGraph_t graph = NULL;
@@ -581,6 +596,75 @@ static int de_capture_runs(dengine *e, int i, int copies, cudaGraphExec_t *exec,
 
 // Captures the forward into a CUDA graph.
 static int de_capture(dengine *e, sc_err *err) { return de_capture_runs(e, -1, 1, &e->graph, err); }
+
+// Op i's gain alone on its sparse path (cuDNN time - sparse time).
+static double de_gain(const dengine *e, int i) { return e->ops[i].dense_ms - e->ops[i].ms; }
+
+// Median of n values (sorts them).
+static double median_of(double *v, int n) {
+    for (int a = 1; a < n; a++)
+        for (int b = a; b > 0 && v[b] < v[b - 1]; b--) {
+            const double t = v[b];
+            v[b] = v[b - 1], v[b - 1] = t;
+        }
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Median milliseconds of the whole forward as the ops now run: captured
+// afresh, `repeat` replays after a warm-up.
+static int de_graph_ms(dengine *e, int repeat, double *ms, sc_err *err) {
+    de_replayed r = {NULL, e->g.stream};
+    int rc = de_capture_runs(e, -1, 1, &r.graph, err);
+    if (!rc) rc = gpu_time_median(&e->g, de_replay, &r, 3, repeat, ms, err);
+    if (r.graph) cudaGraphExecDestroy(r.graph);
+    return rc;
+}
+
+// Whole-forward time of op i on its sparse path and on cuDNN, each the
+// median of DE_CONFIRM_ROUNDS alternating measurements (drift hits both).
+static int de_graph_ab(dengine *e, int i, int repeat, double *sparse_ms, double *dense_ms, sc_err *err) {
+    eng_op *o = &e->ops[i];
+    desparse *sp = o->sp;
+    debs *bs = o->bs;
+    double a[DE_CONFIRM_ROUNDS], b[DE_CONFIRM_ROUNDS];
+    int rc = 0;
+    for (int k = 0; !rc && k < DE_CONFIRM_ROUNDS; k++) {
+        o->sp = sp, o->bs = bs;
+        rc = de_graph_ms(e, repeat, &a[k], err);
+        o->sp = NULL, o->bs = NULL;
+        if (!rc) rc = de_graph_ms(e, repeat, &b[k], err);
+    }
+    o->sp = sp, o->bs = bs;
+    *sparse_ms = median_of(a, DE_CONFIRM_ROUNDS), *dense_ms = median_of(b, DE_CONFIRM_ROUNDS);
+    return rc;
+}
+
+// Mixed plans: each op on a sparse path goes back to cuDNN when the whole
+// forward measures faster that way, the ops gaining least alone tried first.
+// An op's time alone (ten copies, its input hot in L2) need not be its cost
+// in the graph, where its input comes from another op.
+static int de_confirm_sparse(dengine *e, int repeat, sc_err *err) {
+    const int nops = e->p->nops;
+    int *order = malloc((size_t)nops * sizeof *order), n = 0, rc = 0;
+    if (!order) return sc_fail(err, "out of memory");
+    for (int i = 0; i < nops; i++)
+        if (e->ops[i].sp || e->ops[i].bs) order[n++] = i;
+    for (int a = 1; a < n; a++)  // insertion sort by the gain alone, ascending
+        for (int b = a; b > 0 && de_gain(e, order[b]) < de_gain(e, order[b - 1]); b--) {
+            const int t = order[b];
+            order[b] = order[b - 1], order[b - 1] = t;
+        }
+    for (int k = 0; !rc && k < n; k++) {
+        eng_op *o = &e->ops[order[k]];
+        double with = 0, without = 0;
+        rc = de_graph_ab(e, order[k], repeat, &with, &without, err);
+        if (rc || !(without < with)) continue;
+        desparse_free(o->sp), debs_free(o->bs);
+        o->sp = NULL, o->bs = NULL, o->ms = o->dense_ms;
+    }
+    free(order);
+    return rc;
+}
 
 // --- public API ---------------------------------------------------------------------------
 
@@ -601,7 +685,8 @@ static dengine *de_create(const deploy_plan *p, dengine_prec prec, int n, const 
     e->dt = prec == DE_FP16 ? GDT_F16 : prec == DE_BF16 ? GDT_BF16 : GDT_F32;
     e->esz = gpu_dtype_size(e->dt);
     if (gpu_ctx_init(&e->g, err) || de_analyse(e, err) || de_buffers(e, err) || de_setup(e, err) ||
-        de_tune(e, images, repeat, err) || de_capture(e, err)) {
+        de_tune(e, images, repeat, err) || (mixed == 1 && de_confirm_sparse(e, DE_CONFIRM_REPEAT, err)) ||
+        de_capture(e, err)) {
         sc_wrap(err, "dense %s engine", dengine_prec_name(prec));
         dengine_free(e);
         return NULL;
@@ -684,19 +769,6 @@ int dengine_tensor(dengine *e, int t, int m, float *host, sc_err *err) {
     for (size_t i = 0; !rc && i < px; i++) memcpy(host + i * d->c, all + i * cs, (size_t)d->c * sizeof *host);
     free(all), cudaFree(dev);
     return rc;
-}
-
-// A graph and the stream it replays on (the argument of de_replay).
-typedef struct {
-    cudaGraphExec_t graph;
-    cudaStream_t stream;
-} de_replayed;
-
-// One replay of a graph (a gpu_run_fn).
-static int de_replay(void *arg, sc_err *err) {
-    const de_replayed *r = arg;
-    cudaCheck(err, cudaGraphLaunch(r->graph, r->stream));
-    return 0;
 }
 
 // Median of `repeat` graph replays after a warm-up.

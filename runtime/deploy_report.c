@@ -277,18 +277,25 @@ static void rep_summary_prec(FILE *f, const deploy_report *r, const deploy_prec_
                 pr->t1.dense_failed);
 }
 
+// What the mixed plan runs op i on, in words ("" when nothing to say).
+static const char *rep_mixed_choice(const deploy_engine_result *m, int i) {
+    if (m->op_path[i]) return " sparse";
+    return m->op_sparse_ms[i] < m->op_dense_ms[i] ? " cudnn (whole graph faster)" : "";
+}
+
 // Prints the mixed plan's choice per conv that has a sparse path: the
 // engine's cuDNN time against the fastest checked sparse path, both timed
-// alone on the op's real input at the batch size.
+// alone on the op's real input at the batch size, and what runs it (a
+// sparse path faster alone goes back to cuDNN when the whole graph is).
 static void rep_summary_mixed_layers(FILE *f, const deploy_plan *p, const deploy_report *r) {
     const deploy_engine_result *m = &r->mixed;
-    if (!m->op_dense_ms || !m->op_sparse_ms) return;
+    if (!m->op_dense_ms || !m->op_sparse_ms || !m->op_path) return;
     fprintf(f, "  per layer in the engine, batch %d, ms (each path alone on the layer's input):\n"
                "  %-24s %10s %10s %8s\n", r->batch, "layer", "cudnn", "sparse", "x cudnn");
     for (int i = 0; i < p->nops; i++) {
         const double dn = m->op_dense_ms[i], sp = m->op_sparse_ms[i];
         if (!isfinite(dn) || !isfinite(sp)) continue;
-        fprintf(f, "  %-24s %10.4f %10.4f %7.2fx%s\n", p->ops[i].name, dn, sp, dn / sp, sp < dn ? " sparse" : "");
+        fprintf(f, "  %-24s %10.4f %10.4f %7.2fx%s\n", p->ops[i].name, dn, sp, dn / sp, rep_mixed_choice(m, i));
     }
 }
 
@@ -445,7 +452,7 @@ static void rep_json_plans(json_writer *j, const deploy_report *r) {
     json_array_end(j);
 }
 
-// Adds "layers": the mixed plan's cuDNN and best sparse time of every conv with a sparse path.
+// Adds "layers": the mixed plan's cuDNN and best sparse time of every conv with a sparse path, and what runs it.
 static void rep_json_mixed_layers(json_writer *j, const deploy_plan *p, const deploy_engine_result *m) {
     if (!m->op_dense_ms || !m->op_sparse_ms) return;
     json_array_begin(j, "layers");
@@ -455,6 +462,7 @@ static void rep_json_mixed_layers(json_writer *j, const deploy_plan *p, const de
         json_add_string(j, "name", p->ops[i].name);
         json_add_number(j, "cudnn_ms", m->op_dense_ms[i]);
         json_add_number(j, "sparse_ms", m->op_sparse_ms[i]);
+        if (m->op_path) json_add_string(j, "runs", m->op_path[i] ? "sparse" : "cudnn");
         json_object_end(j);
     }
     json_array_end(j);

@@ -40,6 +40,8 @@ typedef struct {
     double *op_dense_ms;         // mixed plan (nops, else NULL): each conv's cuDNN time in the
     double *op_sparse_ms;        // engine and its fastest checked sparse path (NAN: none), at
                                  // the batch size, each timed alone on the op's real input
+    signed char *op_path;        // mixed plan (nops, else NULL): what runs each op at the batch
+                                 // size, dengine_op_sparse's 0 (cuDNN), 1 or 2 (sparse)
 } deploy_engine_result;
 
 // The whole run.

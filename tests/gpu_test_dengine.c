@@ -210,11 +210,31 @@ static void check_bs_paths(tctx *t, const tdm_fixture *f, const dengine *e, cons
     }
 }
 
+// The measured mixed plan (each layer sparse where faster alone, then put
+// back on cuDNN where the whole graph is faster) gives the CPU's logits,
+// whatever it chose; a layer on cuDNN has no sparse path left.
+static void run_bs_measured(tctx *t, tdm_fixture *f, const char *pat) {
+    sc_err err = {{0}};
+    char what[96];
+    snprintf(what, sizeof what, "bsr %s measured mixed batch %d", pat, NIMG);
+    dengine *e = dengine_create_mixed(f->p, NIMG, f->img, 3, 0, &err);
+    CHECK(t, e != NULL, "%s: %s", what, err.msg);
+    if (!e) return;
+    for (int i = 0; i < f->p->nops; i++) {
+        char how[96];
+        dengine_op_describe(e, i, how, sizeof how);
+        CHECK(t, (dengine_op_sparse(e, i) == 2) == (strncmp(how, "bsconv ", 7) == 0), "%s %s: path %d runs %s",
+              what, f->p->ops[i].name, dengine_op_sparse(e, i), how);
+    }
+    check_engine(t, f, e, what, NIMG, DE_FP16);
+    dengine_free(e);
+}
+
 // The forced mixed plan on a BSR export of pattern pat at batch NIMG and 1:
-// the block-sparse convs give the CPU's logits.
+// the block-sparse convs give the CPU's logits; then the measured plan.
 static void run_bs(tctx *t, const char *pat, const char *dir, uint64_t seed) {
     tdm_fixture f;
-    if (bs_fixture(t, &f, pat, dir, seed) == 0)
+    if (bs_fixture(t, &f, pat, dir, seed) == 0) {
         for (int b1 = 0; b1 < 2; b1++) {
             sc_err err = {{0}};
             char what[96];
@@ -227,6 +247,8 @@ static void run_bs(tctx *t, const char *pat, const char *dir, uint64_t seed) {
             check_op_times(t, &f, e, what, b1 ? 1 : NIMG);
             dengine_free(e);
         }
+        run_bs_measured(t, &f, pat);
+    }
     bs_fixture_free(&f);
 }
 
