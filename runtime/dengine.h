@@ -85,7 +85,9 @@ void dengine_op_describe(const dengine *e, int i, char *buf, size_t len);
 
 // Conv op i's tuned cuDNN time and its fastest sparse path that passed the
 // check (mixed plans; kept or not), NAN where not timed: what the mixed plan
-// chose between, both measured alone on the op's real input.
-void dengine_op_paths_ms(const dengine *e, int i, double *dense_ms, double *sparse_ms);
+// chose between, both measured alone on the op's real input; and, for an op
+// that was faster sparse alone, the whole forward's time on cuDNN minus its
+// time with the op sparse (the check that keeps it sparse when positive), else NAN.
+void dengine_op_paths_ms(const dengine *e, int i, double *dense_ms, double *sparse_ms, double *graph_gain_ms);
 
 #endif

@@ -40,6 +40,8 @@ typedef struct {
     double sparse_ms;     // mixed plans: fastest checked sparse path (kept or not), else NAN
     desparse *sp;         // mixed plans: the sparse path, when it runs the op
     debs *bs;             // mixed plans: the block-sparse path, when it runs the op
+    double graph_gain_ms; // mixed plans: the whole forward's time on cuDNN minus on the sparse
+                          // path (de_confirm_sparse), NAN where not measured
     size_t ws_off;        // EO_CONV: byte offset of its own workspace in the engine's
 } eng_op;
 
@@ -125,7 +127,7 @@ static int de_analyse(dengine *e, sc_err *err) {
     for (int i = 0; i < p->nops; i++) {
         const deploy_op *op = &p->ops[i];
         eng_op *o = &e->ops[i];
-        o->res = -1, o->out = op->out, o->ms = o->dense_ms = o->sparse_ms = NAN;
+        o->res = -1, o->out = op->out, o->ms = o->dense_ms = o->sparse_ms = o->graph_gain_ms = NAN;
         o->kind = op->kind == DOP_COPY ? EO_NONE : EO_SMALL;
         if (op->kind == DOP_CONV) {
             o->kind = deploy_op_layer(p, op)->is_linear ? EO_LINEAR : EO_CONV;
@@ -658,6 +660,7 @@ static int de_confirm_sparse(dengine *e, int repeat, sc_err *err) {
         eng_op *o = &e->ops[order[k]];
         double with = 0, without = 0;
         rc = de_graph_ab(e, order[k], repeat, &with, &without, err);
+        o->graph_gain_ms = without - with;
         if (rc || !(without < with)) continue;
         desparse_free(o->sp), debs_free(o->bs);
         o->sp = NULL, o->bs = NULL, o->ms = o->dense_ms;
@@ -780,9 +783,9 @@ int dengine_time(dengine *e, int repeat, double *ms, sc_err *err) {
 // Tuned milliseconds of op i.
 double dengine_op_ms(const dengine *e, int i) { return e->ops[i].ms; }
 
-// Tuned milliseconds of conv op i's cuDNN plan and of its fastest checked sparse path.
-void dengine_op_paths_ms(const dengine *e, int i, double *dense_ms, double *sparse_ms) {
-    *dense_ms = e->ops[i].dense_ms, *sparse_ms = e->ops[i].sparse_ms;
+// Tuned milliseconds of conv op i's cuDNN plan, of its fastest checked sparse path, and its gain in the graph.
+void dengine_op_paths_ms(const dengine *e, int i, double *dense_ms, double *sparse_ms, double *graph_gain_ms) {
+    *dense_ms = e->ops[i].dense_ms, *sparse_ms = e->ops[i].sparse_ms, *graph_gain_ms = e->ops[i].graph_gain_ms;
 }
 
 // Op i's milliseconds inside a graph: `copies` runs captured, replays timed, per run.

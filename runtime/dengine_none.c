@@ -55,8 +55,8 @@ int dengine_time(dengine *e, int repeat, double *ms, sc_err *err) {
 double dengine_op_ms(const dengine *e, int i) { return NAN; }
 
 // No path times without an engine.
-void dengine_op_paths_ms(const dengine *e, int i, double *dense_ms, double *sparse_ms) {
-    *dense_ms = *sparse_ms = NAN;
+void dengine_op_paths_ms(const dengine *e, int i, double *dense_ms, double *sparse_ms, double *graph_gain_ms) {
+    *dense_ms = *sparse_ms = *graph_gain_ms = NAN;
 }
 
 // Never reached without an engine.

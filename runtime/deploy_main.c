@@ -483,10 +483,11 @@ static void engine_sparse_ops(const deploy_run *d, const dengine *e, deploy_engi
 static int engine_layer_times(const deploy_run *d, const dengine *e, deploy_engine_result *er, sc_err *err) {
     const size_t n = (size_t)d->p->nops;
     er->op_dense_ms = malloc(n * sizeof(double)), er->op_sparse_ms = malloc(n * sizeof(double));
-    er->op_path = malloc(n);
-    if (!er->op_dense_ms || !er->op_sparse_ms || !er->op_path) return sc_fail(err, "out of memory");
+    er->op_path = malloc(n), er->op_graph_gain_ms = malloc(n * sizeof(double));
+    if (!er->op_dense_ms || !er->op_sparse_ms || !er->op_path || !er->op_graph_gain_ms)
+        return sc_fail(err, "out of memory");
     for (int i = 0; i < d->p->nops; i++) {
-        dengine_op_paths_ms(e, i, &er->op_dense_ms[i], &er->op_sparse_ms[i]);
+        dengine_op_paths_ms(e, i, &er->op_dense_ms[i], &er->op_sparse_ms[i], &er->op_graph_gain_ms[i]);
         er->op_path[i] = (signed char)dengine_op_sparse(e, i);
     }
     return 0;
@@ -692,6 +693,7 @@ static void run_free(deploy_run *d) {
     for (int i = 0; i < 2; i++) deploy_timing_free(&d->r.pr[i].tb), deploy_timing_free(&d->r.pr[i].t1);
     free(d->r.cpu_op_ms), free(d->cpu_pred), free(d->act_z), free(d->act_e), free(d->r.act_sparsity);
     free(d->r.mixed.op_dense_ms), free(d->r.mixed.op_sparse_ms), free(d->r.mixed.op_path);
+    free(d->r.mixed.op_graph_gain_ms);
     deploy_plan_free(d->p);
     sparse_model_free(d->m);
     dataset_free(&d->ds);

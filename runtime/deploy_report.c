@@ -290,12 +290,18 @@ static const char *rep_mixed_choice(const deploy_engine_result *m, int i) {
 static void rep_summary_mixed_layers(FILE *f, const deploy_plan *p, const deploy_report *r) {
     const deploy_engine_result *m = &r->mixed;
     if (!m->op_dense_ms || !m->op_sparse_ms || !m->op_path) return;
-    fprintf(f, "  per layer in the engine, batch %d, ms (each path alone on the layer's input):\n"
-               "  %-24s %10s %10s %8s\n", r->batch, "layer", "cudnn", "sparse", "x cudnn");
+    fprintf(f, "  per layer in the engine, batch %d, ms (each path alone on the layer's input; gain: cudnn - "
+               "sparse alone, and the whole graph's time on cudnn - with the layer sparse):\n"
+               "  %-24s %10s %10s %8s %10s %10s\n", r->batch, "layer", "cudnn", "sparse", "x cudnn", "gain alone",
+               "in graph");
     for (int i = 0; i < p->nops; i++) {
         const double dn = m->op_dense_ms[i], sp = m->op_sparse_ms[i];
+        const double gg = m->op_graph_gain_ms ? m->op_graph_gain_ms[i] : NAN;
         if (!isfinite(dn) || !isfinite(sp)) continue;
-        fprintf(f, "  %-24s %10.4f %10.4f %7.2fx%s\n", p->ops[i].name, dn, sp, dn / sp, rep_mixed_choice(m, i));
+        fprintf(f, "  %-24s %10.4f %10.4f %7.2fx %10.4f", p->ops[i].name, dn, sp, dn / sp, dn - sp);
+        if (isfinite(gg)) fprintf(f, " %10.4f", gg);
+        else fprintf(f, " %10s", "-");
+        fprintf(f, "%s\n", rep_mixed_choice(m, i));
     }
 }
 
@@ -463,6 +469,8 @@ static void rep_json_mixed_layers(json_writer *j, const deploy_plan *p, const de
         json_add_number(j, "cudnn_ms", m->op_dense_ms[i]);
         json_add_number(j, "sparse_ms", m->op_sparse_ms[i]);
         if (m->op_path) json_add_string(j, "runs", m->op_path[i] ? "sparse" : "cudnn");
+        if (m->op_graph_gain_ms && isfinite(m->op_graph_gain_ms[i]))
+            json_add_number(j, "graph_gain_ms", m->op_graph_gain_ms[i]);
         json_object_end(j);
     }
     json_array_end(j);

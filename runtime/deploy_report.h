@@ -42,6 +42,8 @@ typedef struct {
                                  // the batch size, each timed alone on the op's real input
     signed char *op_path;        // mixed plan (nops, else NULL): what runs each op at the batch
                                  // size, dengine_op_sparse's 0 (cuDNN), 1 or 2 (sparse)
+    double *op_graph_gain_ms;    // mixed plan (nops, else NULL): whole forward on cuDNN minus
+                                 // with the op sparse, for the ops faster sparse alone (NAN: other)
 } deploy_engine_result;
 
 // The whole run.
