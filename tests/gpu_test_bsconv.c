@@ -25,7 +25,8 @@
 // sparsity, blocks 16x8 and 8x1, fp16 and bf16, each kernel variant, next to the
 // dense fused cuDNN conv (kernels/fconv_gpu.h) of the same layer; each
 // layer is checked on its first two images before it is timed.
-// --time LAYER [SPARSITY]: that layer only (fp16, default 95%), for a profiler.
+// --time LAYER [SPARSITY]: that layer only (fp16, default 95%), for a profiler,
+// then its fastest variant and the cuDNN conv in back-to-back pairs (time_mix).
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -362,19 +363,29 @@ static int time_check(env *e, bsc_layer *L, gpu_dtype dt, const void *dy) {
     return ok && w <= 1.0;
 }
 
-// Times the block-sparse layer of case c in dt, every kernel variant; 1 when it checks.
-static int time_layer(env *e, const char *name, const bsc_case *c, gpu_dtype dt, double dense_ms) {
+// The block-sparse layer of case c (seeded) in dt on the device: L made,
+// its launch in *a; NULL on failure (e->err).
+static bsconv_gpu *bs_make(env *e, const bsc_case *c, gpu_dtype dt, bsc_layer *L, timed *a) {
+    bsc_make(c, 4242, L);
+    int ok = hround(e, dt, L->data, (size_t)L->nblocks * c->kb * c->cb) == 0;
+    void *dx = ok ? dnew_put(e, dt, L->x, L->nx) : NULL, *dy = dnew(e, L->ny * 2);
+    void *dz = ok && L->z ? dnew_put(e, dt, L->z, L->ny) : NULL;
+    bsconv_gpu *b = dx && dy && (dz || !L->z) ? bsconv_gpu_create(&e->g, &L->s, &L->w, L->bias, dt, &e->err) : NULL;
+    *a = (timed){&e->g, b, NULL, dx, NULL, NULL, dz, dy, NULL};
+    return b;
+}
+
+// Times the block-sparse layer of case c in dt, every kernel variant; 1 when
+// it checks; the fastest variant into *best_v when not NULL.
+static int time_layer(env *e, const char *name, const bsc_case *c, gpu_dtype dt, double dense_ms, int *best_v) {
     bsc_layer L;
-    bsc_make(c, 4242, &L);
-    int ok = hround(e, dt, L.data, (size_t)L.nblocks * c->kb * c->cb) == 0;
-    void *dx = ok ? dnew_put(e, dt, L.x, L.nx) : NULL, *dy = dnew(e, L.ny * 2);
-    void *dz = ok && L.z ? dnew_put(e, dt, L.z, L.ny) : NULL;
-    bsconv_gpu *b = dx && dy && (dz || !L.z) ? bsconv_gpu_create(&e->g, &L.s, &L.w, L.bias, dt, &e->err) : NULL;
-    ok = b != NULL;
+    timed a;
+    bsconv_gpu *b = bs_make(e, c, dt, &L, &a);
+    int ok = b != NULL;
+    void *dy = a.y;
     double best = INFINITY;
     int bv = -1;
     for (int v = 0; ok && v < BSCONV_GPU_VARIANTS; v++) {
-        timed a = {&e->g, b, NULL, dx, NULL, NULL, dz, dy, NULL};
         double ms = NAN;
         char desc[300];
         if (!bsconv_gpu_variant_usable(&e->g, b, v, desc, sizeof desc)) continue;
@@ -393,14 +404,16 @@ static int time_layer(env *e, const char *name, const bsc_case *c, gpu_dtype dt,
         printf("best %s %s block %dx%d sparsity %.2f: variant %d %.4f ms, dense cuDNN / this = %.2f\n",
                dt == GDT_BF16 ? "bf16" : "fp16", name, c->kb, c->cb, c->sparsity, bv, best, dense_ms / best);
     if (!ok) printf("FAIL time %dx%d %.2f: %s\n", c->kb, c->cb, c->sparsity, e->err.msg);
+    if (best_v) *best_v = bv;
     bsconv_gpu_free(b);
     dfree_all(e);
     bsc_free(&L);
     return ok;
 }
 
-// Times the dense fused cuDNN conv (bias + ReLU) of the layer in dt; NAN on failure.
-static double time_dense(env *e, const bsc_case *c, gpu_dtype dt) {
+// The dense fused cuDNN conv (bias, residual, ReLU) of case c in dt on the
+// device, random inputs, tuned: its launch in *a; NULL on failure (e->err).
+static fconv_gpu *dense_make(env *e, const bsc_case *c, gpu_dtype dt, timed *a) {
     fconv_shape fs = {.d = {c->n, c->C, c->H, c->W, c->K, c->R, c->S, c->stride, c->pad, 0, 1}, .dt = dt};
     fs.d.residual = c->residual;
     const size_t nx = (size_t)c->n * c->H * c->W * c->C, nw = (size_t)c->K * c->R * c->S * c->C;
@@ -417,7 +430,17 @@ static double time_dense(env *e, const bsc_case *c, gpu_dtype dt) {
              gpu_fill_uniform(&e->g, dt, (size_t)c->K, db, -0.5f, 0.5f, 3, &e->err) ||
              (dz && gpu_fill_uniform(&e->g, dt, ny, dz, -1.0f, 1.0f, 4, &e->err)) ||
              fconv_gpu_tune(&e->g, fc, dx, dw, db, dz, dy, ws, WS_BYTES, 20, &ms, &e->err);
-    timed a = {&e->g, NULL, fc, dx, dw, db, dz, dy, ws};
+    *a = (timed){&e->g, NULL, fc, dx, dw, db, dz, dy, ws};
+    if (rc) fconv_gpu_free(fc);
+    return rc ? NULL : fc;
+}
+
+// Times the dense fused cuDNN conv (bias + ReLU) of the layer in dt; NAN on failure.
+static double time_dense(env *e, const bsc_case *c, gpu_dtype dt) {
+    timed a;
+    double ms = NAN;
+    fconv_gpu *fc = dense_make(e, c, dt, &a);
+    int rc = !fc;
     if (!rc) rc = gpu_time_median_busy(&e->g, timed_fconv, &a, 10, 50, &ms, &e->err);
     if (rc) printf("dense cuDNN conv %s: failed: %s\n", dt == GDT_BF16 ? "bf16" : "fp16", e->err.msg);
     else printf("time %s dense cuDNN fused conv+bias%s+ReLU: %.4f ms median of 50\n",
@@ -425,6 +448,47 @@ static double time_dense(env *e, const bsc_case *c, gpu_dtype dt) {
     fconv_gpu_free(fc);
     dfree_all(e);
     return rc ? NAN : ms;
+}
+
+// Two launches queued back to back (the argument of timed_two).
+typedef struct {
+    gpu_run_fn f1, f2;
+    void *a1, *a2;
+} two;
+
+// Queues the first launch, then the second (a gpu_run_fn).
+static int timed_two(void *arg, sc_err *err) {
+    two *p = arg;
+    SC_TRY(p->f1(p->a1, err));
+    return p->f2(p->a2, err);
+}
+
+// Median of 50 busy-timed runs of f2 queued right after f1 (each on its own buffers); NAN on failure.
+static double time_two(env *e, gpu_run_fn f1, void *a1, gpu_run_fn f2, void *a2) {
+    two p = {f1, f2, a1, a2};
+    double ms = NAN;
+    return gpu_time_median_busy(&e->g, timed_two, &p, 10, 50, &ms, &e->err) ? NAN : ms;
+}
+
+// --time LAYER: the layer's cuDNN conv and its block-sparse conv (variant v)
+// each alone and in back-to-back pairs, to see whether a kernel costs more
+// after the other kind (inside the engine's graph a swapped layer sits
+// between cuDNN convs) than after itself: "after cuDNN - alone" per kind.
+static void time_mix(env *e, const bsc_case *c, gpu_dtype dt, int v) {
+    bsc_layer L;
+    timed d, s;
+    fconv_gpu *fc = dense_make(e, c, dt, &d);
+    bsconv_gpu *b = fc ? bs_make(e, c, dt, &L, &s) : NULL;
+    if (b && bsconv_gpu_set_variant(&e->g, b, v, &e->err) == 0) {
+        const double dd = time_two(e, timed_fconv, &d, timed_fconv, &d), ss = time_two(e, timed_bsconv, &s, timed_bsconv, &s);
+        const double ds = time_two(e, timed_fconv, &d, timed_bsconv, &s), sd = time_two(e, timed_bsconv, &s, timed_fconv, &d);
+        printf("mix (variant %d, ms, median of 50 pairs): cudnn+cudnn %.4f, bsconv+bsconv %.4f, cudnn+bsconv %.4f, "
+               "bsconv+cudnn %.4f; a mixed pair minus the mean of the two same pairs: %+.4f, %+.4f\n",
+               v, dd, ss, ds, sd, ds - 0.5 * (dd + ss), sd - 0.5 * (dd + ss));
+    } else printf("mix: failed: %s\n", e->err.msg);
+    bsconv_gpu_free(b), fconv_gpu_free(fc);
+    if (fc) bsc_free(&L);
+    dfree_all(e);
 }
 
 // A layer the --time mode measures.
@@ -460,13 +524,15 @@ static void time_all(tctx *t, env *e, const char *only, double only_sp) {
                    h->res ? ", residual add" : "");
             const double dense = time_dense(e, &c, dt);
             for (int si = 0; si < 2; si++) {
+                int bv = -1;
                 c.sparsity = only ? only_sp : sps[si];
-                count(t, time_layer(e, h->name, &c, dt, dense));
+                count(t, time_layer(e, h->name, &c, dt, dense, &bv));
+                if (only && bv >= 0) time_mix(e, &c, dt, bv);
                 if (only) break;
             }
             if (i == 0 && d == 0 && !only) {
                 c.kb = 8, c.cb = 1, c.sparsity = 0.95;
-                count(t, time_layer(e, h->name, &c, dt, dense));
+                count(t, time_layer(e, h->name, &c, dt, dense, NULL));
             }
         }
 }
