@@ -90,4 +90,15 @@ void dengine_op_describe(const dengine *e, int i, char *buf, size_t len);
 // time with the op sparse (the check that keeps it sparse when positive), else NAN.
 void dengine_op_paths_ms(const dengine *e, int i, double *dense_ms, double *sparse_ms, double *graph_gain_ms);
 
+// Mixed plans (built with force for every op's sparse path): op i's gain in
+// the graph when it alone runs sparse, the whole forward's time with every
+// conv on cuDNN minus with op i sparse (alternating rounds, medians); NAN
+// when op i has no sparse path. The engine's own graph is unchanged.
+int dengine_op_graph_gain_alone(dengine *e, int i, int repeat, double *gain_ms, sc_err *err);
+
+// Mixed plans: median milliseconds of `repeat` replays of the whole forward
+// with exactly the ops flagged in sparse (nops entries) on their sparse
+// paths, the rest on cuDNN. The engine's own graph is unchanged.
+int dengine_graph_ms_with(dengine *e, const unsigned char *sparse, int repeat, double *ms, sc_err *err);
+
 #endif

@@ -669,6 +669,26 @@ static int de_confirm_sparse(dengine *e, int repeat, sc_err *err) {
     return rc;
 }
 
+// An op's sparse paths, parked while the op runs on cuDNN.
+typedef struct {
+    desparse *sp;
+    debs *bs;
+} de_path;
+
+// Parks every op's sparse path in saved (nops) and leaves those with on[i]
+// (on NULL: none) running sparse; de_unpark puts them all back.
+static void de_park(dengine *e, const unsigned char *on, de_path *saved) {
+    for (int i = 0; i < e->p->nops; i++) {
+        saved[i] = (de_path){e->ops[i].sp, e->ops[i].bs};
+        if (!on || !on[i]) e->ops[i].sp = NULL, e->ops[i].bs = NULL;
+    }
+}
+
+// Puts back the paths de_park saved.
+static void de_unpark(dengine *e, const de_path *saved) {
+    for (int i = 0; i < e->p->nops; i++) e->ops[i].sp = saved[i].sp, e->ops[i].bs = saved[i].bs;
+}
+
 // --- public API ---------------------------------------------------------------------------
 
 // Builds, tunes and captures the engine (mixed: see dengine_create_mixed).
@@ -799,6 +819,35 @@ int dengine_op_graph_ms(dengine *e, int i, int copies, int repeat, double *ms, s
     if (r.graph) cudaGraphExecDestroy(r.graph);
     if (!rc) *ms /= copies;
     return rc ? sc_wrap(err, "timing op %s in a graph", e->p->ops[i].name) : 0;
+}
+
+// Op i alone on its sparse path in a graph of cuDNN convs: the whole
+// forward's time on cuDNN minus with op i sparse (de_graph_ab); NAN when op i
+// has no sparse path.
+int dengine_op_graph_gain_alone(dengine *e, int i, int repeat, double *gain_ms, sc_err *err) {
+    *gain_ms = NAN;
+    if (!e->ops[i].sp && !e->ops[i].bs) return 0;
+    de_path *saved = malloc((size_t)e->p->nops * sizeof *saved);
+    if (!saved) return sc_fail(err, "out of memory");
+    de_park(e, NULL, saved);
+    e->ops[i].sp = saved[i].sp, e->ops[i].bs = saved[i].bs;
+    double with = 0, without = 0;
+    const int rc = de_graph_ab(e, i, repeat, &with, &without, err);
+    de_unpark(e, saved);
+    free(saved);
+    if (!rc) *gain_ms = without - with;
+    return rc ? sc_wrap(err, "timing op %s in the graph", e->p->ops[i].name) : 0;
+}
+
+// The whole forward with exactly the ops flagged in `sparse` on their sparse paths.
+int dengine_graph_ms_with(dengine *e, const unsigned char *sparse, int repeat, double *ms, sc_err *err) {
+    de_path *saved = malloc((size_t)e->p->nops * sizeof *saved);
+    if (!saved) return sc_fail(err, "out of memory");
+    de_park(e, sparse, saved);
+    const int rc = de_graph_ms(e, repeat, ms, err);
+    de_unpark(e, saved);
+    free(saved);
+    return rc ? sc_wrap(err, "timing the mixed engine's graph") : 0;
 }
 
 // What runs op i.

@@ -65,6 +65,18 @@ int dengine_op_graph_ms(dengine *e, int i, int copies, int repeat, double *ms, s
     return sc_fail(err, "no GPU in this build");
 }
 
+// Never reached without an engine.
+int dengine_op_graph_gain_alone(dengine *e, int i, int repeat, double *gain_ms, sc_err *err) {
+    *gain_ms = NAN;
+    return sc_fail(err, "no GPU in this build");
+}
+
+// Never reached without an engine.
+int dengine_graph_ms_with(dengine *e, const unsigned char *sparse, int repeat, double *ms, sc_err *err) {
+    *ms = NAN;
+    return sc_fail(err, "no GPU in this build");
+}
+
 // No description without an engine.
 void dengine_op_describe(const dengine *e, int i, char *buf, size_t len) {
     if (len) buf[0] = 0;
