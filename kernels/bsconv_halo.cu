@@ -208,37 +208,56 @@ __device__ __forceinline__ void bsh_chunk(const bsh_args &a, int g, int c, uint3
                              zaddr, pos, lane, acc);
 }
 
-// The chunks through a.nbuf window buffers: the first nbuf chunks load at
-// once (one cp.async group each); chunk c multiplies as soon as its group has
-// landed, and then its buffer takes chunk c + nbuf (with two buffers, one
-// chunk loads while the other multiplies; resident: every chunk has its own).
+// The chunks through two window buffers taking turns (one when there is one
+// chunk): chunk c + 1 loads while chunk c multiplies.
 template <typename T, int MF, int NF>
-__device__ __forceinline__ void bsh_chunks(const bsh_args &a, int i0, int r0, int q0, int g, uint32_t base,
-                                           uint32_t zaddr, const int *pos, int lane, float (*acc)[NF][4]) {
+__device__ __forceinline__ void bsh_chunks_two(const bsh_args &a, int i0, int r0, int q0, int g, uint32_t base,
+                                               uint32_t zaddr, const int *pos, int lane, float (*acc)[NF][4]) {
     extern __shared__ __align__(16) char bsh_smem[];
-    const int n = a.nchunks, nb = a.nbuf;
-    for (int c = 0; c < nb && c < n; c++) {
+    bsh_load<T>(a, i0, r0, q0, 0, bsh_smem);
+    ptx_cp_commit();
+    for (int c = 0; c < a.nchunks; c++) {
+        if (c + 1 < a.nchunks) {  // the other buffer was consumed before the last barrier
+            bsh_load<T>(a, i0, r0, q0, c + 1, bsh_smem + ((c + 1) & 1) * a.wbytes);
+            ptx_cp_commit();
+            ptx_cp_wait<1>();
+        } else {
+            ptx_cp_wait<0>();
+        }
+        __syncthreads();
+        bsh_chunk<T, MF, NF>(a, g, c, base + (uint32_t)((c & 1) * a.wbytes), zaddr, pos, lane, acc);
+        __syncthreads();
+    }
+}
+
+// The chunks with the whole window resident: every chunk's load issued at
+// once (one cp.async group each), chunk c multiplied as soon as it has landed.
+template <typename T, int MF, int NF>
+__device__ __forceinline__ void bsh_chunks_resident(const bsh_args &a, int i0, int r0, int q0, int g,
+                                                    uint32_t base, uint32_t zaddr, const int *pos, int lane,
+                                                    float (*acc)[NF][4]) {
+    extern __shared__ __align__(16) char bsh_smem[];
+    const int n = a.nchunks;
+    for (int c = 0; c < n; c++) {
         bsh_load<T>(a, i0, r0, q0, c, bsh_smem + (size_t)c * a.wbytes);
         ptx_cp_commit();
     }
     for (int c = 0; c < n; c++) {
-        const int b = c % nb;
-        ptx_cp_wait_n(min(nb - 1, n - 1 - c));  // the groups after chunk c's may still fly
-        __syncthreads();                         // chunk c has landed for every thread
-        bsh_chunk<T, MF, NF>(a, g, c, base + (uint32_t)b * (uint32_t)a.wbytes, zaddr, pos, lane, acc);
-        if (c + nb < n) {
-            __syncthreads();  // every warp is done with buffer b
-            bsh_load<T>(a, i0, r0, q0, c + nb, bsh_smem + (size_t)b * a.wbytes);
-            ptx_cp_commit();
-        }
+        ptx_cp_wait_n(n - 1 - c);  // the groups after chunk c's may still fly
+        __syncthreads();           // chunk c has landed for every thread
+        bsh_chunk<T, MF, NF>(a, g, c, base + (uint32_t)c * (uint32_t)a.wbytes, zaddr, pos, lane, acc);
     }
 }
+
 
 // --- the kernel ---------------------------------------------------------------------------
 
 // One CTA: tile blockIdx.x, groups blockIdx.y * nw / ws + warp / ws; warp w
-// computes the MF fragments of pixel slice w % ws of its group.
-template <typename T, int MF, int NF, bool POOL>
+// computes the MF fragments of pixel slice w % ws of its group. RES: the
+// whole window resident (a.nbuf = a.nchunks), else two buffers taking turns;
+// a kernel of its own each, since one loop over a.nbuf buffers cost the
+// two-buffer variants registers and 5-12% of their time on an H100.
+template <typename T, int MF, int NF, bool POOL, bool RES>
 __global__ void __launch_bounds__(256) bsh_kernel(bsh_args a) {
     extern __shared__ __align__(16) char bsh_smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -260,7 +279,8 @@ __global__ void __launch_bounds__(256) bsh_kernel(bsh_args a) {
         for (int f = 0; f < NF; f++) acc[mf][f][0] = acc[mf][f][1] = acc[mf][f][2] = acc[mf][f][3] = 0.0f;
     const uint32_t base = (uint32_t)__cvta_generic_to_shared(bsh_smem);
     const uint32_t zaddr = (uint32_t)__cvta_generic_to_shared(zero);
-    bsh_chunks<T, MF, NF>(a, i0, r0, q0, g, base, zaddr, pos, lane, acc);
+    if constexpr (RES) bsh_chunks_resident<T, MF, NF>(a, i0, r0, q0, g, base, zaddr, pos, lane, acc);
+    else bsh_chunks_two<T, MF, NF>(a, i0, r0, q0, g, base, zaddr, pos, lane, acc);
     if (g < a.ngroups) bsh_epilogue<T, MF, NF, POOL>(a, tout + row0, g, lane, acc);
 }
 
@@ -276,31 +296,33 @@ extern "C" bsh_variant bsh_variant_get(int v) {
 // Window buffers of variant r for a layer of nchunks chunks.
 static int bsh_nbuf(bsh_variant r, int nchunks) { return r.resident ? nchunks : nchunks > 1 ? 2 : 1; }
 
-// The kernel of (T, MF, NF, POOL) as a plain pointer; NULL when MF x NF > 16.
-template <typename T, int MF, bool POOL> static void *bsh_fn_nf(int nf) {
+// The kernel of (T, MF, NF, POOL, RES) as a plain pointer; NULL when MF x NF > 16.
+template <typename T, int MF, bool POOL, bool RES> static void *bsh_fn_nf(int nf) {
     switch (nf) {
-    case 1: return (void *)bsh_kernel<T, MF, 1, POOL>;
-    case 2: return (void *)bsh_kernel<T, MF, 2, POOL>;
-    case 4: return MF <= 4 ? (void *)bsh_kernel<T, MF, (MF <= 4 ? 4 : 1), POOL> : NULL;
-    default: return MF <= 2 ? (void *)bsh_kernel<T, MF, (MF <= 2 ? 8 : 1), POOL> : NULL;
+    case 1: return (void *)bsh_kernel<T, MF, 1, POOL, RES>;
+    case 2: return (void *)bsh_kernel<T, MF, 2, POOL, RES>;
+    case 4: return MF <= 4 ? (void *)bsh_kernel<T, MF, (MF <= 4 ? 4 : 1), POOL, RES> : NULL;
+    default: return MF <= 2 ? (void *)bsh_kernel<T, MF, (MF <= 2 ? 8 : 1), POOL, RES> : NULL;
     }
 }
 
-// The kernel for element type T, mf fragments, nf channel fragments, pool or not.
-template <typename T> static void *bsh_fn_t(int mf, int nf, bool pool) {
+// The kernel for element type T, mf fragments, nf channel fragments, pool or
+// not, resident window or not (resident: 2 fragments only, the one such variant).
+template <typename T> static void *bsh_fn_t(int mf, int nf, bool pool, bool res) {
+    if (res) return mf != 2 ? NULL : pool ? bsh_fn_nf<T, 2, true, true>(nf) : bsh_fn_nf<T, 2, false, true>(nf);
     switch (mf) {
-    case 2: return pool ? bsh_fn_nf<T, 2, true>(nf) : bsh_fn_nf<T, 2, false>(nf);
-    case 4: return pool ? bsh_fn_nf<T, 4, true>(nf) : bsh_fn_nf<T, 4, false>(nf);
-    default: return pool ? bsh_fn_nf<T, 8, true>(nf) : bsh_fn_nf<T, 8, false>(nf);
+    case 2: return pool ? bsh_fn_nf<T, 2, true, false>(nf) : bsh_fn_nf<T, 2, false, false>(nf);
+    case 4: return pool ? bsh_fn_nf<T, 4, true, false>(nf) : bsh_fn_nf<T, 4, false, false>(nf);
+    default: return pool ? bsh_fn_nf<T, 8, true, false>(nf) : bsh_fn_nf<T, 8, false, false>(nf);
     }
 }
 
 // The kernel of variant v for layer (s, d) in dt, or NULL.
 static void *bsh_fn(const bsconv_shape *s, const bsh_gpu *d, gpu_dtype dt, int v) {
     const bsh_variant r = bsh_variant_get(v);
-    const bool pool = s->pool == 2;
+    const bool pool = s->pool == 2, res = r.resident != 0;
     const int mf = r.tm / 16 / r.ws;
-    return dt == GDT_BF16 ? bsh_fn_t<__nv_bfloat16>(mf, d->nf, pool) : bsh_fn_t<__half>(mf, d->nf, pool);
+    return dt == GDT_BF16 ? bsh_fn_t<__nv_bfloat16>(mf, d->nf, pool, res) : bsh_fn_t<__half>(mf, d->nf, pool, res);
 }
 
 // Dynamic shared memory of variant v's CTA: its window buffers (bsh_nbuf), a
