@@ -15,7 +15,10 @@
 # one (one listed, or one in nvidia-smi -L), one after the other. Prune and export run on the
 # first. Two networks at once on a 4-GPU machine: GPUS="0 1" for one, GPUS="2 3" for the other.
 # Steps: train (ours), train_pytorch.py, prune --method gmp to 0.9 (PRUNE_EPOCHS fine-tuning
-# epochs, default 10), export, then per plan precision in PRECISION (fp16, fp32 or both, the
+# epochs, default 10), export, the CPU reference on every test image once (a deploy of the
+# dense fp16 engine only, --reference all: it fills deploy's reference cache next to the export,
+# which the later deploys read instead of recomputing; resumable, its saved images kept when
+# the call ends), then per plan precision in PRECISION (fp16, fp32 or both, the
 # default; fp16 first) two deploys, each its own resumable step (a resnet50 deploy of both
 # precisions did not fit one 10-minute call): with the activation-sparse candidates
 # (--reference all: accuracy against the CPU reference on the whole test set) and with
@@ -128,6 +131,8 @@ if [ -s "$D/train.json" ]; then
     step prune "$D/prune.json" "$G0" $B/prune --quiet --device "$DEVICE" --method gmp --from "$D/model.h5" --target-sparsity 0.9 \
         --epochs "$PRUNE_EPOCHS" -o "$D/pruned.h5" --json "$D/prune.json" --runs "$D/runs" "$DATASET" &&
     step export "$D/export.json" "$G0" $B/export --quiet "$D/pruned.h5" -o "$D/pruned.csr.h5" --json "$D/export.json" &&
+    { [ "$DEVICE" = cpu ] || step reference "$D/reference.json" "$G0" $B/deploy --device "$DEVICE" --precision none \
+        --engine fp16 --reference all --chart none --json "$D/reference.json" "$D/pruned.csr.h5" "$DATASET"; } &&
     for prec in $PRECS; do both "deploy_with_$prec" "deploy_without_$prec" || break; done
 fi
 
@@ -135,7 +140,7 @@ fi
 files=$(cd "$D" && ls -- *.json *.log *.txt train_pytorch.out 2>/dev/null)
 tar czf "$OUTDIR/seed-$NET.tar.gz" -C "$D" $files
 echo "== packed $OUTDIR/seed-$NET.tar.gz: $(echo $files)"
-for f in train train_pytorch prune export $(for p in $PRECS; do echo deploy_with-$p deploy_without-$p; done); do
+for f in train train_pytorch prune export reference $(for p in $PRECS; do echo deploy_with-$p deploy_without-$p; done); do
     [ -s "$D/$f.json" ] && printf '%s ' "$f" || printf '(%s) ' "$f"
 done
 echo "(parenthesised: not done yet)"

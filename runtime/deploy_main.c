@@ -18,6 +18,7 @@
 #include "runtime/dengine.h"
 #include "runtime/deploy_gpu.h"
 #include "runtime/deploy_plan.h"
+#include "runtime/deploy_refcache.h"
 #include "runtime/deploy_report.h"
 #include "runtime/exec.h"
 #include "runtime/json.h"
@@ -31,7 +32,7 @@
 
 typedef struct {
     cli_common c;
-    const char *precision, *reference, *chart, *data_dir, *runs, *engine, *skip_cands;
+    const char *precision, *reference, *ref_cache, *chart, *data_dir, *runs, *engine, *skip_cands;
     int batch, repeat, check_images, test_images;
     double act_min;
     const char *model, *dataset;  // positionals
@@ -79,6 +80,11 @@ static int opts_parse(deploy_opts *o, int argc, char **argv) {
         {.name = "reference", .type = OPT_STRING, .dst = &o->reference, .def = "1000",
          .metavar = "N", .help = "GPU runs: first test images also run through the CPU reference to compare\n"
                                  "accuracy and predictions (a number, or all; 0: none)"},
+        {.name = "reference-cache", .type = OPT_STRING, .dst = &o->ref_cache, .metavar = "FILE",
+         .help = "keeps the CPU reference's top-1 per image and activation counts in FILE: a\n"
+                 "later run of the same export and test images reuses them, an interrupted one\n"
+                 "goes on where it stopped (default: <EXPORT>.cpuref next to the export;\n"
+                 "'none': no cache)"},
         {.name = "test-images", .type = OPT_INT, .dst = &o->test_images, .def = "0", .min = 0,
          .max = 100000000, .help = "use only the first N test images (0: all)"},
         {.name = "chart", .type = OPT_STRING, .dst = &o->chart, .metavar = "FILE",
@@ -115,6 +121,7 @@ typedef struct {
     deploy_plan *p;
     deploy_report r;
     int *cpu_pred;        // (test.n) CPU reference top-1, -1 where not run
+    refcache cache;       // --reference-cache (path empty: off)
     int nreference;       // --reference resolved
     double *act_z, *act_e; // (nops) zeros and elements of each conv op's input over the CPU's images
     unsigned skip_mask;   // --skip-candidates parsed
@@ -156,6 +163,15 @@ static int reference_count(const deploy_run *d, int *n, sc_err *err) {
     return 0;
 }
 
+// Sets up --reference-cache: FILE, none, or <export>.cpuref by default.
+static int cache_open(deploy_run *d, sc_err *err) {
+    char path[1100] = "";
+    if (!d->o.ref_cache) snprintf(path, sizeof path, "%.1092s.cpuref", d->input);
+    else if (strcmp(d->o.ref_cache, "none")) snprintf(path, sizeof path, "%s", d->o.ref_cache);
+    return refcache_open(&d->cache, path, d->input, d->ds.test.images, d->ds.test.n, CIFAR_IMAGE_BYTES, d->p->nops,
+                         err);
+}
+
 // Loads the export, opens its dataset and builds the plan.
 static int model_and_data(deploy_run *d, sc_err *err) {
     SC_TRY(input_resolve(d, err));
@@ -183,7 +199,7 @@ static int model_and_data(deploy_run *d, sc_err *err) {
     d->r.act_sparsity = malloc((size_t)d->p->nops * sizeof *d->r.act_sparsity);
     if (!d->cpu_pred || !d->act_z || !d->act_e || !d->r.act_sparsity) return sc_fail(err, "out of memory");
     for (int i = 0; i < d->test.n; i++) d->cpu_pred[i] = -1;
-    return 0;
+    return cache_open(d, err);
 }
 
 // Image i of the test images.
@@ -212,30 +228,55 @@ static void act_finish(deploy_run *d) {
     for (int i = 0; i < d->p->nops; i++) d->r.act_sparsity[i] = d->act_e[i] > 0 ? d->act_z[i] / d->act_e[i] : NAN;
 }
 
-// Runs the CPU plan over the first `count` test images in batches of n:
-// predictions into cpu_pred, accuracy, median batch time.
+// Saves the CPU reference's first `done` images to the cache (every 20 s
+// unless `now`); a failed save is a warning and turns the cache off.
+static void cache_save(deploy_run *d, int done, int now) {
+    if (!d->cache.path[0] || (!now && progress_clock() - d->cache.last_save < 20.0)) return;
+    refcache_state s = {done, d->test.n, d->cpu_pred, d->act_z, d->act_e, d->r.act_images};
+    sc_err err = {{0}};
+    if (refcache_save(&d->cache, &s, &err) == 0) return;
+    fprintf(stderr, "%s: warning: --reference-cache: %s (going on without it)\n", TOOL, err.msg);
+    d->cache.path[0] = 0;
+}
+
+// The images the cache already holds (their predictions and activation
+// counts loaded), at most count.
+static int cache_resume(deploy_run *d, int count) {
+    refcache_state s = {0, d->test.n, d->cpu_pred, d->act_z, d->act_e, 0};
+    const int done = refcache_load(&d->cache, &s);
+    if (!done) return 0;
+    d->r.act_images = s.act_images;
+    if (d->log) fprintf(d->log, "CPU reference: %d images from %s\n", done < count ? done : count, d->cache.path);
+    return done < count ? done : count;
+}
+
+// Runs the CPU plan over the first `count` test images in batches of n
+// (those in the cache skipped): predictions into cpu_pred, accuracy, median
+// batch time (NAN when no full batch ran).
 static int cpu_pass(deploy_run *d, deploy_cpu *c, int n, int count, double *batch_ms, sc_err *err) {
     const int classes = d->m->nt->classes;
     float *lg = malloc((size_t)n * classes * sizeof *lg);
     double *times = malloc(((size_t)count / n + 1) * sizeof *times);
     if (!lg || !times) return free(lg), free(times), sc_fail(err, "out of memory");
+    const int start = cache_resume(d, count);
     progress pg;
-    progress_start(&pg, stderr, "CPU reference", count, d->log == NULL);
-    long hits = 0;
-    int nt = 0, rc = 0;
-    for (int i = 0; i < count && !rc; i += n) {
+    progress_start(&pg, stderr, "CPU reference", count, d->log == NULL || start == count);
+    progress_update(&pg, start, NULL);
+    int nt = 0, rc = 0, i;
+    for (i = start; i < count && !rc; i += n) {
         int b = count - i < n ? count - i : n;
         double t = progress_clock();
         rc = deploy_cpu_forward(c, b, test_image(d, i), lg, err);
         if (b == n) times[nt++] = (progress_clock() - t) * 1000.0;
         if (!rc) act_add(d, c, b);
-        for (int k = 0; k < b && !rc; k++) {
-            d->cpu_pred[i + k] = top1(lg + (size_t)k * classes, classes);
-            hits += d->cpu_pred[i + k] == d->test.labels[i + k];
-        }
+        for (int k = 0; k < b && !rc; k++) d->cpu_pred[i + k] = top1(lg + (size_t)k * classes, classes);
+        if (!rc) cache_save(d, i + b, 0);
         progress_update(&pg, i + b, NULL);
     }
     progress_finish(&pg, NULL);
+    if (!rc && i > start) cache_save(d, count, 1);
+    long hits = 0;
+    for (int k = 0; k < count; k++) hits += d->cpu_pred[k] == d->test.labels[k];
     d->r.cpu_images = count;
     d->r.cpu_acc = 100.0 * (double)hits / count;
     *batch_ms = NAN;

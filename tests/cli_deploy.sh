@@ -2,7 +2,8 @@
 # CLI tests of `deploy` on the CPU path: the whole pipeline on synthetic data
 # (train lenet 1 epoch -> prune -> export -> deploy) exits 0 with the JSON
 # fields documented in docs/deploy.md; the default input is the latest export;
-# bad usage and bad input give one line `deploy: ...` and exit 2 / 1.
+# bad usage and bad input give one line `deploy: ...` and exit 2 / 1; the CPU
+# reference cache resumes, matches an uncached run, survives damage.
 cd "$(dirname "$0")/.." || exit 1
 . tests/lib.sh
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
@@ -112,6 +113,41 @@ if grep -q '"actsparse_fp32_ms"' "$T/d.json"; then
     expect_fail "empty name" 2 "^deploy: --skip-candidates: '' is no candidate" $DP --skip-candidates actsparse, "$X"
 else
     SKIP=$((SKIP + 4)); echo "skip candidate names: this build has no GPU candidates"
+fi
+
+# --reference-cache: a run over the first 400 images leaves a prefix that a full run
+# continues, with the same results as a run without the cache; a damaged cache is
+# recomputed; an unwritable one is a warning; the default sits next to the export
+mkdir -p "$T/rc" && cp "$X" "$T/rc/x.h5"
+RC="$BIN/deploy --device cpu --data-dir $T/data --chart none"
+$RC --quiet --reference-cache none --json "$T/rc/plain.json" "$T/rc/x.h5" synthetic >/dev/null 2>&1
+$RC --quiet --test-images 400 "$T/rc/x.h5" synthetic >/dev/null 2>&1
+[ -s "$T/rc/x.h5.cpuref" ] && ok "cache next to the export" || bad "cache next to the export" "no $T/rc/x.h5.cpuref"
+$RC --json "$T/rc/resumed.json" "$T/rc/x.h5" synthetic >/dev/null 2>"$T/rc/err"
+grep -q '^CPU reference: 400 images from .*x.h5.cpuref$' "$T/rc/err" && ok "cache resumed at 400" \
+    || bad "cache resumed at 400" "$(grep -v '^CPU reference: [0-9]*/' "$T/rc/err" | head -3)"
+$RC "$T/rc/x.h5" synthetic >/dev/null 2>"$T/rc/err"
+grep -q '^CPU reference: 1000 images from' "$T/rc/err" && ok "cache complete" || bad "cache complete" "$(head -3 "$T/rc/err")"
+head -c 100 "$T/rc/x.h5.cpuref" >"$T/rc/cut" && mv "$T/rc/cut" "$T/rc/x.h5.cpuref"
+$RC --json "$T/rc/damaged.json" "$T/rc/x.h5" synthetic >/dev/null 2>"$T/rc/err"
+rc=$?
+[ $rc -eq 0 ] && ! grep -q 'images from' "$T/rc/err" && [ "$(stat -c %s "$T/rc/x.h5.cpuref")" -gt 100 ] \
+    && ok "damaged cache recomputed" || bad "damaged cache recomputed" "exit $rc: $(head -3 "$T/rc/err")"
+$RC --quiet --reference-cache "$T/nodir/c" "$T/rc/x.h5" synthetic >/dev/null 2>"$T/rc/err"
+rc=$?
+[ $rc -eq 0 ] && grep -q '^deploy: warning: --reference-cache: ' "$T/rc/err" && ok "unwritable cache warns" \
+    || bad "unwritable cache warns" "exit $rc: $(cat "$T/rc/err")"
+if [ -x "$PY" ]; then
+    "$PY" - "$T/rc/plain.json" "$T/rc/resumed.json" "$T/rc/damaged.json" <<'EOF' && ok "cached results equal" || bad "cached results equal" "see above"
+import json, sys
+a, b, c = (json.load(open(f)) for f in sys.argv[1:])
+for k in ("test_accuracy", "cpu_reference_accuracy", "act_sparsity_images", "test_images"):
+    assert a[k] == b[k] == c[k], (k, a[k], b[k], c[k])
+for la, lb, lc in zip(a["layers"], b["layers"], c["layers"]):
+    assert la["act_sparsity"] == lb["act_sparsity"] == lc["act_sparsity"], (la["name"], la["act_sparsity"], lb["act_sparsity"])
+EOF
+else
+    SKIP=$((SKIP + 1)); echo "skip cached results equal: no $PY"
 fi
 
 # --- bad input with a pipeline (exit 1) ------------------------------------------------
