@@ -360,8 +360,7 @@ static int cfg_set(prune_run *r, sc_err *err) {
     c->save_interval = o->save_interval;
     c->quiet = o->c.quiet;
     c->ev.threshold = o->threshold;
-    const char *a = r->nt->arch;
-    double lr = strstr(a, "resnet") ? 0.4 : strstr(a, "vgg") ? 0.2 : 0.05;
+    const double lr = net_arch_auto_lr(r->nt->arch);  // train's; a tenth of it from a model
     c->hp.lr = (float)num_or_auto(o->lr, scratch ? lr : lr / 10, 1e-9, 100);
     if (c->hp.lr <= 0) return sc_fail(err, "--lr: not a positive number or auto (%s)", o->lr);
     c->hp.warmup = (float)num_or_auto(o->warmup, scratch ? 0.25 : 0.0, 0.0, 1.0);

@@ -81,6 +81,12 @@ extern const char *const net_arch_names[];
 // NULL with err filled when the name is unknown.
 char *net_arch_desc(const char *arch, sc_err *err);
 
+// The peak learning rate `train --lr auto` uses for an architecture (batch
+// 512, one-cycle, chosen on the validation split): 0.4 for the ResNets, VGGs
+// and DenseNet (their convs start Kaiming-normal over fan-out and sit before a
+// batch norm, so a smaller rate barely moves them), 0.05 otherwise.
+double net_arch_auto_lr(const char *arch);
+
 // Builds a net from description text for images (in_c, in_h, in_w) and
 // `classes` outputs; parameters are allocated, masks set to 1, weights zeroed.
 net *net_from_desc(const char *arch, const char *desc, int in_c, int in_h, int in_w,

@@ -161,6 +161,11 @@ static void arch_vgg(sbuf *b, const int *cfg, int n) {
     sb_add(b, "linear classes name=fc\n");
 }
 
+// The peak learning rate of `train --lr auto` for an architecture.
+double net_arch_auto_lr(const char *arch) {
+    return strstr(arch, "resnet") || strstr(arch, "vgg") || strstr(arch, "densenet") ? 0.4 : 0.05;
+}
+
 // Returns the description text of a built-in architecture (caller frees).
 char *net_arch_desc(const char *arch, sc_err *err) {
     static const int v11[] = {64, 0, 128, 0, 256, 256, 0, 512, 512, 0, 512, 512, 0};

@@ -43,7 +43,7 @@ static int opts_parse(train_opts *o, int argc, char **argv) {
         {.name = "batch", .short_name = 'b', .type = OPT_INT, .dst = &o->batch, .def = "512",
          .min = 1, .max = 65536, .help = "images per step"},
         {.name = "lr", .type = OPT_STRING, .dst = &o->lr, .def = "auto", .metavar = "X",
-         .help = "peak learning rate (auto: 0.4 for resnet and vgg, 0.05 otherwise)"},
+         .help = "peak learning rate (auto: 0.4 for resnet, vgg and densenet, 0.05 otherwise)"},
         {.name = "sched", .type = OPT_CHOICE, .dst = &o->sched, .def = "onecycle",
          .choices = "onecycle|cosine|constant", .help = "learning-rate schedule"},
         {.name = "anneal", .type = OPT_CHOICE, .dst = &o->anneal, .def = "cos",
@@ -75,7 +75,7 @@ static int opts_parse(train_opts *o, int argc, char **argv) {
 // Peak learning rate from --lr (auto picks by architecture); -1 when invalid.
 static float lr_resolve(const char *lr, const char *model) {
     if (!strcmp(lr, "auto"))
-        return strstr(model, "resnet") || strstr(model, "vgg") ? 0.4f : 0.05f;
+        return (float)net_arch_auto_lr(model);
     char *end;
     double v = strtod(lr, &end);
     return (end != lr && !*end && v > 0 && v < 100) ? (float)v : -1.0f;
