@@ -1,6 +1,7 @@
 // The CPU reference's results kept in a file (see runtime/deploy_refcache.h).
 // Layout (native byte order, the machine that wrote it reads it): a header
-// (magic, version, the key: export CRC-32 and size, test-image CRC-32, test
+// (magic, version, the key: export CRC-32 and size, test-image CRC-32, the
+// running executable's CRC-32 (another build may compute otherwise), test
 // images, plan ops; then images done and images counted), the predictions
 // (test_n int32), the zero and element counts (nops doubles each).
 #include "runtime/deploy_refcache.h"
@@ -14,11 +15,11 @@
 #include "runtime/progress.h"
 
 #define REFCACHE_MAGIC "SCCPUREF"
-#define REFCACHE_VERSION 1
+#define REFCACHE_VERSION 2
 
 typedef struct {
     char magic[8];
-    uint32_t version, export_crc, test_crc, pad;
+    uint32_t version, export_crc, test_crc, tool_crc;
     uint64_t export_bytes;
     int32_t test_n, nops, done, pad2;
     int64_t act_images;
@@ -53,6 +54,9 @@ int refcache_open(refcache *c, const char *path, const char *export_path, const 
     for (int i = 0; i < test_n; i++) t = crc32(t, images + (size_t)i * image_bytes, (uInt)image_bytes);
     c->test_crc = (uint32_t)t, c->test_n = test_n, c->nops = nops;
     c->last_save = progress_clock();
+    uint64_t tool_bytes;
+    sc_err ignored = {{0}};
+    if (file_crc("/proc/self/exe", &c->tool_crc, &tool_bytes, &ignored)) c->tool_crc = 0;  // no /proc: key without it
     return file_crc(export_path, &c->export_crc, &c->export_bytes, err);
 }
 
@@ -60,6 +64,7 @@ int refcache_open(refcache *c, const char *path, const char *export_path, const 
 static int header_matches(const refcache *c, const refcache_header *h) {
     return !memcmp(h->magic, REFCACHE_MAGIC, 8) && h->version == REFCACHE_VERSION &&
            h->export_crc == c->export_crc && h->export_bytes == c->export_bytes && h->test_crc == c->test_crc &&
+           h->tool_crc == c->tool_crc &&
            h->test_n == c->test_n && h->nops == c->nops && h->done >= 0 && h->done <= h->test_n &&
            h->act_images >= 0;
 }
@@ -95,7 +100,7 @@ int refcache_save(refcache *c, const refcache_state *s, sc_err *err) {
     memset(&h, 0, sizeof h);
     memcpy(h.magic, REFCACHE_MAGIC, 8);
     h.version = REFCACHE_VERSION, h.export_crc = c->export_crc, h.export_bytes = c->export_bytes;
-    h.test_crc = c->test_crc, h.test_n = c->test_n, h.nops = c->nops, h.done = s->done;
+    h.test_crc = c->test_crc, h.tool_crc = c->tool_crc, h.test_n = c->test_n, h.nops = c->nops, h.done = s->done;
     h.act_images = s->act_images;
     int32_t *pred = malloc((size_t)c->test_n * sizeof *pred);
     if (!pred) return sc_fail(err, "out of memory");

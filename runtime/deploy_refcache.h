@@ -1,7 +1,7 @@
 // The CPU reference's results kept in a file (deploy --reference-cache): the
 // top-1 class of the first test images run so far and the zero counts of each
-// conv input over them, keyed by the export's bytes and the dataset's whole
-// test split. A run that finds a matching file takes those images as done and
+// conv input over them, keyed by the export's bytes, the dataset's whole
+// test split and the running executable's bytes (a rebuilt deploy recomputes). A run that finds a matching file takes those images as done and
 // runs only the rest (a run over fewer images, --test-images, leaves a prefix
 // that a later run continues); an interrupted run loses at most the images
 // since its last save.
@@ -17,6 +17,7 @@ typedef struct {
     uint32_t export_crc;    // CRC-32 of the export file
     uint64_t export_bytes;  // its size
     uint32_t test_crc;      // CRC-32 of the test images
+    uint32_t tool_crc;      // CRC-32 of the running executable (0: unknown)
     int test_n, nops;       // images of the test split, plan ops
     double last_save;       // progress_clock() of the last save
 } refcache;

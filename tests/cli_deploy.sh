@@ -128,6 +128,13 @@ grep -q '^CPU reference: 400 images from .*x.h5.cpuref$' "$T/rc/err" && ok "cach
     || bad "cache resumed at 400" "$(grep -v '^CPU reference: [0-9]*/' "$T/rc/err" | head -3)"
 $RC "$T/rc/x.h5" synthetic >/dev/null 2>"$T/rc/err"
 grep -q '^CPU reference: 1000 images from' "$T/rc/err" && ok "cache complete" || bad "cache complete" "$(head -3 "$T/rc/err")"
+cp "$BIN/deploy" "$T/rc/deploy2" && printf 'x' >>"$T/rc/deploy2"  # another executable: its own results
+"$T/rc/deploy2" --device cpu --data-dir "$T/data" --chart none --reference-cache "$T/rc/other" "$T/rc/x.h5" synthetic \
+    >/dev/null 2>&1 && cp "$T/rc/other" "$T/rc/x.h5.cpuref"
+$RC "$T/rc/x.h5" synthetic >/dev/null 2>"$T/rc/err"
+rc=$?
+[ $rc -eq 0 ] && ! grep -q 'images from' "$T/rc/err" && ok "another build's cache not used" \
+    || bad "another build's cache not used" "exit $rc: $(head -3 "$T/rc/err")"
 head -c 100 "$T/rc/x.h5.cpuref" >"$T/rc/cut" && mv "$T/rc/cut" "$T/rc/x.h5.cpuref"
 $RC --json "$T/rc/damaged.json" "$T/rc/x.h5" synthetic >/dev/null 2>"$T/rc/err"
 rc=$?
