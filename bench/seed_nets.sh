@@ -19,12 +19,14 @@
 # dense fp16 engine only, --reference all: it fills deploy's reference cache next to the export,
 # which the later deploys read instead of recomputing; resumable, its saved images kept when
 # the call ends; one network's at a time on the machine, under the lock file REF_LOCK, default
-# /tmp/seed_nets_reference.lock: four at once on 64 cores ran 6.5 images/s each), then per plan precision in PRECISION (fp16, fp32 or both, the
-# default; fp16 first) two deploys, each its own resumable step (a resnet50 deploy of both
-# precisions did not fit one 10-minute call): with the activation-sparse candidates
-# (--reference all: accuracy against the CPU reference on the whole test set) and with
-# --skip-candidates actsparse (--reference $REF_WITHOUT, default all). The fp16 steps also time
-# the dense fp16 and TF32 engines; the fp32 plan's all-dense network is the dense fp32 figure.
+# /tmp/seed_nets_reference.lock: four at once on 64 cores ran 6.5 images/s each), then per
+# plan precision in PRECISION (fp16, fp32 or both, the default) two deploys, each its own resumable step (a resnet50 deploy of both precisions did
+# not fit one 10-minute call): with the activation-sparse candidates (--reference all:
+# accuracy against the CPU reference on the whole test set; both precisions at once, one per
+# GPU) and with --skip-candidates actsparse (--reference $REF_WITHOUT, default all), the latter
+# only where the former chose an activation-sparse candidate: otherwise the plan without them
+# is the same plan, and deploy_without-PREC.json names it ({"same_plan_as": ...}). The fp16
+# steps also time the dense fp16 and TF32 engines; the fp32 plan's all-dense network is the dense fp32 figure.
 # Out: $OUT/seed-NET.tar.gz with the JSON summaries and logs; bench/seed_table.py makes the table.
 # Expects build/bin/* (bench/pack.sh) and CIFAR-100 in /root/data or data/cifar-100-binary.
 set -uo pipefail
@@ -122,6 +124,35 @@ deploy_run() {
     step "$run-$prec" "$D/$run-$prec.json" "$gpu" $B/deploy --device "$DEVICE" --precision "$prec" --engine "$engine" \
         --skip-candidates "$skip" --reference "$ref" --chart none --json "$D/$run-$prec.json" "$D/pruned.csr.h5" "$DATASET"
 }
+# same_plan PREC: 0 when deploy_with-PREC chose no activation-sparse candidate on any layer at
+# either batch: then the plan without them is that plan (the same timings pick the same
+# candidates), and deploy_without-PREC.json says so instead of a second deploy.
+same_plan() {
+    python3 - "$D/deploy_with-$1.json" "$1" <<'EOF'
+import json, sys
+d, prec = json.load(open(sys.argv[1])), sys.argv[2]
+picks = [t.get('chosen_' + prec) or '' for l in d['layers'] for t in (l, l.get('batch1', {}))]
+sys.exit(any(p.startswith('actsparse') for p in picks))
+EOF
+}
+
+# The deploys: with the activation-sparse candidates, both precisions at once; then without
+# them only where a plan chose one (else a marker, see same_plan).
+deploys() {
+    local p need=()
+    if [ "$PRECS" = "fp16 fp32" ]; then both deploy_with_fp16 deploy_with_fp32 || return 1
+    else "deploy_with_$PRECS" "$G0" || return 1; fi
+    for p in $PRECS; do
+        [ -s "$D/deploy_without-$p.json" ] && continue
+        if same_plan "$p"; then
+            echo "{\"same_plan_as\": \"deploy_with-$p\"}" >"$D/deploy_without-$p.json"
+            echo "== deploy_without-$p: the plan of deploy_with-$p (no layer chose an activation-sparse candidate)"
+        else need+=("$p"); fi
+    done
+    if [ ${#need[@]} -eq 2 ]; then both deploy_without_fp16 deploy_without_fp32
+    elif [ ${#need[@]} -eq 1 ]; then "deploy_without_${need[0]}" "$G0"; fi
+}
+
 deploy_with_fp16() { deploy_run deploy_with fp16 "$1"; }
 deploy_without_fp16() { deploy_run deploy_without fp16 "$1"; }
 deploy_with_fp32() { deploy_run deploy_with fp32 "$1"; }
@@ -137,7 +168,7 @@ if [ -s "$D/train.json" ]; then
     { [ "$DEVICE" = cpu ] || step reference "$D/reference.json" "$G0" "${ONE_AT_A_TIME[@]}" $B/deploy --device "$DEVICE" \
         --precision none --engine fp16 --reference all --chart none --json "$D/reference.json" "$D/pruned.csr.h5" \
         "$DATASET"; } &&
-    for prec in $PRECS; do both "deploy_with_$prec" "deploy_without_$prec" || break; done
+    deploys
 fi
 
 # Pack the summaries and logs (the models stay in $D).

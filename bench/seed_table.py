@@ -5,7 +5,9 @@ usage: bench/seed_table.py SEED...    (each a seed-NET.tar.gz or a folder holdin
                                        train.json, train_pytorch.json, params.txt, prune.json,
                                        deploy_with-fp16.json, deploy_with-fp32.json and the same
                                        for deploy_without (or one deploy_with.json holding both
-                                       precisions); missing ones print -)
+                                       precisions); missing ones print -; a deploy_without-PREC.json
+                                       holding {"same_plan_as": "deploy_with-PREC"} stands for that
+                                       run's plan, marked "same plan")
 
 Tables: training (ours against PyTorch, same recipe and epochs), end-to-end deploy speed at
 the deploy batch and at batch 1 (each plan's time over the dense fp16 engine and over the
@@ -41,11 +43,28 @@ def load(src):
         if n + '.json' in files:
             out[n] = json.loads(files[n + '.json'])
         else:
-            parts = [json.loads(files[f'{n}-{p}.json']) for p in ('fp16', 'fp32') if f'{n}-{p}.json' in files]
+            parts = [part(files, f'{n}-{p}.json') for p in ('fp16', 'fp32') if f'{n}-{p}.json' in files]
+            parts = [x for x in parts if x]
             if parts:
                 out[n] = merge_runs(parts)
     out['params'] = files.get('params.txt', b'').decode().strip()
     return out
+
+
+def part(files, name):
+    """One run's summary; a marker {"same_plan_as": RUN} (seed_nets.sh: the deploy with the
+    activation-sparse candidates chose none, so its plan is the one without them) gives RUN's
+    summary with every plan marked same_plan."""
+    d = json.loads(files[name])
+    if 'same_plan_as' not in d:
+        return d
+    src = files.get(d['same_plan_as'] + '.json')
+    if src is None:
+        return None
+    d = json.loads(src)
+    for p in d.get('plans', []):
+        p['same_plan'] = True
+    return d
 
 
 def merge_runs(parts):
@@ -146,6 +165,9 @@ def speed_rows(name, d, b1):
         ms = plan_ms(src, prec, b1)
         if ms is None and prec == 'fp32':
             continue  # the runs made no fp32 plan (deploy --precision fp16)
+        if (plan(src, prec) or {}).get('same_plan') and src is wo:
+            label += ' (same plan: none chosen)'
+
         rows.append(f"| {name} | {batch} | {label} | {num(ms, '{:.3f}')} | {num(ratio(e_ms, ms))}x | "
                     f"{num(ratio(f32, ms))}x |")
     m = (w or wo or {}).get('mixed_fp16')
@@ -177,6 +199,8 @@ def accuracy_table(nets):
                 continue
             for p in r.get('plans', []):
                 ref = f"{num(r.get('cpu_reference_accuracy'))}% ({r.get('cpu_reference_images', 0)} of {r.get('test_images')})"
+                if p.get('same_plan') and run == 'deploy_without':
+                    continue  # the deploy_with row is this plan
                 rows.append(f"| {name} | {run} | {p['precision']} | {num(p['test_accuracy'])}% | {ref} | "
                             f"{p['cpu_agreement_images']} of {p['cpu_compared_images']} |")
     return '\n'.join(rows)
