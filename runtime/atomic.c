@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 // --- checks -----------------------------------------------------------------
 
@@ -189,4 +190,24 @@ FILE *sc_input_fopen(const char *path, const char *what, sc_err *err) {
         close(fd);
     }
     return f;
+}
+
+// CRC-32 and length of fd's bytes from offset `from` to the end.
+int sc_fd_crc32(int fd, long long from, const char *path, uint32_t *crc, unsigned long long *len, sc_err *err) {
+    static const size_t chunk = 1u << 20;
+    unsigned char *buf = malloc(chunk);
+    if (!buf) return sc_fail(err, "out of memory (%s)", path);
+    uLong c = crc32(0L, Z_NULL, 0);
+    off_t off = (off_t)from;
+    ssize_t n;
+    while ((n = pread(fd, buf, chunk, off)) > 0) {
+        c = crc32(c, buf, (uInt)n);
+        off += n;
+    }
+    int e = errno;
+    free(buf);
+    if (n < 0) return sc_fail(err, "cannot read (%s, %s)", path, strerror(e));
+    *crc = (uint32_t)c;
+    *len = (unsigned long long)(off - (off_t)from);
+    return 0;
 }

@@ -9,6 +9,7 @@
 #define SC_ATOMIC_H
 
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "error.h"
@@ -55,5 +56,9 @@ int sc_input_open(const char *path, const char *what, sc_err *err);
 
 // As sc_input_open, as a stdio stream ("rb").
 FILE *sc_input_fopen(const char *path, const char *what, sc_err *err);
+
+// CRC-32 (zlib's) and length of fd's bytes from offset `from` to the end;
+// path names the file in messages. 0 or -1.
+int sc_fd_crc32(int fd, long long from, const char *path, uint32_t *crc, unsigned long long *len, sc_err *err);
 
 #endif

@@ -9,6 +9,7 @@
 #include "kernels/bsconv_gpu.h"
 #include "kernels/concat_gpu.h"
 #include "kernels/fconv_gpu.h"
+#include "kernels/median.h"
 #include "kernels/flinear_gpu.h"
 #include "kernels/nhwc_ops_gpu.h"
 #include "runtime/dengine.h"
@@ -602,16 +603,6 @@ static int de_capture(dengine *e, sc_err *err) { return de_capture_runs(e, -1, 1
 // Op i's gain alone on its sparse path (cuDNN time - sparse time).
 static double de_gain(const dengine *e, int i) { return e->ops[i].dense_ms - e->ops[i].ms; }
 
-// Median of n values (sorts them).
-static double median_of(double *v, int n) {
-    for (int a = 1; a < n; a++)
-        for (int b = a; b > 0 && v[b] < v[b - 1]; b--) {
-            const double t = v[b];
-            v[b] = v[b - 1], v[b - 1] = t;
-        }
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 // Median milliseconds of the whole forward as the ops now run: captured
 // afresh, `repeat` replays after a warm-up.
 static int de_graph_ms(dengine *e, int repeat, double *ms, sc_err *err) {
@@ -637,7 +628,7 @@ static int de_graph_ab(dengine *e, int i, int repeat, double *sparse_ms, double 
         if (!rc) rc = de_graph_ms(e, repeat, &b[k], err);
     }
     o->sp = sp, o->bs = bs;
-    *sparse_ms = median_of(a, DE_CONFIRM_ROUNDS), *dense_ms = median_of(b, DE_CONFIRM_ROUNDS);
+    *sparse_ms = sc_median(a, DE_CONFIRM_ROUNDS), *dense_ms = sc_median(b, DE_CONFIRM_ROUNDS);
     return rc;
 }
 

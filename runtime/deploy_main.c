@@ -243,11 +243,11 @@ static void cache_save(deploy_run *d, int done, int now) {
 // counts loaded), at most count.
 static int cache_resume(deploy_run *d, int count) {
     refcache_state s = {0, d->test.n, d->cpu_pred, d->act_z, d->act_e, 0};
-    const int done = refcache_load(&d->cache, &s);
+    const int loaded = refcache_load(&d->cache, &s), done = loaded < count ? loaded : count;
     if (!done) return 0;
     d->r.act_images = s.act_images;
-    if (d->log) fprintf(d->log, "CPU reference: %d images from %s\n", done < count ? done : count, d->cache.path);
-    return done < count ? done : count;
+    if (d->log) fprintf(d->log, "CPU reference: %d images from %s\n", done, d->cache.path);
+    return done;
 }
 
 // Runs the CPU plan over the first `count` test images in batches of n

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "runtime/atomic.h"
@@ -27,20 +28,13 @@ typedef struct {
 
 // CRC-32 and size of a file's bytes; -1 when it cannot be read.
 static int file_crc(const char *path, uint32_t *crc, uint64_t *bytes, sc_err *err) {
-    FILE *f = sc_input_fopen(path, "export", err);
-    if (!f) return -1;
-    static const size_t chunk = 1 << 20;
-    unsigned char *buf = malloc(chunk);
-    if (!buf) return fclose(f), sc_fail(err, "out of memory");
-    uLong c = crc32(0L, Z_NULL, 0);
-    uint64_t total = 0;
-    size_t n;
-    while ((n = fread(buf, 1, chunk, f)) > 0) c = crc32(c, buf, (uInt)n), total += n;
-    const int bad = ferror(f);
-    free(buf), fclose(f);
-    if (bad) return sc_fail(err, "%s: read error", path);
-    *crc = (uint32_t)c, *bytes = total;
-    return 0;
+    const int fd = sc_input_open(path, "export", err);
+    if (fd < 0) return -1;
+    unsigned long long len = 0;
+    const int rc = sc_fd_crc32(fd, 0, path, crc, &len, err);
+    close(fd);
+    *bytes = len;
+    return rc;
 }
 
 // Sets up the cache for this export and test set.

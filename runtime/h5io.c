@@ -501,33 +501,13 @@ void h5io_init(void) {
     (void)H5dont_atexit();  // fails harmlessly on every call after the first
 }
 
-// CRC-32 and length of fd's bytes from offset H5IO_UB to the end.
-static int h5io_crc(int fd, const char *path, uint32_t *crc, unsigned long long *len,
-                    sc_err *err) {
-    unsigned char *buf = malloc(H5IO_MIB);
-    if (!buf) return sc_fail(err, "out of memory (%s)", path);
-    uLong c = crc32(0L, Z_NULL, 0);
-    off_t off = H5IO_UB;
-    ssize_t n;
-    while ((n = pread(fd, buf, H5IO_MIB, off)) > 0) {
-        c = crc32(c, buf, (uInt)n);
-        off += n;
-    }
-    int e = errno;
-    free(buf);
-    if (n < 0) return sc_fail(err, "cannot read (%s, %s)", path, strerror(e));
-    *crc = (uint32_t)c;
-    *len = (unsigned long long)(off - H5IO_UB);
-    return 0;
-}
-
 // Writes the checksum of a closed HDF5 file (with a user block) into its block.
 int h5io_seal(const char *path, sc_err *err) {
     int fd = open(path, O_RDWR | O_CLOEXEC);
     if (fd < 0) return sc_fail(err, "cannot reopen (%s, %s)", path, strerror(errno));
     uint32_t crc;
     unsigned long long len;
-    int rc = h5io_crc(fd, path, &crc, &len, err);
+    int rc = sc_fd_crc32(fd, H5IO_UB, path, &crc, &len, err);
     char ub[64] = {0};
     int n = snprintf(ub, sizeof ub, H5IO_UB_MAGIC "%08x %llu\n", crc, len);
     if (rc == 0 && pwrite(fd, ub, (size_t)n, 0) != n)
@@ -569,7 +549,7 @@ static int h5io_verify(int fd, const char *path, int *sealed, sc_err *err) {
     uint32_t crc;
     if (sscanf(ub + strlen(H5IO_UB_MAGIC), "%8x %llu", &want_crc, &want_len) != 2)
         return sc_fail(err, "damaged checksum block (%s)", path);
-    SC_TRY(h5io_crc(fd, path, &crc, &len, err));
+    SC_TRY(sc_fd_crc32(fd, H5IO_UB, path, &crc, &len, err));
     if (len != want_len)
         return sc_fail(err, "file damaged or truncated: %llu bytes where its checksum block "
                             "says %llu (%s)", len + H5IO_UB, want_len + H5IO_UB, path);
