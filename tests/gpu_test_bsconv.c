@@ -463,11 +463,23 @@ static int timed_two(void *arg, sc_err *err) {
     return p->f2(p->a2, err);
 }
 
-// Median of 50 busy-timed runs of f2 queued right after f1 (each on its own buffers); NAN on failure.
+// Median of 50 busy-timed runs of f2 queued right after f1 (on the buffers their launches name); NAN on failure.
 static double time_two(env *e, gpu_run_fn f1, void *a1, gpu_run_fn f2, void *a2) {
     two p = {f1, f2, a1, a2};
     double ms = NAN;
     return gpu_time_median_busy(&e->g, timed_two, &p, 10, 50, &ms, &e->err) ? NAN : ms;
+}
+
+// Times s alone and d, s in the four back-to-back pairs (median of 50 each) and prints them.
+static void mix_pairs(env *e, timed *d, timed *s, int v) {
+    double sa = NAN;
+    if (gpu_time_median_busy(&e->g, timed_bsconv, s, 10, 50, &sa, &e->err)) sa = NAN;
+    const double dd = time_two(e, timed_fconv, d, timed_fconv, d), ss = time_two(e, timed_bsconv, s, timed_bsconv, s);
+    const double ds = time_two(e, timed_fconv, d, timed_bsconv, s), sd = time_two(e, timed_bsconv, s, timed_fconv, d);
+    printf("mix (variant %d, shared buffers, ms, median of 50): bsconv alone %.4f; pairs cudnn+cudnn %.4f, "
+           "bsconv+bsconv %.4f, cudnn+bsconv %.4f, bsconv+cudnn %.4f; a mixed pair minus the mean of the two same "
+           "pairs: %+.4f, %+.4f\n",
+           v, sa, dd, ss, ds, sd, ds - 0.5 * (dd + ss), sd - 0.5 * (dd + ss));
 }
 
 // --time LAYER: the layer's cuDNN conv and its block-sparse conv (variant v)
@@ -483,11 +495,7 @@ static void time_mix(env *e, const bsc_case *c, gpu_dtype dt, int v) {
         // both kinds read the same input and write the same output (the same
         // bytes as the engine's graph moves): a mixed pair touches no more memory
         s.x = d.x, s.y = d.y, s.z = d.z;
-        const double dd = time_two(e, timed_fconv, &d, timed_fconv, &d), ss = time_two(e, timed_bsconv, &s, timed_bsconv, &s);
-        const double ds = time_two(e, timed_fconv, &d, timed_bsconv, &s), sd = time_two(e, timed_bsconv, &s, timed_fconv, &d);
-        printf("mix (variant %d, shared buffers, ms, median of 50 pairs): cudnn+cudnn %.4f, bsconv+bsconv %.4f, cudnn+bsconv %.4f, "
-               "bsconv+cudnn %.4f; a mixed pair minus the mean of the two same pairs: %+.4f, %+.4f\n",
-               v, dd, ss, ds, sd, ds - 0.5 * (dd + ss), sd - 0.5 * (dd + ss));
+        mix_pairs(e, &d, &s, v);
     } else printf("mix: failed: %s\n", e->err.msg);
     bsconv_gpu_free(b), fconv_gpu_free(fc);
     if (fc) bsc_free(&L);
