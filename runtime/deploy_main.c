@@ -261,7 +261,7 @@ static int cpu_pass(deploy_run *d, deploy_cpu *c, int n, int count, double *batc
     const int start = cache_resume(d, count);
     progress pg;
     progress_start(&pg, stderr, "CPU reference", count, d->log == NULL || start == count);
-    progress_update(&pg, start, NULL);
+    progress_resume(&pg, start);
     int nt = 0, rc = 0, i;
     for (i = start; i < count && !rc; i += n) {
         int b = count - i < n ? count - i : n;

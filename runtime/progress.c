@@ -47,9 +47,14 @@ static int progress_columns(FILE *f) {
 
 // --- drawing ----------------------------------------------------------------
 
+// Items per second done in this run (those before a resume left out).
+static double progress_rate(const progress *p, double el) {
+    return el > 0 ? (double)(p->done - p->base) / el : 0;
+}
+
 // Builds the terminal line: label, bar, count, rate, elapsed<ETA, extra.
 static void progress_tty_text(const progress *p, double now, char *buf, size_t len) {
-    double el = now - p->t0, rate = el > 0 ? (double)p->done / el : 0;
+    double el = now - p->t0, rate = progress_rate(p, el);
     char e[16], eta[16], r[24], bar[32] = "";
     progress_fmt_time(el, e, sizeof e);
     progress_fmt_rate(rate, r, sizeof r);
@@ -83,7 +88,7 @@ static void progress_tty_draw(progress *p, double now) {
 
 // Prints one plain line (for logs): count, percent, rate, elapsed, ETA.
 static void progress_plain_line(progress *p, double now, int final) {
-    double el = now - p->t0, rate = el > 0 ? (double)p->done / el : 0;
+    double el = now - p->t0, rate = progress_rate(p, el);
     char e[16], eta[16], r[24];
     progress_fmt_time(el, e, sizeof e);
     progress_fmt_rate(rate, r, sizeof r);
@@ -120,6 +125,9 @@ void progress_start(progress *p, FILE *f, const char *label, long total, int qui
     p->t0 = p->last = progress_clock();
     if (!quiet && p->tty) progress_tty_draw(p, p->t0);
 }
+
+// Counts items done before this run without drawing.
+void progress_resume(progress *p, long done) { p->base = p->done = done; }
 
 // Records progress and redraws or prints a plain line when one is due.
 void progress_update(progress *p, long done, const char *extra) {

@@ -15,6 +15,7 @@ typedef struct {
     char label[64];    // "epoch 3/30"
     long total;        // items expected; <= 0 when unknown (no bar, no ETA)
     long done;         // items done at the last update
+    long base;         // items done before this run (progress_resume): not in the rate
     int quiet;         // 1: print nothing
     int tty;           // 1: redraw in place; set by progress_start from isatty(), may be overridden
     double interval;   // seconds between plain lines when not a tty (default 10)
@@ -29,6 +30,10 @@ double progress_clock(void);
 
 // Starts a display of `total` items (<= 0: unknown) labelled `label` on f.
 void progress_start(progress *p, FILE *f, const char *label, long total, int quiet);
+
+// Records that `done` items were finished before this run (a resumed task):
+// they count in done/total but not in the rate or the ETA.
+void progress_resume(progress *p, long done);
 
 // Records that `done` items are finished; redraws when due. extra may be NULL.
 void progress_update(progress *p, long done, const char *extra);

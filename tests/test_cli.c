@@ -415,6 +415,29 @@ static void test_progress_tty(tctx *t) {
     CHECK(t, !strcmp(buf, "?"), "%s", buf);
 }
 
+// A resumed task: the items done before count in done/total, not in the rate.
+static void test_progress_resume(tctx *t) {
+    char path[400];
+    snprintf(path, sizeof path, "%s/progress.resume", g_dir);
+    FILE *f = fopen(path, "w");
+    progress p;
+    progress_start(&p, f, "ref", 1000, 0);
+    progress_resume(&p, 900);
+    p.t0 -= 10.0;  // 10 s into this run
+    progress_finish(&p, NULL);
+    fclose(f);
+    const char *s = slurp(path);
+    CHECK(t, strstr(s, "ref: 900/1000 done in 0:10 (0.000/s)") != NULL, "%s", s);
+    f = fopen(path, "w");
+    progress_start(&p, f, "ref", 1000, 0);
+    progress_resume(&p, 900);
+    p.t0 -= 10.0, p.interval = 0;
+    progress_update(&p, 950, NULL);  // 50 in 10 s: 5/s, 50 left: 10 s
+    fclose(f);
+    s = slurp(path);
+    CHECK(t, strstr(s, "950/1000 (95%) 5.0/s elapsed 0:10 eta 0:10") != NULL, "%s", s);
+}
+
 // --- json -------------------------------------------------------------------
 
 // Escapes, nulls for NaN/inf, nesting; the text reads back through the
@@ -563,6 +586,7 @@ int main(void) {
     RUN(&t, test_rundir_edges);
     RUN(&t, test_progress_plain);
     RUN(&t, test_progress_tty);
+    RUN(&t, test_progress_resume);
     RUN(&t, test_json);
     RUN(&t, test_json_misuse);
     RUN(&t, test_cli_args_store);
