@@ -24,13 +24,12 @@ work=${WORK:-/root/default-pipeline}; out=${OUT:-bench/out}; B=build/bin
 ds=${DATASET:-cifar100}; seed=${SEED:-1}; read -ra extra <<<"${PRUNE_ARGS:-}"
 read -ra dargs <<<"${DEPLOY_ARGS:---precision fp16 --engine fp16}"; model=(); [ -z "${MODEL:-}" ] || model=(--model "$MODEL")
 mkdir -p "$out" "$work/json" "$work/logs"
-[ -e data/cifar-100-binary ] || [ ! -d /root/data ] || { mkdir -p data; ln -s /root/data data/cifar-100-binary; }
-[ "$ds" != cifar100 ] || [ -f data/cifar-100-binary/train.bin ] || { echo "default_pipeline: no CIFAR-100 in data/cifar-100-binary" >&2; exit 1; }
+gq_data "$ds" || exit 1
 for t in train prune quantize export deploy; do [ -x $B/$t ] || { echo "default_pipeline: missing $B/$t" >&2; exit 1; }; done
 for s in "${settings[@]}"; do
     case $s in sparsity|*x) ;; *) echo "default_pipeline: a setting is 'sparsity' or a target like 1.2x, not $s" >&2; exit 2 ;; esac
 done
-if [ -n "${GPUS:-}" ]; then ngpu=$GPUS; else ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true); fi
+ngpu=$(gq_gpus)
 [ "${ngpu:-0}" -ge 1 ] || { echo "default_pipeline: no GPU (nvidia-smi -L)" >&2; exit 1; }
 
 # run_job dense | SETTING: the yardstick's training, or one setting's whole pipeline.

@@ -15,6 +15,18 @@
 # saves what is done while the jobs go on; it runs again at the end. One line
 # per job in WORK/logs/jobs.txt.
 
+# gq_data DATASET: links data/cifar-100-binary to /root/data when that exists; 1
+# (with a message) when DATASET is cifar100 and its train.bin is missing.
+gq_data() {
+    [ -e data/cifar-100-binary ] || [ ! -d /root/data ] || { mkdir -p data; ln -s /root/data data/cifar-100-binary; }
+    [ "$1" != cifar100 ] || [ -f data/cifar-100-binary/train.bin ] || { echo "no CIFAR-100 in data/cifar-100-binary" >&2; return 1; }
+}
+
+# gq_gpus: the GPUs to use: $GPUS, else nvidia-smi's count (0 when none).
+gq_gpus() {
+    if [ -n "${GPUS:-}" ]; then echo "$GPUS"; else nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true; fi
+}
+
 # gq_next WORK: the next queued job name (empty when none), under a mkdir lock.
 gq_next() {
     local w=$1 n

@@ -31,10 +31,9 @@ read -ra sparsities <<<"${SPARSITIES:-0.9 0.95}"; read -ra train_args <<<"${TRAI
 it=${ITER:-48}; pop=${POP:-8}; batches=${BATCHES:-10}; seed=${SEED:-1}; sdir=${START_DIR:-/root}
 deploy_args=${DEPLOY_ARGS:---precision fp16 --engine fp16}
 mkdir -p "$out" "$work/logs" "$work/json"
-[ -e data/cifar-100-binary ] || [ ! -d /root/data ] || { mkdir -p data; ln -s /root/data data/cifar-100-binary; }
-[ "$ds" != cifar100 ] || [ -d data/cifar-100-binary ] || { echo "no data/cifar-100-binary" >&2; exit 1; }
+gq_data "$ds" || exit 1
 for t in $B/train $B/prune $B/export $B/deploy; do [ -x "$t" ] || { echo "missing $t" >&2; exit 1; }; done
-if [ -n "${GPUS:-}" ]; then ngpu=$GPUS; else ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true); fi
+ngpu=$(gq_gpus)
 [ "${ngpu:-0}" -ge 1 ] || ngpu=1
 
 # run_job JOB: MODEL-PATTERN-SPARSITY (prune, export, deploy) or torch-MODEL.

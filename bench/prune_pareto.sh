@@ -49,11 +49,9 @@ esac
 f1=${FLOOR1:-$f1}; f2=${FLOOR2:-$f2}
 jobs=${ONLY:-T U F1 F2 L1 L2 L3}
 mkdir -p "$out" "$work/logs" "$work/json"
-[ -e data/cifar-100-binary ] || [ ! -d /root/data ] || { mkdir -p data; ln -s /root/data data/cifar-100-binary; }
-[ "$ds" != cifar100 ] || [ -d data/cifar-100-binary ] || { echo "no data/cifar-100-binary" >&2; exit 1; }
+gq_data "$ds" || exit 1
 for t in $B/train $B/prune $B/export $B/deploy; do [ -x "$t" ] || { echo "missing $t" >&2; exit 1; }; done
-if [ -n "${GPUS:-}" ]; then ngpu=$GPUS
-else ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true); fi
+ngpu=$(gq_gpus)
 [ "${ngpu:-0}" -ge 1 ] || ngpu=1
 echo "prune_pareto: $model, $ngpu GPU(s), jobs: $jobs, work in $work"
 

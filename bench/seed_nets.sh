@@ -20,13 +20,14 @@
 # which the later deploys read instead of recomputing; resumable, its saved images kept when
 # the call ends; one network's at a time on the machine, under the lock file REF_LOCK, default
 # /tmp/seed_nets_reference.lock: four at once on 64 cores ran 6.5 images/s each), then per
-# plan precision in PRECISION (fp16, fp32 or both, the default) two deploys, each its own resumable step (a resnet50 deploy of both precisions did
-# not fit one 10-minute call): with the activation-sparse candidates (--reference all:
+# plan precision in PRECISION (fp16, fp32 or both, the default) two deploys, each its own
+# resumable step (a resnet50 deploy of both precisions did not fit one 10-minute call): with the activation-sparse candidates (--reference all:
 # accuracy against the CPU reference on the whole test set; both precisions at once, one per
 # GPU) and with --skip-candidates actsparse (--reference $REF_WITHOUT, default all), the latter
 # only where the former chose an activation-sparse candidate: otherwise the plan without them
 # is the same plan, and deploy_without-PREC.json names it ({"same_plan_as": ...}). The fp16
-# steps also time the dense fp16 and TF32 engines; the fp32 plan's all-dense network is the dense fp32 figure.
+# steps also time the dense fp16 and TF32 engines; the fp32 plan's all-dense network is the
+# dense fp32 figure.
 # Out: $OUT/seed-NET.tar.gz with the JSON summaries and logs; bench/seed_table.py makes the table.
 # Expects build/bin/* (bench/pack.sh) and CIFAR-100 in /root/data or data/cifar-100-binary.
 set -uo pipefail

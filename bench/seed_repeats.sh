@@ -22,10 +22,9 @@ read -ra seeds <<<"${SEEDS:-1 2 3 4}"
 work=${WORK:-/root/repeats-$net}; out=${OUT:-bench/out}; B=build/bin
 ds=${DATASET:-cifar100}; device=${DEVICE:-gpu}; read -ra tools <<<"${TOOLS:-ours torch}"
 mkdir -p "$out" "$work/json" "$work/logs"
-[ -e data/cifar-100-binary ] || [ ! -d /root/data ] || { mkdir -p data; ln -s /root/data data/cifar-100-binary; }
-[ "$ds" != cifar100 ] || [ -f data/cifar-100-binary/train.bin ] || { echo "seed_repeats: no CIFAR-100 in data/cifar-100-binary" >&2; exit 1; }
+gq_data "$ds" || exit 1
 [ -x $B/train ] || { echo "seed_repeats: missing $B/train" >&2; exit 1; }
-if [ -n "${GPUS:-}" ]; then ngpu=$GPUS; else ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true); fi
+ngpu=$(gq_gpus)
 [ "${ngpu:-0}" -ge 1 ] || { echo "seed_repeats: no GPU (nvidia-smi -L)" >&2; exit 1; }
 
 # run_job ours-S | torch-S: one training of seed S, its JSON summary in WORK/json/JOB.json.

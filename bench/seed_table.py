@@ -167,7 +167,6 @@ def speed_rows(name, d, b1):
             continue  # the runs made no fp32 plan (deploy --precision fp16)
         if (plan(src, prec) or {}).get('same_plan') and src is wo:
             label += ' (same plan: none chosen)'
-
         rows.append(f"| {name} | {batch} | {label} | {num(ms, '{:.3f}')} | {num(ratio(e_ms, ms))}x | "
                     f"{num(ratio(f32, ms))}x |")
     m = (w or wo or {}).get('mixed_fp16')

@@ -1,8 +1,9 @@
 // The CPU reference's results kept in a file (deploy --reference-cache): the
 // top-1 class of the first test images run so far and the zero counts of each
 // conv input over them, keyed by the export's bytes, the dataset's whole
-// test split and the running executable's bytes (a rebuilt deploy recomputes). A run that finds a matching file takes those images as done and
-// runs only the rest (a run over fewer images, --test-images, leaves a prefix
+// test split and the running executable's bytes (a rebuilt deploy
+// recomputes). A run that finds a matching file takes those images as done
+// and runs only the rest (a run over fewer images, --test-images, leaves a prefix
 // that a later run continues); an interrupted run loses at most the images
 // since its last save.
 #ifndef SC_DEPLOY_REFCACHE_H
