@@ -160,6 +160,13 @@ static int gpu_part(env *e, bsc_layer *L, const run_opts *o, float *got) {
     }
     rc = bsconv_gpu_set_variant(&e->g, b, o->variant, &e->err);
     if (!rc && !o->skip_run) rc = bsconv_gpu_run(&e->g, b, x, dz, dy, &e->err);
+    // a second launch onto a poisoned y (all-ones bits: NaN) must write it
+    // all again: the split variants' counters are back at zero after a launch
+    if (!rc && !o->skip_run && !o->inplace) {
+        const cudaError_t ce = cudaMemsetAsync(dy, 0xFF, L->ny * 2, e->g.stream);
+        rc = ce == cudaSuccess ? bsconv_gpu_run(&e->g, b, x, dz, dy, &e->err)
+                               : sc_fail(&e->err, "poisoning y: %s", cudaGetErrorString(ce));
+    }
     if (!rc) rc = dget(e, o->dt, dy, L->ny, got);
     if (!rc && !o->inplace && !guard_intact(dy, L->ny)) rc = sc_fail(&e->err, "write past the end of y");
     bsconv_gpu_free(b);
