@@ -5,18 +5,18 @@ seeds both finished, and the difference of the means with its standard error.
 
 usage: seed_repeats.py NET JSON_DIR     (JSON_DIR holds ours-S.json and torch-S.json)
 """
-import glob, json, math, os, re, sys
+import glob, math, os, re, sys
+
+from tablelib import load
 
 
-def load(d, tool):
-    """{seed: summary} of one tool's finished runs."""
+def load_runs(d, tool):
+    """{seed: summary} of one tool's finished runs (unreadable ones left out)."""
     runs = {}
     for p in glob.glob(os.path.join(d, tool + '-*.json')):
-        m = re.search(r'-(\d+)\.json$', p)
-        try:
-            runs[int(m.group(1))] = json.load(open(p))
-        except (ValueError, AttributeError):
-            pass  # unfinished or unreadable: left out
+        m, r = re.search(r'-(\d+)\.json$', p), load(p)
+        if m and r:
+            runs[int(m.group(1))] = r
     return runs
 
 
@@ -30,7 +30,7 @@ def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__.strip().splitlines()[-1])
     net, d = sys.argv[1], sys.argv[2]
-    ours, torch = load(d, 'ours'), load(d, 'torch')
+    ours, torch = load_runs(d, 'ours'), load_runs(d, 'torch')
     print(f'### {net}: `train` against PyTorch, same recipe, one run per seed\n')
     print('| seed | ours test (val) | ours s | PyTorch test (val) | PyTorch s |')
     print('|---|---|---|---|---|')

@@ -442,8 +442,8 @@ extern "C" int bsh_gpu_prepare(const gpu_ctx *g, const bsconv_shape *s, const bs
                        g->dev.smem_block_optin);
     // The limit belongs to the kernel, which other layers share: raise it to the
     // device's opt-in maximum (never to this layer's need, which may be below theirs).
-    // The shared-memory carveout stays the driver's choice: forcing the maximum
-    // ran no faster alone and cost ~1 us more next to cuDNN's kernels (H100).
+    // The carveout stays the driver's choice: forcing the largest ran no faster
+    // alone and cost ~1 us more next to cuDNN's kernels (H100).
     cudaCheck(err, cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, g->dev.smem_block_optin));
     return 0;
 }
