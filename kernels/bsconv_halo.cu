@@ -236,8 +236,9 @@ __device__ __forceinline__ void bsh_chunks_two(const bsh_args &a, int i0, int r0
 
 // A split CTA's end: it stores its partial sums in its own slice of a.part,
 // and the last of the tile's gridDim.z CTAs to finish (a.cnt counts them)
-// adds every slice in slice order (the same sums whichever CTA is last),
-// resets the counter and returns true: it writes the tile; the others, false.
+// adds every slice, its own read back too, in slice order (the same sums
+// whichever CTA is last), resets the counter and returns true: it writes the
+// tile; the others, false.
 template <int MF, int NF>
 __device__ __forceinline__ bool bsh_split_total(const bsh_args &a, float (*acc)[NF][4]) {
     constexpr int E = MF * NF * 4;
@@ -251,11 +252,10 @@ __device__ __forceinline__ bool bsh_split_total(const bsh_args &a, float (*acc)[
     if (!__syncthreads_or(threadIdx.x == 0 && atomicAdd(a.cnt + tile, 1) == (int)gridDim.z - 1)) return false;
     __threadfence();
 #pragma unroll
-    for (int e = 0; e < E; e++) {
-        float sum = 0.0f;
-        for (unsigned z = 0; z < gridDim.z; z++) sum += z == blockIdx.z ? v[e] : __ldcg(p + z * slice + (size_t)e * nt);
-        v[e] = sum;
-    }
+    for (int e = 0; e < E; e++) v[e] = 0.0f;
+    for (unsigned z = 0; z < gridDim.z; z++)
+#pragma unroll
+        for (int e = 0; e < E; e++) v[e] += __ldcg(p + z * slice + (size_t)e * nt);
     if (threadIdx.x == 0) a.cnt[tile] = 0;  // for the next launch
     return true;
 }
