@@ -434,7 +434,8 @@ static int bsk_halo_create(const gpu_ctx *g, bsconv_gpu *b, const bsconv_shape *
     if (!bsconv_halo_applies(s, w, b->no_halo, sizeof b->no_halo)) return 0;
     bsconv_hpack h;
     SC_TRY(bsconv_hpack_build(s, w, &h, err));
-    const int rc = bsh_gpu_upload(g, &h, b->dt, &b->h, err);
+    int rc = bsh_gpu_upload(g, &h, b->dt, &b->h, err);
+    if (!rc) rc = bsh_gpu_split_alloc(g, s, &b->h, err);
     bsconv_hpack_free(&h);
     b->halo = rc == 0;
     return rc;
@@ -482,12 +483,15 @@ extern "C" double bsconv_gpu_macs(const bsconv_gpu *b) {
 // One line describing the layer.
 extern "C" void bsconv_gpu_describe(const bsconv_gpu *b, char *buf, size_t len) {
     if (b->variant >= BSCONV_GATHER_VARIANTS) {
-        const bsh_variant r = bsh_variant_get(b->variant - BSCONV_GATHER_VARIANTS);
+        const int hv = b->variant - BSCONV_GATHER_VARIANTS, split = bsh_gpu_nsplit(&b->s, &b->h, hv);
+        const bsh_variant r = bsh_variant_get(hv);
         snprintf(buf, len, "block %dx%d, %d blocks, halo kernel: %d groups of %d channels, %d units, "
                  "%d input channels per chunk, %s, %d pixels x %d groups per CTA, %d warps per group%s",
                  b->kb, b->cb, b->nblocks, b->h.ngroups, b->h.np, b->h.nunits, b->h.cc,
                  b->dt == GDT_BF16 ? "bf16" : "fp16", r.tm, r.nw / r.ws, r.ws,
                  r.resident ? ", whole window resident" : "");
+        if (split > 1)
+            snprintf(buf + strlen(buf), len - strlen(buf), ", %d chunks in %d slices (a CTA each)", b->h.nchunks, split);
         return;
     }
     int mf;

@@ -229,24 +229,41 @@ static void bsh_epilogue(const bsh_walk *wk, int g) {
         }
 }
 
+// Group g of the current tile into wk->acc: slice by slice into part, each
+// slice's sums added to acc in slice order.
+static void bsh_group(bsh_walk *wk, int g, int nsplit, float *acc, float *part) {
+    const size_t n = (size_t)wk->t->tm * wk->h->np;
+    memset(acc, 0, n * sizeof *acc);
+    wk->acc = part;
+    for (int zz = 0; zz < nsplit; zz++) {
+        int c0, c1;
+        bsh_split_range(zz, nsplit, wk->h->nchunks, &c0, &c1);
+        memset(part, 0, n * sizeof *part);
+        for (int c = c0; c < c1; c++) {
+            bsh_stage(wk, c);
+            bsh_units(wk, g, c);
+        }
+        for (size_t i = 0; i < n; i++) acc[i] += part[i];
+    }
+    wk->acc = acc;
+}
+
 // The kernel's loops in plain C.
-void bsconv_halo_forward_cpu(const bsconv_shape *s, const bsconv_hpack *h, const bsconv_htile *t,
+void bsconv_halo_forward_cpu(const bsconv_shape *s, const bsconv_hpack *h, const bsconv_htile *t, int nsplit,
                              const float *bias, const float *x, const float *z, float *y) {
     bsh_walk wk = {s, h, t, bias, x, z, y, 0, 0, 0, NULL, NULL};
+    const size_t n = (size_t)t->tm * h->np;
     wk.win = malloc((size_t)bsconv_htile_bytes(t, h->cc) * 2 + 64);
-    wk.acc = malloc((size_t)t->tm * h->np * sizeof *wk.acc);
+    float *acc = malloc(n * sizeof *acc), *part = malloc(n * sizeof *part);
     const long long tiles = bsconv_htile_count(t);
-    for (int tile = 0; wk.win && wk.acc && tiles <= INT32_MAX && tile < tiles; tile++) {
+    if (nsplit < 1 || nsplit > h->nchunks) nsplit = 1;
+    for (int tile = 0; wk.win && acc && part && tiles <= INT32_MAX && tile < tiles; tile++) {
         bsh_tile_origin(t, tile, &wk.i0, &wk.r0, &wk.q0);
         for (int g = 0; g < h->ngroups; g++) {
-            memset(wk.acc, 0, (size_t)t->tm * h->np * sizeof *wk.acc);
-            for (int c = 0; c < h->nchunks; c++) {
-                bsh_stage(&wk, c);
-                bsh_units(&wk, g, c);
-            }
+            bsh_group(&wk, g, nsplit, acc, part);
             bsh_epilogue(&wk, g);
         }
     }
     free(wk.win);
-    free(wk.acc);
+    free(acc), free(part);
 }

@@ -25,6 +25,8 @@ struct bsh_args {
     int ws;                              // warps per group (each a slice of the tile's pixels)
     int wbytes;                          // bytes of one window buffer (a multiple of 16)
     int nbuf;                            // window buffers: 1, 2 (taking turns) or nchunks (resident)
+    float *part;                         // split variants: the CTAs' partial sums (bsh_split_total)
+    int *cnt;                            // split variants: finished CTAs per tile, zero between launches
 };
 
 // --- the window ---------------------------------------------------------------------------
@@ -208,26 +210,54 @@ __device__ __forceinline__ void bsh_chunk(const bsh_args &a, int g, int c, uint3
                              zaddr, pos, lane, acc);
 }
 
-// The chunks through two window buffers taking turns (one when there is one
-// chunk): chunk c + 1 loads while chunk c multiplies.
+// Chunks [c0, c1) through two window buffers taking turns (one when there is
+// one chunk): chunk c + 1 loads while chunk c multiplies.
 template <typename T, int MF, int NF>
-__device__ __forceinline__ void bsh_chunks_two(const bsh_args &a, int i0, int r0, int q0, int g, uint32_t base,
-                                               uint32_t zaddr, const int *pos, int lane, float (*acc)[NF][4]) {
+__device__ __forceinline__ void bsh_chunks_two(const bsh_args &a, int i0, int r0, int q0, int g, int c0, int c1,
+                                               uint32_t base, uint32_t zaddr, const int *pos, int lane,
+                                               float (*acc)[NF][4]) {
     extern __shared__ __align__(16) char bsh_smem[];
-    bsh_load<T>(a, i0, r0, q0, 0, bsh_smem);
+    bsh_load<T>(a, i0, r0, q0, c0, bsh_smem);
     ptx_cp_commit();
-    for (int c = 0; c < a.nchunks; c++) {
-        if (c + 1 < a.nchunks) {  // the other buffer was consumed before the last barrier
-            bsh_load<T>(a, i0, r0, q0, c + 1, bsh_smem + ((c + 1) & 1) * a.wbytes);
+    for (int c = c0; c < c1; c++) {
+        const int j = c - c0;
+        if (c + 1 < c1) {  // the other buffer was consumed before the last barrier
+            bsh_load<T>(a, i0, r0, q0, c + 1, bsh_smem + ((j + 1) & 1) * a.wbytes);
             ptx_cp_commit();
             ptx_cp_wait<1>();
         } else {
             ptx_cp_wait<0>();
         }
         __syncthreads();
-        bsh_chunk<T, MF, NF>(a, g, c, base + (uint32_t)((c & 1) * a.wbytes), zaddr, pos, lane, acc);
+        bsh_chunk<T, MF, NF>(a, g, c, base + (uint32_t)((j & 1) * a.wbytes), zaddr, pos, lane, acc);
         __syncthreads();
     }
+}
+
+// A split CTA's end: it stores its partial sums in its own slice of a.part,
+// and the last of the tile's gridDim.z CTAs to finish (a.cnt counts them)
+// adds every slice, its own read back too, in slice order (the same sums
+// whichever CTA is last), resets the counter and returns true: it writes the
+// tile; the others, false.
+template <int MF, int NF>
+__device__ __forceinline__ bool bsh_split_total(const bsh_args &a, float (*acc)[NF][4]) {
+    constexpr int E = MF * NF * 4;
+    const unsigned tile = blockIdx.y * gridDim.x + blockIdx.x, nt = blockDim.x;
+    const size_t slice = (size_t)gridDim.x * gridDim.y * E * nt;  // floats per slice
+    float *p = a.part + (size_t)tile * E * nt + threadIdx.x, *v = &acc[0][0][0];
+#pragma unroll
+    for (int e = 0; e < E; e++) __stcg(p + blockIdx.z * slice + (size_t)e * nt, v[e]);
+    __threadfence();  // the slice is visible before the count says so
+    __syncthreads();
+    if (!__syncthreads_or(threadIdx.x == 0 && atomicAdd(a.cnt + tile, 1) == (int)gridDim.z - 1)) return false;
+    __threadfence();
+#pragma unroll
+    for (int e = 0; e < E; e++) v[e] = 0.0f;
+    for (unsigned z = 0; z < gridDim.z; z++)
+#pragma unroll
+        for (int e = 0; e < E; e++) v[e] += __ldcg(p + z * slice + (size_t)e * nt);
+    if (threadIdx.x == 0) a.cnt[tile] = 0;  // for the next launch
+    return true;
 }
 
 // The chunks with the whole window resident: every chunk's load issued at
@@ -256,8 +286,9 @@ __device__ __forceinline__ void bsh_chunks_resident(const bsh_args &a, int i0, i
 // computes the MF fragments of pixel slice w % ws of its group. RES: the
 // whole window resident (a.nbuf = a.nchunks), else two buffers taking turns;
 // a kernel of its own each, since one loop over a.nbuf buffers cost the
-// two-buffer variants registers and 5-12% of their time on an H100.
-template <typename T, int MF, int NF, bool POOL, bool RES>
+// two-buffer variants registers and 5-12% of their time on an H100. SPLIT:
+// the chunks of slice blockIdx.z only, the tile's last CTA adds the slices.
+template <typename T, int MF, int NF, bool POOL, bool RES, bool SPLIT>
 __global__ void __launch_bounds__(256) bsh_kernel(bsh_args a) {
     extern __shared__ __align__(16) char bsh_smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -279,50 +310,104 @@ __global__ void __launch_bounds__(256) bsh_kernel(bsh_args a) {
         for (int f = 0; f < NF; f++) acc[mf][f][0] = acc[mf][f][1] = acc[mf][f][2] = acc[mf][f][3] = 0.0f;
     const uint32_t base = (uint32_t)__cvta_generic_to_shared(bsh_smem);
     const uint32_t zaddr = (uint32_t)__cvta_generic_to_shared(zero);
+    int c0 = 0, c1 = a.nchunks;
+    if constexpr (SPLIT) bsh_split_range((int)blockIdx.z, (int)gridDim.z, a.nchunks, &c0, &c1);
     if constexpr (RES) bsh_chunks_resident<T, MF, NF>(a, i0, r0, q0, g, base, zaddr, pos, lane, acc);
-    else bsh_chunks_two<T, MF, NF>(a, i0, r0, q0, g, base, zaddr, pos, lane, acc);
+    else bsh_chunks_two<T, MF, NF>(a, i0, r0, q0, g, c0, c1, base, zaddr, pos, lane, acc);
+    if constexpr (SPLIT)
+        if (!bsh_split_total<MF, NF>(a, acc)) return;
     if (g < a.ngroups) bsh_epilogue<T, MF, NF, POOL>(a, tout + row0, g, lane, acc);
 }
 
 // --- variants and launch ------------------------------------------------------------------
 
-// Variant v (0 <= v < BSH_VARIANTS): the last keeps the whole window resident.
+// Variant v (0 <= v < BSH_VARIANTS): 7 keeps the whole window resident, 8-10 split the chunks.
 extern "C" bsh_variant bsh_variant_get(int v) {
-    static const bsh_variant vs[BSH_VARIANTS] = {{128, 4, 1, 0}, {64, 4, 1, 0}, {128, 8, 2, 0}, {64, 8, 1, 0},
-                                                 {32, 4, 1, 0},  {128, 8, 1, 0}, {64, 8, 2, 0}, {32, 8, 1, 1}};
+    static const bsh_variant vs[BSH_VARIANTS] = {
+        {128, 4, 1, 0, 0}, {64, 4, 1, 0, 0}, {128, 8, 2, 0, 0}, {64, 8, 1, 0, 0}, {32, 4, 1, 0, 0}, {128, 8, 1, 0, 0},
+        {64, 8, 2, 0, 0},  {32, 8, 1, 1, 0}, {32, 4, 1, 0, -1}, {64, 4, 1, 0, -1}, {64, 4, 1, 0, 2}};
     return vs[v];
 }
 
 // Window buffers of variant r for a layer of nchunks chunks.
 static int bsh_nbuf(bsh_variant r, int nchunks) { return r.resident ? nchunks : nchunks > 1 ? 2 : 1; }
 
-// The kernel of (T, MF, NF, POOL, RES) as a plain pointer; NULL when MF x NF > 16.
-template <typename T, int MF, bool POOL, bool RES> static void *bsh_fn_nf(int nf) {
+// The kernel of (T, MF, NF, POOL, RES, SPLIT) as a plain pointer; NULL when MF x NF > 16.
+template <typename T, int MF, bool POOL, bool RES, bool SPLIT> static void *bsh_fn_nf(int nf) {
     switch (nf) {
-    case 1: return (void *)bsh_kernel<T, MF, 1, POOL, RES>;
-    case 2: return (void *)bsh_kernel<T, MF, 2, POOL, RES>;
-    case 4: return MF <= 4 ? (void *)bsh_kernel<T, MF, (MF <= 4 ? 4 : 1), POOL, RES> : NULL;
-    default: return MF <= 2 ? (void *)bsh_kernel<T, MF, (MF <= 2 ? 8 : 1), POOL, RES> : NULL;
+    case 1: return (void *)bsh_kernel<T, MF, 1, POOL, RES, SPLIT>;
+    case 2: return (void *)bsh_kernel<T, MF, 2, POOL, RES, SPLIT>;
+    case 4: return MF <= 4 ? (void *)bsh_kernel<T, MF, (MF <= 4 ? 4 : 1), POOL, RES, SPLIT> : NULL;
+    default: return MF <= 2 ? (void *)bsh_kernel<T, MF, (MF <= 2 ? 8 : 1), POOL, RES, SPLIT> : NULL;
     }
 }
 
 // The kernel for element type T, mf fragments, nf channel fragments, pool or
-// not, resident window or not (resident: 2 fragments only, the one such variant).
-template <typename T> static void *bsh_fn_t(int mf, int nf, bool pool, bool res) {
-    if (res) return mf != 2 ? NULL : pool ? bsh_fn_nf<T, 2, true, true>(nf) : bsh_fn_nf<T, 2, false, true>(nf);
+// not, resident window or not (resident: 2 fragments only, the one such
+// variant), split or not (2 or 4 fragments, two buffers).
+template <typename T> static void *bsh_fn_t(int mf, int nf, bool pool, bool res, bool split) {
+    if (res) return mf != 2 ? NULL : pool ? bsh_fn_nf<T, 2, true, true, false>(nf) : bsh_fn_nf<T, 2, false, true, false>(nf);
+    if (split) {
+        if (mf == 2) return pool ? bsh_fn_nf<T, 2, true, false, true>(nf) : bsh_fn_nf<T, 2, false, false, true>(nf);
+        return mf != 4 ? NULL : pool ? bsh_fn_nf<T, 4, true, false, true>(nf) : bsh_fn_nf<T, 4, false, false, true>(nf);
+    }
     switch (mf) {
-    case 2: return pool ? bsh_fn_nf<T, 2, true, false>(nf) : bsh_fn_nf<T, 2, false, false>(nf);
-    case 4: return pool ? bsh_fn_nf<T, 4, true, false>(nf) : bsh_fn_nf<T, 4, false, false>(nf);
-    default: return pool ? bsh_fn_nf<T, 8, true, false>(nf) : bsh_fn_nf<T, 8, false, false>(nf);
+    case 2: return pool ? bsh_fn_nf<T, 2, true, false, false>(nf) : bsh_fn_nf<T, 2, false, false, false>(nf);
+    case 4: return pool ? bsh_fn_nf<T, 4, true, false, false>(nf) : bsh_fn_nf<T, 4, false, false, false>(nf);
+    default: return pool ? bsh_fn_nf<T, 8, true, false, false>(nf) : bsh_fn_nf<T, 8, false, false, false>(nf);
     }
 }
 
 // The kernel of variant v for layer (s, d) in dt, or NULL.
 static void *bsh_fn(const bsconv_shape *s, const bsh_gpu *d, gpu_dtype dt, int v) {
     const bsh_variant r = bsh_variant_get(v);
-    const bool pool = s->pool == 2, res = r.resident != 0;
+    const bool pool = s->pool == 2, res = r.resident != 0, split = r.split != 0;
     const int mf = r.tm / 16 / r.ws;
-    return dt == GDT_BF16 ? bsh_fn_t<__nv_bfloat16>(mf, d->nf, pool, res) : bsh_fn_t<__half>(mf, d->nf, pool, res);
+    return dt == GDT_BF16 ? bsh_fn_t<__nv_bfloat16>(mf, d->nf, pool, res, split)
+                          : bsh_fn_t<__half>(mf, d->nf, pool, res, split);
+}
+
+// CTAs of variant r's grid without a split: tiles x channel-group blocks.
+static long long bsh_ctas(const bsconv_shape *s, const bsh_gpu *d, bsh_variant r) {
+    bsconv_htile t;
+    bsconv_htile_pick(s, r.tm, d->cc, &t);
+    const int gpc = r.nw / r.ws;  // groups per CTA
+    return bsconv_htile_count(&t) * ((d->ngroups + gpc - 1) / gpc);
+}
+
+// Slices of variant v's split (1: none): only where the grid leaves the GPU
+// short of BSH_SPLIT_FILL CTAs per SM, at most one per chunk.
+extern "C" int bsh_gpu_nsplit(const bsconv_shape *s, const bsh_gpu *d, int v) {
+    const bsh_variant r = bsh_variant_get(v);
+    const long long base = bsh_ctas(s, d, r), fill = (long long)BSH_SPLIT_FILL * d->sms;
+    if (!r.split || r.resident || d->nchunks < 2 || base < 1 || base >= fill) return 1;
+    const long long k = r.split > 0 ? r.split : (fill + base - 1) / base;
+    return (int)(k < d->nchunks ? k : d->nchunks);
+}
+
+// Floats of split scratch variant v needs: a slice of every CTA's accumulators per split.
+static long long bsh_part_floats(const bsconv_shape *s, const bsh_gpu *d, int v) {
+    const bsh_variant r = bsh_variant_get(v);
+    const int k = bsh_gpu_nsplit(s, d, v);
+    return k < 2 ? 0 : k * bsh_ctas(s, d, r) * r.nw * 32 * (r.tm / 16 / r.ws) * d->nf * 4;
+}
+
+// Allocates the largest scratch any split variant that fits needs, counters zeroed.
+extern "C" int bsh_gpu_split_alloc(const gpu_ctx *g, const bsconv_shape *s, bsh_gpu *d, sc_err *err) {
+    d->sms = g->dev.sms;
+    long long need = 0, ncnt = 0;
+    for (int v = 0; v < BSH_VARIANTS; v++) {
+        const long long f = bsh_fn(s, d, GDT_F16, v) ? bsh_part_floats(s, d, v) : 0;  // fits alike in bf16
+        if (f > need) need = f;
+        if (f > 0 && bsh_ctas(s, d, bsh_variant_get(v)) > ncnt) ncnt = bsh_ctas(s, d, bsh_variant_get(v));
+    }
+    if (!need) return 0;
+    cudaCheck(err, cudaMalloc(&d->part, (size_t)need * sizeof(float)));
+    cudaCheck(err, cudaMalloc(&d->cnt, (size_t)ncnt * sizeof(int)));
+    cudaCheck(err, cudaMemsetAsync(d->cnt, 0, (size_t)ncnt * sizeof(int), g->stream));
+    cudaCheck(err, cudaStreamSynchronize(g->stream));
+    d->part_floats = need, d->ncnt = ncnt;
+    return 0;
 }
 
 // Dynamic shared memory of variant v's CTA: its window buffers (bsh_nbuf), a
@@ -346,6 +431,11 @@ extern "C" int bsh_gpu_prepare(const gpu_ctx *g, const bsconv_shape *s, const bs
     if (r.resident && d->nchunks <= 2)  // two buffers already hold every chunk: the same kernel run
         return sc_fail(err, "block-sparse conv: halo variant %d keeps the window resident, the same as two "
                        "buffers for %d chunk(s)", v, d->nchunks);
+    if (r.split && bsh_gpu_nsplit(s, d, v) < 2)
+        return sc_fail(err, "block-sparse conv: halo variant %d splits the chunks, and %d chunk(s) in %lld CTAs "
+                       "leave nothing to split", v, d->nchunks, bsh_ctas(s, d, r));
+    if (r.split && bsh_part_floats(s, d, v) > d->part_floats)
+        return sc_fail(err, "block-sparse conv: halo variant %d: no split scratch (bsh_gpu_split_alloc)", v);
     const long long bytes = bsh_smem_bytes(s, d, v);
     if (bytes > g->dev.smem_block_optin)
         return sc_fail(err, "block-sparse conv: the window needs %lld bytes of shared memory (%d)", bytes,
@@ -377,7 +467,8 @@ extern "C" int bsh_gpu_run(const gpu_ctx *g, const bsconv_shape *s, const bsh_gp
     void *fn = bsh_fn(s, d, dt, v);
     if (!fn) return sc_fail(err, "block-sparse conv: halo variant %d does not fit the layer", v);
     const int gpc = r.nw / r.ws;  // groups per CTA
-    const dim3 grid((unsigned)tiles, (unsigned)((d->ngroups + gpc - 1) / gpc));
+    a.part = d->part, a.cnt = d->cnt;
+    const dim3 grid((unsigned)tiles, (unsigned)((d->ngroups + gpc - 1) / gpc), (unsigned)bsh_gpu_nsplit(s, d, v));
     void *args[] = {&a};
     cudaCheck(err, cudaLaunchKernel(fn, grid, dim3((unsigned)(r.nw * 32)), args, (size_t)bsh_smem_bytes(s, d, v),
                                     g->stream));
@@ -415,5 +506,6 @@ extern "C" int bsh_gpu_upload(const gpu_ctx *g, const bsconv_hpack *h, gpu_dtype
 // Frees the device arrays.
 extern "C" void bsh_gpu_free(bsh_gpu *d) {
     cudaFree(d->k0), cudaFree(d->nk), cudaFree(d->ustart), cudaFree(d->units), cudaFree(d->vals);
+    cudaFree(d->part), cudaFree(d->cnt);
     memset(d, 0, sizeof *d);
 }

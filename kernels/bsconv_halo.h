@@ -129,11 +129,20 @@ BSH_HD void bsh_tile_origin(const bsconv_htile *t, int tile, int *i0, int *r0, i
     *i0 = rq / t->ntr * t->ti;
 }
 
+// Slice z of nsplit over n chunks: chunks [*c0, *c1), every chunk in exactly
+// one slice, none empty when nsplit <= n (the split variants' CTAs, blockIdx.z).
+BSH_HD void bsh_split_range(int z, int nsplit, int n, int *c0, int *c1) {
+    *c0 = (int)((long long)z * n / nsplit);
+    *c1 = (int)((long long)(z + 1) * n / nsplit);
+}
+
 // The kernel's loops in plain C (fp32): per tile, the window staged chunk by
 // chunk in the swizzled layout, every group's units multiplied from it, the
 // epilogue per pixel; y as bsconv_forward_cpu gives it up to the order of sums
 // (a layer of fewer than 2^31 tiles, as on the GPU; else y is left alone).
-void bsconv_halo_forward_cpu(const bsconv_shape *s, const bsconv_hpack *h, const bsconv_htile *t,
+// nsplit > 1: the chunks in nsplit slices (bsh_split_range), each slice's sums
+// apart, then added in slice order, as the split variants do; 1 is no split.
+void bsconv_halo_forward_cpu(const bsconv_shape *s, const bsconv_hpack *h, const bsconv_htile *t, int nsplit,
                              const float *bias, const float *x, const float *z, float *y);
 
 #endif

@@ -13,27 +13,45 @@ extern "C" {
 #endif
 #include "kernels/bsconv_halo.h"
 
-// The halo weights on the device (sizes as in bsconv_hpack).
+// The halo weights on the device (sizes as in bsconv_hpack), and the split
+// variants' scratch (bsh_gpu_split_alloc): each split CTA's partial sums and a
+// counter per tile, which the tile's last CTA resets, so a layer's launches
+// must not overlap (one stream, as in the engine's graph).
 typedef struct {
     int cc, nchunks, np, nf, ngroups, nunits;
     int32_t *k0, *nk, *ustart;  // device
     uint32_t *units;            // device
     void *vals;                 // device (nunits * nf * 64) of the layer's dtype
+    int sms;                    // the device's SMs when the scratch was sized (the split fills them)
+    float *part;                // device, part_floats
+    int *cnt;                   // device, ncnt zeros between launches
+    long long part_floats, ncnt;
 } bsh_gpu;
 
 // A halo-kernel variant: pixel rows per tile, warps per CTA, warps per group
-// (each warp a slice of the tile's pixels), and whether every channel chunk
+// (each warp a slice of the tile's pixels), whether every channel chunk
 // of the window stays in shared memory (all loads issued at once: for small
 // planes, whose CTAs are few and run a long chain of chunks) instead of two
-// buffers taking turns.
+// buffers taking turns, and the split: 0 none; k >= 2: the chunks in k slices
+// (at most one per chunk), one CTA each, the tile's last CTA adding the
+// slices' sums before the epilogue; -1: as many slices as give the GPU about
+// BSH_SPLIT_FILL CTAs per SM (small planes leave most SMs idle otherwise).
 typedef struct {
-    int tm, nw, ws, resident;
+    int tm, nw, ws, resident, split;
 } bsh_variant;
-#define BSH_VARIANTS 8
+#define BSH_VARIANTS 11
+#define BSH_SPLIT_FILL 4
 bsh_variant bsh_variant_get(int v);
 
 // Uploads h for storage dt on g's stream (synchronised). 0 or -1.
 int bsh_gpu_upload(const gpu_ctx *g, const bsconv_hpack *h, gpu_dtype dt, bsh_gpu *d, sc_err *err);
+
+// Sizes and allocates d's split scratch for layer s on g's device (the largest
+// any split variant needs; none when no split applies). 0 or -1.
+int bsh_gpu_split_alloc(const gpu_ctx *g, const bsconv_shape *s, bsh_gpu *d, sc_err *err);
+
+// Slices of variant v's split for layer s (1: no split).
+int bsh_gpu_nsplit(const bsconv_shape *s, const bsh_gpu *d, int v);
 
 // Frees the device arrays (a zeroed struct is fine).
 void bsh_gpu_free(bsh_gpu *d);

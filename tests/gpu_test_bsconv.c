@@ -27,6 +27,7 @@
 // layer is checked on its first two images before it is timed.
 // --time LAYER [SPARSITY]: that layer only (fp16, default 95%), for a profiler,
 // then its fastest variant and the cuDNN conv in back-to-back pairs (time_mix).
+// --variant V: the correctness cases of kernel variant V only (for compute-sanitizer).
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -160,6 +161,13 @@ static int gpu_part(env *e, bsc_layer *L, const run_opts *o, float *got) {
     }
     rc = bsconv_gpu_set_variant(&e->g, b, o->variant, &e->err);
     if (!rc && !o->skip_run) rc = bsconv_gpu_run(&e->g, b, x, dz, dy, &e->err);
+    // a second launch onto a poisoned y (all-ones bits: NaN) must write it
+    // all again: the split variants' counters are back at zero after a launch
+    if (!rc && !o->skip_run && !o->inplace) {
+        const cudaError_t ce = cudaMemsetAsync(dy, 0xFF, L->ny * 2, e->g.stream);
+        rc = ce == cudaSuccess ? bsconv_gpu_run(&e->g, b, x, dz, dy, &e->err)
+                               : sc_fail(&e->err, "poisoning y: %s", cudaGetErrorString(ce));
+    }
     if (!rc) rc = dget(e, o->dt, dy, L->ny, got);
     if (!rc && !o->inplace && !guard_intact(dy, L->ny)) rc = sc_fail(&e->err, "write past the end of y");
     bsconv_gpu_free(b);
@@ -245,19 +253,22 @@ static void check_halo_coverage(tctx *t, env *e) {
     }
 }
 
-// Every shape x sparsity x storage type x pixel tile, then the special runs.
-static void run_all(tctx *t, env *e) {
+// Every shape x sparsity x storage type x pixel tile (only variant `only`
+// when it is >= 0), then the special runs.
+static void run_all(tctx *t, env *e, int only) {
     const gpu_dtype dts[2] = {GDT_F16, GDT_BF16};
     for (int si = 0; si < BSC_GPU_SHAPES; si++)
         for (int pi = 0; pi < BSC_GPU_SPARSITIES; pi++)
             for (int d = 0; d < 2; d++)
                 for (int v = 0; v < BSCONV_GPU_VARIANTS; v++) {
+                    if (only >= 0 && v != only) continue;
                     const bsc_case c = bsc_gpu_case(si, pi);
                     const run_opts o = {dts[d], v, 0, 0, 0, 0};
                     count(t, run_case(e, &c, 1000 + 10 * si + pi, &o));
                 }
     for (int d = 0; d < 2; d++)  // vector layers through the scalar gather; in-place residual
         for (int v = 0; v < BSCONV_GPU_VARIANTS; v++) {
+            if (only >= 0 && v != only) continue;
             const run_opts mis = {dts[d], v, 1, 0, 0, 0}, inpl = {dts[d], v, 0, 1, 0, 0};
             bsc_case c0 = bsc_gpu_case(0, 1), c3 = bsc_gpu_case(3, 2);
             count(t, run_case(e, &c0, 77, &mis));
@@ -551,11 +562,16 @@ static void time_all(tctx *t, env *e, const char *only, double only_sp) {
 int main(int argc, char **argv) {
     tctx t = {.suite = "gpu_test_bsconv"};
     const int timing = argc > 1 && !strcmp(argv[1], "--time");
+    const int one_v = argc == 3 && !strcmp(argv[1], "--variant");
     const char *only = timing && argc > 2 ? argv[2] : NULL;
     const double only_sp = timing && argc > 3 ? atof(argv[3]) : 0.95;
+    const int only_v = one_v ? atoi(argv[2]) : -1;
     sc_err why = {{0}};
-    if ((argc > 1 && !timing) || argc > 4 || !(only_sp > 0.0 && only_sp < 1.0)) {
-        fprintf(stderr, "usage: gpu_test_bsconv [--time [LAYER [SPARSITY]]]  (LAYER e.g. r18-64x32, SPARSITY in (0, 1))\n");
+    if ((argc > 1 && !timing && !one_v) || argc > 4 || !(only_sp > 0.0 && only_sp < 1.0) ||
+        (one_v && (only_v < 0 || only_v >= BSCONV_GPU_VARIANTS))) {
+        fprintf(stderr, "usage: gpu_test_bsconv [--time [LAYER [SPARSITY]] | --variant V]  (LAYER e.g. r18-64x32, "
+                        "SPARSITY in (0, 1); V: the cases of kernel variant V only, 0 to %d)\n",
+                BSCONV_GPU_VARIANTS - 1);
         return 2;
     }
     if (!exec_gpu_available(&why)) {
@@ -573,11 +589,13 @@ int main(int argc, char **argv) {
     if (timing) {
         time_all(&t, &e, only, only_sp);
     } else {
-        run_all(&t, &e);
-        check_halo_coverage(&t, &e);
-        shared_kernel_limit(&t, &e);
-        reject_pool_residual(&t, &e);
-        self_check(&t, &e);
+        run_all(&t, &e, only_v);
+        if (!one_v) {
+            check_halo_coverage(&t, &e);
+            shared_kernel_limit(&t, &e);
+            reject_pool_residual(&t, &e);
+            self_check(&t, &e);
+        }
     }
     gpu_ctx_free(&e.g);
     printf("%s: %d PASS, %d FAIL\n", timing ? "timing checks" : "cases", t.passed, t.failed);

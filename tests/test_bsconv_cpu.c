@@ -51,17 +51,19 @@ static const bsc_case CASES[] = {
 #define NCASES ((int)(sizeof CASES / sizeof CASES[0]))
 
 // Which walk a comparison runs: the reference, the gather kernel's packed
-// layout, the halo kernel's loops with 32-, 64- or 128-pixel tiles.
-enum { WALK_REF = 0, WALK_PACKED = 1, WALK_HALO32 = 2, WALK_HALO64 = 3, WALK_HALO128 = 4 };
+// layout, the halo kernel's loops with 32-, 64- or 128-pixel tiles, then
+// 32-pixel tiles with the chunks split in two and in one slice per chunk.
+enum { WALK_REF, WALK_PACKED, WALK_HALO32, WALK_HALO64, WALK_HALO128, WALK_SPLIT2, WALK_SPLITALL };
 
-// The halo kernel's loops with tiles of tm pixels; 1 when the kernel does not apply.
-static int run_halo(const bsc_layer *L, int tm, float *y, sc_err *err) {
+// The halo kernel's loops with tiles of tm pixels, the chunks in nsplit slices
+// (0: one per chunk); 1 when the kernel does not apply.
+static int run_halo(const bsc_layer *L, int tm, int nsplit, float *y, sc_err *err) {
     if (!bsconv_halo_applies(&L->s, &L->w, NULL, 0)) return 1;
     bsconv_hpack h;
     SC_TRY(bsconv_hpack_build(&L->s, &L->w, &h, err));
     bsconv_htile t;
     bsconv_htile_pick(&L->s, tm, h.cc, &t);
-    bsconv_halo_forward_cpu(&L->s, &h, &t, L->bias, L->x, L->z, y);
+    bsconv_halo_forward_cpu(&L->s, &h, &t, nsplit ? nsplit : h.nchunks, L->bias, L->x, L->z, y);
     bsconv_hpack_free(&h);
     return 0;
 }
@@ -72,7 +74,8 @@ static int run_walk(const bsc_layer *L, int walk, float *y, sc_err *err) {
         bsconv_forward_cpu(&L->s, &L->w, L->bias, L->x, L->z, y);
         return 0;
     }
-    if (walk >= WALK_HALO32) return run_halo(L, 32 << (walk - WALK_HALO32), y, err);
+    if (walk == WALK_SPLIT2 || walk == WALK_SPLITALL) return run_halo(L, 32, walk == WALK_SPLIT2 ? 2 : 0, y, err);
+    if (walk >= WALK_HALO32) return run_halo(L, 32 << (walk - WALK_HALO32), 1, y, err);
     bsconv_packed pk;
     SC_TRY(bsconv_pack(&L->s, &L->w, &pk, err));
     bsconv_packed_forward_cpu(&L->s, &pk, L->bias, L->x, L->z, y);
@@ -131,6 +134,32 @@ static void test_halo_vs_dense(tctx *t) {
         check_walk(t, w, &n);
         CHECK(t, n == 11, "the halo walk ran %d cases (11 apply)", n);
     }
+}
+
+// The split variants' loops in C: the chunks in two slices and in one slice
+// per chunk, each slice summed apart, against the dense conv.
+static void test_halo_split_vs_dense(tctx *t) {
+    for (int w = WALK_SPLIT2; w <= WALK_SPLITALL; w++) {
+        int n = 0;
+        check_walk(t, w, &n);
+        CHECK(t, n == 11, "the split walk ran %d cases (11 apply)", n);
+    }
+}
+
+// Every slice of every split is a non-empty run of chunks, and the slices
+// cover the chunks in order, each once.
+static void test_split_range(tctx *t) {
+    for (int n = 1; n <= 70; n++)
+        for (int k = 1; k <= n; k++) {
+            int next = 0;
+            for (int z = 0; z < k; z++) {
+                int c0, c1;
+                bsh_split_range(z, k, n, &c0, &c1);
+                CHECK(t, c0 == next && c1 > c0, "%d chunks in %d: slice %d is [%d, %d)", n, k, z, c0, c1);
+                next = c1;
+            }
+            CHECK(t, next == n, "%d chunks in %d slices end at %d", n, k, next);
+        }
 }
 
 // The halo tile covers the plane: every tile's pixels within tm, windows within the
@@ -279,6 +308,8 @@ int main(void) {
     RUN(&t, test_reference_vs_dense);
     RUN(&t, test_packed_vs_dense);
     RUN(&t, test_halo_vs_dense);
+    RUN(&t, test_halo_split_vs_dense);
+    RUN(&t, test_split_range);
     RUN(&t, test_halo_tiles);
     RUN(&t, test_pack_layout);
     RUN(&t, test_check_rejects);
