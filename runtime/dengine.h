@@ -67,6 +67,12 @@ int dengine_tensor(dengine *e, int t, int m, float *host, sc_err *err);
 // engine's batch (after a warm-up), on the images of the last forward.
 int dengine_time(dengine *e, int repeat, double *ms, sc_err *err);
 
+// Mixed plans: the whole forward as planned (*ms) and with every op on cuDNN
+// (*dense_ms), each the median of alternating rounds of `repeat` replays, so
+// that clock drift between two separately built engines is not in the ratio;
+// with no op sparse, one measurement for both.
+int dengine_time_vs_dense(dengine *e, int repeat, double *ms, double *dense_ms, sc_err *err);
+
 // Tuned milliseconds of plan op i (NAN for ops the engine fused away or
 // did not time: only convolutions are tuned) and a one-line description of
 // what runs it. Each tuning run is queued behind a spin kernel

@@ -791,6 +791,39 @@ int dengine_time(dengine *e, int repeat, double *ms, sc_err *err) {
     return gpu_time_median(&e->g, de_replay, &r, 3, repeat, ms, err) ? sc_wrap(err, "timing the dense engine") : 0;
 }
 
+// Moves every sparse op to cuDNN (on = 0) or back (on = 1); saved holds their paths.
+static void de_all_sparse(dengine *e, int on, desparse **sp, debs **bs) {
+    for (int i = 0; i < e->p->nops; i++) {
+        if (!on) sp[i] = e->ops[i].sp, bs[i] = e->ops[i].bs;
+        e->ops[i].sp = on ? sp[i] : NULL, e->ops[i].bs = on ? bs[i] : NULL;
+    }
+}
+
+// The plan and its all-cuDNN forward in alternating rounds, medians.
+int dengine_time_vs_dense(dengine *e, int repeat, double *ms, double *dense_ms, sc_err *err) {
+    const int nops = e->p->nops;
+    int nsparse = 0;
+    for (int i = 0; i < nops; i++) nsparse += e->ops[i].sp || e->ops[i].bs;
+    if (!nsparse) {
+        const int rc = de_graph_ms(e, repeat, ms, err);
+        *dense_ms = *ms;
+        return rc ? sc_wrap(err, "timing the engine") : 0;
+    }
+    desparse **sp = malloc((size_t)nops * sizeof *sp);
+    debs **bs = malloc((size_t)nops * sizeof *bs);
+    double a[DE_CONFIRM_ROUNDS], b[DE_CONFIRM_ROUNDS];
+    int rc = sp && bs ? 0 : sc_fail(err, "out of memory");
+    for (int k = 0; !rc && k < DE_CONFIRM_ROUNDS; k++) {
+        rc = de_graph_ms(e, repeat, &a[k], err);
+        de_all_sparse(e, 0, sp, bs);
+        if (!rc) rc = de_graph_ms(e, repeat, &b[k], err);
+        de_all_sparse(e, 1, sp, bs);
+    }
+    free(sp), free(bs);
+    if (!rc) *ms = sc_median(a, DE_CONFIRM_ROUNDS), *dense_ms = sc_median(b, DE_CONFIRM_ROUNDS);
+    return rc ? sc_wrap(err, "timing the engine against its all-cuDNN forward") : 0;
+}
+
 // Tuned milliseconds of op i.
 double dengine_op_ms(const dengine *e, int i) { return e->ops[i].ms; }
 

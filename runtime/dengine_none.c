@@ -51,6 +51,11 @@ int dengine_time(dengine *e, int repeat, double *ms, sc_err *err) {
     return sc_fail(err, "no GPU in this build");
 }
 
+// Never reached without an engine.
+int dengine_time_vs_dense(dengine *e, int repeat, double *ms, double *dense_ms, sc_err *err) {
+    return sc_fail(err, "no GPU in this build");
+}
+
 // No op times without an engine.
 double dengine_op_ms(const dengine *e, int i) { return NAN; }
 

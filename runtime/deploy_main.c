@@ -522,7 +522,7 @@ static void engine_sparse_ops(const deploy_run *d, const dengine *e, deploy_engi
 
 // Keeps the mixed plan's per-conv times (cuDNN path, best sparse path) and paths in er.
 static int engine_layer_times(const deploy_run *d, const dengine *e, deploy_engine_result *er, sc_err *err) {
-    const size_t n = (size_t)d->p->nops;
+    const size_t n = d->p->nops > 0 ? (size_t)d->p->nops : 1;
     er->op_dense_ms = malloc(n * sizeof(double)), er->op_sparse_ms = malloc(n * sizeof(double));
     er->op_path = malloc(n), er->op_graph_gain_ms = malloc(n * sizeof(double));
     if (!er->op_dense_ms || !er->op_sparse_ms || !er->op_path || !er->op_graph_gain_ms)
@@ -596,6 +596,7 @@ static int engine_run(deploy_run *d, dengine_prec k, int mixed, deploy_engine_re
     int rc = img && lg ? 0 : sc_fail(err, "out of memory");
     dengine *e = rc ? NULL : engine_build(d, k, mixed, d->o.batch, img, &er->ms, err);
     rc = e ? 0 : -1;
+    if (!rc && mixed) rc = dengine_time_vs_dense(e, d->o.repeat, &er->ab_ms, &er->ab_dense_ms, err);
     if (!rc) engine_sparse_ops(d, e, er);
     if (!rc && mixed) rc = engine_layer_times(d, e, er, err);
     if (!rc) rc = dengine_forward(e, nref, test_image(d, 0), lg, err);
@@ -605,6 +606,7 @@ static int engine_run(deploy_run *d, dengine_prec k, int mixed, deploy_engine_re
     dengine_free(e);
     e = rc ? NULL : engine_build(d, k, mixed, 1, img, &er->lat_ms, err);
     rc = e ? 0 : -1;
+    if (!rc && mixed) rc = dengine_time_vs_dense(e, d->o.repeat, &er->ab_lat_ms, &er->ab_dense_lat_ms, err);
     dengine_free(e);
     er->build_s = progress_clock() - t0;
     er->ran = rc == 0;

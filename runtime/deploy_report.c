@@ -327,6 +327,10 @@ static void rep_summary_engines(FILE *f, const deploy_plan *p, const deploy_repo
                "= %.2fx; test accuracy %.2f%%; %d sparse layer%s%s%s\n",
             r->batch, m->ms, e->ms / m->ms, m->lat_ms, e->lat_ms / m->lat_ms, m->test_acc, m->nsparse,
             m->nsparse == 1 ? "" : "s", m->nsparse ? ": " : "", m->sparse);
+    fprintf(f, "  against its own all-cuDNN forward, alternating rounds (no drift between two builds): batch %d "
+               "%.3f vs %.3f ms = %.2fx, batch 1 %.3f vs %.3f ms = %.2fx\n",
+            r->batch, m->ab_ms, m->ab_dense_ms, m->ab_dense_ms / m->ab_ms, m->ab_lat_ms, m->ab_dense_lat_ms,
+            m->ab_dense_lat_ms / m->ab_lat_ms);
     rep_summary_mixed_layers(f, p, r);
 }
 
@@ -499,6 +503,13 @@ static void rep_json_engines(json_writer *j, const deploy_plan *p, const deploy_
     json_add_number(j, "batch_ms", m->ms);
     json_add_number(j, "batch1_ms", m->lat_ms);
     rep_json_speedups(j, "engine_speedup", e->ms, e->lat_ms, m->ms, m->lat_ms);
+    json_object_begin(j, "alternating");  // the plan against its own all-cuDNN forward, in alternating rounds
+    json_add_number(j, "batch_ms", m->ab_ms);
+    json_add_number(j, "dense_batch_ms", m->ab_dense_ms);
+    json_add_number(j, "batch1_ms", m->ab_lat_ms);
+    json_add_number(j, "dense_batch1_ms", m->ab_dense_lat_ms);
+    rep_json_speedups(j, "speedup", m->ab_dense_ms, m->ab_dense_lat_ms, m->ab_ms, m->ab_lat_ms);
+    json_object_end(j);
     rep_json_engine_check(j, m);
     json_add_int(j, "sparse_layers", m->nsparse);
     json_add_string(j, "sparse_layer_names", m->sparse);

@@ -44,6 +44,8 @@ typedef struct {
                                  // size, dengine_op_sparse's 0 (cuDNN), 1 or 2 (sparse)
     double *op_graph_gain_ms;    // mixed plan (nops, else NULL): whole forward on cuDNN minus
                                  // with the op sparse, for the ops faster sparse alone (NAN: other)
+    double ab_ms, ab_dense_ms;   // mixed plan: the plan and its own all-cuDNN forward timed in
+    double ab_lat_ms, ab_dense_lat_ms;  // alternating rounds (dengine_time_vs_dense), batch and 1
 } deploy_engine_result;
 
 // The whole run.

@@ -129,6 +129,14 @@ static void run_mixed(tctx *t, tdm_fixture *f, const char *name) {
         CHECK(t, sparse > 0, "%s: no layer ran sparse", what);
         check_engine(t, f, e, what, b1 ? 1 : NIMG, DE_FP16);
         check_op_times(t, f, e, what, b1 ? 1 : NIMG);
+        // the plan against its own all-cuDNN forward: both timed, every sparse path back after
+        double ms = NAN, dense_ms = NAN;
+        CHECK(t, dengine_time_vs_dense(e, 5, &ms, &dense_ms, &err) == 0, "%s: %s", what, err.msg);
+        CHECK(t, ms > 0 && dense_ms > 0 && isfinite(ms) && isfinite(dense_ms), "%s: %g vs %g ms", what, ms, dense_ms);
+        int again = 0;
+        for (int i = 0; i < f->p->nops; i++) again += dengine_op_sparse(e, i);
+        CHECK(t, again == sparse, "%s: %d sparse layers after timing against cuDNN, %d before", what, again, sparse);
+        check_engine(t, f, e, what, b1 ? 1 : NIMG, DE_FP16);
         dengine_free(e);
     }
 }
