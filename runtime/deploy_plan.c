@@ -443,11 +443,11 @@ double deploy_op_sparsity(const deploy_plan *p, const deploy_op *op) {
     return total > 0 ? 1.0 - (double)sl->nnz / total : 0.0;
 }
 
-// Multiply-accumulates per image, dense or with the stored entries.
+// Multiply-accumulates per image, dense or with the stored weights only.
 double deploy_op_macs(const deploy_plan *p, const deploy_op *op, int sparse) {
     const sparse_layer *sl = deploy_op_layer(p, op);
-    double per_px = sparse ? (double)sl->K * sl->nnz_row : (double)sl->K * sl->C * sl->R * sl->S;
-    return per_px * sl->P * sl->Q;
+    const double plane = (double)(sl->P > 0 ? sl->P : 1) * (sl->Q > 0 ? sl->Q : 1);
+    return (sparse ? (double)sl->nnz : (double)sl->K * sl->C * sl->R * sl->S) * plane;
 }
 
 // "KxCxRxS@HxW" or "KxC" into buf.

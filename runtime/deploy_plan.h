@@ -86,8 +86,9 @@ const sparse_layer *deploy_op_layer(const deploy_plan *p, const deploy_op *op);
 // Fraction of zero weights of a DOP_CONV op's layer (padding zeros count as zeros).
 double deploy_op_sparsity(const deploy_plan *p, const deploy_op *op);
 
-// Multiply-accumulates of a DOP_CONV op per image, dense and with the stored
-// entries (padding entries included).
+// Multiply-accumulates of a DOP_CONV op per image (output pixels before any
+// fused pooling), dense or with the stored weights only (a kept block counts
+// whole, padding entries do not): the work a sparse kernel must do.
 double deploy_op_macs(const deploy_plan *p, const deploy_op *op, int sparse);
 
 // "KxCxRxS@HxW" for a conv, "KxC" for a linear, into buf.

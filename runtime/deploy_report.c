@@ -277,6 +277,11 @@ static void rep_summary_prec(FILE *f, const deploy_report *r, const deploy_prec_
                 pr->t1.dense_failed);
 }
 
+// TFLOP/s of a conv op run in ms at batch n: dense (sparse 0) or useful (sparse 1, stored weights only).
+static double rep_tflops(const deploy_plan *p, const deploy_op *op, int sparse, int n, double ms) {
+    return 2.0 * deploy_op_macs(p, op, sparse) * n / (ms * 1e9);
+}
+
 // What the mixed plan runs op i on, in words ("" when nothing to say).
 static const char *rep_mixed_choice(const deploy_engine_result *m, int i) {
     if (m->op_path[i]) return " sparse";
@@ -291,9 +296,10 @@ static void rep_summary_mixed_layers(FILE *f, const deploy_plan *p, const deploy
     const deploy_engine_result *m = &r->mixed;
     if (!m->op_dense_ms || !m->op_sparse_ms || !m->op_path) return;
     fprintf(f, "  per layer in the engine, batch %d, ms (each path alone on the layer's input; gain: cudnn - "
-               "sparse alone, and the whole graph's time on cudnn - with the layer sparse):\n"
-               "  %-24s %10s %10s %8s %10s %10s\n", r->batch, "layer", "cudnn", "sparse", "x cudnn", "gain alone",
-               "in graph");
+               "sparse alone, and the whole graph's time on cudnn - with the layer sparse; TFLOP/s: cudnn's "
+               "of the dense layer, sparse's useful, 2 x stored weights x output pixels / time):\n"
+               "  %-24s %10s %10s %8s %10s %10s %8s %8s\n", r->batch, "layer", "cudnn", "sparse", "x cudnn",
+               "gain alone", "in graph", "TF cudnn", "TF sp");
     for (int i = 0; i < p->nops; i++) {
         const double dn = m->op_dense_ms[i], sp = m->op_sparse_ms[i];
         const double gg = m->op_graph_gain_ms ? m->op_graph_gain_ms[i] : NAN;
@@ -301,7 +307,8 @@ static void rep_summary_mixed_layers(FILE *f, const deploy_plan *p, const deploy
         fprintf(f, "  %-24s %10.4f %10.4f %7.2fx %10.4f", p->ops[i].name, dn, sp, dn / sp, dn - sp);
         if (isfinite(gg)) fprintf(f, " %10.4f", gg);
         else fprintf(f, " %10s", "-");
-        fprintf(f, "%s\n", rep_mixed_choice(m, i));
+        fprintf(f, " %8.1f %8.1f%s\n", rep_tflops(p, &p->ops[i], 0, r->batch, dn),
+                rep_tflops(p, &p->ops[i], 1, r->batch, sp), rep_mixed_choice(m, i));
     }
 }
 
@@ -462,8 +469,9 @@ static void rep_json_plans(json_writer *j, const deploy_report *r) {
     json_array_end(j);
 }
 
-// Adds "layers": the mixed plan's cuDNN and best sparse time of every conv with a sparse path, and what runs it.
-static void rep_json_mixed_layers(json_writer *j, const deploy_plan *p, const deploy_engine_result *m) {
+// Adds "layers": the mixed plan's cuDNN and best sparse time (and TFLOP/s at batch n) of every conv
+// with a sparse path, and what runs it.
+static void rep_json_mixed_layers(json_writer *j, const deploy_plan *p, const deploy_engine_result *m, int n) {
     if (!m->op_dense_ms || !m->op_sparse_ms) return;
     json_array_begin(j, "layers");
     for (int i = 0; i < p->nops; i++) {
@@ -472,6 +480,8 @@ static void rep_json_mixed_layers(json_writer *j, const deploy_plan *p, const de
         json_add_string(j, "name", p->ops[i].name);
         json_add_number(j, "cudnn_ms", m->op_dense_ms[i]);
         json_add_number(j, "sparse_ms", m->op_sparse_ms[i]);
+        json_add_number(j, "cudnn_tflops", rep_tflops(p, &p->ops[i], 0, n, m->op_dense_ms[i]));
+        json_add_number(j, "sparse_useful_tflops", rep_tflops(p, &p->ops[i], 1, n, m->op_sparse_ms[i]));
         if (m->op_path) json_add_string(j, "runs", m->op_path[i] ? "sparse" : "cudnn");
         if (m->op_graph_gain_ms && isfinite(m->op_graph_gain_ms[i]))
             json_add_number(j, "graph_gain_ms", m->op_graph_gain_ms[i]);
@@ -513,7 +523,7 @@ static void rep_json_engines(json_writer *j, const deploy_plan *p, const deploy_
     rep_json_engine_check(j, m);
     json_add_int(j, "sparse_layers", m->nsparse);
     json_add_string(j, "sparse_layer_names", m->sparse);
-    rep_json_mixed_layers(j, p, m);
+    rep_json_mixed_layers(j, p, m, r->batch);
     json_object_end(j);
 }
 

@@ -3,6 +3,7 @@
 // unfolded net (proves BN folding, borders, recomputed offsets, fused ReLU
 // and pool, residual adds, unfolded BNs, flattening); the plan's structure
 // for resnet18 and vgg16; errors for exports that do not match their graph.
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -313,6 +314,73 @@ static void test_report(tctx *t) {
     report_fixture_free(&fx);
 }
 
+// The number after "key": in js (NAN when absent).
+static double json_number_after(const char *js, const char *key) {
+    const char *at = js ? strstr(js, key) : NULL;
+    return at ? strtod(at + strlen(key), NULL) : NAN;
+}
+
+// The mixed plan's per-layer TFLOP/s: cuDNN's of the dense layer and the
+// sparse path's useful one (2 x stored weights x output pixels / time),
+// with the weights counted here from the layer's dense form.
+static void test_report_tflops(tctx *t) {
+    sc_err err = {{0}};
+    report_fixture fx;
+    report_fixture_make(&fx, &err);
+    deploy_plan *p = fx.p;
+    CHECK(t, p != NULL, "plan: %s", err.msg);
+    if (!p) {
+        report_fixture_free(&fx);
+        return;
+    }
+    const int n = p->nops;
+    double dn[64], sp[64], gain[64];
+    signed char path[64];
+    int conv = -1;
+    for (int i = 0; i < n && i < 64; i++) {
+        dn[i] = sp[i] = gain[i] = NAN, path[i] = 0;
+        if (conv < 0 && p->ops[i].kind == DOP_CONV && deploy_op_layer(p, &p->ops[i])->R > 1 &&
+            deploy_op_sparsity(p, &p->ops[i]) > 0.0)
+            conv = i;
+    }
+    CHECK(t, n <= 64 && conv >= 0, "%d ops, first pruned conv of 3x3 or more: %d", n, conv);
+    if (n > 64 || conv < 0) {
+        report_fixture_free(&fx);
+        return;
+    }
+    dn[conv] = 0.5, sp[conv] = 0.25, path[conv] = 1;
+    deploy_engine_result *m = &fx.r.mixed;
+    *m = (deploy_engine_result){.ran = 1, .ms = 1.0, .lat_ms = 1.0, .op_dense_ms = dn, .op_sparse_ms = sp,
+                                .op_path = path, .op_graph_gain_ms = gain};
+    fx.r.eng[DE_FP16] = (deploy_engine_result){.ran = 1, .ms = 2.0, .lat_ms = 1.0};
+    const sparse_layer *sl = deploy_op_layer(p, &p->ops[conv]);
+    float *w = deploy_op_dense_weights(p, &p->ops[conv]);
+    const size_t dense = (size_t)sl->K * sl->C * sl->R * sl->S;
+    size_t kept = 0;
+    for (size_t e = 0; w && e < dense; e++) kept += w[e] != 0.0f;
+    free(w);
+    const double px = (double)sl->P * sl->Q * fx.r.batch;
+    const double want_dense = 2.0 * dense * px / 0.5e9, want_sparse = 2.0 * kept * px / 0.25e9;
+    json_writer j;
+    json_init(&j);
+    deploy_report_json(&j, p, &fx.r);
+    const char *js = json_text(&j);
+    const double got_dense = json_number_after(js, "\"cudnn_tflops\": ");
+    const double got_sparse = json_number_after(js, "\"sparse_useful_tflops\": ");
+    CHECK(t, kept > 0 && kept < dense && fabs(got_dense - want_dense) <= 1e-6 * want_dense &&
+             fabs(got_sparse - want_sparse) <= 1e-6 * want_sparse,
+          "kept %zu of %zu: cudnn %g (want %g), sparse %g (want %g)", kept, dense, got_dense, want_dense,
+          got_sparse, want_sparse);
+    json_free(&j);
+    FILE *f = fdopen(fx.fd, "w");
+    if (f) deploy_report_summary(f, p, &fx.r), fclose(f), fx.fd = -1;
+    char text[16384], cell[32];
+    read_text(fx.path, text, sizeof text);
+    snprintf(cell, sizeof cell, " %8.1f %8.1f sparse", want_dense, want_sparse);
+    CHECK(t, strstr(text, "TF sp") && strstr(text, cell), "no '%s' in: %.600s", cell, text);
+    report_fixture_free(&fx);
+}
+
 // Writes the chart under a 256-byte file size limit (a full disk): the write
 // fails with one line, the previous chart stays and no temporary is left.
 static int chart_write_limited(const char *path, const deploy_plan *p, const deploy_report *r,
@@ -367,6 +435,7 @@ int main(void) {
     RUN(&t, test_builtin_structure);
     RUN(&t, test_plan_errors);
     RUN(&t, test_report);
+    RUN(&t, test_report_tflops);
     RUN(&t, test_chart_write_error);
     RUN(&t, test_count_correct);
     return check_finish(&t);
