@@ -101,6 +101,17 @@ $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
+# The build's identity (git describe, "unknown" outside a checkout) in a header
+# rewritten only when it changes (not by a dry run): prune keys the latency
+# tables it caches on it, so a table measured with other kernels is not reused.
+BUILD_ID   := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
+BUILD_ID_H := $(BUILD)/build_id.h
+ifeq ($(findstring n,$(firstword -$(MAKEFLAGS))),)
+  $(shell mkdir -p $(BUILD) && echo '#define SC_BUILD_ID "$(BUILD_ID)"' | cmp -s - $(BUILD_ID_H) || \
+          echo '#define SC_BUILD_ID "$(BUILD_ID)"' >$(BUILD_ID_H))
+endif
+override CFLAGS += -I$(BUILD)
+
 # The nvcc flags of the last GPU build: a change (CUDA_ARCH) rebuilds every .cu object
 # (not rewritten by a dry run, make -n).
 NVSTAMP := $(BUILD)/nvflags

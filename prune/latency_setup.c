@@ -8,6 +8,14 @@
 #include <unistd.h>
 
 #include "runtime/progress.h"
+#if defined(__has_include)
+#if __has_include("build_id.h")
+#include "build_id.h"  // SC_BUILD_ID, written by the Makefile into the build directory
+#endif
+#endif
+#ifndef SC_BUILD_ID
+#define SC_BUILD_ID "unknown"  // built without that header (the fuzzing build)
+#endif
 
 // The key this run needs: the present GPU (or "none"), arch, batch, precision.
 static void run_key(const prune_lat_opts *o, const net *nt, lat_key *k) {
@@ -18,6 +26,7 @@ static void run_key(const prune_lat_opts *o, const net *nt, lat_key *k) {
     k->batch = o->batch;
     snprintf(k->precision, sizeof k->precision, "%s", o->precision);
     snprintf(k->plan, sizeof k->plan, "%s", lat_plan_for(o->precision));
+    snprintf(k->build, sizeof k->build, "%s", SC_BUILD_ID);
 }
 
 // A given file: it must fit; without a GPU its GPU is taken as it is (noted).
@@ -30,6 +39,11 @@ static int given_table(const prune_lat_opts *o, const lat_key *key, const net *n
         snprintf(k.gpu, sizeof k.gpu, "%s", t->key.gpu), k.cc = t->key.cc;
         log_line(stderr, o->quiet, "prune: no GPU here: using the latency table %s as given (%s, %s)",
                  o->table, t->key.gpu, t->source);
+    }
+    if (strcmp(k.build, t->key.build)) {  // a table the user names is trusted across builds, said so
+        log_line(stderr, o->quiet, "prune: the latency table %s was timed by build %s, this is %s", o->table,
+                 t->key.build, k.build);
+        snprintf(k.build, sizeof k.build, "%s", t->key.build);
     }
     if (lat_table_fits(t, &k, nt, pl, why, sizeof why)) return 0;
     lat_table_free(t);

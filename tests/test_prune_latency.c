@@ -35,6 +35,7 @@ static int random_table(lat_table *t, int L, int G, rng *r) {
     t->rest_ms = rng_uniform(r);
     snprintf(t->key.gpu, sizeof t->key.gpu, "Test GPU %d", (int)rng_below(r, 100));
     t->key.cc = 90, t->key.batch = 128;
+    snprintf(t->key.build, sizeof t->key.build, "build-%d", (int)rng_below(r, 1000));
     snprintf(t->key.arch, sizeof t->key.arch, "lenet");
     snprintf(t->key.precision, sizeof t->key.precision, "fp16");
     snprintf(t->key.plan, sizeof t->key.plan, "%s", lat_plan_for("fp16"));
@@ -126,8 +127,8 @@ static void test_json(tctx *t) {
     CHECK_CLOSE(t, b.rest_ms, a.rest_ms, 1e-12);
     CHECK(t, !strcmp(a.key.gpu, b.key.gpu) && a.key.cc == b.key.cc && a.key.batch == b.key.batch &&
                  !strcmp(a.key.precision, b.key.precision) && !strcmp(a.key.arch, b.key.arch) &&
-                 !strcmp(b.key.plan, LAT_PLAN_MIXED),
-          "key %s %d %d %s", b.key.gpu, b.key.cc, b.key.batch, b.key.plan);
+                 !strcmp(b.key.plan, LAT_PLAN_MIXED) && !strcmp(a.key.build, b.key.build),
+          "key %s %d %d %s %s", b.key.gpu, b.key.cc, b.key.batch, b.key.plan, b.key.build);
     CHECK(t, b.L == a.L && !strcmp(b.name[4], a.name[4]) && !strcmp(b.source, "synthetic"), "names");
     lat_table_free(&b);
     FILE *f = fopen(path, "w");  // a table written before the plan was recorded: per-layer
@@ -135,8 +136,9 @@ static void test_json(tctx *t) {
                "\"precision\": \"fp16\", \"rest_ms\": 0, \"grid\": [0, 0.5], \"layers\": [\"a\"], "
                "\"ms\": [[2, 1]]}\n");
     fclose(f);
-    CHECK(t, lat_table_load(&b, path, &err) == 0 && !strcmp(b.key.plan, LAT_PLAN_LAYER), "old table: %s %s",
-          err.msg, b.key.plan);
+    CHECK(t, lat_table_load(&b, path, &err) == 0 && !strcmp(b.key.plan, LAT_PLAN_LAYER) &&
+                 !strcmp(b.key.build, "unknown"),
+          "old table: %s %s %s", err.msg, b.key.plan, b.key.build);
     lat_table_free(&b);
     f = fopen(path, "w");  // a grid that does not increase
     fprintf(f, "{\"gpu\": \"x\", \"compute_capability\": 0, \"arch\": \"lenet\", \"batch\": 1, "
@@ -154,7 +156,7 @@ static void test_json(tctx *t) {
     lat_table_free(&a);
 }
 
-// A table fits only its GPU, architecture, batch, precision and layers.
+// A table fits only its GPU, architecture, batch, precision, build and layers.
 static void test_refuse(tctx *t) {
     sc_err err = {0};
     prune_layers pl;
@@ -178,6 +180,15 @@ static void test_refuse(tctx *t) {
     CHECK(t, !lat_table_fits(&tb, &k, nt, &pl, why, sizeof why) && strstr(why, "fp32"), "%s", why);
     k = key, snprintf(k.plan, sizeof k.plan, "%s", LAT_PLAN_LAYER);
     CHECK(t, !lat_table_fits(&tb, &k, nt, &pl, why, sizeof why) && strstr(why, "plan"), "%s", why);
+    k = key, snprintf(k.build, sizeof k.build, "other-build");  // other kernels: measured again
+    CHECK(t, !lat_table_fits(&tb, &k, nt, &pl, why, sizeof why) && strstr(why, "other-build"), "%s", why);
+    lat_table fl;  // the FLOP model does not depend on the kernels: any build's fits
+    lat_key kn = key, kb;
+    snprintf(kn.gpu, sizeof kn.gpu, "none"), kn.cc = 0;
+    kb = kn, snprintf(kb.build, sizeof kb.build, "other-build");
+    CHECK(t, lat_table_flops(&fl, &kn, nt, &pl, &err) == 0 && lat_table_fits(&fl, &kb, nt, &pl, why, sizeof why),
+          "FLOP table, other build: %s %s", err.msg, why);
+    lat_table_free(&fl);
     k = key, snprintf(k.arch, sizeof k.arch, "resnet18");
     CHECK(t, !lat_table_fits(&tb, &k, nt, &pl, why, sizeof why) && strstr(why, "resnet18"), "%s", why);
     snprintf(tb.name[0], sizeof tb.name[0], "other.weight");
