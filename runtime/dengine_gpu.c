@@ -613,22 +613,28 @@ static int de_graph_ms(dengine *e, int repeat, double *ms, sc_err *err) {
     return rc;
 }
 
-// Whole-forward time of op i on its sparse path and on cuDNN, each the
-// median of DE_CONFIRM_ROUNDS alternating measurements (drift hits both).
-static int de_graph_ab(dengine *e, int i, int repeat, double *sparse_ms, double *dense_ms, sc_err *err) {
-    eng_op *o = &e->ops[i];
-    desparse *sp = o->sp;
-    debs *bs = o->bs;
+// An op's sparse paths, parked while the op runs on cuDNN.
+typedef struct {
+    desparse *sp;
+    debs *bs;
+} de_path;
+
+// Whole-forward time with ops [lo, hi) on their present paths (*sparse_ms) and
+// all on cuDNN (*dense_ms), each the median of DE_CONFIRM_ROUNDS alternating
+// measurements (drift hits both); the paths are as before afterwards.
+static int de_graph_ab(dengine *e, int lo, int hi, int repeat, double *sparse_ms, double *dense_ms, sc_err *err) {
+    de_path *saved = malloc((hi > lo ? (size_t)(hi - lo) : 1) * sizeof *saved);
     double a[DE_CONFIRM_ROUNDS], b[DE_CONFIRM_ROUNDS];
-    int rc = 0;
+    int rc = saved ? 0 : sc_fail(err, "out of memory");
+    for (int i = lo; !rc && i < hi; i++) saved[i - lo] = (de_path){e->ops[i].sp, e->ops[i].bs};
     for (int k = 0; !rc && k < DE_CONFIRM_ROUNDS; k++) {
-        o->sp = sp, o->bs = bs;
         rc = de_graph_ms(e, repeat, &a[k], err);
-        o->sp = NULL, o->bs = NULL;
+        for (int i = lo; i < hi; i++) e->ops[i].sp = NULL, e->ops[i].bs = NULL;
         if (!rc) rc = de_graph_ms(e, repeat, &b[k], err);
+        for (int i = lo; i < hi; i++) e->ops[i].sp = saved[i - lo].sp, e->ops[i].bs = saved[i - lo].bs;
     }
-    o->sp = sp, o->bs = bs;
-    *sparse_ms = sc_median(a, DE_CONFIRM_ROUNDS), *dense_ms = sc_median(b, DE_CONFIRM_ROUNDS);
+    free(saved);
+    if (!rc) *sparse_ms = sc_median(a, DE_CONFIRM_ROUNDS), *dense_ms = sc_median(b, DE_CONFIRM_ROUNDS);
     return rc;
 }
 
@@ -650,7 +656,7 @@ static int de_confirm_sparse(dengine *e, int repeat, sc_err *err) {
     for (int k = 0; !rc && k < n; k++) {
         eng_op *o = &e->ops[order[k]];
         double with = 0, without = 0;
-        rc = de_graph_ab(e, order[k], repeat, &with, &without, err);
+        rc = de_graph_ab(e, order[k], order[k] + 1, repeat, &with, &without, err);
         o->graph_gain_ms = without - with;
         if (rc || !(without < with)) continue;
         desparse_free(o->sp), debs_free(o->bs);
@@ -659,12 +665,6 @@ static int de_confirm_sparse(dengine *e, int repeat, sc_err *err) {
     free(order);
     return rc;
 }
-
-// An op's sparse paths, parked while the op runs on cuDNN.
-typedef struct {
-    desparse *sp;
-    debs *bs;
-} de_path;
 
 // Parks every op's sparse path in saved (nops) and leaves those with on[i]
 // (on NULL: none) running sparse; de_unpark puts them all back.
@@ -791,37 +791,18 @@ int dengine_time(dengine *e, int repeat, double *ms, sc_err *err) {
     return gpu_time_median(&e->g, de_replay, &r, 3, repeat, ms, err) ? sc_wrap(err, "timing the dense engine") : 0;
 }
 
-// Moves every sparse op to cuDNN (on = 0) or back (on = 1); saved holds their paths.
-static void de_all_sparse(dengine *e, int on, desparse **sp, debs **bs) {
-    for (int i = 0; i < e->p->nops; i++) {
-        if (!on) sp[i] = e->ops[i].sp, bs[i] = e->ops[i].bs;
-        e->ops[i].sp = on ? sp[i] : NULL, e->ops[i].bs = on ? bs[i] : NULL;
-    }
-}
-
 // The plan and its all-cuDNN forward in alternating rounds, medians.
 int dengine_time_vs_dense(dengine *e, int repeat, double *ms, double *dense_ms, sc_err *err) {
-    const int nops = e->p->nops;
     int nsparse = 0;
-    for (int i = 0; i < nops; i++) nsparse += e->ops[i].sp || e->ops[i].bs;
+    for (int i = 0; i < e->p->nops; i++) nsparse += e->ops[i].sp || e->ops[i].bs;
     if (!nsparse) {
         const int rc = de_graph_ms(e, repeat, ms, err);
         *dense_ms = *ms;
         return rc ? sc_wrap(err, "timing the engine") : 0;
     }
-    desparse **sp = malloc((size_t)nops * sizeof *sp);
-    debs **bs = malloc((size_t)nops * sizeof *bs);
-    double a[DE_CONFIRM_ROUNDS], b[DE_CONFIRM_ROUNDS];
-    int rc = sp && bs ? 0 : sc_fail(err, "out of memory");
-    for (int k = 0; !rc && k < DE_CONFIRM_ROUNDS; k++) {
-        rc = de_graph_ms(e, repeat, &a[k], err);
-        de_all_sparse(e, 0, sp, bs);
-        if (!rc) rc = de_graph_ms(e, repeat, &b[k], err);
-        de_all_sparse(e, 1, sp, bs);
-    }
-    free(sp), free(bs);
-    if (!rc) *ms = sc_median(a, DE_CONFIRM_ROUNDS), *dense_ms = sc_median(b, DE_CONFIRM_ROUNDS);
-    return rc ? sc_wrap(err, "timing the engine against its all-cuDNN forward") : 0;
+    return de_graph_ab(e, 0, e->p->nops, repeat, ms, dense_ms, err)
+               ? sc_wrap(err, "timing the engine against its all-cuDNN forward")
+               : 0;
 }
 
 // Tuned milliseconds of op i.
@@ -856,7 +837,7 @@ int dengine_op_graph_gain_alone(dengine *e, int i, int repeat, double *gain_ms, 
     de_park(e, NULL, saved);
     e->ops[i].sp = saved[i].sp, e->ops[i].bs = saved[i].bs;
     double with = 0, without = 0;
-    const int rc = de_graph_ab(e, i, repeat, &with, &without, err);
+    const int rc = de_graph_ab(e, i, i + 1, repeat, &with, &without, err);
     de_unpark(e, saved);
     free(saved);
     if (!rc) *gain_ms = without - with;
