@@ -2,7 +2,9 @@
 # Issue 17's default: the mission's pipeline from scratch, once per setting,
 #   prune --population 8 [SETTING] cifar100 && quantize --centroids 16 && export && deploy --precision fp16 --engine fp16
 # SETTING: "sparsity" (today's default: --objective sparsity) or a latency target "1.2x"
-# (--objective latency --latency-target 1.2x); one job per GPU (bench/gpu_queue.sh), plus the dense
+# (--objective latency --latency-target 1.2x --pattern LAT_PATTERN: the fp16 engine's only
+# sparse kernels are the block-sparse ones, so an unstructured latency run has nothing to
+# gain); one job per GPU (bench/gpu_queue.sh), plus the dense
 # model (train's defaults) as the yardstick; then bench/default_pipeline.py's table: validation and
 # test top-1 after prune and after quantize, deploy's mixed fp16 plan against the dense fp16 engine
 # of the same process at batch 128 and 1, and the setting a rule on validation picks (the fastest
@@ -14,7 +16,7 @@
 # is skipped: run the same command again on the warm machine to go on); OUT (bench/out:
 # default-pipeline.md and .tar.gz); DEADLINE (540 s: what is done is written to OUT while the rest goes
 # on); GPUS (nvidia-smi's count); DATASET (cifar100); MODEL (the tools' default, resnet18); PRUNE_ARGS
-# (extra prune options); DEPLOY_ARGS ("--precision fp16 --engine fp16"). A smoke test on the CPU:
+# (extra prune options); LAT_PATTERN (16x8: the latency settings' --pattern); DEPLOY_ARGS ("--precision fp16 --engine fp16"). A smoke test on the CPU:
 # DATASET=synthetic MODEL=lenet GPUS=1 PRUNE_ARGS="--iterations 1 --batches 2 --finetune 1" DEPLOY_ARGS="--device cpu".
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,7 +41,7 @@ run_job() {
         return
     fi
     local j=$1 obj=(--objective sparsity)
-    [ "$j" = sparsity ] || obj=(--objective latency --latency-target "$j")
+    [ "$j" = sparsity ] || obj=(--objective latency --latency-target "$j" --pattern "${LAT_PATTERN:-16x8}")
     $B/prune --population 8 "${model[@]}" "${obj[@]}" --seed "$seed" --quiet --runs "$work/runs" "${extra[@]}" -o "$work/$j.h5" \
         --json "$work/json/prune-$j.json" "$ds" &&
         $B/quantize --quiet --centroids 16 "$work/$j.h5" -o "$work/$j-k16.h5" --json "$work/json/quantize-$j.json" &&

@@ -156,6 +156,36 @@ void evolve_lat_ratio(const evolve_cfg *c, const prune_layers *pl, const double 
     for (int l = 0; l < L; l++) r[l] = mean > 0.0 ? fmin(20.0, fmax(0.05, r[l] / mean)) : 1.0;
 }
 
+// Predicted ms of the allocation at overall sparsity v above `from` (sp: scratch).
+static double reach_ms(const evolve_cfg *c, const prune_layers *pl, const double *w,
+                       const double *from, double v, double *sp) {
+    evolve_allocate(w, pl, from, v, c->s_max, sp);
+    return lat_predict(c->lat, sp);
+}
+
+int evolve_lat_reach(const evolve_cfg *c, const prune_layers *pl, const double *from,
+                     double target_ms, double *sparsity, double *ms) {
+    int L = pl->n;
+    double *w = malloc((size_t)L * 2 * sizeof *w), *sp = w ? w + L : NULL;
+    double a = prune_sparsity_overall(pl, from), b = fmax(a, c->s_max);
+    int out = 0;
+    if (!w) return *sparsity = b, *ms = NAN, 1;
+    evolve_lat_ratio(c, pl, from, w);
+    for (int l = 0; l < L; l++) w[l] = 1.0 / w[l];
+    if (reach_ms(c, pl, w, from, a, sp) <= target_ms) b = a;
+    else if (reach_ms(c, pl, w, from, b, sp) > target_ms) out = 1;
+    else
+        for (int it = 0; it < 50; it++) {  // bisection: b always reaches the target
+            double m = 0.5 * (a + b);
+            if (reach_ms(c, pl, w, from, m, sp) <= target_ms) b = m;
+            else a = m;
+        }
+    *ms = reach_ms(c, pl, w, from, b, sp);
+    free(w);
+    *sparsity = b;
+    return out;
+}
+
 void evolve_plan(const prune_sol *s, const prune_layers *pl, const double *sens,
                  const evolve_cfg *c, double floor, rng *r, double *target) {
     int L = pl->n;

@@ -52,6 +52,15 @@ double evolve_fitness(const evolve_cfg *c, const prune_sol *s);
 // layer's weights), clipped to [1/20, 20], into r; 1 everywhere without c->lat.
 void evolve_lat_ratio(const evolve_cfg *c, const prune_layers *pl, const double *sp, double *r);
 
+// Latency objective: the smallest overall sparsity in [overall(from), s_max] whose
+// allocation above the per-layer sparsities `from` (evolve_allocate with each
+// layer's weight 1 / its evolve_lat_ratio at `from`: time bought per weight) the
+// table c->lat predicts at or below target_ms, into *sparsity (and that prediction
+// into *ms); returns 1, with s_max and its prediction, when even s_max does not
+// reach it, else 0.
+int evolve_lat_reach(const evolve_cfg *c, const prune_layers *pl, const double *from,
+                     double target_ms, double *sparsity, double *ms);
+
 // Fills the defaults for `iterations` iterations towards `target`.
 void evolve_cfg_default(evolve_cfg *c, int iterations, double target);
 

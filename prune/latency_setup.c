@@ -124,38 +124,19 @@ int prune_lat_table(const prune_lat_opts *o, net *nt, const prune_layers *pl,
     return 0;
 }
 
-// Predicted ms of the latency-weighted allocation at overall sparsity s.
-static double alloc_ms(const lat_table *t, const prune_layers *pl, const double *w, double s,
-                       double s_max, double *lo, double *sp) {
-    for (int l = 0; l < pl->n; l++) lo[l] = 0.0;
-    evolve_allocate(w, pl, lo, s, s_max, sp);
-    return lat_predict(t, sp);
-}
-
-// Bisection on the overall sparsity.
+// The allocation from sparsity 0 (evolve_lat_reach), or the error naming the best it can do.
 int prune_lat_sparsity(const lat_table *t, const prune_layers *pl, double target_ms, double s_max,
                        double *sparsity, sc_err *err) {
     int L = pl->n;
-    double w[L], lo[L], sp[L], zero[L];
+    double zero[L > 0 ? L : 1], ms;
     evolve_cfg c;
     evolve_cfg_default(&c, 1, 0.0);
     c.lat = t;
+    c.s_max = s_max;
     for (int l = 0; l < L; l++) zero[l] = 0.0;
-    evolve_lat_ratio(&c, pl, zero, w);
-    for (int l = 0; l < L; l++) w[l] = 1.0 / w[l];
-    double a = 0.0, b = s_max;
-    if (alloc_ms(t, pl, w, 0.0, s_max, lo, sp) <= target_ms) return *sparsity = 0.0, 0;
-    double best = alloc_ms(t, pl, w, b, s_max, lo, sp);
-    if (best > target_ms)
-        return sc_fail(err, "latency target %.4g ms out of reach: the table predicts %.4g ms at "
-                       "sparsity %.3f (dense %.4g ms)", target_ms, best, b, lat_dense_ms(t));
-    for (int it = 0; it < 50; it++) {
-        double m = 0.5 * (a + b);
-        if (alloc_ms(t, pl, w, m, s_max, lo, sp) <= target_ms) b = m;
-        else a = m;
-    }
-    *sparsity = b;
-    return 0;
+    if (!evolve_lat_reach(&c, pl, zero, target_ms, sparsity, &ms)) return 0;
+    return sc_fail(err, "latency target %.4g ms out of reach: the table predicts %.4g ms at "
+                   "sparsity %.3f (dense %.4g ms)", target_ms, ms, *sparsity, lat_dense_ms(t));
 }
 
 // Each layer's table time at its sparsity against its measured op time (stdout).

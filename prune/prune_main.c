@@ -82,7 +82,8 @@ typedef struct {
     {.name = "latency-target", .type = OPT_STRING, .dst = &(o)->lat_target, .def = "2x",       \
      .metavar = "X|Nx", .help = "latency objective: milliseconds at --latency-batch, or Nx for N times\n" \
      "faster than the dense network of the same precision (per the latency table); sets the\n" \
-     "overall sparsity unless --target-sparsity is given"},                                    \
+     "overall sparsity, raised in the search until the best meets it, unless --target-sparsity\n" \
+     "is given"},                                                                              \
     {.name = "latency-batch", .type = OPT_INT, .dst = &(o)->lat_batch, .def = "128", .min = 1, \
      .max = 65536, .help = "latency objective: images per forward pass the latency is for"},   \
     {.name = "latency-table", .type = OPT_STRING, .dst = &(o)->lat_table, .metavar = "FILE",   \
@@ -472,7 +473,7 @@ static int latency_set(prune_run *r, sc_err *err) {
     if (!rc) rc = prune_lat_table(&r->lo, r->nt, &pl, &r->cfg.pattern, r->dist, &r->lat, err);
     if (!rc) r->usage = rc = lat_parse_target(r->o.lat_target, &r->lat, &ms, err);
     if (!rc && !r->o.target_given) rc = prune_lat_sparsity(&r->lat, &pl, ms, r->cfg.ev.s_max, &sp, err);
-    if (!rc && !r->o.target_given) r->cfg.target = fmax(sp, r->cfg.min_layer);
+    if (!rc && !r->o.target_given) r->cfg.target = fmax(sp, r->cfg.min_layer), r->cfg.lat_retarget = 1;
     prune_layers_free(&pl);
     SC_TRY(rc);
     r->cfg.ev.lat = &r->lat;

@@ -107,6 +107,7 @@ int prune_search_init(prune_search *s, const prune_cfg *cfg, const dataset *ds, 
     s->nt = nt;
     s->ex = ex;
     s->start_acc = -1.0;
+    s->target0 = cfg->target;
     s->loaded = -1;
     s->t_run = progress_clock();
     SC_TRY(prune_layers_init(&s->pl, nt, err));
@@ -499,6 +500,29 @@ static int iteration_rounds(prune_search *s, int it, const int *active, int k, l
     return 0;
 }
 
+// Latency objective (cfg.lat_retarget): from the iteration whose rounds reach
+// the given target on, the target is what the best solution needs, from its
+// own per-layer sparsities, for the table to predict the latency target
+// (evolve_lat_reach; never below the given one). The search's allocation
+// follows sensitivity as well as time, so the target the latency was turned
+// into at the start can leave it above the latency target (vgg16: 14%). A
+// function of the population, so a resumed run sets the same target.
+static void lat_retarget(prune_search *s, int it) {
+    prune_cfg *c = &s->cfg;
+    if (!c->lat_retarget || !c->ev.lat || !in_search(s, it)) return;
+    evolve_cfg given = c->ev;
+    given.target = s->target0;
+    if (evolve_floor(&given, (int)prune_search_clock(c, it) + 1) < s->target0 - 1e-9) return;
+    const double *sp = s->pop->sol[s->pop->best].sparsity;
+    double v, ms, old = c->target;
+    int out = evolve_lat_reach(&c->ev, &s->pl, sp, c->ev.lat_target, &v, &ms);
+    c->target = c->ev.target = fmax(s->target0, v);
+    if (fabs(c->target - old) > 1e-4 && s->rank == 0)
+        log_line(stderr, c->quiet, "prune: best solution predicted %.4g ms (latency target %.4g): target "
+                 "sparsity %.4f -> %.4f%s", lat_predict(c->ev.lat, sp), c->ev.lat_target, old, c->target,
+                 out ? " (the most the table allows; the latency target is out of reach)" : "");
+}
+
 // Runs iteration it (0-based): every active solution's rounds (population /
 // active of them each), then evolve's selection; appends the history row.
 static int iteration_run(prune_search *s, int it, sc_err *err) {
@@ -506,6 +530,7 @@ static int iteration_run(prune_search *s, int it, sc_err *err) {
     int search = in_search(s, it), active[p->n];
     int a = prune_search_active(&s->cfg, it), k = search ? p->n / a : 1;
     long pos = prune_search_clock(&s->cfg, it);
+    lat_retarget(s, it);
     race_promote(s, it);
     for (int i = 0; i < p->n; i++) active[i] = search ? i < a : i == p->best;
     SC_TRY(spread(s, active, err));

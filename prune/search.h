@@ -62,6 +62,9 @@ typedef struct {
     double save_interval; // seconds between state saves (0: after every iteration); the
                           // state is always saved when the run stops or ends
     int quiet;            // 1: no progress display
+    int lat_retarget;     // latency objective with `target` derived from the latency target:
+                          // once the schedule reaches it, the target rises to what the best
+                          // solution needs for the table to predict the latency target
     evolve_cfg ev;        // evolve's settings (iterations and target are set from above)
 } prune_cfg;
 
@@ -82,6 +85,7 @@ typedef struct {
     double *cut;         // (population * L) cost increase per layer this round (evolve_cost)
     double *floor;       // (L) the copy of cfg.layer_floor (NULL without one)
     double start_acc;    // validation accuracy of the start model (before any pruning)
+    double target0;      // cfg.target as given (lat_retarget moves cfg.target above it)
     int finished;        // 1 once every iteration is done
     int loaded;          // solution whose exact state the executor holds (-1: none)
     double t_run;        // wall clock when this process started running

@@ -3,7 +3,7 @@
 // against a direct reference, the JSON round trip, refusal of a table made
 // for another GPU, architecture, batch, precision or plan (an old table without
 // one counts as the per-layer plan), the plan of each precision, the FLOP model, the
-// sparsity a target needs, the fitness penalty, and mutations drawn towards
+// sparsity a target needs (from 0 and from a solution), the fitness penalty, and mutations drawn towards
 // the layer that buys time.
 #include <math.h>
 #include <stdio.h>
@@ -318,6 +318,39 @@ static void test_sparsity_for_target(tctx *t) {
     prune_layers_free(&pl);
 }
 
+// From a lopsided solution (the expensive layers kept dense): the sparsity that
+// meets the target above it is met there and missed just below, no layer goes
+// below where it was, a solution already under the target stays, and an
+// unreachable target says so.
+static void test_reach_from(tctx *t) {
+    rng r;
+    rng_seed(&r, 17, 0);
+    size_t count[5] = {2000, 8000, 500, 12000, 3000};
+    prune_layers pl = fake_layers(5, count);
+    lat_table tb;
+    CHECK(t, random_table(&tb, 5, 7, &r) == 0, "alloc");
+    evolve_cfg c;
+    evolve_cfg_default(&c, 1, 0.0);
+    c.lat = &tb;
+    double from[5] = {0.9, 0.1, 0.0, 0.95, 0.3}, w[5], a[5], b[5], v = -1, ms = -1;
+    double s0 = prune_sparsity_overall(&pl, from), lo = tb.rest_ms, now = lat_predict(&tb, from);
+    for (int l = 0; l < 5; l++) lo += lat_layer_ms(&tb, l, 0.995);
+    double target = lo + 0.5 * (now - lo);
+    CHECK(t, evolve_lat_reach(&c, &pl, from, target, &v, &ms) == 0 && v > s0, "%g from %g", v, s0);
+    evolve_lat_ratio(&c, &pl, from, w);
+    for (int l = 0; l < 5; l++) w[l] = 1.0 / w[l];
+    evolve_allocate(w, &pl, from, v, 0.995, a);
+    evolve_allocate(w, &pl, from, fmax(s0, v - 0.01), 0.995, b);
+    CHECK(t, lat_predict(&tb, a) <= target + 1e-9 && fabs(ms - lat_predict(&tb, a)) < 1e-12, "%g > %g at %g",
+          lat_predict(&tb, a), target, v);
+    CHECK(t, lat_predict(&tb, b) > target, "%g <= %g below %g", lat_predict(&tb, b), target, v);
+    for (int l = 0; l < 5; l++) CHECK(t, a[l] >= from[l] - 1e-12, "layer %d: %g below %g", l, a[l], from[l]);
+    CHECK(t, evolve_lat_reach(&c, &pl, from, now * 1.01, &v, &ms) == 0 && fabs(v - s0) < 1e-12, "%g vs %g", v, s0);
+    CHECK(t, evolve_lat_reach(&c, &pl, from, lo * 0.9, &v, &ms) == 1 && v == c.s_max && ms > lo * 0.9, "%g %g", v, ms);
+    lat_table_free(&tb);
+    prune_layers_free(&pl);
+}
+
 // Mutations under the latency objective raise the layer that buys time
 // more often than the others; without a table the picks are uniform.
 static void test_mutate_bias(tctx *t) {
@@ -388,6 +421,7 @@ int main(void) {
     RUN(&t, test_measure_nogpu);
     RUN(&t, test_fitness);
     RUN(&t, test_sparsity_for_target);
+    RUN(&t, test_reach_from);
     RUN(&t, test_mutate_bias);
     RUN(&t, test_plan_bias);
     return check_finish(&t);
