@@ -64,6 +64,9 @@ endif
 # one file in parallel with NVCC_THREADS threads (0: one per core).
 CUDA_ARCH    ?= 80 86 89 90
 NVCC_THREADS ?= 0
+# LINEINFO=1: source-line tables in the GPU code, for Nsight Compute's source view
+# (`ncu --import-source yes`); the code itself is unchanged.
+LINEINFO     ?= 0
 nv_major   = $(firstword $(foreach m,5 6 7 8 9,$(if $(filter $(m)%,$(1)),$(m))))
 nv_virtual = $(if $(call nv_major,$(1)),$(firstword $(filter $(call nv_major,$(1))%,$(CUDA_ARCH))),$(1))
 NVARCH    := $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(call nv_virtual,$(a)),code=sm_$(a)) \
@@ -74,7 +77,8 @@ ifeq ($(GPU),1)
   CU_SRC  := $(foreach d,$(DIRS),$(wildcard $(d)/*.cu))
   LIB_C   := $(filter-out %_none.c,$(LIB_C))
   override CFLAGS += -DSC_HAVE_CUDA -I$(CUDA)/include
-  NVFLAGS := -O3 -std=c++17 -I. -DSC_HAVE_CUDA $(NVARCH) $(NVTHREADS) -Xcompiler -Wall -MMD -MP
+  NVFLAGS := -O3 -std=c++17 -I. -DSC_HAVE_CUDA $(NVARCH) $(NVTHREADS) $(if $(filter 1,$(LINEINFO)),-lineinfo) \
+             -Xcompiler -Wall -MMD -MP
   LDLIBS  += -L$(CUDA)/lib64 -Wl,-rpath,$(CUDA)/lib64 -lcudnn -lcublasLt -lcublas -lcusparse -lcudart -lstdc++
   TEST_SRC := $(wildcard tests/test_*.c tests/gpu_test_*.c)
 else
