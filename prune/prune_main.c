@@ -559,7 +559,7 @@ static int summary_json(prune_run *r, double val, double test, const char *plot,
     json_add_int(&j, "ranks", dist_size(r->dist));
     json_add_string(&j, "device", exec_device_name(r->ex));
     json_add_string(&j, "precision", r->prec == PREC_FP16 ? "fp16" : "fp32");
-    json_add_number(&j, "target_sparsity", r->cfg.target);
+    json_add_number(&j, "target_sparsity", r->s.cfg.target);  // as raised by the latency objective
     json_add_number(&j, "min_layer_sparsity", r->cfg.min_layer);
     json_add_string(&j, "layer_floor", r->o.layer_floor);
     json_add_number(&j, "sparsity", net_sparsity(r->nt));
