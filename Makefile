@@ -105,22 +105,23 @@ $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-# The build's identity (git describe, "unknown" outside a checkout) in a header
-# rewritten only when it changes (not by a dry run): prune keys the latency
-# tables it caches on it, so a table measured with other kernels is not reused.
+# $(call stamp,TEXT,FILE): writes the line TEXT into FILE only when it differs, so
+# that what depends on FILE is rebuilt only on a change (never by a dry run, make -n).
+DRY_RUN := $(findstring n,$(firstword -$(MAKEFLAGS)))
+stamp    = $(if $(DRY_RUN),,$(shell mkdir -p $(dir $(2)) && echo '$(1)' | cmp -s - $(2) || echo '$(1)' >$(2)))
+
+# The build's identity (git describe, "unknown" outside a checkout) in a header:
+# prune keys the latency tables it caches on it, so a table measured with other
+# kernels is not reused.
 BUILD_ID   := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 BUILD_ID_H := $(BUILD)/build_id.h
-ifeq ($(findstring n,$(firstword -$(MAKEFLAGS))),)
-  $(shell mkdir -p $(BUILD) && echo '#define SC_BUILD_ID "$(BUILD_ID)"' | cmp -s - $(BUILD_ID_H) || \
-          echo '#define SC_BUILD_ID "$(BUILD_ID)"' >$(BUILD_ID_H))
-endif
+$(call stamp,#define SC_BUILD_ID "$(BUILD_ID)",$(BUILD_ID_H))
 override CFLAGS += -I$(BUILD)
 
-# The nvcc flags of the last GPU build: a change (CUDA_ARCH) rebuilds every .cu object
-# (not rewritten by a dry run, make -n).
+# The nvcc flags of the last GPU build: a change (CUDA_ARCH, LINEINFO) rebuilds every .cu object.
 NVSTAMP := $(BUILD)/nvflags
-ifeq ($(GPU)$(findstring n,$(firstword -$(MAKEFLAGS))),1)
-  $(shell mkdir -p $(BUILD) && echo '$(NVFLAGS)' | cmp -s - $(NVSTAMP) || echo '$(NVFLAGS)' >$(NVSTAMP))
+ifeq ($(GPU),1)
+  $(call stamp,$(NVFLAGS),$(NVSTAMP))
 endif
 
 $(BUILD)/obj/%.cu.o: %.cu $(NVSTAMP)

@@ -48,6 +48,11 @@ best() {
         awk '/^best / { for (i = 1; i <= NF; i++) if ($i == "variant") { print $(i + 1), $(i + 2); exit } }'
 }
 
+# median X...: the median of the numbers, 4 decimals.
+median() {
+    printf '%s\n' "$@" | sort -g | awk '{a[NR] = $1} END {printf "%.4f", (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'
+}
+
 # 2. Timing, alternating builds, the median of the rounds per build.
 {
     echo "| layer | sparsity | A variant / ms | B variant / ms | B / A |"
@@ -59,8 +64,7 @@ best() {
                 read -r v t <<<"$(best A "$L" "$s")"; va=$v; ta+=("$t")
                 read -r v t <<<"$(best B "$L" "$s")"; vb=$v; tb+=("$t")
             done
-            ma=$(printf '%s\n' "${ta[@]}" | sort -g | awk '{a[NR]=$1} END {printf "%.4f", (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}')
-            mb=$(printf '%s\n' "${tb[@]}" | sort -g | awk '{a[NR]=$1} END {printf "%.4f", (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}')
+            ma=$(median "${ta[@]}"); mb=$(median "${tb[@]}")
             ratio=$(awk -v a="$ma" -v b="$mb" 'BEGIN { if (a > 0) printf "%.3f", b / a; else print "-" }')
             echo "| $L | $s | $va / $ma | $vb / $mb | $ratio |"
         done
