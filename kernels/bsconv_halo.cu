@@ -32,22 +32,32 @@ struct bsh_args {
 // --- the window ---------------------------------------------------------------------------
 
 // Starts the copies of chunk c of the tile's window into buffer buf: warp w
-// takes window rows w, w + nw, ... (one image row each, contiguous in x).
+// takes window rows w, w + nw, ... (one image row each, contiguous in x). A
+// position holds nch <= 8 slots and 32 is a multiple of nch, so a lane keeps
+// one channel slot j and steps over the row's positions 32 / nch at a time:
+// the walk is additions only (it was about 31 instructions per 16-byte copy,
+// most of a nearly empty layer's time on an H200).
 template <typename T>
 __device__ __forceinline__ void bsh_load(const bsh_args &a, int i0, int r0, int q0, int c, char *buf) {
     const T *x = (const T *)a.x;
-    const int nch = 1 << a.lnch, per = a.t.hw << a.lnch, lane = threadIdx.x & 31;
-    const int w0 = q0 * a.stride - a.pad;
-    for (int row = threadIdx.x >> 5; row < a.t.ti * a.t.hr; row += blockDim.x >> 5) {
-        const int img = i0 + row / a.t.hr, h = r0 * a.stride - a.pad + row % a.t.hr * a.t.sub;
+    const int lane = threadIdx.x & 31, nch = 1 << a.lnch, j = lane & (nch - 1), step = 32 >> a.lnch;
+    const int nwarp = blockDim.x >> 5, rows = a.t.ti * a.t.hr, dw = step * a.t.sub, doff = dw * a.C;
+    const int w0 = q0 * a.stride - a.pad + (lane >> a.lnch) * a.t.sub, h0 = r0 * a.stride - a.pad;
+    int row = threadIdx.x >> 5, img = i0 + row / a.t.hr, yy = row % a.t.hr;
+    for (; row < rows; row += nwarp) {
+        const int h = h0 + yy * a.t.sub;
         const bool rin = img < a.n && h >= 0 && h < a.H;
-        const T *xr = x + (((size_t)(rin ? img : 0) * a.H + (rin ? h : 0)) * a.W) * a.C + c * a.cc;
-        for (int k = lane; k < per; k += 32) {
-            const int xx = k >> a.lnch, j = k & (nch - 1), w = w0 + xx * a.t.sub;
-            const bool in = rin && w >= 0 && w < a.W;
-            ptx_cp16(buf + bsh_slot(&a.t, row * a.t.hw + xx, j, nch) * 16,
-                     in ? xr + (size_t)w * a.C + j * 8 : x, in);
+        const T *xr = x + (((size_t)(rin ? img : 0) * a.H + (rin ? h : 0)) * a.W) * a.C + c * a.cc + j * 8;
+        // src: the address of position xx as an integer (it may lie outside x where !in)
+        size_t src = (size_t)xr + (size_t)((long long)w0 * a.C * (long long)sizeof(T));
+        const size_t dsrc = (size_t)((long long)doff * (long long)sizeof(T));
+        int p = row * a.t.hw + (lane >> a.lnch), w = w0;
+        char *dst = buf + p * nch * 16;  // + the swizzled slot; a step moves 32 slots (512 bytes)
+        for (int xx = lane >> a.lnch; xx < a.t.hw; xx += step, p += step, w += dw, src += dsrc, dst += 512) {
+            const bool in = rin && (unsigned)w < (unsigned)a.W;
+            ptx_cp16(dst + (j ^ ((p >> a.t.swz) & (nch - 1))) * 16, in ? (const T *)src : x, in);
         }
+        for (yy += nwarp; yy >= a.t.hr; yy -= a.t.hr) img++;  // the next row's image and row
     }
 }
 
@@ -74,25 +84,69 @@ __device__ __forceinline__ uint32_t bsh_addr(const bsh_args &a, uint32_t buf, ui
     return buf + 16u * (uint32_t)bsh_slot(&a.t, q, (int)(code >> 16), 1 << a.lnch);
 }
 
+// One unit pair's operands for this lane: the code of unit u (lanes 0-15) or
+// u + 1 (lanes 16-31), for the ldmatrix rows, and both units' B fragments.
+template <int NF>
+struct bsh_pair {
+    uint32_t code, b[NF][2];
+};
+
+// Starts the loads of pair (u, u + 1).
+template <int NF>
+__device__ __forceinline__ void bsh_pair_load(const bsh_args &a, int u, int lane, bsh_pair<NF> &p) {
+    p.code = __ldg(a.units + u + (lane >> 4));
+#pragma unroll
+    for (int f = 0; f < NF; f++) {
+        p.b[f][0] = __ldg(a.vals + ((size_t)u * NF + f) * 32 + lane);
+        p.b[f][1] = __ldg(a.vals + ((size_t)(u + 1) * NF + f) * 32 + lane);
+    }
+}
+
+// acc += pair p by m16n8k16, its A fragments from the window buffer buf.
+template <typename T, int MF, int NF>
+__device__ __forceinline__ void bsh_pair_mma(const bsh_args &a, const bsh_pair<NF> &p, uint32_t buf, uint32_t zero,
+                                             const int *pos, float (*acc)[NF][4]) {
+#pragma unroll
+    for (int mf = 0; mf < MF; mf++) {
+        uint32_t fa[4];
+        ptx_ldmatrix_x4(bsh_addr(a, buf, zero, pos[mf], p.code), fa);
+#pragma unroll
+        for (int f = 0; f < NF; f++) ptx_mma16816<T>(acc[mf][f], fa, p.b[f]);
+    }
+}
+
 // acc += units [u, ue) of chunk buffer buf: pairs by m16n8k16, a last odd one by m16n8k8.
+// Where a pair is little math (MF x NF <= 4) the loop waits on its loads, so
+// the loads of D = 4 pairs are issued together before their math; the
+// pairs are added in the same order either way.
 template <typename T, int MF, int NF>
 __device__ __forceinline__ void bsh_units(const bsh_args &a, int u, int ue, uint32_t buf, uint32_t zero,
                                           const int *pos, int lane, float (*acc)[NF][4]) {
+    constexpr int D = MF * NF <= 4 ? 4 : 1;  // pairs per batch
+    if (D > 1)
+        for (; u + 2 * D <= ue; u += 2 * D) {
+            bsh_pair<NF> p[D];
+            uint32_t ad[D][MF];  // every ldmatrix address before the first ldmatrix: the codes load together
+#pragma unroll
+            for (int d = 0; d < D; d++) bsh_pair_load<NF>(a, u + 2 * d, lane, p[d]);
+#pragma unroll
+            for (int d = 0; d < D; d++)
+#pragma unroll
+                for (int mf = 0; mf < MF; mf++) ad[d][mf] = bsh_addr(a, buf, zero, pos[mf], p[d].code);
+#pragma unroll
+            for (int d = 0; d < D; d++)
+#pragma unroll
+                for (int mf = 0; mf < MF; mf++) {
+                    uint32_t fa[4];
+                    ptx_ldmatrix_x4(ad[d][mf], fa);
+#pragma unroll
+                    for (int f = 0; f < NF; f++) ptx_mma16816<T>(acc[mf][f], fa, p[d].b[f]);
+                }
+        }
     for (; u + 1 < ue; u += 2) {
-        const uint32_t code = __ldg(a.units + u + (lane >> 4));
-        uint32_t b[NF][2];
-#pragma unroll
-        for (int f = 0; f < NF; f++) {
-            b[f][0] = __ldg(a.vals + ((size_t)u * NF + f) * 32 + lane);
-            b[f][1] = __ldg(a.vals + ((size_t)(u + 1) * NF + f) * 32 + lane);
-        }
-#pragma unroll
-        for (int mf = 0; mf < MF; mf++) {
-            uint32_t fa[4];
-            ptx_ldmatrix_x4(bsh_addr(a, buf, zero, pos[mf], code), fa);
-#pragma unroll
-            for (int f = 0; f < NF; f++) ptx_mma16816<T>(acc[mf][f], fa, b[f]);
-        }
+        bsh_pair<NF> p;
+        bsh_pair_load<NF>(a, u, lane, p);
+        bsh_pair_mma<T, MF, NF>(a, p, buf, zero, pos, acc);
     }
     if (u < ue) {
         const uint32_t code = __ldg(a.units + u);
