@@ -8,7 +8,7 @@
 // Two kernels, chosen per layer by variant (a tuner measures them):
 //
 // The halo kernel (variants 4-14, kernels/bsconv_halo.h) for layers whose
-// blocks are 8-channel aligned: a persistent CTA stages each tile's input
+// blocks are 8-channel aligned: a CTA (one per tile) stages its tile's input
 // window in shared memory once per 64-channel chunk and its warps multiply
 // their groups' 8-channel units straight from it (ldmatrix + mma.sync).
 //

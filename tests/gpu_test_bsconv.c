@@ -388,7 +388,8 @@ static bsconv_gpu *bs_make(env *e, const bsc_case *c, gpu_dtype dt, bsc_layer *L
 
 // Times the block-sparse layer of case c in dt, every kernel variant; 1 when
 // it checks; the fastest variant into *best_v when not NULL.
-static int time_layer(env *e, const char *name, const bsc_case *c, gpu_dtype dt, double dense_ms, int *best_v) {
+static int time_layer(env *e, const char *name, const bsc_case *c, gpu_dtype dt, double dense_ms, int only_v,
+                      int *best_v) {
     bsc_layer L;
     timed a;
     bsconv_gpu *b = bs_make(e, c, dt, &L, &a);
@@ -399,7 +400,7 @@ static int time_layer(env *e, const char *name, const bsc_case *c, gpu_dtype dt,
     for (int v = 0; ok && v < BSCONV_GPU_VARIANTS; v++) {
         double ms = NAN;
         char desc[300];
-        if (!bsconv_gpu_variant_usable(&e->g, b, v, desc, sizeof desc)) continue;
+        if ((only_v >= 0 && v != only_v) || !bsconv_gpu_variant_usable(&e->g, b, v, desc, sizeof desc)) continue;
         ok = bsconv_gpu_set_variant(&e->g, b, v, &e->err) == 0 &&
              gpu_time_median_busy(&e->g, timed_bsconv, &a, 10, 50, &ms, &e->err) == 0;
         bsconv_gpu_describe(b, desc, sizeof desc);
@@ -410,6 +411,10 @@ static int time_layer(env *e, const char *name, const bsc_case *c, gpu_dtype dt,
                    2.0 * bsconv_gpu_macs(b) * c->n / (ms * 1e9), dense_ms / ms);
         if (ok) ok = time_check(e, &L, dt, dy);
         if (ok && ms < best) best = ms, bv = v;
+    }
+    if (ok && bv < 0) {  // e.g. the variant asked for does not run this layer
+        sc_fail(&e->err, "no variant%s runs the layer", only_v >= 0 ? " asked for" : "");
+        ok = 0;
     }
     if (ok)
         printf("best %s %s block %dx%d sparsity %.2f: variant %d %.4f ms, dense cuDNN / this = %.2f\n",
@@ -523,8 +528,9 @@ typedef struct {
 // The --time mode: resnet18's and vgg16's layer shapes at batch 128 (three
 // with a residual add), blocks 16x8 at 90% and 95% (and 8x1 on the first),
 // fp16 (and bf16 on the first);
-// only the layer named `only` at sparsity `only_sp` when given (profiling).
-static void time_all(tctx *t, env *e, const char *only, double only_sp) {
+// only the layer named `only` at sparsity `only_sp` when given, and only
+// variant only_v when >= 0 (profiling: one kernel's launches).
+static void time_all(tctx *t, env *e, const char *only, double only_sp, int only_v) {
     static const time_shape SH[] = {
         {"r18-64x32", 64, 32, 64, 3, 1, 1, 0, 0},      {"r18-64to128s2", 64, 32, 128, 3, 2, 1, 0, 0},
         {"r18-128x16", 128, 16, 128, 3, 1, 1, 0, 0},   {"r18-256x8", 256, 8, 256, 3, 1, 1, 0, 0},
@@ -548,13 +554,13 @@ static void time_all(tctx *t, env *e, const char *only, double only_sp) {
             for (int si = 0; si < 2; si++) {
                 int bv = -1;
                 c.sparsity = only ? only_sp : sps[si];
-                count(t, time_layer(e, h->name, &c, dt, dense, &bv));
+                count(t, time_layer(e, h->name, &c, dt, dense, only_v, &bv));
                 if (only && bv >= 0) time_mix(e, &c, dt, bv);
                 if (only) break;
             }
             if (i == 0 && d == 0 && !only) {
                 c.kb = 8, c.cb = 1, c.sparsity = 0.95;
-                count(t, time_layer(e, h->name, &c, dt, dense, NULL));
+                count(t, time_layer(e, h->name, &c, dt, dense, -1, NULL));
             }
         }
 }
@@ -565,12 +571,12 @@ int main(int argc, char **argv) {
     const int one_v = argc == 3 && !strcmp(argv[1], "--variant");
     const char *only = timing && argc > 2 ? argv[2] : NULL;
     const double only_sp = timing && argc > 3 ? atof(argv[3]) : 0.95;
-    const int only_v = one_v ? atoi(argv[2]) : -1;
+    const int only_v = one_v ? atoi(argv[2]) : timing && argc > 4 ? atoi(argv[4]) : -1;
     sc_err why = {{0}};
-    if ((argc > 1 && !timing && !one_v) || argc > 4 || !(only_sp > 0.0 && only_sp < 1.0) ||
-        (one_v && (only_v < 0 || only_v >= BSCONV_GPU_VARIANTS))) {
-        fprintf(stderr, "usage: gpu_test_bsconv [--time [LAYER [SPARSITY]] | --variant V]  (LAYER e.g. r18-64x32, "
-                        "SPARSITY in (0, 1); V: the cases of kernel variant V only, 0 to %d)\n",
+    if ((argc > 1 && !timing && !one_v) || argc > 5 || !(only_sp > 0.0 && only_sp < 1.0) ||
+        ((one_v || argc == 5) && (only_v < 0 || only_v >= BSCONV_GPU_VARIANTS))) {
+        fprintf(stderr, "usage: gpu_test_bsconv [--time [LAYER [SPARSITY [V]]] | --variant V]  (LAYER e.g. "
+                        "r18-64x32, SPARSITY in (0, 1); V: kernel variant V only, 0 to %d)\n",
                 BSCONV_GPU_VARIANTS - 1);
         return 2;
     }
@@ -587,7 +593,7 @@ int main(int argc, char **argv) {
         return check_finish(&t);
     }
     if (timing) {
-        time_all(&t, &e, only, only_sp);
+        time_all(&t, &e, only, only_sp, only_v);
     } else {
         run_all(&t, &e, only_v);
         if (!one_v) {
