@@ -31,10 +31,12 @@ start)
     ;;
 wait)
     [ -e "$d/pid" ] || { echo "detach: $name was not started on this machine" >&2; exit 1; }
-    limit=${3:-540}; pid=$(cat "$d/pid"); t0=$SECONDS
-    while kill -0 "$pid" 2>/dev/null && [ $((SECONDS - t0)) -lt "$limit" ]; do sleep 2; done
-    if kill -0 "$pid" 2>/dev/null; then echo "detach: $name still running after ${limit} s"
-    else echo "detach: $name ended, exit status $(cat "$d/rc" 2>/dev/null || echo unknown)"; fi
+    # The rc file, not the pid, says the job ended: a later call may not see the pid
+    # (session 17: kill -0 failed in the next call while the job ran on and finished).
+    limit=${3:-540}; t0=$SECONDS
+    while [ ! -e "$d/rc" ] && [ $((SECONDS - t0)) -lt "$limit" ]; do sleep 2; done
+    if [ -e "$d/rc" ]; then echo "detach: $name ended, exit status $(cat "$d/rc")"
+    else echo "detach: $name has not ended after ${limit} s (or was lost with its machine)"; fi
     if [ -n "${OUT:-}" ]; then mkdir -p "$OUT/$name" && cp -r "$d/out/." "$OUT/$name/" && cp "$d/log" "$OUT/$name/log"; fi
     tail -n 20 "$d/log"
     ;;
