@@ -386,8 +386,8 @@ static bsconv_gpu *bs_make(env *e, const bsc_case *c, gpu_dtype dt, bsc_layer *L
     return b;
 }
 
-// Times the block-sparse layer of case c in dt, every kernel variant; 1 when
-// it checks; the fastest variant into *best_v when not NULL.
+// Times the block-sparse layer of case c in dt, every kernel variant (only
+// only_v when >= 0); 1 when it checks; the fastest variant into *best_v when not NULL.
 static int time_layer(env *e, const char *name, const bsc_case *c, gpu_dtype dt, double dense_ms, int only_v,
                       int *best_v) {
     bsc_layer L;
