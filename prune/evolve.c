@@ -166,10 +166,9 @@ static double reach_ms(const evolve_cfg *c, const prune_layers *pl, const double
 int evolve_lat_reach(const evolve_cfg *c, const prune_layers *pl, const double *from,
                      double target_ms, double *sparsity, double *ms) {
     int L = pl->n;
-    double *w = malloc((size_t)L * 2 * sizeof *w), *sp = w ? w + L : NULL;
+    double w[L > 0 ? L : 1], sp[L > 0 ? L : 1];  // a layer count: small, on the stack
     double a = prune_sparsity_overall(pl, from), b = fmax(a, c->s_max);
     int out = 0;
-    if (!w) return *sparsity = b, *ms = NAN, 1;
     evolve_lat_ratio(c, pl, from, w);
     for (int l = 0; l < L; l++) w[l] = 1.0 / w[l];
     if (reach_ms(c, pl, w, from, a, sp) <= target_ms) b = a;
@@ -181,7 +180,6 @@ int evolve_lat_reach(const evolve_cfg *c, const prune_layers *pl, const double *
             else a = m;
         }
     *ms = reach_ms(c, pl, w, from, b, sp);
-    free(w);
     *sparsity = b;
     return out;
 }
