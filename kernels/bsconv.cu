@@ -489,7 +489,7 @@ extern "C" void bsconv_gpu_describe(const bsconv_gpu *b, char *buf, size_t len) 
                  "%d input channels per chunk, %s, %d pixels x %d groups per CTA, %d warps per group%s",
                  b->kb, b->cb, b->nblocks, b->h.ngroups, b->h.np, b->h.nunits, b->h.cc,
                  b->dt == GDT_BF16 ? "bf16" : "fp16", r.tm, r.nw / r.ws, r.ws,
-                 r.resident ? ", whole window resident" : "");
+                 r.resident ? ", whole window resident" : r.stage ? ", outputs staged in shared memory" : "");
         if (split > 1)
             snprintf(buf + strlen(buf), len - strlen(buf), ", %d chunks in %d slices (a CTA each)", b->h.nchunks, split);
         return;

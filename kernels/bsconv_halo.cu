@@ -25,6 +25,8 @@ struct bsh_args {
     int ws;                              // warps per group (each a slice of the tile's pixels)
     int wbytes;                          // bytes of one window buffer (a multiple of 16)
     int nbuf;                            // window buffers: 1, 2 (taking turns) or nchunks (resident)
+    int zoff;                            // shared byte offset of the zero slot (the tables follow it)
+    int stage, srow;                     // staged stores (bsh_stage_store) and its row stride in bytes
     float *part;                         // split variants: the CTAs' partial sums (bsh_split_total)
     int *cnt;                            // split variants: finished CTAs per tile, zero between launches
 };
@@ -253,6 +255,49 @@ __device__ __forceinline__ void bsh_epilogue(const bsh_args &a, const int *out, 
         }
 }
 
+// The epilogue through shared memory (full groups, no pool; every thread of
+// the CTA calls it): each warp writes its rows' values (bias, residual, ReLU)
+// as 16-bit pairs into a tile of tm rows x the CTA's channels over the window
+// buffers, rows a.srow bytes apart (16 bytes of padding: the 8 rows of a store
+// fall on distinct banks), then the threads copy whole 16-byte pieces of
+// each row to y, so a warp stores contiguous runs, not 8 separate 16-byte pieces.
+template <typename T, int MF, int NF>
+__device__ __forceinline__ void bsh_stage_store(const bsh_args &a, const int *tout, int row0, int g, int lane,
+                                                float (*acc)[NF][4]) {
+    extern __shared__ __align__(16) char bsh_smem[];
+    constexpr int NP = NF * 8;  // channels per group
+    const int gpc = a.nw / a.ws, g0 = (int)blockIdx.y * gpc;
+    __syncthreads();  // every warp is done with the window buffers
+    if (g < a.ngroups) {
+        const int k = g * NP + (lane & 3) * 2;  // full groups: group g starts at channel g * NP
+        float2 bias[NF];
+#pragma unroll
+        for (int f = 0; f < NF; f++)
+            bias[f] = a.bias ? make_float2(__ldg(a.bias + k + f * 8), __ldg(a.bias + k + f * 8 + 1))
+                             : make_float2(0.0f, 0.0f);
+        if (a.z) bsh_add_residual<T, MF, NF>(a, tout + row0, k, NP, lane, acc);
+#pragma unroll
+        for (int mf = 0; mf < MF; mf++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                char *row = bsh_smem + (row0 + mf * 16 + (lane >> 2) + h * 8) * a.srow + (k - g0 * NP) * 2;
+#pragma unroll
+                for (int f = 0; f < NF; f++) {
+                    float v0 = acc[mf][f][h * 2] + bias[f].x, v1 = acc[mf][f][h * 2 + 1] + bias[f].y;
+                    if (a.relu) v0 = fmaxf(v0, 0.0f), v1 = fmaxf(v1, 0.0f);
+                    bsh_st2((T *)(row + f * 16), v0, v1);
+                }
+            }
+    }
+    __syncthreads();
+    const int kb = g0 * NP, kn = min(gpc * NP, a.K - kb), pieces = kn / 8;  // 16-byte pieces per row
+    for (int q = threadIdx.x; q < a.t.tm * pieces; q += blockDim.x) {
+        const int i = q / pieces, p = q - i * pieces, pix = tout[i];
+        if (pix >= 0)
+            *(uint4 *)((T *)a.y + (size_t)pix * a.K + kb + p * 8) = *(const uint4 *)(bsh_smem + i * a.srow + p * 16);
+    }
+}
+
 // --- the chunk loop -----------------------------------------------------------------------
 
 // The units of group g (when it exists) in chunk c, from the window buffer at shared address buf.
@@ -342,14 +387,16 @@ __device__ __forceinline__ void bsh_chunks_resident(const bsh_args &a, int i0, i
 // a kernel of its own each, since one loop over a.nbuf buffers cost the
 // two-buffer variants registers and 5-12% of their time on an H100. SPLIT:
 // the chunks of slice blockIdx.z only, the tile's last CTA adds the slices.
-template <typename T, int MF, int NF, bool POOL, bool RES, bool SPLIT>
+// STAGE: the epilogue through shared memory when a.stage (a kernel of its own:
+// its code cost the other kernels registers, e.g. 112 -> 128 for <8, 2>).
+template <typename T, int MF, int NF, bool POOL, bool RES, bool SPLIT, bool STAGE = false>
 __global__ void __launch_bounds__(256) bsh_kernel(bsh_args a) {
     extern __shared__ __align__(16) char bsh_smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = blockIdx.y * (a.nw / a.ws) + warp / a.ws, row0 = warp % a.ws * MF * 16;
     int i0, r0, q0;
     bsh_tile_origin(&a.t, (int)blockIdx.x, &i0, &r0, &q0);
-    char *zero = bsh_smem + a.nbuf * a.wbytes;
+    char *zero = bsh_smem + a.zoff;
     int *tpos = (int *)(zero + 16), *tout = tpos + a.t.tm;
     if (threadIdx.x < 4) ((uint32_t *)zero)[threadIdx.x] = 0u;
     bsh_tables(a, i0, r0, q0, tpos, tout);
@@ -370,36 +417,42 @@ __global__ void __launch_bounds__(256) bsh_kernel(bsh_args a) {
     else bsh_chunks_two<T, MF, NF>(a, i0, r0, q0, g, c0, c1, base, zaddr, pos, lane, acc);
     if constexpr (SPLIT)
         if (!bsh_split_total<MF, NF>(a, acc)) return;
+    if constexpr (STAGE && !POOL && !SPLIT && !RES)
+        if (a.stage) return bsh_stage_store<T, MF, NF>(a, tout, row0, g, lane, acc);  // the whole CTA
     if (g < a.ngroups) bsh_epilogue<T, MF, NF, POOL>(a, tout + row0, g, lane, acc);
 }
 
 // --- variants and launch ------------------------------------------------------------------
 
-// Variant v (0 <= v < BSH_VARIANTS): 7 keeps the whole window resident, 8-10 split the chunks.
+// Variant v (0 <= v < BSH_VARIANTS): 7 keeps the whole window resident, 8-10 split the chunks,
+// 11-12 stage the outputs (0 and 5 otherwise).
 extern "C" bsh_variant bsh_variant_get(int v) {
     static const bsh_variant vs[BSH_VARIANTS] = {
         {128, 4, 1, 0, 0}, {64, 4, 1, 0, 0}, {128, 8, 2, 0, 0}, {64, 8, 1, 0, 0}, {32, 4, 1, 0, 0}, {128, 8, 1, 0, 0},
-        {64, 8, 2, 0, 0},  {32, 8, 1, 1, 0}, {32, 4, 1, 0, -1}, {64, 4, 1, 0, -1}, {64, 4, 1, 0, 2}};
+        {64, 8, 2, 0, 0},  {32, 8, 1, 1, 0}, {32, 4, 1, 0, -1}, {64, 4, 1, 0, -1}, {64, 4, 1, 0, 2},
+        {128, 4, 1, 0, 0, 1}, {128, 8, 1, 0, 0, 1}};
     return vs[v];
 }
 
 // Window buffers of variant r for a layer of nchunks chunks.
 static int bsh_nbuf(bsh_variant r, int nchunks) { return r.resident ? nchunks : nchunks > 1 ? 2 : 1; }
 
-// The kernel of (T, MF, NF, POOL, RES, SPLIT) as a plain pointer; NULL when MF x NF > 16.
-template <typename T, int MF, bool POOL, bool RES, bool SPLIT> static void *bsh_fn_nf(int nf) {
+// The kernel of (T, MF, NF, POOL, RES, SPLIT, STAGE) as a plain pointer; NULL when MF x NF > 16.
+template <typename T, int MF, bool POOL, bool RES, bool SPLIT, bool STAGE = false> static void *bsh_fn_nf(int nf) {
     switch (nf) {
-    case 1: return (void *)bsh_kernel<T, MF, 1, POOL, RES, SPLIT>;
-    case 2: return (void *)bsh_kernel<T, MF, 2, POOL, RES, SPLIT>;
-    case 4: return MF <= 4 ? (void *)bsh_kernel<T, MF, (MF <= 4 ? 4 : 1), POOL, RES, SPLIT> : NULL;
-    default: return MF <= 2 ? (void *)bsh_kernel<T, MF, (MF <= 2 ? 8 : 1), POOL, RES, SPLIT> : NULL;
+    case 1: return (void *)bsh_kernel<T, MF, 1, POOL, RES, SPLIT, STAGE>;
+    case 2: return (void *)bsh_kernel<T, MF, 2, POOL, RES, SPLIT, STAGE>;
+    case 4: return MF <= 4 ? (void *)bsh_kernel<T, MF, (MF <= 4 ? 4 : 1), POOL, RES, SPLIT, STAGE> : NULL;
+    default: return MF <= 2 ? (void *)bsh_kernel<T, MF, (MF <= 2 ? 8 : 1), POOL, RES, SPLIT, STAGE> : NULL;
     }
 }
 
 // The kernel for element type T, mf fragments, nf channel fragments, pool or
 // not, resident window or not (resident: 2 fragments only, the one such
-// variant), split or not (2 or 4 fragments, two buffers).
-template <typename T> static void *bsh_fn_t(int mf, int nf, bool pool, bool res, bool split) {
+// variant), split or not (2 or 4 fragments, two buffers), staged stores or not
+// (8 fragments, no pool, two buffers, no split).
+template <typename T> static void *bsh_fn_t(int mf, int nf, bool pool, bool res, bool split, bool stage) {
+    if (stage) return mf == 8 && !pool && !res && !split ? bsh_fn_nf<T, 8, false, false, false, true>(nf) : NULL;
     if (res) return mf != 2 ? NULL : pool ? bsh_fn_nf<T, 2, true, true, false>(nf) : bsh_fn_nf<T, 2, false, true, false>(nf);
     if (split) {
         if (mf == 2) return pool ? bsh_fn_nf<T, 2, true, false, true>(nf) : bsh_fn_nf<T, 2, false, false, true>(nf);
@@ -415,10 +468,10 @@ template <typename T> static void *bsh_fn_t(int mf, int nf, bool pool, bool res,
 // The kernel of variant v for layer (s, d) in dt, or NULL.
 static void *bsh_fn(const bsconv_shape *s, const bsh_gpu *d, gpu_dtype dt, int v) {
     const bsh_variant r = bsh_variant_get(v);
-    const bool pool = s->pool == 2, res = r.resident != 0, split = r.split != 0;
+    const bool pool = s->pool == 2, res = r.resident != 0, split = r.split != 0, stage = r.stage != 0;
     const int mf = r.tm / 16 / r.ws;
-    return dt == GDT_BF16 ? bsh_fn_t<__nv_bfloat16>(mf, d->nf, pool, res, split)
-                          : bsh_fn_t<__half>(mf, d->nf, pool, res, split);
+    return dt == GDT_BF16 ? bsh_fn_t<__nv_bfloat16>(mf, d->nf, pool, res, split, stage)
+                          : bsh_fn_t<__half>(mf, d->nf, pool, res, split, stage);
 }
 
 // CTAs of variant r's grid without a split: tiles x channel-group blocks.
@@ -464,13 +517,24 @@ extern "C" int bsh_gpu_split_alloc(const gpu_ctx *g, const bsconv_shape *s, bsh_
     return 0;
 }
 
-// Dynamic shared memory of variant v's CTA: its window buffers (bsh_nbuf), a
-// zero slot and the tile's two tables.
-static long long bsh_smem_bytes(const bsconv_shape *s, const bsh_gpu *d, int v) {
+// Row stride in bytes of variant r's staging tile: the CTA's channels, 16 bytes of padding.
+static int bsh_srow(const bsh_gpu *d, bsh_variant r) { return r.nw / r.ws * d->np * 2 + 16; }
+
+// Shared byte offset of variant v's zero slot: past its window buffers
+// (bsh_nbuf) and its staging tile, which lies over them.
+static long long bsh_zoff(const bsconv_shape *s, const bsh_gpu *d, int v) {
     const bsh_variant r = bsh_variant_get(v);
     bsconv_htile t;
     bsconv_htile_pick(s, r.tm, d->cc, &t);
-    return bsconv_htile_bytes(&t, d->cc) * bsh_nbuf(r, d->nchunks) + 16 + 2 * r.tm * (long long)sizeof(int);
+    const long long win = bsconv_htile_bytes(&t, d->cc) * bsh_nbuf(r, d->nchunks);
+    const long long st = r.stage ? (long long)r.tm * bsh_srow(d, r) : 0;
+    return ((win > st ? win : st) + 15) / 16 * 16;
+}
+
+// Dynamic shared memory of variant v's CTA: its window buffers (or staging
+// tile), a zero slot and the tile's two tables.
+static long long bsh_smem_bytes(const bsconv_shape *s, const bsh_gpu *d, int v) {
+    return bsh_zoff(s, d, v) + 16 + 2 * bsh_variant_get(v).tm * (long long)sizeof(int);
 }
 
 // Checks that variant v runs the layer and allows its shared memory.
@@ -479,6 +543,9 @@ extern "C" int bsh_gpu_prepare(const gpu_ctx *g, const bsconv_shape *s, const bs
     if (v < 0 || v >= BSH_VARIANTS) return sc_fail(err, "block-sparse conv: halo variant %d", v);
     void *fn = bsh_fn(s, d, dt, v);
     const bsh_variant r = bsh_variant_get(v);
+    if (r.stage && (s->pool == 2 || !d->full))  // (bsh_fn has no staged kernel with a pool either)
+        return sc_fail(err, "block-sparse conv: halo variant %d stages whole output rows: not with a pool or "
+                       "groups of fewer than %d channels", v, d->np);
     if (!fn)
         return sc_fail(err, "block-sparse conv: %d pixels x %d channels per warp need too many registers",
                        r.tm / r.ws, d->np);
@@ -516,6 +583,8 @@ extern "C" int bsh_gpu_run(const gpu_ctx *g, const bsconv_shape *s, const bsh_gp
     while ((8 << a.lnch) < d->cc) a.lnch++;
     a.wbytes = (int)bsconv_htile_bytes(&a.t, d->cc);
     a.nbuf = bsh_nbuf(r, d->nchunks);
+    a.zoff = (int)bsh_zoff(s, d, v), a.srow = bsh_srow(d, r);
+    a.stage = r.stage && ((uintptr_t)y & 15) == 0;  // else the register epilogue, same results
     const long long tiles = bsconv_htile_count(&a.t);
     if (tiles > INT32_MAX) return sc_fail(err, "block-sparse conv: %lld tiles", tiles);
     void *fn = bsh_fn(s, d, dt, v);
@@ -542,6 +611,8 @@ extern "C" int bsh_gpu_upload(const gpu_ctx *g, const bsconv_hpack *h, gpu_dtype
     memset(d, 0, sizeof *d);
     d->cc = h->cc, d->nchunks = h->nchunks, d->np = h->np, d->nf = h->nf, d->ngroups = h->ngroups;
     d->nunits = h->nunits;
+    d->full = 1;
+    for (int g = 0; g < h->ngroups; g++) d->full &= h->nk[g] == h->np && h->k0[g] == g * h->np;
     const size_t ng = (size_t)h->ngroups, nv = (size_t)h->nunits * h->nf * BSH_FRAG_VALS;
     SC_TRY(bsh_put((void **)&d->k0, h->k0, ng * sizeof *h->k0, err));
     SC_TRY(bsh_put((void **)&d->nk, h->nk, ng * sizeof *h->nk, err));

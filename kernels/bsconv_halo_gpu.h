@@ -19,6 +19,7 @@ extern "C" {
 // must not overlap (one stream, as in the engine's graph).
 typedef struct {
     int cc, nchunks, np, nf, ngroups, nunits;
+    int full;                   // 1: every group has np channels, group g from g * np (staged stores apply)
     int32_t *k0, *nk, *ustart;  // device
     uint32_t *units;            // device
     void *vals;                 // device (nunits * nf * 64) of the layer's dtype
@@ -36,10 +37,13 @@ typedef struct {
 // (at most one per chunk), one CTA each, the tile's last CTA adding the
 // slices' sums before the epilogue; -1: as many slices as give the GPU about
 // BSH_SPLIT_FILL CTAs per SM (small planes leave most SMs idle otherwise).
+// stage: the epilogue writes the CTA's outputs to shared memory first and
+// copies whole 16-byte pieces of pixel rows to y (no pool, no split, not
+// resident, full groups; y 16-byte aligned, else the register epilogue).
 typedef struct {
-    int tm, nw, ws, resident, split;
+    int tm, nw, ws, resident, split, stage;
 } bsh_variant;
-#define BSH_VARIANTS 11
+#define BSH_VARIANTS 13
 #define BSH_SPLIT_FILL 4
 bsh_variant bsh_variant_get(int v);
 
