@@ -7,7 +7,7 @@
 //
 // Two kernels, chosen per layer by variant (a tuner measures them):
 //
-// The halo kernel (variants 4-16, kernels/bsconv_halo.h) for layers whose
+// The halo kernel (variants 4-17, kernels/bsconv_halo.h) for layers whose
 // blocks are 8-channel aligned: a CTA (one per tile) stages its tile's input
 // window in shared memory once per 64-channel chunk and its warps multiply
 // their groups' 8-channel units straight from it (ldmatrix + mma.sync).
@@ -53,16 +53,16 @@ bsconv_gpu *bsconv_gpu_create(const gpu_ctx *g, const bsconv_shape *s, const bsc
 // the multiply. create picks 0 or 1 by the grid's
 // size; bsconv_gpu_set_variant sets another (for a tuner): -1 when v is out
 // of range or its shared memory does not fit the device.
-// Variants 4 to 16 run the halo kernel (kernels/bsconv_halo.h: 8-channel
+// Variants 4 to 17 run the halo kernel (kernels/bsconv_halo.h: 8-channel
 // aligned blocks, a 2x2 pool at most) with 128, 64 or 32 pixels x 2 to 8
 // groups per CTA, one or two warps per group, two window buffers or (32 x 8) the whole
 // window resident, or (12-14, where the grid is small) the input chunks split
-// over several CTAs per tile, or (15-16) the outputs staged in shared memory and
+// over several CTAs per tile, or (15-17) the outputs staged in shared memory and
 // stored as whole rows (bsh_variant_get); create picks the first halo variant that
 // runs the layer. run falls back to the gather kernel (same tile) when x is
 // not 16-byte or y, z not 4-byte aligned.
 #define BSCONV_GATHER_VARIANTS 4
-#define BSCONV_GPU_VARIANTS 17
+#define BSCONV_GPU_VARIANTS 18
 int bsconv_gpu_set_variant(const gpu_ctx *g, bsconv_gpu *b, int v, sc_err *err);
 int bsconv_gpu_variant(const bsconv_gpu *b);
 

@@ -425,12 +425,12 @@ __global__ void __launch_bounds__(256) bsh_kernel(bsh_args a) {
 // --- variants and launch ------------------------------------------------------------------
 
 // Variant v (0 <= v < BSH_VARIANTS): 7 keeps the whole window resident, 8-10 split the chunks,
-// 11-12 stage the outputs (0 and 5 otherwise).
+// 11-13 stage the outputs (0, 5 and 1 otherwise).
 extern "C" bsh_variant bsh_variant_get(int v) {
     static const bsh_variant vs[BSH_VARIANTS] = {
         {128, 4, 1, 0, 0}, {64, 4, 1, 0, 0}, {128, 8, 2, 0, 0}, {64, 8, 1, 0, 0}, {32, 4, 1, 0, 0}, {128, 8, 1, 0, 0},
         {64, 8, 2, 0, 0},  {32, 8, 1, 1, 0}, {32, 4, 1, 0, -1}, {64, 4, 1, 0, -1}, {64, 4, 1, 0, 2},
-        {128, 4, 1, 0, 0, 1}, {128, 8, 1, 0, 0, 1}};
+        {128, 4, 1, 0, 0, 1}, {128, 8, 1, 0, 0, 1}, {64, 4, 1, 0, 0, 1}};
     return vs[v];
 }
 
@@ -450,9 +450,13 @@ template <typename T, int MF, bool POOL, bool RES, bool SPLIT, bool STAGE = fals
 // The kernel for element type T, mf fragments, nf channel fragments, pool or
 // not, resident window or not (resident: 2 fragments only, the one such
 // variant), split or not (2 or 4 fragments, two buffers), staged stores or not
-// (8 fragments, no pool, two buffers, no split).
+// (8 or 4 fragments, no pool, two buffers, no split).
 template <typename T> static void *bsh_fn_t(int mf, int nf, bool pool, bool res, bool split, bool stage) {
-    if (stage) return mf == 8 && !pool && !res && !split ? bsh_fn_nf<T, 8, false, false, false, true>(nf) : NULL;
+    if (stage) {
+        if (pool || res || split) return NULL;
+        return mf == 8 ? bsh_fn_nf<T, 8, false, false, false, true>(nf)
+             : mf == 4 ? bsh_fn_nf<T, 4, false, false, false, true>(nf) : NULL;
+    }
     if (res) return mf != 2 ? NULL : pool ? bsh_fn_nf<T, 2, true, true, false>(nf) : bsh_fn_nf<T, 2, false, true, false>(nf);
     if (split) {
         if (mf == 2) return pool ? bsh_fn_nf<T, 2, true, false, true>(nf) : bsh_fn_nf<T, 2, false, false, true>(nf);

@@ -43,7 +43,7 @@ typedef struct {
 typedef struct {
     int tm, nw, ws, resident, split, stage;
 } bsh_variant;
-#define BSH_VARIANTS 13
+#define BSH_VARIANTS 14
 #define BSH_SPLIT_FILL 4
 bsh_variant bsh_variant_get(int v);
 
