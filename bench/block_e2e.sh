@@ -8,7 +8,8 @@
 #   bench/block_e2e.sh [MODEL...]          default: resnet18 vgg16
 # Environment (defaults): BIN (build/bin), PATTERN (16x8), SPARSITY (0.95), EPOCHS
 # (0.1: prune's fine-tuning, kept short since only times count here),
-# OUT (bench/out: make-MODEL.log, e2e-MODEL.txt, .json, pt-MODEL.txt, .json; e2e.md).
+# OUT (bench/out: per model the tools' logs and JSON summaries, named as
+# bench/pattern_table.sh names them, and e2e.md, their table by bench/pattern_table.py).
 # The weights are random-trained, so only the times mean anything.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -18,24 +19,19 @@ models=("$@"); [ ${#models[@]} -gt 0 ] || models=(resnet18 vgg16)
 for t in train prune export deploy; do [ -x "$bin/$t" ] || { echo "block_e2e: no $bin/$t" >&2; exit 1; }; done
 nvidia-smi -L >/dev/null 2>&1 || { echo "block_e2e: no GPU here; nothing measured"; exit 0; }
 mkdir -p "$out"; work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
-{ echo "| model | dense fp16 engine b128 / b1, ms | block plan b128 / b1 | PyTorch graph b128 / b1, ms |"
-  echo "|---|---|---|---|"; } >"$out/e2e.md"
 for m in "${models[@]}"; do
-    if ! "$bin/train" --quiet --model "$m" --epochs 1 -o "$work/$m.h5" synthetic >"$out/make-$m.log" 2>&1 ||
+    j=$m-${pat/:/of}-$sp
+    if ! "$bin/train" --quiet --model "$m" --epochs 1 -o "$work/$m.h5" synthetic >"$out/make-$j.log" 2>&1 ||
        ! "$bin/prune" --quiet --from "$work/$m.h5" --method oneshot --target-sparsity "$sp" --pattern "$pat" \
-             --min-layer-sparsity "$sp" --epochs "$ep" --runs "$work/runs" -o "$work/$m-p.h5" synthetic >>"$out/make-$m.log" 2>&1 ||
-       ! "$bin/export" --quiet "$work/$m-p.h5" -o "$work/$m.csr.h5" >>"$out/make-$m.log" 2>&1; then
-        echo "block_e2e: $m: making the model failed, see $out/make-$m.log" >&2; continue
+             --min-layer-sparsity "$sp" --epochs "$ep" --runs "$work/runs" -o "$work/$j.h5" \
+             --json "$out/prune-$j.json" synthetic >>"$out/make-$j.log" 2>&1 ||
+       ! "$bin/export" --quiet "$work/$j.h5" -o "$work/$j.csr.h5" >>"$out/make-$j.log" 2>&1; then
+        echo "block_e2e: $m: making the model failed, see $out/make-$j.log" >&2; continue
     fi
-    "$bin/deploy" --quiet "$work/$m.csr.h5" --precision fp16 --engine fp16 --skip-candidates actsparse \
-        --reference 256 --json "$out/e2e-$m.json" --chart none >"$out/e2e-$m.txt" 2>&1 ||
-        echo "block_e2e: $m: deploy failed (rc $?), see $out/e2e-$m.txt" >&2
-    python3 bench/dense_pytorch.py "$work/$m.csr.h5" --data data/synthetic --json "$out/pt-$m.json" \
-        >"$out/pt-$m.txt" 2>&1 || echo "block_e2e: $m: dense_pytorch failed, see $out/pt-$m.txt" >&2
-    eng=$(sed -n 's/^  fp16: batch 128 \([0-9.]*\) ms.*batch 1 \([0-9.]*\) ms.*/\1 \/ \2/p' "$out/e2e-$m.txt" | head -n 1)
-    plan=$(sed -n 's/^  batch 128 \([0-9.]* ms = [0-9.]*x\).*batch 1 \([0-9.]* ms = [0-9.]*x\).*/\1 \/ \2/p' "$out/e2e-$m.txt" | head -n 1)
-    pt=$(sed -n 's/.*fp16 batch \(1\|128\): BN-folded channels_last CUDA graph \([0-9.]*\) ms.*/\2/p' "$out/pt-$m.txt" | tr '\n' ' ')
-    echo "| $m | ${eng:-?} | ${plan:-?} | ${pt:-?} |" >>"$out/e2e.md"
+    "$bin/deploy" --quiet "$work/$j.csr.h5" --precision fp16 --engine fp16 --skip-candidates actsparse \
+        --reference 256 --json "$out/deploy-$j.json" --chart none >"$out/deploy-$j.txt" 2>&1 ||
+        echo "block_e2e: $m: deploy failed (rc $?), see $out/deploy-$j.txt" >&2
+    python3 bench/dense_pytorch.py "$work/$j.csr.h5" --data data/synthetic --json "$out/torch-$m.json" \
+        >"$out/torch-$m.txt" 2>&1 || echo "block_e2e: $m: dense_pytorch failed, see $out/torch-$m.txt" >&2
 done
-echo "block_e2e: $gpu, every layer $sp $pat, $(date -u +%F)"; cat "$out/e2e.md"
+python3 bench/pattern_table.py "$out" | tee "$out/e2e.md"

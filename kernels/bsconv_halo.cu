@@ -216,6 +216,16 @@ __device__ __forceinline__ void bsh_add_residual(const bsh_args &a, const int *o
             }
 }
 
+// The bias of channels k + f * 8 + {0, 1} for the warp's fragments f (zeros
+// without a bias, and for f * 8 >= nk).
+template <int NF>
+__device__ __forceinline__ void bsh_bias(const bsh_args &a, int k, int nk, float2 *bias) {
+#pragma unroll
+    for (int f = 0; f < NF; f++)
+        bias[f] = a.bias && f * 8 < nk ? make_float2(__ldg(a.bias + k + f * 8), __ldg(a.bias + k + f * 8 + 1))
+                                       : make_float2(0.0f, 0.0f);
+}
+
 // Writes the warp's accumulators of group g: fragment (mf, f) holds rows
 // mf * 16 + lane / 4 (+ 8) and channels f * 8 + 2 (lane % 4) + {0, 1}; the bias
 // is read once per channel pair and the y pixel once per row. With POOL,
@@ -226,10 +236,7 @@ __device__ __forceinline__ void bsh_epilogue(const bsh_args &a, const int *out, 
                                              float (*acc)[NF][4]) {
     const int nk = __ldg(a.nk + g), k = __ldg(a.k0 + g) + (lane & 3) * 2;
     float2 bias[NF];
-#pragma unroll
-    for (int f = 0; f < NF; f++)
-        bias[f] = a.bias && f * 8 < nk ? make_float2(__ldg(a.bias + k + f * 8), __ldg(a.bias + k + f * 8 + 1))
-                                       : make_float2(0.0f, 0.0f);
+    bsh_bias<NF>(a, k, nk, bias);
     if (!POOL && a.z) bsh_add_residual<T, MF, NF>(a, out, k, nk, lane, acc);
 #pragma unroll
     for (int mf = 0; mf < MF; mf++)
@@ -271,10 +278,7 @@ __device__ __forceinline__ void bsh_stage_store(const bsh_args &a, const int *to
     if (g < a.ngroups) {
         const int k = g * NP + (lane & 3) * 2;  // full groups: group g starts at channel g * NP
         float2 bias[NF];
-#pragma unroll
-        for (int f = 0; f < NF; f++)
-            bias[f] = a.bias ? make_float2(__ldg(a.bias + k + f * 8), __ldg(a.bias + k + f * 8 + 1))
-                             : make_float2(0.0f, 0.0f);
+        bsh_bias<NF>(a, k, NP, bias);
         if (a.z) bsh_add_residual<T, MF, NF>(a, tout + row0, k, NP, lane, acc);
 #pragma unroll
         for (int mf = 0; mf < MF; mf++)
