@@ -2,6 +2,11 @@
 # A job queue over the GPUs of one machine, sourced by the bench scripts that
 # run many independent jobs (bench/prune_pareto.sh, bench/pattern_table.sh):
 # one job per GPU at a time, so every timing has its GPU to itself.
+# A worker claims a free GPU for each job (a lock directory per GPU under
+# $GQ_LOCKS, default /tmp/gq-locks, shared by every script on the machine), so
+# two scripts started side by side share the GPUs instead of doubling up, and a
+# command that takes a GPU's lock (gq_claim) keeps the queues off it. GPU_IDS
+# (e.g. "2,3") limits the GPUs a script may claim (default: all of nvidia-smi's).
 #
 #   . bench/gpu_queue.sh
 #   gq_run WORK NGPU SUMMARY_FN RUN_FN JOB...
@@ -22,9 +27,11 @@ gq_data() {
     [ "$1" != cifar100 ] || [ -f data/cifar-100-binary/train.bin ] || { echo "no CIFAR-100 in data/cifar-100-binary" >&2; return 1; }
 }
 
-# gq_gpus: the GPUs to use: $GPUS, else nvidia-smi's count (0 when none).
+# gq_gpus: how many jobs at a time: $GPUS, else the GPUs of GPU_IDS, else nvidia-smi's count (0 when none).
 gq_gpus() {
-    if [ -n "${GPUS:-}" ]; then echo "$GPUS"; else nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true; fi
+    if [ -n "${GPUS:-}" ]; then echo "$GPUS"
+    elif [ -n "${GPU_IDS:-}" ]; then tr ',' '\n' <<<"$GPU_IDS" | grep -c .
+    else nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true; fi
 }
 
 # gq_next WORK: the next queued job name (empty when none), under a mkdir lock.
@@ -37,16 +44,53 @@ gq_next() {
     sed -n "$((n + 1))p" "$w/q.jobs"
 }
 
-# gq_worker G WORK THREADS RUN_FN: runs queued jobs on GPU G until the queue is empty.
+# gq_ids: the GPU indices this script may claim, one per line (0 on a machine without GPUs).
+gq_ids() {
+    local n
+    if [ -n "${GPU_IDS:-}" ]; then tr ',' '\n' <<<"$GPU_IDS"; return; fi
+    n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+    seq 0 $(( ${n:-0} > 1 ? n - 1 : 0 ))
+}
+
+# gq_claim OWNER: waits for a GPU of gq_ids whose lock it can take (a lock whose
+# owner process has died is taken over), records OWNER (a pid) in it, prints its index.
+gq_claim() {
+    local d=${GQ_LOCKS:-/tmp/gq-locks} own=$1 i
+    mkdir -p "$d"
+    while :; do
+        for i in $(gq_ids); do
+            if mkdir "$d/gpu$i" 2>/dev/null; then echo "$own" >"$d/gpu$i/pid"; echo "$i"; return 0; fi
+            kill -0 "$(cat "$d/gpu$i/pid" 2>/dev/null)" 2>/dev/null || rm -rf "$d/gpu$i"
+        done
+        sleep 1
+    done
+}
+
+# gq_release G: gives GPU G's lock back.
+gq_release() { rm -rf "${GQ_LOCKS:-/tmp/gq-locks}/gpu$1"; }
+
+# gq_on_gpu CMD...: runs CMD on a GPU it claims for the time, then gives it back.
+gq_on_gpu() {
+    local me=$BASHPID g rc
+    g=$(gq_claim "$me")
+    CUDA_VISIBLE_DEVICES=$g "$@" && rc=0 || rc=$?
+    gq_release "$g"
+    return $rc
+}
+
+# gq_worker N WORK THREADS RUN_FN: worker N runs queued jobs, each on a GPU it
+# claims for the job, until the queue is empty.
 gq_worker() {
-    local g=$1 w=$2 th=$3 fn=$4 j t0 rc
+    local n=$1 w=$2 th=$3 fn=$4 me=$BASHPID j g t0 rc
     while j=$(gq_next "$w") && [ -n "$j" ]; do
+        g=$(gq_claim "$me")
         t0=$(date +%s)
-        echo "[gpu $g] $j started"
+        echo "[worker $n, gpu $g] $j started"
         CUDA_VISIBLE_DEVICES=$g OMP_NUM_THREADS=$th "$fn" "$j" >"$w/logs/$j.log" 2>&1 && rc=0 || rc=$?
+        gq_release "$g"
         [ $rc -eq 0 ] && touch "$w/done/$j"
         echo "$j gpu=$g rc=$rc seconds=$(($(date +%s) - t0))" >>"$w/logs/jobs.txt"
-        echo "[gpu $g] $j done: rc $rc, $(($(date +%s) - t0)) s"
+        echo "[worker $n, gpu $g] $j done: rc $rc, $(($(date +%s) - t0)) s"
     done
 }
 

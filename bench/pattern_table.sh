@@ -81,10 +81,9 @@ summarise() {
     } >"$out/pattern-table.md"
 }
 
-for m in "${models[@]}"; do  # the start models, trained at once on separate GPUs when missing
+for m in "${models[@]}"; do  # the start models, trained at once, each on a GPU it claims, when missing
     [ -f "$sdir/$m.h5" ] && continue
-    g=$(( $(printf '%s\n' "${models[@]}" | grep -n -x "$m" | cut -d: -f1) - 1 ))
-    CUDA_VISIBLE_DEVICES=$((g % ngpu)) $B/train --quiet --model "$m" "${train_args[@]}" -o "$sdir/$m.h5" "$ds" \
+    gq_on_gpu $B/train --quiet --model "$m" "${train_args[@]}" -o "$sdir/$m.h5" "$ds" \
         >"$work/logs/train-$m.log" 2>&1 &
 done
 wait

@@ -111,7 +111,7 @@ run_job() {
     $B/deploy --quiet $deploy_args --chart none --json "$work/json/deploy-$j.json" "$work/$j.csr.h5" "$ds"
 }
 
-[ -f "$start" ] || CUDA_VISIBLE_DEVICES=0 $B/train --quiet --model "$model" "${train_args[@]}" -o "$start" "$ds" \
+[ -f "$start" ] || gq_on_gpu $B/train --quiet --model "$model" "${train_args[@]}" -o "$start" "$ds" \
     >"$work/logs/train.log" 2>&1 || { echo "training $model failed: $(tail -n 3 "$work/logs/train.log")" >&2; exit 1; }
 rm -rf "$work/table.done" "$work/table.failed" "$work/done/T"  # T runs every time: it reuses a table it finds
 read -ra queue <<<"$jobs"
