@@ -103,8 +103,9 @@ int lat_table_flops(lat_table *t, const lat_key *key, const net *nt, const prune
                     sc_err *err);
 
 // Measures a table on the current GPU (prune/latency_measure.c): at every grid
-// sparsity every prunable layer of nt is masked to it (random weights, on the
-// pattern pat when not NULL) and the model is exported in memory and built at
+// sparsity every prunable layer of nt is masked to it by the magnitude of its
+// own weights (on the pattern pat when not NULL: a trained model's uneven
+// block rows are timed as its pruned models will have them) and the model is exported in memory and built at
 // key->batch on key->plan. Mixed engine: a layer's time is its conv's as the
 // engine's CUDA graph runs it, on the path the engine chose (cuDNN or a
 // sparse kernel); the rest is the engine's whole graph at sparsity 0 minus

@@ -1,6 +1,6 @@
 // Measures a latency table on the present GPU on the plan that will run the
 // model (prune/latency.h): at every grid sparsity the net's prunable layers
-// get masks at that sparsity (random weights, magnitude order, on the
+// get masks at that sparsity (the net's own weights, magnitude order, on the
 // layers' pattern) and the model is exported in memory. fp16: at sparsity 0
 // the dense engine's mixed fp16 plan is built on it and every prunable
 // layer's op is timed as a CUDA graph runs it; above 0 every conv keeps its
@@ -36,17 +36,13 @@
 #define LAT_OP_REPEAT 10
 #define LAT_GRAPH_REPEAT 20
 
-// Random dense weights in the prunable layers, every mask entry kept.
-static void dense_random(net *nt, const prune_layers *pl, uint64_t seed) {
-    rng r;
-    rng_seed(&r, seed, 0x1A7E);
-    for (int l = 0; l < pl->n; l++) {
-        float sd = 1.0f / sqrtf((float)pl->count[l] / (float)nt->tensors[pl->tensor[l]].dims[0]);
-        for (size_t k = 0; k < pl->count[l]; k++) {
-            nt->param[pl->offset[l] + k] = sd * rng_normal(&r);
-            nt->mask[pl->offset[l] + k] = 1.0f;
-        }
-    }
+// Every prunable layer dense (masks all kept), the weights as they are: the
+// grid's masks then follow the model's own weights (magnitude order), so a
+// trained model's uneven block rows (some output channels keep several times
+// the mean of blocks) are in the table as in the models pruned from it.
+static void dense_masks(net *nt, const prune_layers *pl) {
+    for (int l = 0; l < pl->n; l++)
+        for (size_t k = 0; k < pl->count[l]; k++) nt->mask[pl->offset[l] + k] = 1.0f;
 }
 
 // Index of the prunable layer whose conv/linear op i computes, or -1.
@@ -295,7 +291,7 @@ int lat_table_measure(lat_table *t, const lat_key *key, net *nt, const prune_lay
     int rc = param && mask && img ? 0 : sc_fail(err, "out of memory");
     if (!rc) {
         memcpy(param, nt->param, np), memcpy(mask, nt->mask, np);
-        dense_random(nt, pl, 0x1A7E);
+        dense_masks(nt, pl);
     }
     double graph[LAT_MAX_GRID];
     for (int g = 0; g < t->G && !rc; g++) {
