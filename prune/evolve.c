@@ -184,6 +184,59 @@ int evolve_lat_reach(const evolve_cfg *c, const prune_layers *pl, const double *
     return out;
 }
 
+// Steps of a layer's search for its sparsity at a time multiplier.
+#define TIME_STEPS 128
+
+// Layer l's sparsity in [lo, hi] minimising sens * evolve_cost(s) + mu *
+// (its table time at s), over TIME_STEPS even steps and the table's grid points.
+static double time_pick(const lat_table *t, int l, double sens, double lo, double hi, double mu) {
+    double best = lo, bv = sens * evolve_cost(lo) + mu * lat_layer_ms(t, l, lo);
+    for (int k = 1; k <= TIME_STEPS + t->G; k++) {
+        double s = k <= TIME_STEPS ? lo + (hi - lo) * k / TIME_STEPS : t->grid[k - TIME_STEPS - 1];
+        if (s <= lo || s > hi) continue;
+        double v = sens * evolve_cost(s) + mu * lat_layer_ms(t, l, s);
+        if (v < bv) best = s, bv = v;
+    }
+    return best;
+}
+
+// Every layer's pick at multiplier mu into out; the table's prediction for them.
+static double time_at(const double *sens, const lat_table *t, const double *lo, double s_max, double mu,
+                      double *out) {
+    for (int l = 0; l < t->L; l++) out[l] = time_pick(t, l, sens[l], lo[l], fmax(lo[l], s_max), mu);
+    return lat_predict(t, out);
+}
+
+int evolve_allocate_time(const double *sens, const lat_table *t, const double *lo, double target_ms,
+                         double s_max, double *target) {
+    double a = -40.0, b = 40.0;  // log(mu)
+    if (time_at(sens, t, lo, s_max, 0.0, target) <= target_ms) return 0;
+    if (time_at(sens, t, lo, s_max, exp(b), target) > target_ms) return 1;
+    for (int it = 0; it < 60; it++) {  // b always meets the target
+        double m = 0.5 * (a + b);
+        if (time_at(sens, t, lo, s_max, exp(m), target) <= target_ms) b = m;
+        else a = m;
+    }
+    time_at(sens, t, lo, s_max, exp(b), target);
+    return 0;
+}
+
+double evolve_lat_schedule(const evolve_cfg *c, double floor) {
+    double dense = lat_dense_ms(c->lat), f = c->target > 0.0 ? fmin(1.0, fmax(0.0, floor / c->target)) : 1.0;
+    return dense - f * (dense - c->lat_target);
+}
+
+// Latency objective, c->lat_time: the layers the plan prunes further (chosen,
+// sensitivities halved) and its allocation by time above lo (evolve_plan).
+static void plan_time(const evolve_cfg *c, const double *sens, const double *rho, int L, double floor,
+                      const double *lo, rng *r, int *chosen, double *w, double *target) {
+    for (int l = 0; l < L; l++) w[l] = rho[l] * fmax(0.0, c->s_max - lo[l]);
+    int k = (int)lround(c->layer_frac * L);
+    pick_layers(w, L, k < 1 ? 1 : k, r, chosen);
+    sens_effective(sens, L, chosen, w);
+    evolve_allocate_time(w, c->lat, lo, evolve_lat_schedule(c, floor), c->s_max, target);
+}
+
 void evolve_plan(const prune_sol *s, const prune_layers *pl, const double *sens,
                  const evolve_cfg *c, double floor, rng *r, double *target) {
     int L = pl->n;
@@ -196,6 +249,14 @@ void evolve_plan(const prune_sol *s, const prune_layers *pl, const double *sens,
         target[l] = fmax(base, fmin(s->genome[l], c->s_max));
         have += base * (double)pl->count[l];
         extra += (target[l] - base) * (double)pl->count[l];
+    }
+    if (c->lat && c->lat_time) {  // by time, above the mask, the genome and the floors
+        if (rho && chosen) {
+            evolve_robustness(sens, L, rho);
+            memcpy(lo, target, (size_t)L * sizeof *lo);
+            plan_time(c, sens, rho, L, floor, lo, r, chosen, w, target);
+        }
+        goto done;
     }
     if (have + extra > want) {  // the genome alone passes the floor: scale it down to it
         double lam = extra > 0.0 ? fmax(0.0, (want - have) / extra) : 0.0;

@@ -41,6 +41,9 @@ typedef struct {
     const lat_table *lat; // per-layer milliseconds against sparsity; not owned
     double lat_target;    // predicted milliseconds a solution should not exceed
     double lat_penalty;   // fitness points lost per percent of predicted time over lat_target
+    int lat_time;         // latency objective without an overall sparsity: evolve_plan
+                          // allocates by predicted time (evolve_allocate_time), the
+                          // overall sparsity follows; 0: by overall sparsity (the floor)
 } evolve_cfg;
 
 // A solution's fitness: its validation accuracy, minus lat_penalty points per
@@ -81,6 +84,21 @@ void evolve_robustness(const double *sens, int L, double *rho);
 void evolve_allocate(const double *sens, const prune_layers *pl, const double *lo, double floor,
                      double s_max, double *target);
 
+// Per-layer sparsities in [lo[l], s_max] minimising sum_l sens_l *
+// ln(1/d_l)^2 (evolve_cost) subject to the table t predicting at most
+// target_ms (a Lagrange multiplier on time, bisected; each layer's choice
+// searched on a fine grid, the table being piecewise linear): layers buy
+// time where it costs the least sensitivity, and a layer whose pruning buys
+// no time stays at lo. Returns 1 (with the fastest such allocation) when
+// even that misses target_ms, else 0. sens (L) must be positive.
+int evolve_allocate_time(const double *sens, const lat_table *t, const double *lo, double target_ms,
+                         double s_max, double *target);
+
+// Latency objective with c->lat_time: the predicted milliseconds the plans
+// aim at when the overall floor is `floor`: from the table's dense time to
+// c->lat_target along the floor's ramp (floor / c->target).
+double evolve_lat_schedule(const evolve_cfg *c, double floor);
+
 // Per-layer targets for a solution's next raise: its mask sparsity raised
 // towards its genome (scaled down when the genome alone passes the floor),
 // then the rest up to the overall `floor` allocated by evolve_allocate, with
@@ -89,7 +107,10 @@ void evolve_allocate(const double *sens, const prune_layers *pl, const double *l
 // c->layer_min > 0 no target is below gmp_layer_floor(layer_min, target,
 // floor), with c->layer_floor none of layer l below gmp_layer_floor_at(
 // layer_floor[l], target, floor, s_max); the genome and the allocation stay
-// free above it.
+// free above it. With c->lat_time (latency objective) the allocation is
+// evolve_allocate_time's instead, above the mask, the genome and the layer
+// floors, aiming at evolve_lat_schedule(c, floor), and nothing else forces
+// the overall sparsity.
 void evolve_plan(const prune_sol *s, const prune_layers *pl, const double *sens,
                  const evolve_cfg *c, double floor, rng *r, double *target);
 

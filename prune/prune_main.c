@@ -45,6 +45,7 @@ typedef struct {
     const char *objective;    // --objective sparsity|latency
     const char *lat_target, *lat_table;  // --latency-target, --latency-table
     int lat_batch;            // --latency-batch
+    const char *lat_alloc;    // --latency-allocation time|sparsity
     double lat_penalty;       // --latency-penalty
     int target_given;         // --target-sparsity was given (re-pruning defaults to the model's)
     const char *precision;
@@ -81,9 +82,12 @@ typedef struct {
      "(fitness: accuracy under the predicted latency; see --latency-target)"},                 \
     {.name = "latency-target", .type = OPT_STRING, .dst = &(o)->lat_target, .def = "2x",       \
      .metavar = "X|Nx", .help = "latency objective: milliseconds at --latency-batch, or Nx for N times\n" \
-     "faster than the dense network of the same precision (per the latency table); sets the\n" \
-     "overall sparsity, raised in the search until the best meets it, unless --target-sparsity\n" \
-     "is given"},                                                                              \
+     "faster than the dense network of the same precision (per the latency table); see\n" \
+     "--latency-allocation"},                                                                  \
+    {.name = "latency-allocation", .type = OPT_CHOICE, .dst = &(o)->lat_alloc, .def = "time",    \
+     .choices = "time|sparsity", .help = "latency objective without --target-sparsity: each round's per-layer\n" \
+     "sparsities spend the least sensitivity for the scheduled predicted time (the overall\n" \
+     "sparsity follows), or meet an overall sparsity raised until the best meets the target"}, \
     {.name = "latency-batch", .type = OPT_INT, .dst = &(o)->lat_batch, .def = "128", .min = 1, \
      .max = 65536, .help = "latency objective: images per forward pass the latency is for"},   \
     {.name = "latency-table", .type = OPT_STRING, .dst = &(o)->lat_table, .metavar = "FILE",   \
@@ -473,15 +477,20 @@ static int latency_set(prune_run *r, sc_err *err) {
     if (!rc) rc = prune_lat_table(&r->lo, r->nt, &pl, &r->cfg.pattern, r->dist, &r->lat, err);
     if (!rc) r->usage = rc = lat_parse_target(r->o.lat_target, &r->lat, &ms, err);
     if (!rc && !r->o.target_given) rc = prune_lat_sparsity(&r->lat, &pl, ms, r->cfg.ev.s_max, &sp, err);
-    if (!rc && !r->o.target_given) r->cfg.target = fmax(sp, r->cfg.min_layer), r->cfg.lat_retarget = 1;
+    if (!rc && !r->o.target_given) {  // by time, or by an overall sparsity raised as needed
+        r->cfg.target = fmax(sp, r->cfg.min_layer);
+        r->cfg.ev.lat_time = !strcmp(r->o.lat_alloc, "time");
+        r->cfg.lat_retarget = !r->cfg.ev.lat_time;
+    }
     prune_layers_free(&pl);
     SC_TRY(rc);
     r->cfg.ev.lat = &r->lat;
     r->cfg.ev.lat_target = ms;
     r->cfg.ev.lat_penalty = r->o.lat_penalty;
     log_line(stderr, r->o.c.quiet, "prune: latency objective: %.4g ms at batch %d in %s (dense %.4g ms, %s), "
-             "overall sparsity %.4f", ms, r->o.lat_batch, r->lo.precision, lat_dense_ms(&r->lat),
-             r->lat.source, r->cfg.target);
+             "%s %.4f", ms, r->o.lat_batch, r->lo.precision, lat_dense_ms(&r->lat), r->lat.source,
+             r->cfg.ev.lat_time ? "allocated by time (the overall sparsity follows), schedule nominally to"
+                                : "overall sparsity", r->cfg.target);
     return 0;
 }
 
@@ -560,6 +569,8 @@ static int summary_json(prune_run *r, double val, double test, const char *plot,
     json_add_string(&j, "device", exec_device_name(r->ex));
     json_add_string(&j, "precision", r->prec == PREC_FP16 ? "fp16" : "fp32");
     json_add_number(&j, "target_sparsity", r->s.cfg.target);  // as raised by the latency objective
+    json_add_string(&j, "latency_allocation",  // latency objective: how plans allocate (--latency-allocation)
+                    !r->cfg.ev.lat ? NULL : r->cfg.ev.lat_time ? "time" : "sparsity");
     json_add_number(&j, "min_layer_sparsity", r->cfg.min_layer);
     json_add_string(&j, "layer_floor", r->o.layer_floor);
     json_add_number(&j, "sparsity", net_sparsity(r->nt));

@@ -473,7 +473,7 @@ static int race_select(prune_search *s, int it, int a, prune_hist *h, sc_err *er
     SC_TRY(prune_pop_replay(s->dist, s->pop, s->owner, &s->log, err));
     if (it + 1 == s->cfg.rounds) {
         double tol = (double)(s->pl.n + 1) / (double)s->pl.total;
-        view.best = evolve_best(&view, &s->pl, &s->cfg.ev, s->cfg.target - tol);
+        view.best = evolve_best(&view, &s->pl, &s->cfg.ev, s->cfg.ev.lat_time ? 0.0 : s->cfg.target - tol);
     }
     s->pop->best = view.best;
     return 0;

@@ -410,6 +410,70 @@ static void test_plan_bias(tctx *t) {
     prune_layers_free(&pl);
 }
 
+// A three-layer table for the time allocation: layer 0 small and slow (1 ms
+// dense, 0.1 at 0.98), layer 1 ten times larger and less time per weight (1 ->
+// 0.5), layer 2 the largest with no time to buy (flat at 1 ms); rest 0.5 ms.
+static int time_table(lat_table *tb, prune_layers *pl) {
+    static const size_t count[3] = {1000, 10000, 100000};
+    double grid[3] = {0.0, 0.9, 0.98};
+    *pl = fake_layers(3, count);
+    if (lat_table_alloc(tb, 3, 3, grid, NULL)) return -1;
+    const double ms[9] = {1.0, 0.2, 0.1, 1.0, 0.6, 0.5, 1.0, 1.0, 1.0};
+    memcpy(tb->ms, ms, sizeof ms);
+    tb->rest_ms = 0.5;
+    return 0;
+}
+
+// The time allocation meets the time where it is cheapest, never prunes a
+// layer that buys no time, tightens with the target, and says when it cannot.
+static void test_allocate_time(tctx *t) {
+    lat_table tb;
+    prune_layers pl;
+    CHECK(t, time_table(&tb, &pl) == 0, "table");
+    double sens[3] = {1, 1, 1}, lo[3] = {0, 0, 0.2}, a[3], b[3];
+    CHECK(t, evolve_allocate_time(sens, &tb, lo, 10.0, 0.995, a) == 0, "loose target");
+    CHECK(t, a[0] == 0 && a[1] == 0 && a[2] == 0.2, "a loose target leaves lo: %g %g %g", a[0], a[1], a[2]);
+    CHECK(t, evolve_allocate_time(sens, &tb, lo, 3.0, 0.995, a) == 0, "3 ms");
+    CHECK(t, lat_predict(&tb, a) <= 3.0 + 1e-9 && lat_predict(&tb, a) > 2.95, "3 ms: %g", lat_predict(&tb, a));
+    CHECK(t, a[2] == 0.2, "layer 2 buys no time: %g", a[2]);
+    CHECK(t, a[0] > a[1] + 0.1 && a[1] > 0.1, "the cheap time first: %g %g", a[0], a[1]);
+    CHECK(t, evolve_allocate_time(sens, &tb, lo, 2.4, 0.995, b) == 0, "2.4 ms");
+    CHECK(t, lat_predict(&tb, b) <= 2.4 + 1e-9, "2.4 ms: %g", lat_predict(&tb, b));
+    CHECK(t, b[0] >= a[0] && b[1] >= a[1] && b[1] > 0.3, "tighter: %g %g, was %g %g", b[0], b[1], a[0], a[1]);
+    sens[0] = 100;  // layer 0 now sensitive: layer 1 gives more of the time
+    CHECK(t, evolve_allocate_time(sens, &tb, lo, 3.0, 0.995, b) == 0 && b[1] > a[1] && b[0] < a[0],
+          "sensitive layer 0: %g %g, was %g %g", b[0], b[1], a[0], a[1]);
+    CHECK(t, evolve_allocate_time(sens, &tb, lo, 2.0, 0.995, b) == 1, "2.0 ms is out of reach (2.1 at best)");
+    CHECK(t, fabs(lat_predict(&tb, b) - 2.1) < 1e-6, "the fastest allocation: %g", lat_predict(&tb, b));
+    lat_table_free(&tb);
+    prune_layers_free(&pl);
+}
+
+// A plan by time (lat_time) aims at the schedule, leaves the layer that buys
+// no time at its mask, and so stays well under the overall floor.
+static void test_plan_time(tctx *t) {
+    lat_table tb;
+    prune_layers pl;
+    CHECK(t, time_table(&tb, &pl) == 0, "table");
+    double sens[3] = {1, 1, 1}, sp[3] = {0.1, 0, 0}, gen[3] = {0.1, 0, 0.3}, a[3];
+    prune_sol s = {.sparsity = sp, .genome = gen};
+    evolve_cfg c;
+    evolve_cfg_default(&c, 10, 0.9);
+    c.lat = &tb, c.lat_target = 2.5, c.lat_time = 1;
+    CHECK_CLOSE(t, evolve_lat_schedule(&c, 0.0), 3.5, 1e-12);
+    CHECK_CLOSE(t, evolve_lat_schedule(&c, 0.45), 3.0, 1e-12);
+    CHECK_CLOSE(t, evolve_lat_schedule(&c, 0.9), 2.5, 1e-12);
+    rng r;
+    rng_seed(&r, 3, 0);
+    evolve_plan(&s, &pl, sens, &c, 0.9, &r, a);
+    CHECK(t, lat_predict(&tb, a) <= 2.5 + 1e-9 && lat_predict(&tb, a) > 2.4, "at the end: %g ms", lat_predict(&tb, a));
+    CHECK(t, a[0] >= 0.1 && a[2] == 0.3, "the mask and the genome hold: %g %g", a[0], a[2]);
+    CHECK(t, prune_sparsity_overall(&pl, a) < 0.5, "overall %g: the floor 0.9 does not apply",
+          prune_sparsity_overall(&pl, a));
+    lat_table_free(&tb);
+    prune_layers_free(&pl);
+}
+
 int main(void) {
     tctx t = {.suite = "test_prune_latency"};
     RUN(&t, test_interp);
@@ -424,5 +488,7 @@ int main(void) {
     RUN(&t, test_reach_from);
     RUN(&t, test_mutate_bias);
     RUN(&t, test_plan_bias);
+    RUN(&t, test_allocate_time);
+    RUN(&t, test_plan_time);
     return check_finish(&t);
 }

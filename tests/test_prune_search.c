@@ -562,24 +562,57 @@ static int flat_table(lat_table *tb, int L) {
     return 0;
 }
 
-// Latency objective with a given target (0.3) too low for the latency target:
-// with lat_retarget the target rises once the schedule reaches it and the
-// winner ends within 2% of the latency target (without, over 10% above it);
-// a run stopped after the first raise and resumed equals the uninterrupted one.
+// The latency tests' set-up: the small evolve run with a given target (0.3)
+// too low for the latency target, a flat table over its layers and the
+// latency target at every layer 0.7 (the table's prediction); 0 or -1.
+static int lat_setup(fixture *f, prune_cfg *c, lat_table *tb, sc_err *err) {
+    run a;
+    *c = small_cfg(PM_EVOLVE, 8, 0.3);
+    if (run_all(&a, f, c, err)) return -1;  // for the layer count
+    int L = a.s.pl.n;
+    run_free(&a);
+    if (flat_table(tb, L)) return -1;
+    double want[L];
+    for (int l = 0; l < L; l++) want[l] = 0.7;
+    c->ev.lat = tb, c->ev.lat_penalty = 1.0, c->ev.lat_target = lat_predict(tb, want);
+    return 0;
+}
+
+// Runs c stopped after 7 iterations into `state`, then resumed: 1 when the
+// resumed population equals ref's; the stopped run's target into *stopped.
+static int lat_resume_equal(fixture *f, const prune_cfg *c, const char *state, const prune_pop *ref,
+                            double *stopped, sc_err *err) {
+    run b, d;
+    prune_cfg c2 = *c;
+    c2.stop_after = 7;
+    int ok = !run_init(&b, f, f->trained, &c2, err) && !prune_search_begin(&b.s, err) &&
+             !prune_search_run(&b.s, state, "{}", err);
+    *stopped = ok ? b.s.cfg.target : -1.0;
+    char *cfg = NULL;
+    ok = ok && !run_init(&d, f, f->trained, c, err) && !prune_search_resume(&d.s, state, &cfg, err) &&
+         !prune_search_run(&d.s, state, cfg, err);
+    free(cfg);
+    ok = ok && pops_equal(ref, d.s.pop);
+    run_free(&b);
+    run_free(&d);
+    return ok;
+}
+
+// Latency objective allocating by overall sparsity: with lat_retarget the
+// target rises once the schedule reaches it and the winner ends within 2% of
+// the latency target (without, over 10% above it); a run stopped after the
+// first raise and resumed equals the uninterrupted one.
 static void test_lat_retarget(tctx *t, fixture *f) {
     sc_err err = {0};
     char state[200];
     snprintf(state, sizeof state, "%s/lat.state", f->dir);
-    prune_cfg c = small_cfg(PM_EVOLVE, 8, 0.3);
+    prune_cfg c;
     lat_table tb;
-    run a, b, d;
-    CHECK(t, !run_all(&a, f, &c, &err), "plain run: %s", err.msg);  // for the layer count
-    int L = a.s.pl.n;
-    run_free(&a);
-    CHECK(t, flat_table(&tb, L) == 0, "table");
-    double want[L];
-    for (int l = 0; l < L; l++) want[l] = 0.7;
-    c.ev.lat = &tb, c.ev.lat_penalty = 1.0, c.ev.lat_target = lat_predict(&tb, want);
+    run a;
+    if (lat_setup(f, &c, &tb, &err)) {
+        CHECK(t, 0, "set-up: %s", err.msg);
+        return;
+    }
     int ok = !run_all(&a, f, &c, &err);
     const double p0 = ok ? lat_predict(&tb, a.s.pop->sol[a.s.pop->best].sparsity) : 0.0;
     CHECK(t, ok && p0 > 1.1 * c.ev.lat_target, "without: %s %g vs %g", err.msg, p0, c.ev.lat_target);
@@ -589,19 +622,35 @@ static void test_lat_retarget(tctx *t, fixture *f) {
     const double p1 = ok ? lat_predict(&tb, a.s.pop->sol[a.s.pop->best].sparsity) : 0.0;
     CHECK(t, ok && p1 < 1.02 * c.ev.lat_target && a.s.cfg.target > 0.35, "with: %s %g vs %g (target %g)",
           err.msg, p1, c.ev.lat_target, a.s.cfg.target);
-    prune_cfg c2 = c;
-    c2.stop_after = 7;
-    ok = !run_init(&b, f, f->trained, &c2, &err) && !prune_search_begin(&b.s, &err) &&
-         !prune_search_run(&b.s, state, "{}", &err);
-    CHECK(t, ok && b.s.cfg.target > 0.35, "stopped run: %s (target %g)", err.msg, b.s.cfg.target);
-    char *cfg = NULL;
-    ok = !run_init(&d, f, f->trained, &c, &err) && !prune_search_resume(&d.s, state, &cfg, &err) &&
-         !prune_search_run(&d.s, state, cfg, &err);
-    free(cfg);
-    CHECK(t, ok && pops_equal(a.s.pop, d.s.pop), "resumed run differs: %s", err.msg);
+    double stopped = -1.0;
+    CHECK(t, ok && lat_resume_equal(f, &c, state, a.s.pop, &stopped, &err) && stopped > 0.35,
+          "stopped and resumed: %s (target %g at the stop)", err.msg, stopped);
     run_free(&a);
-    run_free(&b);
-    run_free(&d);
+    lat_table_free(&tb);
+}
+
+// Latency objective allocating by time (lat_time), the same set-up: the
+// winner ends within 2% of the latency target with the overall target never
+// raised, and a stopped and resumed run equals the uninterrupted one.
+static void test_lat_time(tctx *t, fixture *f) {
+    sc_err err = {0};
+    char state[200];
+    snprintf(state, sizeof state, "%s/lat_time.state", f->dir);
+    prune_cfg c;
+    lat_table tb;
+    run a;
+    if (lat_setup(f, &c, &tb, &err)) {
+        CHECK(t, 0, "set-up: %s", err.msg);
+        return;
+    }
+    c.ev.lat_time = 1;
+    int ok = !run_all(&a, f, &c, &err);
+    const double p1 = ok ? lat_predict(&tb, a.s.pop->sol[a.s.pop->best].sparsity) : 0.0;
+    CHECK(t, ok && p1 < 1.02 * c.ev.lat_target && a.s.cfg.target == 0.3, "time: %s %g vs %g (target %g)", err.msg,
+          p1, c.ev.lat_target, a.s.cfg.target);
+    double stopped = -1.0;
+    CHECK(t, ok && lat_resume_equal(f, &c, state, a.s.pop, &stopped, &err), "stopped and resumed: %s", err.msg);
+    run_free(&a);
     lat_table_free(&tb);
 }
 
@@ -641,6 +690,7 @@ int main(void) {
     run_with(&t, &f, test_floor_layers_run, "test_floor_layers_run");
     run_with(&t, &f, test_evolve_vs_oneshot, "test_evolve_vs_oneshot");
     run_with(&t, &f, test_lat_retarget, "test_lat_retarget");
+    run_with(&t, &f, test_lat_time, "test_lat_time");
     fixture_free(&f);
     return check_finish(&t);
 }
