@@ -20,6 +20,7 @@
 # Environment (defaults): ITER (48) POP (8) BATCHES (10) search budget; SEED (1);
 # UNIFORM (0.9) X; TARGETS (per model below); FLOOR1, FLOOR2 (per model below);
 # PATTERN (unstructured; 16x8 lets the block-sparse kernel run); LAT_BATCH (128);
+# LAT_ALLOC (prune's --latency-allocation default: time; sparsity for the older one);
 # ONLY (all jobs: "T U F1 F2 L1 L2 L3"); GPUS (count, default nvidia-smi's);
 # WORK (/root/pareto-MODEL: models, logs, JSON; a table found there is reused
 # unless REMEASURE=1, a job done there is skipped unless REDO=1: run the same
@@ -72,7 +73,7 @@ prune_args() {
     F1) printf '%s\n' --objective sparsity --target-sparsity "$X" --layer-floor "$f1" ;;
     F2) printf '%s\n' --objective sparsity --target-sparsity "$X" --layer-floor "$f2" ;;
     L[1-9]) printf '%s\n' --objective latency --latency-target "${targets[${1#L} - 1]}" \
-                --latency-table "$work/table_latency.json" ;;
+                --latency-table "$work/table_latency.json" ${LAT_ALLOC:+--latency-allocation "$LAT_ALLOC"} ;;
     esac
 }
 
