@@ -1,0 +1,244 @@
+// A CPU emulation of the halo kernel of the block-sparse conv
+// (kernels/bsconv_halo.cu, built as host C++ by bench/wip/halo_emu.sh with
+// prelude.h): one host thread per CUDA thread, CTAs one after another, a
+// barrier per CTA and per warp; cp.async queued per thread and done at
+// wait_group; ldmatrix and mma.sync (m16n8k16, m16n8k8) as warp-collective
+// operations with the PTX ISA's fragment layouts; the CUDA runtime calls the
+// file makes stubbed on host memory. Every shared-memory access the PTX
+// wrappers make is checked against the launch's dynamic size, 4 KB of
+// canary after it catch plain stores past it, and the outputs carry a
+// poisoned guard zone. It runs the GPU test's cases (bsc_gpu_case) on the
+// halo variants against the CPU reference with the GPU test's tolerance:
+// index math, buffers and barrier order, not timing or the hardware's faults.
+#include <pthread.h>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <thread>
+#include <vector>
+#include "prelude.h"
+#include "kernels/bsconv_halo_gpu.h"
+#include "kernels/nhwc_ops_gpu.h"
+extern "C" {
+#include "kernels/bsconv.h"
+#include "tests/bsconv_cases.h"
+}
+
+thread_local uint3 threadIdx, blockIdx;
+dim3 blockDim, gridDim;
+char *emu_smem;
+static size_t emu_dyn;  // the launch's dynamic shared memory
+static pthread_barrier_t cta_bar, warp_bar[8];
+static std::atomic<int> or_acc;
+
+// Stops the emulation with a message (a fault the GPU would report or not).
+static void emu_fault(const char *what, long long at) {
+    fprintf(stderr, "FAULT %s at %lld (CTA %u,%u,%u thread %u; dynamic shared %zu)\n", what, at, blockIdx.x,
+            blockIdx.y, blockIdx.z, threadIdx.x, emu_dyn);
+    exit(3);
+}
+
+void __syncthreads() { pthread_barrier_wait(&cta_bar); }
+int __syncthreads_or(int p) {
+    __syncthreads();
+    if (p) or_acc |= 1;
+    __syncthreads();
+    const int r = or_acc.load();
+    __syncthreads();
+    if (threadIdx.x == 0) or_acc = 0;
+    __syncthreads();
+    return r;
+}
+int atomicAdd(int *p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+static void warp_sync() { pthread_barrier_wait(&warp_bar[threadIdx.x / 32]); }
+static float shfl_buf[8][32];
+float __shfl_xor_sync(unsigned, float v, int off) {
+    const int w = threadIdx.x / 32, l = threadIdx.x % 32;
+    shfl_buf[w][l] = v;
+    warp_sync();
+    const float r = shfl_buf[w][l ^ off];
+    warp_sync();
+    return r;
+}
+size_t __cvta_generic_to_shared(const void *p) {
+    const long long o = (const char *)p - emu_smem;
+    if (o < 0 || (size_t)o > emu_dyn) emu_fault("cvta outside shared memory", o);
+    return (size_t)o;
+}
+
+// --- cp.async ---------------------------------------------------------------------------
+struct cp_op { char *dst; const void *src; int valid; };
+static thread_local std::vector<cp_op> cp_cur;
+static thread_local std::deque<std::vector<cp_op>> cp_groups;
+void ptx_cp16(void *dst, const void *src, int valid) {
+    const long long o = (char *)dst - emu_smem;
+    if (o < 0 || (size_t)o + 16 > emu_dyn || o % 16) emu_fault("cp.async destination", o);
+    cp_cur.push_back({(char *)dst, src, valid});
+}
+void ptx_cp_commit() { cp_groups.push_back(cp_cur), cp_cur.clear(); }
+void emu_cp_wait(int n) {
+    while ((int)cp_groups.size() > n) {
+        for (auto &c : cp_groups.front()) c.valid ? (void)memcpy(c.dst, c.src, 16) : (void)memset(c.dst, 0, 16);
+        cp_groups.pop_front();
+    }
+}
+
+// --- ldmatrix and mma.sync (warp-collective) ------------------------------------------
+static uint32_t addr_buf[8][32], frag_a[8][32][4], frag_b[8][32][2];
+// Rows of `nmat` 8x8 16-bit matrices from the lanes' row addresses.
+static void ldmatrix(uint32_t addr, uint32_t *a, int nmat) {
+    const int w = threadIdx.x / 32, l = threadIdx.x % 32;
+    if (l < nmat * 8 && ((size_t)addr + 16 > emu_dyn || addr % 16)) emu_fault("ldmatrix row address", addr);
+    addr_buf[w][l] = addr;
+    warp_sync();
+    for (int i = 0; i < nmat; i++) memcpy(&a[i], emu_smem + addr_buf[w][8 * i + l / 4] + 4 * (l % 4), 4);
+    warp_sync();
+}
+void ptx_ldmatrix_x4(uint32_t addr, uint32_t *a) { ldmatrix(addr, a, 4); }
+void ptx_ldmatrix_x2(uint32_t addr, uint32_t *a) { ldmatrix(addr, a, 2); }
+// Element e (0 low, 1 high) of a register holding two 16-bit values, as a float.
+static float half_of(uint32_t r, int e, int bf16) {
+    const uint16_t b = (uint16_t)(r >> (16 * e));
+    if (bf16) { uint32_t f = (uint32_t)b << 16; float x; memcpy(&x, &f, 4); return x; }
+    __half h; memcpy(&h, &b, 2); return __half2float(h);
+}
+void emu_mma(float *d, const uint32_t *a, const uint32_t *b, int k16, int bf16) {
+    const int w = threadIdx.x / 32, l = threadIdx.x % 32, g = l / 4, t = l % 4, K = k16 ? 16 : 8;
+    for (int i = 0; i < (k16 ? 4 : 2); i++) frag_a[w][l][i] = a[i];
+    for (int i = 0; i < (k16 ? 2 : 1); i++) frag_b[w][l][i] = b[i];
+    warp_sync();
+    for (int j = 0; j < 4; j++) {
+        const int row = g + (j >= 2 ? 8 : 0), col = 2 * t + (j & 1);
+        float s = 0.0f;
+        for (int k = 0; k < K; k++) {
+            const int la = 4 * (row % 8) + (k % 8) / 2, ra = (row >= 8) + (k >= 8 ? 2 : 0);
+            const int lb = 4 * col + (k % 8) / 2, rb = k >= 8;
+            s += half_of(frag_a[w][la][ra], k % 2, bf16) * half_of(frag_b[w][lb][rb], k % 2, bf16);
+        }
+        d[j] += s;
+    }
+    warp_sync();
+}
+
+// --- the launch -------------------------------------------------------------------------
+void emu_run_cta(const void *fn, void **args);  // kernel_tu.cpp: calls fn with its bsh_args
+cudaError_t emu_launch(const void *fn, dim3 grid, dim3 block, void **args, size_t smem) {
+    const size_t canary = 4096;
+    gridDim = grid, blockDim = block, emu_dyn = smem;
+    std::vector<char> buf(smem + canary);
+    emu_smem = buf.data();
+    pthread_barrier_init(&cta_bar, NULL, block.x);
+    for (unsigned w = 0; w < block.x / 32; w++) pthread_barrier_init(&warp_bar[w], NULL, 32);
+    for (unsigned bz = 0; bz < grid.z; bz++)
+        for (unsigned by = 0; by < grid.y; by++)
+            for (unsigned bx = 0; bx < grid.x; bx++) {
+                memset(emu_smem, 0xA7, smem + canary);  // shared memory starts with anything in it
+                std::vector<std::thread> th;
+                for (unsigned t = 0; t < block.x; t++)
+                    th.emplace_back([=] {
+                        threadIdx = {t, 0, 0}, blockIdx = {bx, by, bz};
+                        emu_run_cta(fn, args);
+                        if (!cp_cur.empty() || !cp_groups.empty()) emu_fault("copies left in flight", 0);
+                    });
+                for (auto &x : th) x.join();
+                for (size_t i = smem; i < smem + canary; i++)
+                    if ((unsigned char)emu_smem[i] != 0xA7) { blockIdx = {bx, by, bz}; emu_fault("store past the dynamic shared memory", (long long)i); }
+            }
+    pthread_barrier_destroy(&cta_bar);
+    for (unsigned w = 0; w < block.x / 32; w++) pthread_barrier_destroy(&warp_bar[w]);
+    return cudaSuccess;
+}
+
+// --- the runtime calls of kernels/bsconv_halo.cu, on host memory ------------------------
+extern "C" {
+cudaError_t cudaMalloc(void **p, size_t n) { *p = aligned_alloc(256, (n + 255) / 256 * 256); return cudaSuccess; }
+cudaError_t cudaFree(void *p) { free(p); return cudaSuccess; }
+cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) { memset(p, v, n); return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaFuncSetAttribute(const void *, enum cudaFuncAttribute, int) { return cudaSuccess; }
+const char *cudaGetErrorString(cudaError_t) { return "emulated error"; }
+int gpu_upload(void *dst, const void *src, size_t n, sc_err *) { memcpy(dst, src, n); return 0; }
+int nhwc_from_f32_gpu(const gpu_ctx *, gpu_dtype dt, size_t n, const float *x, void *y, sc_err *) {
+    for (size_t i = 0; i < n; i++)
+        if (dt == GDT_BF16) ((__nv_bfloat16 *)y)[i] = __float2bfloat16_rn(x[i]);
+        else ((__half *)y)[i] = __float2half_rn(x[i]);
+    return 0;
+}
+}
+
+// --- the cases --------------------------------------------------------------------------
+// n floats as dt (16-bit) with the host copy rounded to the stored values.
+static std::vector<uint16_t> to16(float *h, size_t n, gpu_dtype dt, size_t extra = 0) {
+    std::vector<uint16_t> v(n + extra, 0xFFFF);
+    nhwc_from_f32_gpu(NULL, dt, n, h, v.data(), NULL);
+    for (size_t i = 0; i < n; i++) h[i] = half_of(v[i], 0, dt == GDT_BF16);
+    return v;
+}
+
+// Case c on halo variant hv in dt: 1 pass, 0 fail, 2 the variant does not run it.
+static int run(const bsc_case *c, uint64_t seed, int hv, gpu_dtype dt) {
+    bsc_layer L;
+    sc_err err = {{0}};
+    char name[200];
+    bsc_case_name(c, name, sizeof name);
+    bsc_make(c, seed, &L);
+    to16(L.data, (size_t)L.nblocks * c->kb * c->cb, dt);
+    bsconv_hpack h;
+    bsh_gpu d;
+    gpu_ctx g = {};
+    g.dev.sms = 132, g.dev.smem_block_optin = 232448, g.dev.smem_block = 49152;
+    int rc = 2;
+    if (bsconv_halo_applies(&L.s, &L.w, NULL, 0) && bsconv_hpack_build(&L.s, &L.w, &h, &err) == 0) {
+        if (bsh_gpu_upload(&g, &h, dt, &d, &err) || bsh_gpu_split_alloc(&g, &L.s, &d, &err)) { printf("upload: %s\n", err.msg); exit(1); }
+        if (bsh_gpu_prepare(&g, &L.s, &d, dt, hv, &err) == 0) {
+            std::vector<uint16_t> x = to16(L.x, L.nx, dt), z, y((L.ny + 64), 0xFFFF);
+            if (L.z) z = to16(L.z, L.ny, dt);
+            for (int rep = 0; rep < 2; rep++) {  // twice, as the GPU test: the split counters reset
+                std::fill(y.begin(), y.end(), 0xFFFF);
+                bsh_gpu_run(&g, &L.s, &d, dt, hv, L.bias, x.data(), L.z ? z.data() : NULL, y.data(), &err);
+            }
+            std::vector<float> got(L.ny + 1), want(L.ny + 1);
+            std::vector<double> wantd(L.ny + 1), scale(L.ny + 1);
+            for (size_t i = 0; i < L.ny; i++) got[i] = half_of(y[i], 0, dt == GDT_BF16);
+            int guard = 1;
+            for (int i = 0; i < 64; i++) guard &= y[L.ny + i] == 0xFFFF;
+            bsconv_forward_cpu(&L.s, &L.w, L.bias, L.x, L.z, want.data());
+            float *wd = bsc_dense_weights(&L);
+            bsc_dense_conv(&L, wd, 1, scale.data());
+            free(wd);
+            for (size_t i = 0; i < L.ny; i++) wantd[i] = want[i];
+            size_t at = 0;
+            const double w = bsc_worst(got.data(), wantd.data(), scale.data(), L.ny,
+                                       1.01 * (dt == GDT_BF16 ? 1.0 / 256 : 1.0 / 2048), 5e-5, &at);
+            rc = w <= 1.0 && guard;
+            printf("%s %s halo %d %s: worst %.3g (y[%zu] = %g, want %g)%s\n", rc ? "ok  " : "FAIL",
+                   dt == GDT_BF16 ? "bf16" : "fp16", hv, name, w, at, got[at], want[at], guard ? "" : " guard overwritten");
+            fflush(stdout);
+        }
+        bsh_gpu_free(&d);
+        bsconv_hpack_free(&h);
+    }
+    bsc_free(&L);
+    return rc;
+}
+
+// argv: halo variants to run (default all), then with -s N only shape N.
+int main(int argc, char **argv) {
+    std::vector<int> vs;
+    int shape = -1;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "-s") && i + 1 < argc) shape = atoi(argv[++i]);
+        else vs.push_back(atoi(argv[i]));
+    if (vs.empty()) for (int v = 0; v < BSH_VARIANTS; v++) vs.push_back(v);
+    int n[3] = {0, 0, 0};
+    for (int v : vs)
+        for (int si = 0; si < BSC_GPU_SHAPES; si++)
+            for (int pi = 0; pi < BSC_GPU_SPARSITIES && (shape < 0 || si == shape); pi++) {
+                const bsc_case c = bsc_gpu_case(si, pi);
+                for (int dt = 0; dt < 2; dt++) n[run(&c, 1000 + 10 * si + pi, v, dt ? GDT_BF16 : GDT_F16)]++;
+            }
+    printf("halo emulation: %d passed, %d failed, %d skipped\n", n[1], n[0], n[2]);
+    return n[0] != 0;
+}
