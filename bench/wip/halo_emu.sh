@@ -4,7 +4,8 @@
 # device built-ins, cp.async, ldmatrix and mma.sync emulated) on the GPU
 # test's cases against the CPU reference: needs g++ and the CUDA headers, no GPU.
 #   bench/wip/halo_emu.sh [HALO_VARIANT...] [-s SHAPE]   (default: every variant, every shape)
-# Halo variant v is gpu_test_bsconv's variant v + 4. SANITIZE=1 adds AddressSanitizer.
+# Halo variant v is gpu_test_bsconv's variant v + 4. SANITIZE=1 adds AddressSanitizer;
+# EMU_SMS=N emulates a GPU of N SMs (default 132; 1 makes persistent CTAs walk many tiles).
 set -eu
 cd "$(dirname "$0")/../.."
 CUDA=${CUDA:-/usr/local/cuda}

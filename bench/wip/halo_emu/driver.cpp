@@ -190,7 +190,8 @@ static int run(const bsc_case *c, uint64_t seed, int hv, gpu_dtype dt) {
     bsconv_hpack h;
     bsh_gpu d;
     gpu_ctx g = {};
-    g.dev.sms = 132, g.dev.smem_block_optin = 232448, g.dev.smem_block = 49152;
+    g.dev.sms = getenv("EMU_SMS") ? atoi(getenv("EMU_SMS")) : 132;  // few: persistent CTAs walk many tiles
+    g.dev.smem_block_optin = 232448, g.dev.smem_block = 49152;
     int rc = 2;
     if (bsconv_halo_applies(&L.s, &L.w, NULL, 0) && bsconv_hpack_build(&L.s, &L.w, &h, &err) == 0) {
         if (bsh_gpu_upload(&g, &h, dt, &d, &err) || bsh_gpu_split_alloc(&g, &L.s, &d, &err)) { printf("upload: %s\n", err.msg); exit(1); }
