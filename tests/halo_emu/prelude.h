@@ -1,4 +1,4 @@
-// Force-included before kernels/bsconv_halo.cu when bench/wip/halo_emu.sh
+// Force-included before kernels/bsconv_halo.cu when tests/halo_emu.sh
 // builds it as host C++: the CUDA types come from the real headers, the
 // device built-ins and the PTX wrappers of kernels/ptx_gpu.h (which compiles
 // to nothing outside nvcc) are declared here and emulated in driver.cpp.
