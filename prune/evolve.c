@@ -226,15 +226,16 @@ double evolve_lat_schedule(const evolve_cfg *c, double floor) {
     return dense - f * (dense - c->lat_target);
 }
 
-// Latency objective, c->lat_time: the layers the plan prunes further (chosen,
-// sensitivities halved) and its allocation by time above lo (evolve_plan).
-static void plan_time(const evolve_cfg *c, const double *sens, const double *rho, int L, double floor,
-                      const double *lo, rng *r, int *chosen, double *w, double *target) {
-    for (int l = 0; l < L; l++) w[l] = rho[l] * fmax(0.0, c->s_max - lo[l]);
+// The layers a plan prunes further (chosen: drawn by robustness x time
+// ratio x room above lo; ratio NULL: 1) and their effective sensitivities
+// into w (rho: scratch for the robustness).
+static void plan_pick(const evolve_cfg *c, const double *sens, const double *ratio, int L, const double *lo,
+                      rng *r, int *chosen, double *rho, double *w) {
+    evolve_robustness(sens, L, rho);
+    for (int l = 0; l < L; l++) w[l] = rho[l] * (ratio ? ratio[l] : 1.0) * fmax(0.0, c->s_max - lo[l]);
     int k = (int)lround(c->layer_frac * L);
     pick_layers(w, L, k < 1 ? 1 : k, r, chosen);
     sens_effective(sens, L, chosen, w);
-    evolve_allocate_time(w, c->lat, lo, evolve_lat_schedule(c, floor), c->s_max, target);
 }
 
 void evolve_plan(const prune_sol *s, const prune_layers *pl, const double *sens,
@@ -252,9 +253,9 @@ void evolve_plan(const prune_sol *s, const prune_layers *pl, const double *sens,
     }
     if (c->lat && c->lat_time) {  // by time, above the mask, the genome and the floors
         if (rho && chosen) {
-            evolve_robustness(sens, L, rho);
             memcpy(lo, target, (size_t)L * sizeof *lo);
-            plan_time(c, sens, rho, L, floor, lo, r, chosen, w, target);
+            plan_pick(c, sens, NULL, L, lo, r, chosen, rho, w);
+            evolve_allocate_time(w, c->lat, lo, evolve_lat_schedule(c, floor), c->s_max, target);
         }
         goto done;
     }
@@ -267,12 +268,8 @@ void evolve_plan(const prune_sol *s, const prune_layers *pl, const double *sens,
         extra *= lam;
     }
     if (!rho || !chosen || want - have - extra <= 0.5) goto done;
-    evolve_robustness(sens, L, rho);
     evolve_lat_ratio(c, pl, s->sparsity, ratio);
-    for (int l = 0; l < L; l++) w[l] = rho[l] * ratio[l] * fmax(0.0, c->s_max - target[l]);
-    int k = (int)lround(c->layer_frac * L);
-    pick_layers(w, L, k < 1 ? 1 : k, r, chosen);
-    sens_effective(sens, L, chosen, w);
+    plan_pick(c, sens, ratio, L, target, r, chosen, rho, w);
     for (int l = 0; l < L; l++) w[l] /= ratio[l];  // latency: cut where time is bought
     memcpy(lo, target, (size_t)L * sizeof *lo);
     evolve_allocate(w, pl, lo, floor, fmax(c->s_max, floor), target);

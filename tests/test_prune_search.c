@@ -578,10 +578,13 @@ static int lat_setup(fixture *f, prune_cfg *c, lat_table *tb, sc_err *err) {
     return 0;
 }
 
-// Runs c stopped after 7 iterations into `state`, then resumed: 1 when the
-// resumed population equals ref's; the stopped run's target into *stopped.
-static int lat_resume_equal(fixture *f, const prune_cfg *c, const char *state, const prune_pop *ref,
+// Runs c stopped after 7 iterations into the state file f->dir/NAME.state,
+// then resumed: 1 when the resumed population equals ref's; the stopped
+// run's target into *stopped.
+static int lat_resume_equal(fixture *f, const prune_cfg *c, const char *name, const prune_pop *ref,
                             double *stopped, sc_err *err) {
+    char state[200];
+    snprintf(state, sizeof state, "%s/%s.state", f->dir, name);
     run b, d;
     prune_cfg c2 = *c;
     c2.stop_after = 7;
@@ -604,8 +607,6 @@ static int lat_resume_equal(fixture *f, const prune_cfg *c, const char *state, c
 // first raise and resumed equals the uninterrupted one.
 static void test_lat_retarget(tctx *t, fixture *f) {
     sc_err err = {0};
-    char state[200];
-    snprintf(state, sizeof state, "%s/lat.state", f->dir);
     prune_cfg c;
     lat_table tb;
     run a;
@@ -623,7 +624,7 @@ static void test_lat_retarget(tctx *t, fixture *f) {
     CHECK(t, ok && p1 < 1.02 * c.ev.lat_target && a.s.cfg.target > 0.35, "with: %s %g vs %g (target %g)",
           err.msg, p1, c.ev.lat_target, a.s.cfg.target);
     double stopped = -1.0;
-    CHECK(t, ok && lat_resume_equal(f, &c, state, a.s.pop, &stopped, &err) && stopped > 0.35,
+    CHECK(t, ok && lat_resume_equal(f, &c, "lat", a.s.pop, &stopped, &err) && stopped > 0.35,
           "stopped and resumed: %s (target %g at the stop)", err.msg, stopped);
     run_free(&a);
     lat_table_free(&tb);
@@ -634,8 +635,6 @@ static void test_lat_retarget(tctx *t, fixture *f) {
 // raised, and a stopped and resumed run equals the uninterrupted one.
 static void test_lat_time(tctx *t, fixture *f) {
     sc_err err = {0};
-    char state[200];
-    snprintf(state, sizeof state, "%s/lat_time.state", f->dir);
     prune_cfg c;
     lat_table tb;
     run a;
@@ -649,7 +648,7 @@ static void test_lat_time(tctx *t, fixture *f) {
     CHECK(t, ok && p1 < 1.02 * c.ev.lat_target && a.s.cfg.target == 0.3, "time: %s %g vs %g (target %g)", err.msg,
           p1, c.ev.lat_target, a.s.cfg.target);
     double stopped = -1.0;
-    CHECK(t, ok && lat_resume_equal(f, &c, state, a.s.pop, &stopped, &err), "stopped and resumed: %s", err.msg);
+    CHECK(t, ok && lat_resume_equal(f, &c, "lat_time", a.s.pop, &stopped, &err), "stopped and resumed: %s", err.msg);
     run_free(&a);
     lat_table_free(&tb);
 }
