@@ -17,6 +17,14 @@
 #define SC_BUILD_ID "unknown"  // built without that header (the fuzzing build)
 #endif
 
+// Resolves --objective auto and --pattern auto (prune/latency_setup.h).
+void prune_auto_resolve(const prune_auto_run *run, const char **objective, const char **pattern) {
+    if (!strcmp(*objective, "auto"))
+        *objective = run->on_gpu && run->evolve && !run->from && !run->sparsity_given ? "latency" : "sparsity";
+    if (!strcmp(*pattern, "auto"))
+        *pattern = !strcmp(*objective, "latency") && run->fp16 && !run->from ? PRUNE_AUTO_PATTERN : "unstructured";
+}
+
 // The key this run needs: the present GPU (or "none"), arch, batch, precision.
 static void run_key(const prune_lat_opts *o, const net *nt, lat_key *k) {
     sc_err e = {0};

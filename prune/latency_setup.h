@@ -34,6 +34,25 @@ int prune_lat_table(const prune_lat_opts *o, net *nt, const prune_layers *pl,
 int prune_lat_sparsity(const lat_table *t, const prune_layers *pl, double target_ms, double s_max,
                        double *sparsity, sc_err *err);
 
+// What a run is, for --objective auto and --pattern auto.
+typedef struct {
+    int on_gpu;          // the run trains on a GPU
+    int fp16;            // at fp16 (the latency table's precision)
+    int evolve;          // --method evolve
+    int from;            // --from a model
+    int sparsity_given;  // --target-sparsity, --min-layer-sparsity or --layer-floor given
+} prune_auto_run;
+
+// Resolves "auto" in *objective and *pattern (others are left as given):
+// the objective is latency for an evolutionary search on a GPU from scratch
+// that names no sparsity (the mission's pipeline), else sparsity; the
+// pattern is PRUNE_AUTO_PATTERN for a latency run at fp16 from scratch (the
+// fp16 engine's sparse kernels are the block ones), else unstructured.
+void prune_auto_resolve(const prune_auto_run *run, const char **objective, const char **pattern);
+
+// The pattern --pattern auto picks for a latency run at fp16.
+#define PRUNE_AUTO_PATTERN "16x8"
+
 // Prunable layers whose times prune_lat_result keeps one by one.
 #define PRUNE_LAT_MAX_LAYERS 256
 

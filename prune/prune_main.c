@@ -42,7 +42,7 @@ typedef struct {
     const char *halve_every;
     const char *layer_floor;  // --layer-floor SPEC (NULL: none)
     const char *pattern;      // --pattern P (runtime/pattern.h)
-    const char *objective;    // --objective sparsity|latency
+    const char *objective;    // --objective auto|sparsity|latency (auto resolved by auto_set)
     const char *lat_target, *lat_table;  // --latency-target, --latency-table
     int lat_batch;            // --latency-batch
     const char *lat_alloc;    // --latency-allocation time|sparsity
@@ -73,14 +73,17 @@ typedef struct {
      .help = "per-layer floors at the end: PREFIX=X[,PREFIX=X...]; a pruned layer takes the X of\n" \
      "the longest PREFIX its tensor name starts with (else --min-layer-sparsity); X in\n"      \
      "[0, 0.995], may pass the target when the floors fit it (e.g. layer1=0.98,layer2=0.97)"}, \
-    {.name = "pattern", .type = OPT_STRING, .dst = &(o)->pattern, .def = "unstructured",       \
+    {.name = "pattern", .type = OPT_STRING, .dst = &(o)->pattern, .def = "auto",               \
      .metavar = "P", .help = "masks on a pattern: unstructured, KxC (blocks of K output x C input channels at\n" \
      "one tap, e.g. 16x8) or N:M (N kept of every M input channels, e.g. 2:4); --from a\n"    \
-     "model pruned off P: re-prunes it onto P at its sparsity, then fine-tunes"},              \
-    {.name = "objective", .type = OPT_CHOICE, .dst = &(o)->objective, .def = "sparsity",       \
-     .choices = "sparsity|latency", .help = "evolve: reach --target-sparsity, or a latency on this GPU\n" \
-     "(fitness: accuracy under the predicted latency; see --latency-target)"},                 \
-    {.name = "latency-target", .type = OPT_STRING, .dst = &(o)->lat_target, .def = "2x",       \
+     "model pruned off P: re-prunes it onto P at its sparsity, then fine-tunes (auto: " PRUNE_AUTO_PATTERN "\n" \
+     "for a latency run at fp16 from scratch, whose sparse kernels are the block ones; else unstructured)"}, \
+    {.name = "objective", .type = OPT_CHOICE, .dst = &(o)->objective, .def = "auto",           \
+     .choices = "auto|sparsity|latency", .help = "evolve: reach --target-sparsity, or a latency on this GPU\n" \
+     "(fitness: accuracy under the predicted latency; see --latency-target); auto: latency for a\n" \
+     "search on a GPU from scratch that names no sparsity (--target-sparsity, --min-layer-sparsity,\n" \
+     "--layer-floor), else sparsity"},                                                        \
+    {.name = "latency-target", .type = OPT_STRING, .dst = &(o)->lat_target, .def = "1.2x",     \
      .metavar = "X|Nx", .help = "latency objective: milliseconds at --latency-batch, or Nx for N times\n" \
      "faster than the dense network of the same precision (per the latency table); see\n" \
      "--latency-allocation"},                                                                  \
@@ -158,7 +161,7 @@ typedef struct {
 static int pattern_check(prune_opts *o, int argc, char **argv) {
     sc_pattern p;
     sc_err err = {0};
-    if (sc_pattern_parse(o->pattern, &p, &err)) {
+    if (strcmp(o->pattern, "auto") && sc_pattern_parse(o->pattern, &p, &err)) {
         cli_error(TOOL, "--pattern: %s", err.msg);
         return CLI_USAGE;
     }
@@ -231,6 +234,19 @@ static int gpu_select(prune_run *r, sc_err *err) {
 static int device_pick(prune_run *r, sc_err *err) {
     return exec_pick_device(TOOL, r->o.c.device, r->o.precision, r->o.c.quiet, &r->dev, &r->prec,
                             err);
+}
+
+// Resolves --objective auto and --pattern auto for this run and says what they came to.
+static void auto_set(prune_run *r) {
+    prune_opts *o = &r->o;
+    const char *obj = o->objective, *pat = o->pattern;
+    prune_auto_run run = {.on_gpu = r->dev == DEV_GPU, .fp16 = r->prec == PREC_FP16,
+                          .evolve = !strcmp(o->method, "evolve"), .from = o->from != NULL,
+                          .sparsity_given = o->target_given || o->min_layer > 0 || o->layer_floor};
+    prune_auto_resolve(&run, &o->objective, &o->pattern);
+    if (!strcmp(obj, "auto") || !strcmp(pat, "auto"))
+        log_line(stderr, o->c.quiet, "prune: objective %s%s, pattern %s%s", o->objective,
+                 strcmp(obj, "auto") ? "" : " (auto)", o->pattern, strcmp(pat, "auto") ? "" : " (auto)");
 }
 
 // Loads the --from model and checks it against --model and DATASET.
@@ -736,7 +752,9 @@ static int search_go(prune_run *r, sc_err *err) {
 // Runs the whole tool after option parsing; returns an exit status.
 static int prune_tool(prune_run *r, int argc, char **argv) {
     sc_err err = {0};
-    int rc = gpu_select(r, &err) || device_pick(r, &err) || data_and_net(r, &err) || cfg_set(r, &err) ||
+    int rc = gpu_select(r, &err) || device_pick(r, &err);
+    if (!rc) auto_set(r);
+    rc = rc || data_and_net(r, &err) || cfg_set(r, &err) ||
              floors_set(r, &err) || paths_set(r, &err) || latency_set(r, &err);
     if (!rc && !r->config && !(r->config = cli_args_join(argc, argv, prune_transient))) rc = sc_fail(&err, "out of memory");
     if (!rc) {

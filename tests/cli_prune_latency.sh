@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # CLI tests of `prune --objective latency` on the CPU on synthetic data: bad
-# usage and bad tables give one line; without a GPU the table comes from the
+# usage and bad tables give one line; --objective auto and --pattern auto come
+# to sparsity and unstructured on the CPU, and say so; without a GPU the table comes from the
 # FLOP model (said so), is cached in the run's files and reused on --resume,
 # and a cached table of another GPU is not reused; a stopped and resumed run
 # ends bitwise equal to an uninterrupted one; the history (CSV and JSON) and
@@ -27,6 +28,18 @@ expect_fail "target below 1x" 2 '^prune: .*latency target 0.5x' $PR $TINY --obje
 expect_fail "target not a number" 2 '^prune: .*latency target fast' $PR $TINY --objective latency --latency-target fast synthetic
 expect_fail "target out of reach" 1 '^prune: .*out of reach' $PR $TINY --objective latency --latency-target 1000x synthetic
 expect_fail "missing table" 1 '^prune: .*nothere.json' $PR $TINY --objective latency --latency-table "$T/nothere.json" synthetic
+
+# --- the defaults: --objective auto and --pattern auto are sparsity, unstructured on the CPU --------
+err=$($PRQ $TINY --iterations 1 --target-sparsity 0.3 -o "$T/d.h5" --json "$T/d.json" synthetic 2>&1 >/dev/null)
+grep -q "objective sparsity (auto), pattern unstructured (auto)" <<<"$err" && ok "auto: says what it chose" \
+    || bad "auto: says what it chose" "$err"
+[ "$(jget "$T/d.json" "d['objective'], d['pattern']")" = "sparsity unstructured" ] \
+    && ok "auto on the CPU: sparsity, unstructured" || bad "auto on the CPU" "$(jget "$T/d.json" "d.get('objective')")"
+err=$($PRQ $TINY --iterations 1 --objective latency --latency-target 1.5x -o "$T/e.h5" --json "$T/e.json" synthetic 2>&1 >/dev/null)
+[ "$(jget "$T/e.json" "d['objective'], d['pattern']")" = "latency unstructured" ] \
+    && ok "latency given on the CPU: pattern auto is unstructured" || bad "latency given on the CPU" "$err"
+grep -q "objective latency, pattern unstructured (auto)" <<<"$err" && ok "auto pattern: said so" \
+    || bad "auto pattern: said so" "$err"
 
 # --- FLOP model, cache, history, resume ------------------------------------------
 err=$($PRQ $TINY --objective latency --latency-target 1.5x -o "$T/a.h5" --json "$T/a.json" synthetic 2>&1 >"$T/a.out")

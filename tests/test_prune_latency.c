@@ -474,8 +474,37 @@ static void test_plan_time(tctx *t) {
     prune_layers_free(&pl);
 }
 
+// --objective auto and --pattern auto: latency and 16x8 only for the mission's
+// pipeline on a GPU (evolve, from scratch, no sparsity named, fp16); given values stay.
+static void test_auto_resolve(tctx *t) {
+    const prune_auto_run gpu = {.on_gpu = 1, .fp16 = 1, .evolve = 1};
+    struct {
+        prune_auto_run run;
+        const char *obj, *pat, *want_obj, *want_pat;
+    } c[] = {
+        {gpu, "auto", "auto", "latency", PRUNE_AUTO_PATTERN},
+        {{.on_gpu = 0, .evolve = 1}, "auto", "auto", "sparsity", "unstructured"},
+        {{.on_gpu = 1, .fp16 = 1, .evolve = 0}, "auto", "auto", "sparsity", "unstructured"},
+        {{.on_gpu = 1, .fp16 = 1, .evolve = 1, .from = 1}, "auto", "auto", "sparsity", "unstructured"},
+        {{.on_gpu = 1, .fp16 = 1, .evolve = 1, .sparsity_given = 1}, "auto", "auto", "sparsity", "unstructured"},
+        {{.on_gpu = 1, .fp16 = 0, .evolve = 1}, "auto", "auto", "latency", "unstructured"},
+        {{.on_gpu = 1, .fp16 = 1, .evolve = 1, .from = 1}, "latency", "auto", "latency", "unstructured"},
+        {{.on_gpu = 0, .evolve = 1}, "latency", "auto", "latency", "unstructured"},
+        {gpu, "sparsity", "auto", "sparsity", "unstructured"},
+        {gpu, "auto", "8x1", "latency", "8x1"},
+        {gpu, "latency", "unstructured", "latency", "unstructured"},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
+        const char *obj = c[i].obj, *pat = c[i].pat;
+        prune_auto_resolve(&c[i].run, &obj, &pat);
+        CHECK(t, !strcmp(obj, c[i].want_obj) && !strcmp(pat, c[i].want_pat), "case %zu: %s %s, want %s %s", i,
+              obj, pat, c[i].want_obj, c[i].want_pat);
+    }
+}
+
 int main(void) {
     tctx t = {.suite = "test_prune_latency"};
+    RUN(&t, test_auto_resolve);
     RUN(&t, test_interp);
     RUN(&t, test_calibrate);
     RUN(&t, test_json);
