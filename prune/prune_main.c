@@ -48,6 +48,8 @@ typedef struct {
     const char *lat_alloc;    // --latency-allocation time|sparsity
     double lat_penalty;       // --latency-penalty
     int target_given;         // --target-sparsity was given (re-pruning defaults to the model's)
+    int lat_target_given;     // --latency-target was given
+    int objective_auto, pattern_auto;  // --objective, --pattern were auto (resolved by auto_set)
     const char *precision;
     const char *data_dir, *runs, *output;
     int population, iterations, batches, batch, nesterov, augment, val_size, holdout;
@@ -76,13 +78,15 @@ typedef struct {
     {.name = "pattern", .type = OPT_STRING, .dst = &(o)->pattern, .def = "auto",               \
      .metavar = "P", .help = "masks on a pattern: unstructured, KxC (blocks of K output x C input channels at\n" \
      "one tap, e.g. 16x8) or N:M (N kept of every M input channels, e.g. 2:4); --from a\n"    \
-     "model pruned off P: re-prunes it onto P at its sparsity, then fine-tunes (auto: " PRUNE_AUTO_PATTERN "\n" \
-     "for a latency run at fp16 from scratch, whose sparse kernels are the block ones; else unstructured)"}, \
+     "model pruned off P: re-prunes it onto P at its sparsity, then fine-tunes (auto:\n"        \
+     PRUNE_AUTO_PATTERN " for a latency run at fp16 from scratch, whose sparse kernels are the\n" \
+     "block ones; else unstructured)"},                                                         \
     {.name = "objective", .type = OPT_CHOICE, .dst = &(o)->objective, .def = "auto",           \
      .choices = "auto|sparsity|latency", .help = "evolve: reach --target-sparsity, or a latency on this GPU\n" \
-     "(fitness: accuracy under the predicted latency; see --latency-target); auto: latency for a\n" \
-     "search on a GPU from scratch that names no sparsity (--target-sparsity, --min-layer-sparsity,\n" \
-     "--layer-floor), else sparsity"},                                                        \
+     "(fitness: accuracy under the predicted latency; see --latency-target); auto: latency\n" \
+     "for a search on a GPU from scratch that names no sparsity (--target-sparsity,\n" \
+     "--min-layer-sparsity, --layer-floor), else sparsity (also when the default target\n" \
+     "is out of the network's reach)"},                                                        \
     {.name = "latency-target", .type = OPT_STRING, .dst = &(o)->lat_target, .def = "1.2x",     \
      .metavar = "X|Nx", .help = "latency objective: milliseconds at --latency-batch, or Nx for N times\n" \
      "faster than the dense network of the same precision (per the latency table); see\n" \
@@ -157,7 +161,7 @@ typedef struct {
     {.name = "keep-state", .type = OPT_FLAG, .dst = &(o)->keep_state,                          \
      .help = "keep the resumable state (<output>.state) of a finished run (a stopped run always keeps it)"}
 
-// Checks --pattern and notes whether --target-sparsity was given.
+// Checks --pattern and notes whether --target-sparsity and --latency-target were given.
 static int pattern_check(prune_opts *o, int argc, char **argv) {
     sc_pattern p;
     sc_err err = {0};
@@ -165,8 +169,10 @@ static int pattern_check(prune_opts *o, int argc, char **argv) {
         cli_error(TOOL, "--pattern: %s", err.msg);
         return CLI_USAGE;
     }
-    for (int i = 1; i < argc; i++)
+    for (int i = 1; i < argc; i++) {
         o->target_given |= !strncmp(argv[i], "--target-sparsity", strlen("--target-sparsity"));
+        o->lat_target_given |= !strncmp(argv[i], "--latency-target", strlen("--latency-target"));
+    }
     return CLI_OK;
 }
 
@@ -244,7 +250,8 @@ static void auto_set(prune_run *r) {
                           .evolve = !strcmp(o->method, "evolve"), .from = o->from != NULL,
                           .sparsity_given = o->target_given || o->min_layer > 0 || o->layer_floor};
     prune_auto_resolve(&run, &o->objective, &o->pattern);
-    if (!strcmp(obj, "auto") || !strcmp(pat, "auto"))
+    o->objective_auto = !strcmp(obj, "auto"), o->pattern_auto = !strcmp(pat, "auto");
+    if (o->objective_auto || o->pattern_auto)
         log_line(stderr, o->c.quiet, "prune: objective %s%s, pattern %s%s", o->objective,
                  strcmp(obj, "auto") ? "" : " (auto)", o->pattern, strcmp(pat, "auto") ? "" : " (auto)");
 }
@@ -473,6 +480,20 @@ static int paths_set(prune_run *r, sc_err *err) {
     return cli_outputs_check(&r->o.c, r->out, err);
 }
 
+// --objective auto whose default latency target the table cannot reach (a
+// network too small to gain): the sparsity search instead, said so, and
+// --pattern auto back to unstructured.
+static int auto_fallback(prune_run *r, const char *why, sc_err *err) {
+    log_line(stderr, r->o.c.quiet, "prune: objective auto: %s; running the sparsity search instead", why);
+    r->o.objective = "sparsity";
+    lat_table_free(&r->lat);
+    memset(&r->lat, 0, sizeof r->lat);
+    if (!r->o.pattern_auto) return 0;
+    r->o.pattern = "unstructured";
+    r->meta.pattern[0] = 0;
+    return sc_pattern_parse(r->o.pattern, &r->cfg.pattern, err);
+}
+
 // --objective latency: the table (prune/latency_setup.h), the target in
 // milliseconds, the overall sparsity it needs unless --target-sparsity is
 // given, and evolve's fitness and operators pointed at them.
@@ -493,6 +514,11 @@ static int latency_set(prune_run *r, sc_err *err) {
     if (!rc) rc = prune_lat_table(&r->lo, r->nt, &pl, &r->cfg.pattern, r->dist, &r->lat, err);
     if (!rc) r->usage = rc = lat_parse_target(r->o.lat_target, &r->lat, &ms, err);
     if (!rc && !r->o.target_given) rc = prune_lat_sparsity(&r->lat, &pl, ms, r->cfg.ev.s_max, &sp, err);
+    if (rc && !r->usage && r->lat.L > 0 && r->o.objective_auto && !r->o.lat_target_given) {
+        sc_err why = *err;  // the default target is out of this network's reach
+        prune_layers_free(&pl);
+        return auto_fallback(r, why.msg, err);
+    }
     if (!rc && !r->o.target_given) {  // by time, or by an overall sparsity raised as needed
         r->cfg.target = fmax(sp, r->cfg.min_layer);
         r->cfg.ev.lat_time = !strcmp(r->o.lat_alloc, "time");
