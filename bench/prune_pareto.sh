@@ -20,7 +20,7 @@
 # Environment (defaults): ITER (48) POP (8) BATCHES (10) search budget; SEED (1);
 # UNIFORM (0.9) X; TARGETS (per model below); FLOOR1, FLOOR2 (per model below);
 # PATTERN (unstructured; 16x8 lets the block-sparse kernel run); LAT_BATCH (128);
-# LAT_ALLOC (prune's --latency-allocation default: time; sparsity for the older one);
+# LAT_ALLOC (prune's --latency-allocation default: time; ramp or sparsity for the others);
 # ONLY (all jobs: "T U F1 F2 L1 L2 L3"); GPUS (count, default nvidia-smi's);
 # WORK (/root/pareto-MODEL: models, logs, JSON; a table found there is reused
 # unless REMEASURE=1, a job done there is skipped unless REDO=1: run the same

@@ -221,9 +221,22 @@ int evolve_allocate_time(const double *sens, const lat_table *t, const double *l
     return 0;
 }
 
+// The schedule's position: floor / c->target in [0, 1].
+static double lat_share(const evolve_cfg *c, double floor) {
+    return c->target > 0.0 ? fmin(1.0, fmax(0.0, floor / c->target)) : 1.0;
+}
+
 double evolve_lat_schedule(const evolve_cfg *c, double floor) {
-    double dense = lat_dense_ms(c->lat), f = c->target > 0.0 ? fmin(1.0, fmax(0.0, floor / c->target)) : 1.0;
-    return dense - f * (dense - c->lat_target);
+    double dense = lat_dense_ms(c->lat);
+    return dense - lat_share(c, floor) * (dense - c->lat_target);
+}
+
+// EVOLVE_ALLOC_RAMP: the allocation for the final target above lo, each
+// layer taken to the schedule's share of it (never below lo).
+static void ramp_plan(const evolve_cfg *c, const double *w, const double *lo, double floor, double *target) {
+    evolve_allocate_time(w, c->lat, lo, c->lat_target, c->s_max, target);
+    double f = lat_share(c, floor);
+    for (int l = 0; l < c->lat->L; l++) target[l] = fmax(lo[l], f * target[l]);
 }
 
 // The layers a plan prunes further (chosen: drawn by robustness x time
@@ -255,7 +268,8 @@ void evolve_plan(const prune_sol *s, const prune_layers *pl, const double *sens,
         if (rho && chosen) {
             memcpy(lo, target, (size_t)L * sizeof *lo);
             plan_pick(c, sens, NULL, L, lo, r, chosen, rho, w);
-            evolve_allocate_time(w, c->lat, lo, evolve_lat_schedule(c, floor), c->s_max, target);
+            if (c->lat_time == EVOLVE_ALLOC_RAMP) ramp_plan(c, w, lo, floor, target);
+            else evolve_allocate_time(w, c->lat, lo, evolve_lat_schedule(c, floor), c->s_max, target);
         }
         goto done;
     }

@@ -43,8 +43,15 @@ typedef struct {
     double lat_penalty;   // fitness points lost per percent of predicted time over lat_target
     int lat_time;         // latency objective without an overall sparsity: evolve_plan
                           // allocates by predicted time (evolve_allocate_time), the
-                          // overall sparsity follows; 0: by overall sparsity (the floor)
+                          // overall sparsity follows; 0: by overall sparsity (the floor);
+                          // EVOLVE_ALLOC_TIME or EVOLVE_ALLOC_RAMP: how (evolve_plan)
 } evolve_cfg;
+
+// evolve_cfg.lat_time: each round's plan meets the round's scheduled time
+// (TIME), or ramps every layer towards its sparsity in the plan for the final
+// target (RAMP).
+#define EVOLVE_ALLOC_TIME 1
+#define EVOLVE_ALLOC_RAMP 2
 
 // A solution's fitness: its validation accuracy, minus lat_penalty points per
 // percent its predicted latency passes lat_target (latency objective only).
@@ -109,8 +116,10 @@ double evolve_lat_schedule(const evolve_cfg *c, double floor);
 // layer_floor[l], target, floor, s_max); the genome and the allocation stay
 // free above it. With c->lat_time (latency objective) the allocation is
 // evolve_allocate_time's instead, above the mask, the genome and the layer
-// floors, aiming at evolve_lat_schedule(c, floor), and nothing else forces
-// the overall sparsity.
+// floors, aiming at evolve_lat_schedule(c, floor) (EVOLVE_ALLOC_TIME), or at
+// c->lat_target with each layer then taken only to the schedule's share
+// floor / c->target of its planned sparsity, never below the mask
+// (EVOLVE_ALLOC_RAMP); nothing else forces the overall sparsity.
 void evolve_plan(const prune_sol *s, const prune_layers *pl, const double *sens,
                  const evolve_cfg *c, double floor, rng *r, double *target);
 

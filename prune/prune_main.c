@@ -45,7 +45,7 @@ typedef struct {
     const char *objective;    // --objective auto|sparsity|latency (auto resolved by auto_set)
     const char *lat_target, *lat_table;  // --latency-target, --latency-table
     int lat_batch;            // --latency-batch
-    const char *lat_alloc;    // --latency-allocation time|sparsity
+    const char *lat_alloc;    // --latency-allocation time|ramp|sparsity
     double lat_penalty;       // --latency-penalty
     int target_given;         // --target-sparsity was given (re-pruning defaults to the model's)
     int lat_target_given;     // --latency-target was given
@@ -92,9 +92,10 @@ typedef struct {
      "faster than the dense network of the same precision (per the latency table); see\n" \
      "--latency-allocation"},                                                                  \
     {.name = "latency-allocation", .type = OPT_CHOICE, .dst = &(o)->lat_alloc, .def = "time",    \
-     .choices = "time|sparsity", .help = "latency objective without --target-sparsity: each round's per-layer\n" \
+     .choices = "time|ramp|sparsity", .help = "latency objective without --target-sparsity: each round's per-layer\n" \
      "sparsities spend the least sensitivity for the scheduled predicted time (the overall\n" \
-     "sparsity follows), or meet an overall sparsity raised until the best meets the target"}, \
+     "sparsity follows); ramp: for the final target, every layer taken there along the\n"    \
+     "schedule; sparsity: meet an overall sparsity raised until the best meets the target"}, \
     {.name = "latency-batch", .type = OPT_INT, .dst = &(o)->lat_batch, .def = "128", .min = 1, \
      .max = 65536, .help = "latency objective: images per forward pass the latency is for"},   \
     {.name = "latency-table", .type = OPT_STRING, .dst = &(o)->lat_table, .metavar = "FILE",   \
@@ -521,7 +522,8 @@ static int latency_set(prune_run *r, sc_err *err) {
     }
     if (!rc && !r->o.target_given) {  // by time, or by an overall sparsity raised as needed
         r->cfg.target = fmax(sp, r->cfg.min_layer);
-        r->cfg.ev.lat_time = !strcmp(r->o.lat_alloc, "time");
+        r->cfg.ev.lat_time = !strcmp(r->o.lat_alloc, "time")   ? EVOLVE_ALLOC_TIME
+                             : !strcmp(r->o.lat_alloc, "ramp") ? EVOLVE_ALLOC_RAMP : 0;
         r->cfg.lat_retarget = !r->cfg.ev.lat_time;
     }
     prune_layers_free(&pl);
@@ -533,6 +535,8 @@ static int latency_set(prune_run *r, sc_err *err) {
              "%s %.4f", ms, r->o.lat_batch, r->lo.precision, lat_dense_ms(&r->lat), r->lat.source,
              r->cfg.ev.lat_time ? "allocated by time (the overall sparsity follows), schedule nominally to"
                                 : "overall sparsity", r->cfg.target);
+    if (r->cfg.ev.lat_time == EVOLVE_ALLOC_RAMP)
+        log_line(stderr, r->o.c.quiet, "prune: each layer ramps towards its sparsity in the plan for the final target");
     return 0;
 }
 
@@ -612,7 +616,7 @@ static int summary_json(prune_run *r, double val, double test, const char *plot,
     json_add_string(&j, "precision", r->prec == PREC_FP16 ? "fp16" : "fp32");
     json_add_number(&j, "target_sparsity", r->s.cfg.target);  // as raised by the latency objective
     json_add_string(&j, "latency_allocation",  // latency objective: how plans allocate (--latency-allocation)
-                    !r->cfg.ev.lat ? NULL : r->cfg.ev.lat_time ? "time" : "sparsity");
+                    !r->cfg.ev.lat ? NULL : r->cfg.ev.lat_time ? r->o.lat_alloc : "sparsity");
     json_add_number(&j, "min_layer_sparsity", r->cfg.min_layer);
     json_add_string(&j, "layer_floor", r->o.layer_floor);
     json_add_number(&j, "sparsity", net_sparsity(r->nt));

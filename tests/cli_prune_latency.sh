@@ -41,6 +41,11 @@ err=$($PRQ $TINY --iterations 1 --objective latency --latency-target 1.5x -o "$T
 grep -q "objective latency, pattern unstructured (auto)" <<<"$err" && ok "auto pattern: said so" \
     || bad "auto pattern: said so" "$err"
 
+err=$($PRQ $TINY --iterations 1 --objective latency --latency-target 1.5x --latency-allocation ramp -o "$T/g.h5" \
+    --json "$T/g.json" synthetic 2>&1 >/dev/null)
+[ "$(jget "$T/g.json" "d['latency_allocation']")" = ramp ] && grep -q "ramps towards" <<<"$err" \
+    && ok "--latency-allocation ramp: said and in the JSON" || bad "--latency-allocation ramp" "$err"
+
 # --- FLOP model, cache, history, resume ------------------------------------------
 err=$($PRQ $TINY --objective latency --latency-target 1.5x -o "$T/a.h5" --json "$T/a.json" synthetic 2>&1 >"$T/a.out")
 rc=$?

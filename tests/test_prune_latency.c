@@ -474,6 +474,33 @@ static void test_plan_time(tctx *t) {
     prune_layers_free(&pl);
 }
 
+// A ramped plan (EVOLVE_ALLOC_RAMP) at the end of the schedule meets the final
+// target like a plan by time; halfway, every layer is at half its final
+// plan's sparsity, or at its mask where that is higher.
+static void test_plan_ramp(tctx *t) {
+    lat_table tb;
+    prune_layers pl;
+    CHECK(t, time_table(&tb, &pl) == 0, "table");
+    double sens[3] = {1, 1, 1}, sp[3] = {0.1, 0, 0}, gen[3] = {0.1, 0, 0.3}, lo[3] = {0.1, 0, 0.3}, a[3], h[3];
+    prune_sol s = {.sparsity = sp, .genome = gen};
+    evolve_cfg c;
+    evolve_cfg_default(&c, 10, 0.9);
+    c.lat = &tb, c.lat_target = 2.5, c.lat_time = EVOLVE_ALLOC_RAMP;
+    rng r;
+    rng_seed(&r, 3, 0);
+    evolve_plan(&s, &pl, sens, &c, 0.9, &r, a);
+    CHECK(t, lat_predict(&tb, a) <= 2.5 + 1e-9 && lat_predict(&tb, a) > 2.4, "at the end: %g ms", lat_predict(&tb, a));
+    CHECK(t, a[0] >= 0.1 && a[2] == 0.3 && a[0] > 0.5, "the mask and the genome hold: %g %g", a[0], a[2]);
+    rng_seed(&r, 3, 0);  // the same layers drawn: the same final plan
+    evolve_plan(&s, &pl, sens, &c, 0.45, &r, h);
+    for (int l = 0; l < 3; l++)
+        CHECK(t, fabs(h[l] - fmax(lo[l], 0.5 * a[l])) < 1e-12, "layer %d halfway: %g, final %g", l, h[l], a[l]);
+    CHECK(t, lat_predict(&tb, h) > lat_predict(&tb, a) + 0.2, "halfway the time is not yet bought: %g ms",
+          lat_predict(&tb, h));
+    lat_table_free(&tb);
+    prune_layers_free(&pl);
+}
+
 // --objective auto and --pattern auto: latency and 16x8 only for the mission's
 // pipeline on a GPU (evolve, from scratch, no sparsity named, fp16); given values stay.
 static void test_auto_resolve(tctx *t) {
@@ -519,5 +546,6 @@ int main(void) {
     RUN(&t, test_plan_bias);
     RUN(&t, test_allocate_time);
     RUN(&t, test_plan_time);
+    RUN(&t, test_plan_ramp);
     return check_finish(&t);
 }

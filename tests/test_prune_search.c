@@ -630,10 +630,10 @@ static void test_lat_retarget(tctx *t, fixture *f) {
     lat_table_free(&tb);
 }
 
-// Latency objective allocating by time (lat_time), the same set-up: the
-// winner ends within 2% of the latency target with the overall target never
-// raised, and a stopped and resumed run equals the uninterrupted one.
-static void test_lat_time(tctx *t, fixture *f) {
+// Latency objective allocating by time (lat_time = alloc), the same set-up:
+// the winner ends within 2% of the latency target with the overall target
+// never raised, and a stopped and resumed run equals the uninterrupted one.
+static void lat_time_with(tctx *t, fixture *f, int alloc) {
     sc_err err = {0};
     prune_cfg c;
     lat_table tb;
@@ -642,7 +642,7 @@ static void test_lat_time(tctx *t, fixture *f) {
         CHECK(t, 0, "set-up: %s", err.msg);
         return;
     }
-    c.ev.lat_time = 1;
+    c.ev.lat_time = alloc;
     int ok = !run_all(&a, f, &c, &err);
     const double p1 = ok ? lat_predict(&tb, a.s.pop->sol[a.s.pop->best].sparsity) : 0.0;
     CHECK(t, ok && p1 < 1.02 * c.ev.lat_target && a.s.cfg.target == 0.3, "time: %s %g vs %g (target %g)", err.msg,
@@ -652,6 +652,12 @@ static void test_lat_time(tctx *t, fixture *f) {
     run_free(&a);
     lat_table_free(&tb);
 }
+
+// Each round's plan meets the round's scheduled time.
+static void test_lat_time(tctx *t, fixture *f) { lat_time_with(t, f, EVOLVE_ALLOC_TIME); }
+
+// Each layer ramps towards its place in the plan for the final target.
+static void test_lat_ramp(tctx *t, fixture *f) { lat_time_with(t, f, EVOLVE_ALLOC_RAMP); }
 
 // Runs one test that needs the fixture, like RUN() in check.h.
 static void run_with(tctx *t, fixture *f, void (*fn)(tctx *, fixture *), const char *name) {
@@ -690,6 +696,7 @@ int main(void) {
     run_with(&t, &f, test_evolve_vs_oneshot, "test_evolve_vs_oneshot");
     run_with(&t, &f, test_lat_retarget, "test_lat_retarget");
     run_with(&t, &f, test_lat_time, "test_lat_time");
+    run_with(&t, &f, test_lat_ramp, "test_lat_ramp");
     fixture_free(&f);
     return check_finish(&t);
 }
