@@ -2,12 +2,14 @@
 // (prune/latency_setup.h).
 #include "prune/latency_setup.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "runtime/progress.h"
+#include "runtime/rundir.h"
 #if defined(__has_include)
 #if __has_include("build_id.h")
 #include "build_id.h"  // SC_BUILD_ID, written by the Makefile into the build directory
@@ -58,24 +60,45 @@ static int given_table(const prune_lat_opts *o, const lat_key *key, const net *n
     return sc_fail(err, "--latency-table %s does not fit this run: %s", o->table, why);
 }
 
-// The cached table when it fits (else a note why not); 1 when used.
-static int cached_table(const prune_lat_opts *o, const lat_key *key, const net *nt,
+// The table cached at path (NULL: none) when it fits (else a note why not); 1 when used.
+static int cached_table(const prune_lat_opts *o, const char *path, const lat_key *key, const net *nt,
                         const prune_layers *pl, lat_table *t) {
     char why[200];
     sc_err e = {0};
-    if (!o->cache || access(o->cache, F_OK)) return 0;
-    if (lat_table_load(t, o->cache, &e)) {
+    if (!path || access(path, F_OK)) return 0;
+    if (lat_table_load(t, path, &e)) {
         log_line(stderr, o->quiet, "prune: %s; measuring again", e.msg);
         return 0;
     }
     if (lat_table_fits(t, key, nt, pl, why, sizeof why)) {
-        log_line(stderr, o->quiet, "prune: reusing the latency table %s (%s)", o->cache, t->source);
+        log_line(stderr, o->quiet, "prune: reusing the latency table %s (%s)", path, t->source);
         return 1;
     }
-    log_line(stderr, o->quiet, "prune: not reusing the latency table %s: %s; building a new one",
-             o->cache, why);
+    log_line(stderr, o->quiet, "prune: not reusing the latency table %s: %s; building a new one", path, why);
     lat_table_free(t);
     return 0;
+}
+
+// The shared table's path: <shared_dir>/<arch>-<tag>-<gpu>-b<batch>-<precision>.json,
+// every character but letters, digits, '.' and '-' made '_'; "" without a shared_dir.
+static void shared_path(const prune_lat_opts *o, const lat_key *key, char *out, size_t n) {
+    char name[400];
+    out[0] = 0;
+    if (!o->shared_dir) return;
+    snprintf(name, sizeof name, "%s-%s-%s-b%d-%s.json", key->arch, o->shared_tag ? o->shared_tag : "",
+             key->gpu, key->batch, key->precision);
+    for (char *c = name; *c; c++)
+        if (!isalnum((unsigned char)*c) && *c != '.' && *c != '-') *c = '_';
+    snprintf(out, n, "%s/%s", o->shared_dir, name);
+}
+
+// Saves a new table for later runs too (not a FLOP model standing in for a
+// failed measurement); a failure is a note, not an error.
+static void share_later(const prune_lat_opts *o, const char *path, const lat_key *key, const lat_table *t) {
+    sc_err e = {0};
+    if (!path[0] || (strcmp(key->gpu, "none") && strncmp(t->source, "measured", 8))) return;
+    if (rundir_mkdirs(o->shared_dir, &e) || lat_table_save(t, path, &e))
+        log_line(stderr, o->quiet, "prune: not keeping the latency table for later runs: %s", e.msg);
 }
 
 // A new table: measured on the GPU, else the FLOP model (said so, and why in its source).
@@ -102,10 +125,15 @@ static int new_table(const prune_lat_opts *o, const lat_key *key, net *nt, const
 static int choose_table(const prune_lat_opts *o, net *nt, const prune_layers *pl,
                         const sc_pattern *pat, lat_table *t, sc_err *err) {
     lat_key key;
+    char shared[1400];
     run_key(o, nt, &key);
     if (o->table) return given_table(o, &key, nt, pl, t, err);
-    if (cached_table(o, &key, nt, pl, t)) return 0;
-    SC_TRY(new_table(o, &key, nt, pl, pat, t, err));
+    if (cached_table(o, o->cache, &key, nt, pl, t)) return 0;
+    shared_path(o, &key, shared, sizeof shared);
+    if (!cached_table(o, shared[0] ? shared : NULL, &key, nt, pl, t)) {
+        SC_TRY(new_table(o, &key, nt, pl, pat, t, err));
+        share_later(o, shared, &key, t);
+    }
     return o->cache ? lat_table_save(t, o->cache, err) : 0;
 }
 

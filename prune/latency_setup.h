@@ -18,10 +18,15 @@ typedef struct {
     const char *precision;  // "fp16" or "fp32"
     int on_gpu;             // the run trains on a GPU: measure there
     const char *cache;      // rank 0: the run's table file (read if it fits, else written)
+    const char *shared_dir; // rank 0: tables shared between runs (<runs>/latency), or NULL
+    const char *shared_tag; // what else a shared table depends on: dataset, pattern, start weights
     int quiet;
 } prune_lat_opts;
 
-// Rank 0 chooses the table (notes to stderr), every rank receives it in t.
+// Rank 0 chooses the table (notes to stderr), every rank receives it in t:
+// a given file; else the run's own (resumed); else one an earlier run
+// measured in o->shared_dir for the same GPU, build, net, batch, precision
+// and tag; else a new one (saved to both).
 // Collective. Errors: a given file that does not fit (arch, batch,
 // precision, layers, or another GPU than the present one), a bad target.
 int prune_lat_table(const prune_lat_opts *o, net *nt, const prune_layers *pl,

@@ -225,6 +225,7 @@ typedef struct {
     prune_reprune rp;    // re-pruning of a --from model pruned off --pattern
     lat_table lat;       // --objective latency: the table (L = 0: sparsity objective)
     prune_lat_opts lo;   // how it was chosen
+    char lat_dir[1100], lat_tag[600];  // lo's shared tables: <runs>/latency and the tag
     prune_lat_result latres;  // the final model's predicted and measured latency
     int usage;           // 1: the error is bad usage (exit 2)
     char from[1100], rundir[1024], out[1100], prefix[1100], state[1200];
@@ -481,6 +482,25 @@ static int paths_set(prune_run *r, sc_err *err) {
     return cli_outputs_check(&r->o.c, r->out, err);
 }
 
+// The tag of a table shared between runs (prune/latency_setup.h): dataset,
+// pattern and what the grid masks come from: the seed from scratch, else a
+// hash (FNV-1a) of the --from file; 0 when that file cannot be read.
+static int shared_tag(const prune_run *r, char *out, size_t n) {
+    if (!r->o.from) {
+        snprintf(out, n, "%s-%s-seed%llu", r->o.dataset, r->o.pattern, (unsigned long long)r->o.c.seed);
+        return 1;
+    }
+    FILE *f = fopen(r->from, "rb");
+    if (!f) return 0;
+    uint64_t h = 1469598103934665603ULL;
+    unsigned char buf[1 << 16];
+    for (size_t k; (k = fread(buf, 1, sizeof buf, f)) > 0;)
+        for (size_t i = 0; i < k; i++) h = (h ^ buf[i]) * 1099511628211ULL;
+    fclose(f);
+    snprintf(out, n, "%s-%s-from%016llx", r->o.dataset, r->o.pattern, (unsigned long long)h);
+    return 1;
+}
+
 // --objective auto whose default latency target the table cannot reach (a
 // network too small to gain): the sparsity search instead, said so, and
 // --pattern auto back to unstructured.
@@ -507,9 +527,13 @@ static int latency_set(prune_run *r, sc_err *err) {
     if (r->cfg.method != PM_EVOLVE) return sc_fail(err, "--objective latency: needs --method evolve");
     r->usage = 0;
     snprintf(cache, sizeof cache, "%s_latency.json", r->prefix);
+    sc_err ignored = {0};  // a path too long: no sharing
+    int share = dist_rank(r->dist) == 0 && shared_tag(r, r->lat_tag, sizeof r->lat_tag) &&
+                !rundir_join(r->lat_dir, sizeof r->lat_dir, r->o.runs, "latency", &ignored);
     r->lo = (prune_lat_opts){.table = r->o.lat_table, .target = r->o.lat_target, .batch = r->o.lat_batch,
                              .precision = r->prec == PREC_FP16 ? "fp16" : "fp32", .on_gpu = r->dev == DEV_GPU,
-                             .cache = dist_rank(r->dist) == 0 ? cache : NULL, .quiet = r->o.c.quiet};
+                             .cache = dist_rank(r->dist) == 0 ? cache : NULL, .quiet = r->o.c.quiet,
+                             .shared_dir = share ? r->lat_dir : NULL, .shared_tag = share ? r->lat_tag : NULL};
     SC_TRY(prune_layers_init(&pl, r->nt, err));
     int rc = prune_layers_set_pattern(&pl, r->nt, &r->cfg.pattern, err);
     if (!rc) rc = prune_lat_table(&r->lo, r->nt, &pl, &r->cfg.pattern, r->dist, &r->lat, err);

@@ -4,7 +4,9 @@
 # to sparsity and unstructured on the CPU, and say so; without a GPU the table comes from the
 # FLOP model (said so), is cached in the run's files and reused on --resume,
 # and a cached table of another GPU is not reused; a stopped and resumed run
-# ends bitwise equal to an uninterrupted one; the history (CSV and JSON) and
+# ends bitwise equal to an uninterrupted one; a table is kept under
+# <runs>/latency and reused by a later run of the same start (not by one of
+# another seed or model); the history (CSV and JSON) and
 # the summary carry the predicted latency; with a synthetic table where one
 # layer is expensive the run ends under the target per the table and prunes
 # that layer harder than --objective sparsity does at the same overall
@@ -83,6 +85,21 @@ err=$($PRQ --resume -o "$T/c.h5" --json "$T/c.json" 2>&1 >/dev/null) || bad "res
 [ "$(jget "$T/c.json" "d['latency']['table_source']")" = "FLOP model (no GPU)" ] && ok "table of another GPU not reused" \
     || bad "table of another GPU not reused" "$(jget "$T/c.json" "d['latency']")"
 [ "$(jget "$T/c_latency.json" "d['gpu']")" = none ] && ok "refused table rebuilt" || bad "refused table rebuilt" "$(jget "$T/c_latency.json" "d['gpu']")"
+
+# --- tables kept for later runs (<runs>/latency): the same start reuses it, another seed or model not ---
+sh="$T/runs/latency/lenet-synthetic-unstructured-seed3-none-b128-fp32.json"
+[ -f "$sh" ] && ok "table kept for later runs" || bad "table kept for later runs" "$(ls "$T/runs/latency" 2>&1)"
+sed -i 's/"source": *"[^"]*"/"source": "shared"/' "$sh"  # a mark: reused or measured?
+LAT="--iterations 1 --objective latency --latency-target 1.5x"
+err=$($PRQ $TINY $LAT -o "$T/s.h5" --json "$T/s.json" synthetic 2>&1 >/dev/null)
+[ "$(jget "$T/s.json" "d['latency']['table_source']")" = shared ] && grep -qF "reusing the latency table $sh" <<<"$err" \
+    && ok "a later run of the same start reuses it" || bad "a later run reuses it" "$err"
+$PR $TINY $LAT --seed 4 -o "$T/s4.h5" --json "$T/s4.json" synthetic >/dev/null 2>&1
+[ "$(jget "$T/s4.json" "d['latency']['table_source']")" = "FLOP model (no GPU)" ] && [ -f "${sh/seed3/seed4}" ] \
+    && ok "another seed: a table of its own" || bad "another seed" "$(ls "$T/runs/latency")"
+$PR $LAT --from "$T/a.h5" --batches 2 --batch 32 --finetune 1 -o "$T/sf.h5" synthetic >/dev/null 2>&1
+ls "$T/runs/latency" | grep -qE '^lenet-synthetic-unstructured-from[0-9a-f]{16}-none-b128-fp32\.json$' \
+    && ok "--from: a table named after the model file's hash" || bad "--from table" "$(ls "$T/runs/latency")"
 
 # --- a synthetic table: layer 0 expensive and sparsity pays there ------------------
 "$PY" - "$T/a_latency.json" "$T/syn.json" <<'EOF' || bad "synthetic table" "python failed"
