@@ -72,7 +72,7 @@ typedef struct {
     {.name = "latency-table", .type = OPT_STRING, .dst = &(o)->lat_table, .metavar = "FILE",   \
      .help = "latency objective: per-layer times from this JSON file (default: measured on this GPU\n" \
      "on the plan that runs the model, fp16: the mixed fp16 engine, fp32: deploy's per-layer plan,\n" \
-     "and cached in the run directory; no GPU: a FLOP model)"},                                \
+     "cached in the run directory and kept for later runs in <runs>/latency; no GPU: a FLOP model)"}, \
     {.name = "latency-penalty", .type = OPT_FLOAT, .dst = &(o)->lat_penalty, .def = "1", .min = 0, \
      .max = 1e6, .help = "latency objective: fitness points lost per percent of predicted latency over the target"}, \
     {.name = "population", .type = OPT_INT, .dst = &(o)->population, .def = "8", .min = 1,     \
