@@ -5,11 +5,13 @@
 // accuracy-vs-sparsity plot into a run directory; --resume continues a
 // stopped or killed run from its last finished iteration.
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "datasets/cifar.h"
 #include "prune/dist.h"
@@ -19,6 +21,7 @@
 #include "prune/reprune.h"
 #include "prune/report.h"
 #include "prune/search.h"
+#include "runtime/atomic.h"
 #include "runtime/cli.h"
 #include "runtime/exec.h"
 #include "runtime/json.h"
@@ -100,7 +103,6 @@ typedef struct {
     prune_reprune rp;    // re-pruning of a --from model pruned off --pattern
     lat_table lat;       // --objective latency: the table (L = 0: sparsity objective)
     prune_lat_opts lo;   // how it was chosen
-    char lat_dir[1100], lat_tag[600];  // lo's shared tables: <runs>/latency and the tag
     prune_lat_result latres;  // the final model's predicted and measured latency
     int usage;           // 1: the error is bad usage (exit 2)
     char from[1100], rundir[1024], out[1100], prefix[1100], state[1200];
@@ -130,7 +132,7 @@ static void auto_set(prune_run *r) {
     o->objective_auto = !strcmp(obj, "auto"), o->pattern_auto = !strcmp(pat, "auto");
     if (o->objective_auto || o->pattern_auto)
         log_line(stderr, o->c.quiet, "prune: objective %s%s, pattern %s%s", o->objective,
-                 strcmp(obj, "auto") ? "" : " (auto)", o->pattern, strcmp(pat, "auto") ? "" : " (auto)");
+                 o->objective_auto ? " (auto)" : "", o->pattern, o->pattern_auto ? " (auto)" : "");
 }
 
 // Loads the --from model and checks it against --model and DATASET.
@@ -358,22 +360,21 @@ static int paths_set(prune_run *r, sc_err *err) {
 }
 
 // The tag of a table shared between runs (prune/latency_setup.h): dataset,
-// pattern and what the grid masks come from: the seed from scratch, else a
-// hash (FNV-1a) of the --from file; 0 when that file cannot be read.
+// pattern and what the grid masks come from: the seed from scratch, else the
+// --from file's CRC-32 and length; 0 when that file cannot be read.
 static int shared_tag(const prune_run *r, char *out, size_t n) {
     if (!r->o.from) {
         snprintf(out, n, "%s-%s-seed%llu", r->o.dataset, r->o.pattern, (unsigned long long)r->o.c.seed);
         return 1;
     }
-    FILE *f = fopen(r->from, "rb");
-    if (!f) return 0;
-    uint64_t h = 1469598103934665603ULL;
-    unsigned char buf[1 << 16];
-    for (size_t k; (k = fread(buf, 1, sizeof buf, f)) > 0;)
-        for (size_t i = 0; i < k; i++) h = (h ^ buf[i]) * 1099511628211ULL;
-    fclose(f);
-    snprintf(out, n, "%s-%s-from%016llx", r->o.dataset, r->o.pattern, (unsigned long long)h);
-    return 1;
+    sc_err e = {0};
+    uint32_t crc;
+    unsigned long long len;
+    int fd = open(r->from, O_RDONLY);
+    int ok = fd >= 0 && !sc_fd_crc32(fd, 0, r->from, &crc, &len, &e);
+    if (fd >= 0) close(fd);
+    if (ok) snprintf(out, n, "%s-%s-from%08x-%llu", r->o.dataset, r->o.pattern, (unsigned)crc, len);
+    return ok;
 }
 
 // --objective auto whose default latency target the table cannot reach (a
@@ -395,7 +396,7 @@ static int auto_fallback(prune_run *r, const char *why, sc_err *err) {
 // given, and evolve's fitness and operators pointed at them.
 static int latency_set(prune_run *r, sc_err *err) {
     prune_layers pl;
-    char cache[1300];
+    char cache[1300], shared_dir[1100], tag[600];  // paths lo points at while the table is chosen
     double ms, sp;
     if (strcmp(r->o.objective, "latency")) return 0;
     r->usage = 1;
@@ -403,15 +404,16 @@ static int latency_set(prune_run *r, sc_err *err) {
     r->usage = 0;
     snprintf(cache, sizeof cache, "%s_latency.json", r->prefix);
     sc_err ignored = {0};  // a path too long: no sharing
-    int share = dist_rank(r->dist) == 0 && shared_tag(r, r->lat_tag, sizeof r->lat_tag) &&
-                !rundir_join(r->lat_dir, sizeof r->lat_dir, r->o.runs, "latency", &ignored);
+    int share = dist_rank(r->dist) == 0 && shared_tag(r, tag, sizeof tag) &&
+                !rundir_join(shared_dir, sizeof shared_dir, r->o.runs, "latency", &ignored);
     r->lo = (prune_lat_opts){.table = r->o.lat_table, .target = r->o.lat_target, .batch = r->o.lat_batch,
                              .precision = r->prec == PREC_FP16 ? "fp16" : "fp32", .on_gpu = r->dev == DEV_GPU,
                              .cache = dist_rank(r->dist) == 0 ? cache : NULL, .quiet = r->o.c.quiet,
-                             .shared_dir = share ? r->lat_dir : NULL, .shared_tag = share ? r->lat_tag : NULL};
+                             .shared_dir = share ? shared_dir : NULL, .shared_tag = share ? tag : NULL};
     SC_TRY(prune_layers_init(&pl, r->nt, err));
     int rc = prune_layers_set_pattern(&pl, r->nt, &r->cfg.pattern, err);
     if (!rc) rc = prune_lat_table(&r->lo, r->nt, &pl, &r->cfg.pattern, r->dist, &r->lat, err);
+    r->lo.cache = r->lo.shared_dir = r->lo.shared_tag = NULL;  // this function's buffers: chosen now
     if (!rc) r->usage = rc = lat_parse_target(r->o.lat_target, &r->lat, &ms, err);
     if (!rc && !r->o.target_given) rc = prune_lat_sparsity(&r->lat, &pl, ms, r->cfg.ev.s_max, &sp, err);
     if (rc && !r->usage && r->lat.L > 0 && r->o.objective_auto && !r->o.lat_target_given) {

@@ -98,8 +98,8 @@ $PR $TINY $LAT --seed 4 -o "$T/s4.h5" --json "$T/s4.json" synthetic >/dev/null 2
 [ "$(jget "$T/s4.json" "d['latency']['table_source']")" = "FLOP model (no GPU)" ] && [ -f "${sh/seed3/seed4}" ] \
     && ok "another seed: a table of its own" || bad "another seed" "$(ls "$T/runs/latency")"
 $PR $LAT --from "$T/a.h5" --batches 2 --batch 32 --finetune 1 -o "$T/sf.h5" synthetic >/dev/null 2>&1
-ls "$T/runs/latency" | grep -qE '^lenet-synthetic-unstructured-from[0-9a-f]{16}-none-b128-fp32\.json$' \
-    && ok "--from: a table named after the model file's hash" || bad "--from table" "$(ls "$T/runs/latency")"
+ls "$T/runs/latency" | grep -qE '^lenet-synthetic-unstructured-from[0-9a-f]{8}-[0-9]+-none-b128-fp32\.json$' \
+    && ok "--from: a table named after the model file's CRC and length" || bad "--from table" "$(ls "$T/runs/latency")"
 
 # --- a synthetic table: layer 0 expensive and sparsity pays there ------------------
 "$PY" - "$T/a_latency.json" "$T/syn.json" <<'EOF' || bad "synthetic table" "python failed"

@@ -449,23 +449,32 @@ static void test_allocate_time(tctx *t) {
     prune_layers_free(&pl);
 }
 
-// A plan by time (lat_time) aims at the schedule, leaves the layer that buys
-// no time at its mask, and so stays well under the overall floor.
+// The plan tests' solution: mask {0.1, 0, 0}, genome {0.1, 0, 0.3}, equal
+// sensitivities, on time_table with the latency target 2.5 ms (c: allocation
+// alloc, overall target 0.9); evolve_plan at floor with rng seed 3 into out.
+static void plan_case(const lat_table *tb, const prune_layers *pl, int alloc, double floor, evolve_cfg *c,
+                      double *out) {
+    double sens[3] = {1, 1, 1}, sp[3] = {0.1, 0, 0}, gen[3] = {0.1, 0, 0.3};
+    prune_sol s = {.sparsity = sp, .genome = gen};
+    evolve_cfg_default(c, 10, 0.9);
+    c->lat = tb, c->lat_target = 2.5, c->lat_time = alloc;
+    rng r;
+    rng_seed(&r, 3, 0);
+    evolve_plan(&s, pl, sens, c, floor, &r, out);
+}
+
+// A plan by time (EVOLVE_ALLOC_TIME) aims at the schedule, leaves the layer
+// that buys no time at its mask, and so stays well under the overall floor.
 static void test_plan_time(tctx *t) {
     lat_table tb;
     prune_layers pl;
     CHECK(t, time_table(&tb, &pl) == 0, "table");
-    double sens[3] = {1, 1, 1}, sp[3] = {0.1, 0, 0}, gen[3] = {0.1, 0, 0.3}, a[3];
-    prune_sol s = {.sparsity = sp, .genome = gen};
+    double a[3];
     evolve_cfg c;
-    evolve_cfg_default(&c, 10, 0.9);
-    c.lat = &tb, c.lat_target = 2.5, c.lat_time = 1;
+    plan_case(&tb, &pl, EVOLVE_ALLOC_TIME, 0.9, &c, a);
     CHECK_CLOSE(t, evolve_lat_schedule(&c, 0.0), 3.5, 1e-12);
     CHECK_CLOSE(t, evolve_lat_schedule(&c, 0.45), 3.0, 1e-12);
     CHECK_CLOSE(t, evolve_lat_schedule(&c, 0.9), 2.5, 1e-12);
-    rng r;
-    rng_seed(&r, 3, 0);
-    evolve_plan(&s, &pl, sens, &c, 0.9, &r, a);
     CHECK(t, lat_predict(&tb, a) <= 2.5 + 1e-9 && lat_predict(&tb, a) > 2.4, "at the end: %g ms", lat_predict(&tb, a));
     CHECK(t, a[0] >= 0.1 && a[2] == 0.3, "the mask and the genome hold: %g %g", a[0], a[2]);
     CHECK(t, prune_sparsity_overall(&pl, a) < 0.5, "overall %g: the floor 0.9 does not apply",
@@ -481,18 +490,12 @@ static void test_plan_ramp(tctx *t) {
     lat_table tb;
     prune_layers pl;
     CHECK(t, time_table(&tb, &pl) == 0, "table");
-    double sens[3] = {1, 1, 1}, sp[3] = {0.1, 0, 0}, gen[3] = {0.1, 0, 0.3}, lo[3] = {0.1, 0, 0.3}, a[3], h[3];
-    prune_sol s = {.sparsity = sp, .genome = gen};
+    double lo[3] = {0.1, 0, 0.3}, a[3], h[3];  // plan_case's mask and genome
     evolve_cfg c;
-    evolve_cfg_default(&c, 10, 0.9);
-    c.lat = &tb, c.lat_target = 2.5, c.lat_time = EVOLVE_ALLOC_RAMP;
-    rng r;
-    rng_seed(&r, 3, 0);
-    evolve_plan(&s, &pl, sens, &c, 0.9, &r, a);
+    plan_case(&tb, &pl, EVOLVE_ALLOC_RAMP, 0.9, &c, a);
     CHECK(t, lat_predict(&tb, a) <= 2.5 + 1e-9 && lat_predict(&tb, a) > 2.4, "at the end: %g ms", lat_predict(&tb, a));
     CHECK(t, a[0] >= 0.1 && a[2] == 0.3 && a[0] > 0.5, "the mask and the genome hold: %g %g", a[0], a[2]);
-    rng_seed(&r, 3, 0);  // the same layers drawn: the same final plan
-    evolve_plan(&s, &pl, sens, &c, 0.45, &r, h);
+    plan_case(&tb, &pl, EVOLVE_ALLOC_RAMP, 0.45, &c, h);  // the same seed: the same layers drawn, the same final plan
     for (int l = 0; l < 3; l++)
         CHECK(t, fabs(h[l] - fmax(lo[l], 0.5 * a[l])) < 1e-12, "layer %d halfway: %g, final %g", l, h[l], a[l]);
     CHECK(t, lat_predict(&tb, h) > lat_predict(&tb, a) + 0.2, "halfway the time is not yet bought: %g ms",

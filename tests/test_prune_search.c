@@ -564,18 +564,27 @@ static int flat_table(lat_table *tb, int L) {
 
 // The latency tests' set-up: the small evolve run with a given target (0.3)
 // too low for the latency target, a flat table over its layers and the
-// latency target at every layer 0.7 (the table's prediction); 0 or -1.
-static int lat_setup(fixture *f, prune_cfg *c, lat_table *tb, sc_err *err) {
+// latency target at every layer 0.7 (the table's prediction); 0, or -1
+// with the test failed.
+static int lat_setup(tctx *t, fixture *f, prune_cfg *c, lat_table *tb) {
+    sc_err err = {0};
     run a;
     *c = small_cfg(PM_EVOLVE, 8, 0.3);
-    if (run_all(&a, f, c, err)) return -1;  // for the layer count
-    int L = a.s.pl.n;
-    run_free(&a);
-    if (flat_table(tb, L)) return -1;
+    int ok = !run_all(&a, f, c, &err);  // for the layer count
+    int L = ok ? a.s.pl.n : 1;
+    if (ok) run_free(&a);
+    ok = ok && !flat_table(tb, L);
+    CHECK(t, ok, "set-up: %s", err.msg);
+    if (!ok) return -1;
     double want[L];
     for (int l = 0; l < L; l++) want[l] = 0.7;
     c->ev.lat = tb, c->ev.lat_penalty = 1.0, c->ev.lat_target = lat_predict(tb, want);
     return 0;
+}
+
+// The table's prediction for run a's best solution (0 when the run failed: ok 0).
+static double best_ms(const run *a, const lat_table *tb, int ok) {
+    return ok ? lat_predict(tb, a->s.pop->sol[a->s.pop->best].sparsity) : 0.0;
 }
 
 // Runs c stopped after 7 iterations into the state file f->dir/NAME.state,
@@ -610,17 +619,14 @@ static void test_lat_retarget(tctx *t, fixture *f) {
     prune_cfg c;
     lat_table tb;
     run a;
-    if (lat_setup(f, &c, &tb, &err)) {
-        CHECK(t, 0, "set-up: %s", err.msg);
-        return;
-    }
+    if (lat_setup(t, f, &c, &tb)) return;
     int ok = !run_all(&a, f, &c, &err);
-    const double p0 = ok ? lat_predict(&tb, a.s.pop->sol[a.s.pop->best].sparsity) : 0.0;
+    const double p0 = best_ms(&a, &tb, ok);
     CHECK(t, ok && p0 > 1.1 * c.ev.lat_target, "without: %s %g vs %g", err.msg, p0, c.ev.lat_target);
     run_free(&a);
     c.lat_retarget = 1;
     ok = !run_all(&a, f, &c, &err);
-    const double p1 = ok ? lat_predict(&tb, a.s.pop->sol[a.s.pop->best].sparsity) : 0.0;
+    const double p1 = best_ms(&a, &tb, ok);
     CHECK(t, ok && p1 < 1.02 * c.ev.lat_target && a.s.cfg.target > 0.35, "with: %s %g vs %g (target %g)",
           err.msg, p1, c.ev.lat_target, a.s.cfg.target);
     double stopped = -1.0;
@@ -638,13 +644,10 @@ static void lat_time_with(tctx *t, fixture *f, int alloc) {
     prune_cfg c;
     lat_table tb;
     run a;
-    if (lat_setup(f, &c, &tb, &err)) {
-        CHECK(t, 0, "set-up: %s", err.msg);
-        return;
-    }
+    if (lat_setup(t, f, &c, &tb)) return;
     c.ev.lat_time = alloc;
     int ok = !run_all(&a, f, &c, &err);
-    const double p1 = ok ? lat_predict(&tb, a.s.pop->sol[a.s.pop->best].sparsity) : 0.0;
+    const double p1 = best_ms(&a, &tb, ok);
     CHECK(t, ok && p1 < 1.02 * c.ev.lat_target && a.s.cfg.target == 0.3, "time: %s %g vs %g (target %g)", err.msg,
           p1, c.ev.lat_target, a.s.cfg.target);
     double stopped = -1.0;
