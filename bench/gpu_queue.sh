@@ -18,7 +18,9 @@
 # command runs again on the same machine. Past DEADLINE seconds of the
 # calling script (default 540: a device call ends at 10 minutes) SUMMARY_FN
 # saves what is done while the jobs go on; it runs again at the end. One line
-# per job in WORK/logs/jobs.txt.
+# per job in WORK/logs/jobs.txt. GQ_READY names a function READY JOB that the
+# worker calls before it claims a GPU for JOB (a job that waits for another
+# one waits there, holding no GPU).
 
 # gq_data DATASET: links data/cifar-100-binary to /root/data when that exists; 1
 # (with a message) when DATASET is cifar100 and its train.bin is missing.
@@ -83,6 +85,7 @@ gq_on_gpu() {
 gq_worker() {
     local n=$1 w=$2 th=$3 fn=$4 me=$BASHPID j g t0 rc
     while j=$(gq_next "$w") && [ -n "$j" ]; do
+        [ -z "${GQ_READY:-}" ] || "$GQ_READY" "$j" || true
         g=$(gq_claim "$me")
         t0=$(date +%s)
         echo "[worker $n, gpu $g] $j started"

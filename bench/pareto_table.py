@@ -73,6 +73,7 @@ def run_row(tag, prune, deploy, table, setting):
     r["pred_prune"] = num(lat.get("predicted_ms"))
     r["target"] = num(lat.get("target_ms"))
     r["graph_prune"] = num(lat.get("measured_ms"))
+    r["checks"], r["scale"] = lat.get("checks") or 0, num(lat.get("check_scale"))
     r["ms"], r["ms1"] = num(mixed.get("batch_ms")), num(mixed.get("batch1_ms"))
     r["dense"], r["dense1"] = num(eng.get("batch_ms")), num(eng.get("batch1_ms"))
     r["batch"] = (deploy or {}).get("batch")
@@ -116,7 +117,8 @@ def markdown(rows):
             continue
         pred = fmt(r["pred"], ".4f")
         if r["pred_prune"] is not None:
-            pred += f" (prune {r['pred_prune']:.4f}, target {fmt(r['target'], '.4f')})"
+            pred += f" (prune {r['pred_prune']:.4f}, target {fmt(r['target'], '.4f')}"
+            pred += f", {r['checks']} checks, scale {fmt(r['scale'], '.3f')})" if r["checks"] else ")"
         err = ratio(r["pred"], r["ms"])
         out.append(
             f"| {r['tag']} | {r['setting']} | {fmt(r['sparsity'], '.4f')} / {fmt(r['mac_sparsity'], '.4f')} "

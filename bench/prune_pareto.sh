@@ -99,6 +99,10 @@ wait_table() {
     done
 }
 
+# ready_job JOB: a latency run waits for the table here, before it claims a GPU (GQ_READY).
+ready_job() { case $1 in L*) wait_table || true ;; esac; }
+GQ_READY=ready_job
+
 # run_job JOB: prune (after the table for latency runs), export, deploy; 1 on any failure.
 run_job() {
     local j=$1 m="$work/$1.h5"

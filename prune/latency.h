@@ -123,7 +123,8 @@ int lat_table_measure(lat_table *t, const lat_key *key, net *nt, const prune_lay
 // them (mixed engine: each op in a graph of its own; per-layer plan: the
 // ops' fastest candidates), and layer_ms (pl->n, when not NULL) each
 // prunable layer's op time of that sum (NAN for a layer without its own op).
-// Fails without a GPU.
+// sum_ms NULL: the mixed engine's ops are not timed one by one (layer_ms
+// must then be NULL too). Fails without a GPU.
 int lat_model_measure(const lat_key *key, const net *nt, const prune_layers *pl, const sc_pattern *pat,
                       double *layer_ms, double *sum_ms, double *graph_ms, sc_err *err);
 

@@ -230,15 +230,16 @@ static int engine_point_in_graph(lat_table *t, int gi, const net *nt, const prun
 }
 
 // The mixed engine of the model as it is: every op's graph time summed (and
-// per prunable layer into layer_ms when not NULL), the whole graph timed.
+// per prunable layer into layer_ms when not NULL; sum_ms NULL: the ops are
+// not timed one by one), the whole graph timed.
 static int engine_model(const lat_key *key, const net *nt, const prune_layers *pl, const sc_pattern *pat,
                         const uint8_t *img, double *layer_ms, double *sum_ms, double *graph_ms, sc_err *err) {
     sparse_model *m = NULL;
     deploy_plan *p = NULL;
     dengine *e = NULL;
     int rc = engine_build(nt, key, pat, img, 0, &m, &p, &e, err);
-    *sum_ms = 0.0;
-    for (int i = 0; !rc && i < p->nops; i++) {
+    if (sum_ms) *sum_ms = 0.0;
+    for (int i = 0; !rc && sum_ms && i < p->nops; i++) {
         double ms;
         rc = dengine_op_graph_ms(e, i, LAT_OP_COPIES, LAT_OP_REPEAT, &ms, err);
         if (!rc && isfinite(ms)) *sum_ms += ms;  // NAN: fused into a conv or an alias
@@ -316,9 +317,10 @@ int lat_model_measure(const lat_key *key, const net *nt, const prune_layers *pl,
     if (engine < 0) return -1;
     uint8_t *img = random_images(nt, key->batch, 2);
     if (!img) return sc_fail(err, "out of memory");
+    double sum;
     for (int l = 0; layer_ms && l < pl->n; l++) layer_ms[l] = NAN;
     int rc = engine ? engine_model(key, nt, pl, pat, img, layer_ms, sum_ms, graph_ms, err)
-                    : layer_model(key, nt, pl, pat, img, layer_ms, sum_ms, graph_ms, err);
+                    : layer_model(key, nt, pl, pat, img, layer_ms, sum_ms ? sum_ms : &sum, graph_ms, err);
     free(img);
     return rc;
 }

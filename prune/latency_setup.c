@@ -175,6 +175,11 @@ int prune_lat_sparsity(const lat_table *t, const prune_layers *pl, double target
                    "sparsity %.3f (dense %.4g ms)", target_ms, ms, *sparsity, lat_dense_ms(t));
 }
 
+int prune_lat_measure_graph(void *ctx, const net *nt, const prune_layers *pl, double *ms, sc_err *err) {
+    const prune_lat_probe *p = ctx;
+    return lat_model_measure(&p->t->key, nt, pl, p->pat, NULL, NULL, ms, err);
+}
+
 // Each layer's table time at its sparsity against its measured op time (stdout).
 static void print_layers(const lat_table *t, const prune_lat_result *res) {
     printf("  per layer (table at the layer's sparsity vs its op measured in the final model; ms):\n"
@@ -189,13 +194,15 @@ static void print_layers(const lat_table *t, const prune_lat_result *res) {
 
 // Prediction from the masks, then the measurement where there is a GPU.
 void prune_lat_final(const prune_lat_opts *o, const lat_table *t, double target_ms, const net *nt,
-                     const prune_layers *pl, const sc_pattern *pat, prune_lat_result *res) {
+                     const prune_layers *pl, const sc_pattern *pat, int checks, double scale,
+                     prune_lat_result *res) {
     double sp[pl->n];
     sc_err e = {0};
     prune_sparsity_read(nt, pl, sp);
     *res = (prune_lat_result){.target_ms = target_ms, .predicted_ms = lat_predict(t, sp),
                               .dense_ms = lat_dense_ms(t), .measured_ms = NAN, .ops_ms = NAN,
-                              .L = pl->n <= PRUNE_LAT_MAX_LAYERS ? pl->n : 0};
+                              .L = pl->n <= PRUNE_LAT_MAX_LAYERS ? pl->n : 0, .checks = checks,
+                              .scale = checks ? scale : 1.0};
     for (int l = 0; l < res->L; l++) res->sp[l] = sp[l], res->layer_ms[l] = NAN;
     if (!o->on_gpu) snprintf(res->why, sizeof res->why, "no GPU");
     else if (lat_model_measure(&t->key, nt, pl, pat, res->L ? res->layer_ms : NULL, &res->ops_ms,
@@ -206,6 +213,10 @@ void prune_lat_final(const prune_lat_opts *o, const lat_table *t, double target_
     if (isnan(res->measured_ms)) printf(", not measured (%s)\n", res->why);
     else printf(", measured %.4g ms (whole graph; sum of its ops %.4g ms), prediction error %+.1f%%\n",
                 res->measured_ms, res->ops_ms, 100.0 * (res->predicted_ms / res->measured_ms - 1.0));
+    if (checks)
+        printf("latency checks during the search: %d; the last found the table %+.1f%% off the graph, so "
+               "the search aimed at a prediction of %.4g ms (scaled prediction %.4g ms)\n", checks,
+               100.0 * (1.0 / res->scale - 1.0), target_ms / res->scale, res->predicted_ms * res->scale);
     if (!o->quiet && !isnan(res->measured_ms)) print_layers(t, res);
 }
 
@@ -224,6 +235,11 @@ void prune_lat_json(json_writer *j, const lat_table *t, const prune_lat_result *
     json_add_number(j, "measured_ms", res ? res->measured_ms : NAN);
     json_add_number(j, "measured_ops_ms", res ? res->ops_ms : NAN);
     json_add_number(j, "prediction_error", res ? res->predicted_ms / res->measured_ms - 1.0 : NAN);
+    json_add_int(j, "checks", res ? res->checks : 0);
+    json_add_number(j, "check_scale", res ? res->scale : NAN);
+    json_add_number(j, "aimed_ms", res ? target_ms / res->scale : NAN);
+    json_add_number(j, "scaled_prediction_error",
+                    res ? res->predicted_ms * res->scale / res->measured_ms - 1.0 : NAN);
     json_add_string(j, "not_measured", res && res->why[0] ? res->why : NULL);
     json_array_begin(j, "layers");
     for (int l = 0; res && l < res->L; l++) {

@@ -73,13 +73,30 @@ typedef struct {
     double sp[PRUNE_LAT_MAX_LAYERS];        // each layer's sparsity
     double layer_ms[PRUNE_LAT_MAX_LAYERS];  // each layer's measured op time (NAN: not measured)
     char why[520];        // why it was not measured ("" when it was)
+    int checks;           // the search's whole-graph checks (prune_search_lat_scale)
+    double scale;         // the last check's measured / predicted (1: none)
 } prune_lat_result;
 
+// What the search's latency checks measure with: the table (its plan, batch
+// and precision) and the run's pattern.
+typedef struct {
+    const lat_table *t;
+    const sc_pattern *pat;
+} prune_lat_probe;
+
+// A prune_lat_measure_fn (prune/search.h) for the search's latency checks:
+// nt's whole forward pass as one CUDA graph on the table's plan
+// (lat_model_measure's graph_ms). ctx: a prune_lat_probe.
+int prune_lat_measure_graph(void *ctx, const net *nt, const prune_layers *pl, double *ms, sc_err *err);
+
 // Predicts and (on a GPU, o->on_gpu) measures nt's latency; prints one line
-// to stdout, and unless o->quiet each layer's table time against its
-// measured op time. A failed measurement is reported, not an error.
+// to stdout, one more on the search's latency checks when there were any
+// (checks, the last one's factor scale), and unless o->quiet each layer's
+// table time against its measured op time. A failed measurement is
+// reported, not an error.
 void prune_lat_final(const prune_lat_opts *o, const lat_table *t, double target_ms, const net *nt,
-                     const prune_layers *pl, const sc_pattern *pat, prune_lat_result *res);
+                     const prune_layers *pl, const sc_pattern *pat, int checks, double scale,
+                     prune_lat_result *res);
 
 // Adds the objective's members to the summary JSON (res NULL: not finished),
 // with each prunable layer's sparsity, table time and measured time.

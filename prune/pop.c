@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #define STATE_MAGIC "SCPRUNE1"
-#define STATE_VERSION 2u  // 2: predicted latency in the history
+#define STATE_VERSION 3u  // 2: predicted latency in the history; 3: measured latency checks
 
 // --- allocation -------------------------------------------------------------
 

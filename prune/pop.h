@@ -47,6 +47,11 @@ typedef struct {
     int admitted, rewound, mutated, crossed, replaced;  // evolve events this iteration
     double best_latency_ms;  // latency objective: predicted ms of the best solution (NAN: none)
     double mean_latency_ms;  // mean predicted ms (NAN: none)
+    double measured_latency_ms;  // latency objective: the best solution's whole graph measured on
+                                 // the GPU after this iteration's selection (NAN: not checked)
+    double lat_scale;        // latency objective: measured / predicted of the last check so far,
+                             // the factor the search's predictions are scaled by from the next
+                             // iteration on (1 before any check; NAN: no latency objective)
 } prune_hist;
 
 // --- deferred array work ----------------------------------------------------

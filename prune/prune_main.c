@@ -103,6 +103,7 @@ typedef struct {
     prune_reprune rp;    // re-pruning of a --from model pruned off --pattern
     lat_table lat;       // --objective latency: the table (L = 0: sparsity objective)
     prune_lat_opts lo;   // how it was chosen
+    prune_lat_probe probe;  // what the search's latency checks measure with
     prune_lat_result latres;  // the final model's predicted and measured latency
     int usage;           // 1: the error is bad usage (exit 2)
     char from[1100], rundir[1024], out[1100], prefix[1100], state[1200];
@@ -432,6 +433,10 @@ static int latency_set(prune_run *r, sc_err *err) {
     r->cfg.ev.lat = &r->lat;
     r->cfg.ev.lat_target = ms;
     r->cfg.ev.lat_penalty = r->o.lat_penalty;
+    r->probe = (prune_lat_probe){.t = &r->lat, .pat = &r->cfg.pattern};
+    if (r->lo.on_gpu && r->o.lat_checks > 0)
+        r->cfg.lat_checks = r->o.lat_checks, r->cfg.lat_measure = prune_lat_measure_graph,
+        r->cfg.lat_measure_ctx = &r->probe;
     log_line(stderr, r->o.c.quiet, "prune: latency objective: %.4g ms at batch %d in %s (dense %.4g ms, %s), "
              "%s %.4f", ms, r->o.lat_batch, r->lo.precision, lat_dense_ms(&r->lat), r->lat.source,
              r->cfg.ev.lat_time ? "allocated by time (the overall sparsity follows), schedule nominally to"
@@ -610,8 +615,12 @@ static int finish(prune_run *r, sc_err *err) {
                               &r->holdout_acc, &loss, err));
     SC_TRY(model_write(r, best, val, test, err));
     SC_TRY(reports_write(r, plot, sizeof plot, err));
-    if (r->lat.L > 0) prune_lat_final(&r->lo, &r->lat, r->cfg.ev.lat_target, r->nt, &r->s.pl,
-                                      &r->cfg.pattern, &r->latres);
+    if (r->lat.L > 0) {
+        int checks;
+        double scale = prune_search_lat_scale(&r->s, &checks);
+        prune_lat_final(&r->lo, &r->lat, r->cfg.ev.lat_target, r->nt, &r->s.pl, &r->cfg.pattern, checks,
+                        scale, &r->latres);
+    }
     prune_report_table(stdout, r->nt, &r->cfg.pattern);
     floors_report(r);
     pattern_report(r, val);

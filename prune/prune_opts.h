@@ -18,6 +18,7 @@ typedef struct {
     int lat_batch;            // --latency-batch
     const char *lat_alloc;    // --latency-allocation time|ramp|sparsity
     double lat_penalty;       // --latency-penalty
+    int lat_checks;           // --latency-checks
     int target_given;         // --target-sparsity was given (re-pruning defaults to the model's)
     int lat_target_given;     // --latency-target was given
     int objective_auto, pattern_auto;  // --objective, --pattern were auto (resolved by auto_set)
@@ -58,7 +59,7 @@ typedef struct {
      "for a search on a GPU from scratch that names no sparsity (--target-sparsity,\n" \
      "--min-layer-sparsity, --layer-floor), else sparsity (also when the default target\n" \
      "is out of the network's reach)"},                                                        \
-    {.name = "latency-target", .type = OPT_STRING, .dst = &(o)->lat_target, .def = "1.2x",     \
+    {.name = "latency-target", .type = OPT_STRING, .dst = &(o)->lat_target, .def = "1.1x",     \
      .metavar = "X|Nx", .help = "latency objective: milliseconds at --latency-batch, or Nx for N times\n" \
      "faster than the dense network of the same precision (per the latency table); see\n" \
      "--latency-allocation"},                                                                  \
@@ -75,6 +76,10 @@ typedef struct {
      "cached in the run directory and kept for later runs in <runs>/latency; no GPU: a FLOP model)"}, \
     {.name = "latency-penalty", .type = OPT_FLOAT, .dst = &(o)->lat_penalty, .def = "1", .min = 0, \
      .max = 1e6, .help = "latency objective: fitness points lost per percent of predicted latency over the target"}, \
+    {.name = "latency-checks", .type = OPT_INT, .dst = &(o)->lat_checks, .def = "3", .min = 0,  \
+     .max = 1000, .metavar = "N", .help = "latency objective on a GPU: measure the best solution's whole graph N times\n" \
+     "from where the schedule reaches the target; each measurement rescales the table's\n" \
+     "predictions for the rest of the search, so the run lands on its target (0: never)"}, \
     {.name = "population", .type = OPT_INT, .dst = &(o)->population, .def = "8", .min = 1,     \
      .max = 1024, .help = "evolve: solutions in the population"},                             \
     {.name = "iterations", .type = OPT_INT, .dst = &(o)->iterations, .def = "30", .min = 1,    \

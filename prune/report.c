@@ -144,6 +144,8 @@ void prune_report_json_history(json_writer *j, const prune_pop *p) {
         json_add_int(j, "replaced", h->replaced);
         json_add_number(j, "best_predicted_latency_ms", h->best_latency_ms);
         json_add_number(j, "mean_predicted_latency_ms", h->mean_latency_ms);
+        json_add_number(j, "measured_latency_ms", h->measured_latency_ms);  // a latency check's
+        json_add_number(j, "latency_scale", h->lat_scale);
         json_object_end(j);
     }
     json_array_end(j);

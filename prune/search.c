@@ -108,6 +108,7 @@ int prune_search_init(prune_search *s, const prune_cfg *cfg, const dataset *ds, 
     s->ex = ex;
     s->start_acc = -1.0;
     s->target0 = cfg->target;
+    s->lat_goal = cfg->ev.lat_target;
     s->loaded = -1;
     s->t_run = progress_clock();
     SC_TRY(prune_layers_init(&s->pl, nt, err));
@@ -414,6 +415,8 @@ static void hist_fill(const prune_search *s, const int *active, prune_hist *h) {
         if (best < 0 || evolve_fitness(ev, sol) > evolve_fitness(ev, &s->pop->sol[best])) best = i;
     }
     if (!ev->lat) h->mean_latency_ms = NAN;
+    h->measured_latency_ms = NAN;
+    h->lat_scale = ev->lat ? prune_search_lat_scale(s, NULL) : NAN;
     if (!n) return;
     h->mean_acc /= n;
     h->mean_sparsity /= n;
@@ -523,6 +526,84 @@ static void lat_retarget(prune_search *s, int it) {
                  out ? " (the most the table allows; the latency target is out of reach)" : "");
 }
 
+// --- latency checks ---------------------------------------------------------
+
+// The bounds of a check's factor: a measurement outside them is taken as the bound.
+#define LAT_SCALE_MIN 0.7
+#define LAT_SCALE_MAX 1.4
+
+double prune_search_lat_scale(const prune_search *s, int *checks) {
+    double scale = s->cfg.ev.lat ? 1.0 : NAN;
+    int n = 0;
+    for (int i = 0; s->pop && i < s->pop->nhist; i++) {
+        const prune_hist *h = &s->pop->hist[i];
+        if (isfinite(h->measured_latency_ms)) n++;
+        if (isfinite(h->lat_scale)) scale = h->lat_scale;
+    }
+    if (checks) *checks = n;
+    return scale;
+}
+
+// Latency objective: the search aims at the latency target divided by the
+// last check's factor (a function of the history, so a resumed run aims alike).
+static void lat_aim(prune_search *s) {
+    if (s->cfg.ev.lat) s->cfg.ev.lat_target = s->lat_goal / prune_search_lat_scale(s, NULL);
+}
+
+// 1 when iteration it checks: cfg.lat_checks of them, evenly spaced from the
+// first search iteration whose schedule reaches the given target to the end of the search.
+static int check_due(const prune_search *s, int it) {
+    const prune_cfg *c = &s->cfg;
+    if (c->lat_checks <= 0 || !in_search(s, it)) return 0;
+    evolve_cfg given = c->ev;
+    given.target = s->target0;
+    int reach = 0;
+    while (reach < c->rounds && evolve_floor(&given, (int)prune_search_clock(c, reach) + 1) < s->target0 - 1e-9)
+        reach++;
+    int gap = (c->rounds - reach) / c->lat_checks;
+    if (gap < 1) gap = 1;
+    return it >= reach && (it - reach) % gap == 0 && (it - reach) / gap < c->lat_checks;
+}
+
+// The best solution's whole graph measured by its owner (NAN, said in a line, when that fails).
+static int best_measured(prune_search *s, double *ms, sc_err *err) {
+    int b = s->pop->best, owner = s->owner[b];
+    *ms = NAN;
+    if (s->rank == owner) {
+        sc_err e = {0};
+        prune_sol_load(s->pop, b, s->nt, NULL);
+        s->loaded = -1;  // the host net holds solution b, the executor what it held
+        if (s->cfg.lat_measure(s->cfg.lat_measure_ctx, s->nt, &s->pl, ms, &e) || !(*ms > 0.0)) {
+            log_line(stderr, 0, "prune: latency check not measured (%s); the predictions stay as they were",
+                     e.msg[0] ? e.msg : "no time");
+            *ms = NAN;
+        }
+    }
+    if (s->size > 1) SC_TRY(dist_bcast(s->dist, ms, sizeof *ms, owner, err));
+    return 0;
+}
+
+// Latency objective, when iteration it is due a check (check_due): measures
+// the best solution after the selection and records it and the factor
+// measured / predicted in h, which scales the table's predictions from the
+// next iteration on (lat_aim). The table times each layer sparse in an
+// otherwise dense graph, and in the searched graphs, which alternate dense
+// and sparse layers, the gains did not add up (vgg16 on an H100: 5-10% slow).
+static int lat_check(prune_search *s, int it, prune_hist *h, sc_err *err) {
+    const prune_cfg *c = &s->cfg;
+    if (!c->ev.lat || !c->lat_measure || !check_due(s, it)) return 0;
+    double ms, pred = lat_predict(c->ev.lat, s->pop->sol[s->pop->best].sparsity);
+    SC_TRY(best_measured(s, &ms, err));
+    if (!isfinite(ms) || !(pred > 0.0)) return 0;
+    h->measured_latency_ms = ms;
+    h->lat_scale = fmin(LAT_SCALE_MAX, fmax(LAT_SCALE_MIN, ms / pred));
+    if (s->rank == 0)
+        log_line(stderr, c->quiet, "prune: latency check: best solution measured %.4g ms, the table predicts "
+                 "%.4g ms (%+.1f%%); the search aims at a prediction of %.4g ms for the %.4g ms target",
+                 ms, pred, 100.0 * (pred / ms - 1.0), s->lat_goal / h->lat_scale, s->lat_goal);
+    return 0;
+}
+
 // Runs iteration it (0-based): every active solution's rounds (population /
 // active of them each), then evolve's selection; appends the history row.
 static int iteration_run(prune_search *s, int it, sc_err *err) {
@@ -530,6 +611,7 @@ static int iteration_run(prune_search *s, int it, sc_err *err) {
     int search = in_search(s, it), active[p->n];
     int a = prune_search_active(&s->cfg, it), k = search ? p->n / a : 1;
     long pos = prune_search_clock(&s->cfg, it);
+    lat_aim(s);
     lat_retarget(s, it);
     race_promote(s, it);
     for (int i = 0; i < p->n; i++) active[i] = search ? i < a : i == p->best;
@@ -541,6 +623,7 @@ static int iteration_run(prune_search *s, int it, sc_err *err) {
                     .target = schedule_target(s, it)};
     hist_fill(s, active, &h);
     if (search) SC_TRY(race_select(s, it, a, &h, err));
+    SC_TRY(lat_check(s, it, &h, err));
     p->iter = it + 1;
     double now = progress_clock();
     p->seconds += now - s->t_run;
@@ -550,8 +633,8 @@ static int iteration_run(prune_search *s, int it, sc_err *err) {
     snprintf(text, sizeof text, "val best %.2f%% mean %.2f%%, sparsity %.4f (target %.4f)",
              h.best_acc, h.mean_acc, h.best_sparsity, h.target);
     if (s->cfg.ev.lat)
-        snprintf(text + strlen(text), sizeof text - strlen(text), ", predicted %.4g ms (target %.4g)",
-                 h.best_latency_ms, s->cfg.ev.lat_target);
+        snprintf(text + strlen(text), sizeof text - strlen(text), ", predicted %.4g ms (aim %.4g)%s",
+                 h.best_latency_ms, s->cfg.ev.lat_target, isfinite(h.measured_latency_ms) ? ", checked" : "");
     if (search && a > 1)
         snprintf(text + strlen(text), sizeof text - strlen(text),
                  ", admitted %d, rewound %d, mutated %d, crossed %d, replaced %d", h.admitted,

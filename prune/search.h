@@ -27,6 +27,11 @@
 
 typedef enum { PM_EVOLVE = 0, PM_GMP = 1, PM_ONESHOT = 2 } prune_method;
 
+// Measures nt as it is (weights and masks of pl) on the GPU the latency
+// table is for: the whole forward pass in milliseconds into *ms; 0 or -1.
+typedef int (*prune_lat_measure_fn)(void *ctx, const net *nt, const prune_layers *pl, double *ms,
+                                    sc_err *err);
+
 // The method names in enum order, '|'-separated (for the CLI).
 #define PRUNE_METHODS "evolve|gmp|oneshot"
 
@@ -65,6 +70,12 @@ typedef struct {
     int lat_retarget;     // latency objective with `target` derived from the latency target:
                           // once the schedule reaches it, the target rises to what the best
                           // solution needs for the table to predict the latency target
+    int lat_checks;       // latency objective: whole-graph measurements of the best solution,
+                          // spread over the search iterations from the one whose schedule
+                          // reaches the target; each sets the factor by which the search
+                          // scales the table's predictions until the next (0: none)
+    prune_lat_measure_fn lat_measure;  // how a check measures (NULL: no checks); every rank's
+    void *lat_measure_ctx;             // the owner of the best solution measures it
     evolve_cfg ev;        // evolve's settings (iterations and target are set from above)
 } prune_cfg;
 
@@ -86,6 +97,7 @@ typedef struct {
     double *floor;       // (L) the copy of cfg.layer_floor (NULL without one)
     double start_acc;    // validation accuracy of the start model (before any pruning)
     double target0;      // cfg.target as given (lat_retarget moves cfg.target above it)
+    double lat_goal;     // cfg.ev.lat_target as given (the checks' factor moves cfg.ev.lat_target)
     int finished;        // 1 once every iteration is done
     int loaded;          // solution whose exact state the executor holds (-1: none)
     double t_run;        // wall clock when this process started running
@@ -145,6 +157,10 @@ int prune_search_active(const prune_cfg *c, int it);
 // Rounds a surviving solution has trained before iteration it (0-based):
 // the clock of the sparsity floor and of the learning-rate schedule.
 long prune_search_clock(const prune_cfg *c, int it);
+
+// Latency objective: the factor of the last whole-graph check (1 before any;
+// NAN without the objective) and how many checks the history holds.
+double prune_search_lat_scale(const prune_search *s, int *checks);
 
 // Loads the result (the best solution at the target) into nt and the
 // executor of rank 0; *index receives its index when not NULL.

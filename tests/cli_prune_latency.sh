@@ -29,6 +29,7 @@ expect_fail "bad objective" 2 '^prune: .*objective' $PR $TINY --objective speed 
 expect_fail "target below 1x" 2 '^prune: .*latency target 0.5x' $PR $TINY --objective latency --latency-target 0.5x synthetic
 expect_fail "target not a number" 2 '^prune: .*latency target fast' $PR $TINY --objective latency --latency-target fast synthetic
 expect_fail "target out of reach" 1 '^prune: .*out of reach' $PR $TINY --objective latency --latency-target 1000x synthetic
+expect_fail "negative checks" 2 '^prune: .*latency-checks' $PR $TINY --objective latency --latency-checks -1 synthetic
 expect_fail "missing table" 1 '^prune: .*nothere.json' $PR $TINY --objective latency --latency-table "$T/nothere.json" synthetic
 
 # --- the defaults: --objective auto and --pattern auto are sparsity, unstructured on the CPU --------
@@ -65,8 +66,10 @@ rest=$(jget "$T/a_latency.json" "d['rest_ms']")
 v=$(jget "$T/a.json" "len(d['latency']['layers']) == len(json.load(open('$T/a_latency.json'))['layers']) and all(l['measured_ms'] is None and l['table_ms'] > 0 for l in d['latency']['layers']) and abs(sum(l['table_ms'] for l in d['latency']['layers']) + $rest - d['latency']['predicted_ms']) <= 1e-6 * d['latency']['predicted_ms']")
 [ "$v" = True ] && ok "summary: per-layer table times add up to the prediction" \
     || bad "summary per-layer latency" "$(jget "$T/a.json" "d['latency'].get('layers')" | head -c 300)"
-v=$(jget "$T/a_history.json" "all(h['best_predicted_latency_ms'] > 0 for h in d['history'])")
-[ "$v" = True ] && ok "history json has predicted latency" || bad "history json latency" "$v"
+v=$(jget "$T/a_history.json" "all(h['best_predicted_latency_ms'] > 0 and h['measured_latency_ms'] is None and h['latency_scale'] == 1 for h in d['history'])")
+[ "$v" = True ] && ok "history json: predicted latency, no checks without a GPU" || bad "history json latency" "$v"
+v=$(jget "$T/a.json" "d['latency']['checks'] == 0 and d['latency']['check_scale'] == 1")
+[ "$v" = True ] && ok "summary: no latency checks without a GPU" || bad "summary checks" "$(jget "$T/a.json" "d['latency']")"
 head -n 1 "$T/a_history.csv" | grep -q best_predicted_latency_ms && ok "history csv has predicted latency" \
     || bad "history csv latency" "$(head -n 1 "$T/a_history.csv")"
 $PR $TINY --objective latency --latency-target 1.5x -o "$T/b.h5" --stop-after 2 synthetic >/dev/null 2>&1 \

@@ -6,14 +6,16 @@
 // fits it, the net is restored, and at 90% everywhere the table's prediction
 // is within 10% of the engine's measured whole graph (fp16), within a
 // factor of the per-layer plan's summed ops (fp32); each prunable layer's
-// measured op time is positive and they add up to no more than all the ops.
-// Skips without a GPU.
+// measured op time is positive and they add up to no more than all the ops;
+// the search's latency check (prune_lat_measure_graph) times the same graph
+// within 25%. Skips without a GPU.
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "check.h"
 #include "prune/latency.h"
+#include "prune/latency_setup.h"
 #include "runtime/rng.h"
 
 // The table's per-layer times: finite, positive, never far above dense.
@@ -47,6 +49,10 @@ static void check_model(tctx *t, const lat_table *tb, net *nt, const prune_layer
         lsum += isfinite(lms[l]) ? lms[l] : 0.0;
     }
     CHECK(t, lsum <= sum * (1 + 1e-9), "layers %g ms > the sum of all ops %g ms", lsum, sum);
+    prune_lat_probe probe = {.t = tb, .pat = NULL};
+    double check = 0;
+    CHECK(t, prune_lat_measure_graph(&probe, nt, pl, &check, &err) == 0 && fabs(check / graph - 1.0) <= 0.25,
+          "latency check: %s %g ms vs the graph's %g ms", err.msg, check, graph);
     double pred = lat_predict(tb, sp);
     printf("  at 0.9: predicted %.4f ms, measured graph %.4f ms (sum of ops %.4f), error %+.1f%%\n", pred, graph,
            sum, 100.0 * (pred / graph - 1.0));

@@ -662,6 +662,55 @@ static void test_lat_time(tctx *t, fixture *f) { lat_time_with(t, f, EVOLVE_ALLO
 // Each layer ramps towards its place in the plan for the final target.
 static void test_lat_ramp(tctx *t, fixture *f) { lat_time_with(t, f, EVOLVE_ALLOC_RAMP); }
 
+// A stand-in for the GPU's whole-graph measurement: the table's prediction for
+// nt's masks times a factor (a table that misses the graph by it).
+typedef struct {
+    const lat_table *t;
+    double factor;
+    int calls;
+} fake_probe;
+
+static int fake_measure(void *ctx, const net *nt, const prune_layers *pl, double *ms, sc_err *err) {
+    fake_probe *p = ctx;
+    double sp[pl->n];
+    (void)err;
+    prune_sparsity_read(nt, pl, sp);
+    *ms = p->factor * lat_predict(p->t, sp);
+    p->calls++;
+    return 0;
+}
+
+// Latency checks (allocating by time, the same set-up) when the graph runs 15%
+// slower than the table predicts: without checks the winner's graph ends over
+// 5% above the latency target; with three it ends within 2% of it, the
+// history holds the three checks and their factor, and a run stopped before
+// the last check and resumed equals the uninterrupted one.
+static void test_lat_checks(tctx *t, fixture *f) {
+    sc_err err = {0};
+    prune_cfg c;
+    lat_table tb;
+    run a;
+    if (lat_setup(t, f, &c, &tb)) return;
+    fake_probe fp = {.t = &tb, .factor = 1.15};
+    c.ev.lat_time = EVOLVE_ALLOC_TIME;
+    int ok = !run_all(&a, f, &c, &err);
+    const double g0 = 1.15 * best_ms(&a, &tb, ok);
+    CHECK(t, ok && g0 > 1.05 * c.ev.lat_target, "without: %s graph %g vs %g", err.msg, g0, c.ev.lat_target);
+    if (ok) run_free(&a);
+    c.lat_checks = 3, c.lat_measure = fake_measure, c.lat_measure_ctx = &fp;
+    ok = !run_all(&a, f, &c, &err);
+    int checks = 0;
+    const double g1 = 1.15 * best_ms(&a, &tb, ok), scale = ok ? prune_search_lat_scale(&a.s, &checks) : 0.0;
+    CHECK(t, ok && fabs(g1 / c.ev.lat_target - 1.0) < 0.02 && checks == 3 && fp.calls == 3 &&
+          fabs(scale - 1.15) < 1e-9, "with: %s graph %g vs %g, %d checks (%d calls), scale %g", err.msg, g1,
+          c.ev.lat_target, checks, fp.calls, scale);
+    double stopped = -1.0;
+    CHECK(t, ok && lat_resume_equal(f, &c, "lat_checks", a.s.pop, &stopped, &err), "stopped and resumed: %s",
+          err.msg);
+    if (ok) run_free(&a);
+    lat_table_free(&tb);
+}
+
 // Runs one test that needs the fixture, like RUN() in check.h.
 static void run_with(tctx *t, fixture *f, void (*fn)(tctx *, fixture *), const char *name) {
     t->test = name;
@@ -700,6 +749,7 @@ int main(void) {
     run_with(&t, &f, test_lat_retarget, "test_lat_retarget");
     run_with(&t, &f, test_lat_time, "test_lat_time");
     run_with(&t, &f, test_lat_ramp, "test_lat_ramp");
+    run_with(&t, &f, test_lat_checks, "test_lat_checks");
     fixture_free(&f);
     return check_finish(&t);
 }
