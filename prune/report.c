@@ -152,6 +152,12 @@ void prune_report_json_history(json_writer *j, const prune_pop *p) {
 }
 
 // Writes the history CSV.
+// Writes milliseconds v and then sep, or only sep when v is not finite (an empty field).
+static void csv_ms(FILE *f, double v, char sep) {
+    if (isfinite(v)) fprintf(f, "%.5f", v);
+    fputc(sep, f);
+}
+
 int prune_report_csv(const char *path, const prune_pop *p, sc_err *err) {
     sc_atomic a;
     SC_TRY(sc_atomic_begin(&a, path, err));
@@ -159,15 +165,16 @@ int prune_report_csv(const char *path, const prune_pop *p, sc_err *err) {
     if (!f) return -1;
     fprintf(f, "iteration,phase,target_sparsity,best_val_accuracy,mean_val_accuracy,"
                "best_sparsity,mean_sparsity,images,seconds,admitted,rewound,mutated,crossed,"
-               "replaced,best_predicted_latency_ms,mean_predicted_latency_ms\n");
+               "replaced,best_predicted_latency_ms,mean_predicted_latency_ms,measured_latency_ms\n");
     for (int i = 0; i < p->nhist; i++) {
         const prune_hist *h = &p->hist[i];
         fprintf(f, "%d,%s,%.6f,%.4f,%.4f,%.6f,%.6f,%ld,%.2f,%d,%d,%d,%d,%d,", h->iter,
                 phase_name(h->phase), h->target, h->best_acc, h->mean_acc, h->best_sparsity,
                 h->mean_sparsity, h->images, h->seconds, h->admitted, h->rewound, h->mutated,
                 h->crossed, h->replaced);
-        if (isnan(h->best_latency_ms)) fprintf(f, ",\n");  // empty: no latency model
-        else fprintf(f, "%.5f,%.5f\n", h->best_latency_ms, h->mean_latency_ms);
+        csv_ms(f, h->best_latency_ms, ',');  // empty: no latency model
+        csv_ms(f, isnan(h->best_latency_ms) ? NAN : h->mean_latency_ms, ',');
+        csv_ms(f, h->measured_latency_ms, '\n');  // empty: not checked
     }
     return sc_atomic_fclose(&a, f, 0, err);
 }

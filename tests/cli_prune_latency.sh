@@ -70,8 +70,9 @@ v=$(jget "$T/a_history.json" "all(h['best_predicted_latency_ms'] > 0 and h['meas
 [ "$v" = True ] && ok "history json: predicted latency, no checks without a GPU" || bad "history json latency" "$v"
 v=$(jget "$T/a.json" "d['latency']['checks'] == 0 and d['latency']['check_scale'] == 1")
 [ "$v" = True ] && ok "summary: no latency checks without a GPU" || bad "summary checks" "$(jget "$T/a.json" "d['latency']")"
-head -n 1 "$T/a_history.csv" | grep -q best_predicted_latency_ms && ok "history csv has predicted latency" \
-    || bad "history csv latency" "$(head -n 1 "$T/a_history.csv")"
+head -n 1 "$T/a_history.csv" | grep -q "best_predicted_latency_ms,mean_predicted_latency_ms,measured_latency_ms$" \
+    && [ "$(awk -F, '{print NF}' "$T/a_history.csv" | sort -u)" = 17 ] && ok "history csv has predicted latency" \
+    || bad "history csv latency" "$(head -n 2 "$T/a_history.csv")"
 $PR $TINY --objective latency --latency-target 1.5x -o "$T/b.h5" --stop-after 2 synthetic >/dev/null 2>&1 \
     || bad "stopped run" "failed"
 sed -i 's/"source": *"[^"]*"/"source": "kept"/' "$T/b_latency.json"  # a mark: reused or rebuilt?
