@@ -202,7 +202,7 @@ void prune_lat_final(const prune_lat_opts *o, const lat_table *t, double target_
     *res = (prune_lat_result){.target_ms = target_ms, .predicted_ms = lat_predict(t, sp),
                               .dense_ms = lat_dense_ms(t), .measured_ms = NAN, .ops_ms = NAN,
                               .L = pl->n <= PRUNE_LAT_MAX_LAYERS ? pl->n : 0, .checks = checks,
-                              .scale = checks ? scale : 1.0};
+                              .scale = scale};
     for (int l = 0; l < res->L; l++) res->sp[l] = sp[l], res->layer_ms[l] = NAN;
     if (!o->on_gpu) snprintf(res->why, sizeof res->why, "no GPU");
     else if (lat_model_measure(&t->key, nt, pl, pat, res->L ? res->layer_ms : NULL, &res->ops_ms,

@@ -173,7 +173,7 @@ int prune_report_csv(const char *path, const prune_pop *p, sc_err *err) {
                 h->mean_sparsity, h->images, h->seconds, h->admitted, h->rewound, h->mutated,
                 h->crossed, h->replaced);
         csv_ms(f, h->best_latency_ms, ',');  // empty: no latency model
-        csv_ms(f, isnan(h->best_latency_ms) ? NAN : h->mean_latency_ms, ',');
+        csv_ms(f, h->mean_latency_ms, ',');
         csv_ms(f, h->measured_latency_ms, '\n');  // empty: not checked
     }
     return sc_atomic_fclose(&a, f, 0, err);

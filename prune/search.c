@@ -503,6 +503,14 @@ static int iteration_rounds(prune_search *s, int it, const int *active, int k, l
     return 0;
 }
 
+// 1 when iteration it's rounds reach the given target (cfg.target as given:
+// lat_retarget may have raised it since).
+static int reached(const prune_search *s, int it) {
+    evolve_cfg given = s->cfg.ev;
+    given.target = s->target0;
+    return evolve_floor(&given, (int)prune_search_clock(&s->cfg, it) + 1) >= s->target0 - 1e-9;
+}
+
 // Latency objective (cfg.lat_retarget): from the iteration whose rounds reach
 // the given target on, the target is what the best solution needs, from its
 // own per-layer sparsities, for the table to predict the latency target
@@ -512,10 +520,7 @@ static int iteration_rounds(prune_search *s, int it, const int *active, int k, l
 // function of the population, so a resumed run sets the same target.
 static void lat_retarget(prune_search *s, int it) {
     prune_cfg *c = &s->cfg;
-    if (!c->lat_retarget || !c->ev.lat || !in_search(s, it)) return;
-    evolve_cfg given = c->ev;
-    given.target = s->target0;
-    if (evolve_floor(&given, (int)prune_search_clock(c, it) + 1) < s->target0 - 1e-9) return;
+    if (!c->lat_retarget || !c->ev.lat || !in_search(s, it) || !reached(s, it)) return;
     const double *sp = s->pop->sol[s->pop->best].sparsity;
     double v, ms, old = c->target;
     int out = evolve_lat_reach(&c->ev, &s->pl, sp, c->ev.lat_target, &v, &ms);
@@ -555,11 +560,8 @@ static void lat_aim(prune_search *s) {
 static int check_due(const prune_search *s, int it) {
     const prune_cfg *c = &s->cfg;
     if (c->lat_checks <= 0 || !in_search(s, it)) return 0;
-    evolve_cfg given = c->ev;
-    given.target = s->target0;
     int reach = 0;
-    while (reach < c->rounds && evolve_floor(&given, (int)prune_search_clock(c, reach) + 1) < s->target0 - 1e-9)
-        reach++;
+    while (reach < c->rounds && !reached(s, reach)) reach++;
     int gap = (c->rounds - reach) / c->lat_checks;
     if (gap < 1) gap = 1;
     return it >= reach && (it - reach) % gap == 0 && (it - reach) / gap < c->lat_checks;
