@@ -78,8 +78,9 @@ typedef struct {
      .max = 1e6, .help = "latency objective: fitness points lost per percent of predicted latency over the target"}, \
     {.name = "latency-checks", .type = OPT_INT, .dst = &(o)->lat_checks, .def = "3", .min = 0,  \
      .max = 1000, .metavar = "N", .help = "latency objective on a GPU: measure the best solution's whole graph N times\n" \
-     "from where the schedule reaches the target; each measurement rescales the table's\n" \
-     "predictions for the rest of the search, so the run lands on its target (0: never)"}, \
+     "while the schedule ramps (from half way to the target to where it reaches it); each\n" \
+     "measurement rescales the table's predictions, phased in over the iterations up to\n" \
+     "the next, so the run lands on its target (0: never)"}, \
     {.name = "population", .type = OPT_INT, .dst = &(o)->population, .def = "8", .min = 1,     \
      .max = 1024, .help = "evolve: solutions in the population"},                             \
     {.name = "iterations", .type = OPT_INT, .dst = &(o)->iterations, .def = "30", .min = 1,    \

@@ -503,12 +503,22 @@ static int iteration_rounds(prune_search *s, int it, const int *active, int k, l
     return 0;
 }
 
-// 1 when iteration it's rounds reach the given target (cfg.target as given:
-// lat_retarget may have raised it since).
-static int reached(const prune_search *s, int it) {
+// 1 when iteration it's rounds reach share x of the given target (cfg.target
+// as given: lat_retarget may have raised it since).
+static int reaches(const prune_search *s, int it, double x) {
     evolve_cfg given = s->cfg.ev;
     given.target = s->target0;
-    return evolve_floor(&given, (int)prune_search_clock(&s->cfg, it) + 1) >= s->target0 - 1e-9;
+    return evolve_floor(&given, (int)prune_search_clock(&s->cfg, it) + 1) >= x * s->target0 - 1e-9;
+}
+
+// 1 when iteration it's rounds reach the given target.
+static int reached(const prune_search *s, int it) { return reaches(s, it, 1.0); }
+
+// The first search iteration whose rounds reach share x of the given target (cfg.rounds: none).
+static int first_reaching(const prune_search *s, double x) {
+    int it = 0;
+    while (it < s->cfg.rounds && !reaches(s, it, x)) it++;
+    return it;
 }
 
 // Latency objective (cfg.lat_retarget): from the iteration whose rounds reach
@@ -549,22 +559,55 @@ double prune_search_lat_scale(const prune_search *s, int *checks) {
     return scale;
 }
 
-// Latency objective: the search aims at the latency target divided by the
-// last check's factor (a function of the history, so a resumed run aims alike).
-static void lat_aim(prune_search *s) {
-    if (s->cfg.ev.lat) s->cfg.ev.lat_target = s->lat_goal / prune_search_lat_scale(s, NULL);
+// The latency checks' plan: the first where the schedule is half way to the
+// given target, the last where it reaches it (or at the search's last
+// iteration), `gap` iterations apart. Checks after the ramp left the search
+// no room: on vgg16 (four H200s, 2026-11-27) a first check in iteration 26
+// of 32 cut the aim by 9% at once, and the best solution's validation fell
+// from 64% to 33% and ended 6 points below the run without checks.
+static void check_plan(const prune_search *s, int *first, int *gap) {
+    int n = s->cfg.lat_checks, a = first_reaching(s, 0.5), b = first_reaching(s, 1.0);
+    if (b > s->cfg.rounds - 1) b = s->cfg.rounds - 1;
+    int g = n > 1 ? (b - a) / (n - 1) : b - a;
+    *first = a;
+    *gap = g < 1 ? 1 : g;
 }
 
-// 1 when iteration it checks: cfg.lat_checks of them, evenly spaced from the
-// first search iteration whose schedule reaches the given target to the end of the search.
+// 1 when iteration it checks (check_plan: cfg.lat_checks of them).
 static int check_due(const prune_search *s, int it) {
     const prune_cfg *c = &s->cfg;
     if (c->lat_checks <= 0 || !in_search(s, it)) return 0;
-    int reach = 0;
-    while (reach < c->rounds && !reached(s, reach)) reach++;
-    int gap = (c->rounds - reach) / c->lat_checks;
-    if (gap < 1) gap = 1;
-    return it >= reach && (it - reach) % gap == 0 && (it - reach) / gap < c->lat_checks;
+    int first, gap;
+    check_plan(s, &first, &gap);
+    return it >= first && (it - first) % gap == 0 && (it - first) / gap < c->lat_checks;
+}
+
+// Iterations over which the factor of a check in iteration k comes in: up to
+// the next check, and in place by the search's last iteration.
+static int phase_len(const prune_search *s, int k, int gap) {
+    int n = s->cfg.rounds - 1 - k;
+    return n < gap ? (n < 1 ? 1 : n) : gap;
+}
+
+double prune_search_lat_scale_at(const prune_search *s, int it) {
+    if (!s->cfg.ev.lat) return NAN;
+    int first, gap, k = -1;
+    double from = 1.0, to = 1.0;
+    check_plan(s, &first, &gap);
+    for (int i = 0; s->pop && i < s->pop->nhist; i++) {  // the checks before iteration it, in order
+        const prune_hist *h = &s->pop->hist[i];
+        int r = h->iter - 1;
+        if (r >= it || !isfinite(h->measured_latency_ms) || !isfinite(h->lat_scale)) continue;
+        from = k < 0 ? 1.0 : from + (to - from) * fmin(1.0, (double)(r - k) / phase_len(s, k, gap));
+        to = h->lat_scale, k = r;
+    }
+    return k < 0 ? 1.0 : from + (to - from) * fmin(1.0, (double)(it - k) / phase_len(s, k, gap));
+}
+
+// Latency objective: the search aims at the latency target divided by the
+// checks' factor at iteration it (a function of the history, so a resumed run aims alike).
+static void lat_aim(prune_search *s, int it) {
+    if (s->cfg.ev.lat) s->cfg.ev.lat_target = s->lat_goal / prune_search_lat_scale_at(s, it);
 }
 
 // The best solution's whole graph measured by its owner (NAN, said in a line, when that fails).
@@ -587,8 +630,8 @@ static int best_measured(prune_search *s, double *ms, sc_err *err) {
 
 // Latency objective, when iteration it is due a check (check_due): measures
 // the best solution after the selection and records it and the factor
-// measured / predicted in h, which scales the table's predictions from the
-// next iteration on (lat_aim). The table times each layer sparse in an
+// measured / predicted in h, which then scales the table's predictions,
+// phased in over the iterations up to the next check (lat_aim). The table times each layer sparse in an
 // otherwise dense graph, and in the searched graphs, which alternate dense
 // and sparse layers, the gains did not add up (vgg16 on an H100: 5-10% slow).
 static int lat_check(prune_search *s, int it, prune_hist *h, sc_err *err) {
@@ -601,8 +644,9 @@ static int lat_check(prune_search *s, int it, prune_hist *h, sc_err *err) {
     h->lat_scale = fmin(LAT_SCALE_MAX, fmax(LAT_SCALE_MIN, ms / pred));
     if (s->rank == 0)
         log_line(stderr, c->quiet, "prune: latency check: best solution measured %.4g ms, the table predicts "
-                 "%.4g ms (%+.1f%%); the search aims at a prediction of %.4g ms for the %.4g ms target",
-                 ms, pred, 100.0 * (pred / ms - 1.0), s->lat_goal / h->lat_scale, s->lat_goal);
+                 "%.4g ms (%+.1f%%); the search's aim moves to a prediction of %.4g ms for the %.4g ms "
+                 "target over the next iterations", ms, pred, 100.0 * (pred / ms - 1.0), s->lat_goal / h->lat_scale,
+                 s->lat_goal);
     return 0;
 }
 
@@ -613,7 +657,7 @@ static int iteration_run(prune_search *s, int it, sc_err *err) {
     int search = in_search(s, it), active[p->n];
     int a = prune_search_active(&s->cfg, it), k = search ? p->n / a : 1;
     long pos = prune_search_clock(&s->cfg, it);
-    lat_aim(s);
+    lat_aim(s, it);
     lat_retarget(s, it);
     race_promote(s, it);
     for (int i = 0; i < p->n; i++) active[i] = search ? i < a : i == p->best;

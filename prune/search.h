@@ -71,9 +71,9 @@ typedef struct {
                           // once the schedule reaches it, the target rises to what the best
                           // solution needs for the table to predict the latency target
     int lat_checks;       // latency objective: whole-graph measurements of the best solution,
-                          // spread over the search iterations from the one whose schedule
-                          // reaches the target; each sets the factor by which the search
-                          // scales the table's predictions until the next (0: none)
+                          // spread over the schedule's ramp from half way to the target to
+                          // where it reaches it; each sets the factor by which the search
+                          // scales the table's predictions, phased in up to the next (0: none)
     prune_lat_measure_fn lat_measure;  // how a check measures (NULL: no checks); every rank's
     void *lat_measure_ctx;             // the owner of the best solution measures it
     evolve_cfg ev;        // evolve's settings (iterations and target are set from above)
@@ -161,6 +161,11 @@ long prune_search_clock(const prune_cfg *c, int it);
 // Latency objective: the factor of the last whole-graph check (1 before any;
 // NAN without the objective) and how many checks the history holds.
 double prune_search_lat_scale(const prune_search *s, int *checks);
+
+// Latency objective: the factor the search scales the table's predictions by
+// in iteration it (0-based): each check's factor phased in linearly over the
+// iterations up to the next check (1 before any; NAN without the objective).
+double prune_search_lat_scale_at(const prune_search *s, int it);
 
 // Loads the result (the best solution at the target) into nt and the
 // executor of rank 0; *index receives its index when not NULL.

@@ -683,7 +683,9 @@ static int fake_measure(void *ctx, const net *nt, const prune_layers *pl, double
 // Latency checks (allocating by time, the same set-up) when the graph runs 15%
 // slower than the table predicts: without checks the winner's graph ends over
 // 5% above the latency target; with three it ends within 2% of it, the
-// history holds the three checks and their factor, and a run stopped before
+// history holds the three checks and their factor, at least two checks come
+// while the schedule still ramps, the factor comes in over at least two
+// iterations and is whole by the search's last, and a run stopped before
 // the last check and resumed equals the uninterrupted one.
 static void test_lat_checks(tctx *t, fixture *f) {
     sc_err err = {0};
@@ -704,6 +706,15 @@ static void test_lat_checks(tctx *t, fixture *f) {
     CHECK(t, ok && fabs(g1 / c.ev.lat_target - 1.0) < 0.02 && checks == 3 && fp.calls == 3 &&
           fabs(scale - 1.15) < 1e-9, "with: %s graph %g vs %g, %d checks (%d calls), scale %g", err.msg, g1,
           c.ev.lat_target, checks, fp.calls, scale);
+    int ramping = 0;  // checks while the schedule still ramps to the target
+    for (int i = 0; ok && i < a.s.pop->nhist; i++)
+        ramping += isfinite(a.s.pop->hist[i].measured_latency_ms) && a.s.pop->hist[i].target < c.target - 1e-9;
+    double step = 0.0;  // the largest change of the factor from one iteration to the next
+    for (int it = 1; ok && it < c.rounds; it++)
+        step = fmax(step, fabs(prune_search_lat_scale_at(&a.s, it) - prune_search_lat_scale_at(&a.s, it - 1)));
+    CHECK(t, ok && ramping >= 2 && step < 0.5 * 0.15 + 1e-9 && prune_search_lat_scale_at(&a.s, c.rounds - 1) == 1.15,
+          "phase-in: %d checks in the ramp, largest step %g, factor %g in the last iteration", ramping, step,
+          ok ? prune_search_lat_scale_at(&a.s, c.rounds - 1) : 0.0);
     double stopped = -1.0;
     CHECK(t, ok && lat_resume_equal(f, &c, "lat_checks", a.s.pop, &stopped, &err), "stopped and resumed: %s",
           err.msg);
