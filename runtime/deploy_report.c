@@ -341,6 +341,54 @@ static void rep_summary_engines(FILE *f, const deploy_plan *p, const deploy_repo
     rep_summary_mixed_layers(f, p, r);
 }
 
+// The run's result: its fastest plan against its fastest dense engine.
+typedef struct {
+    const char *plan, *key;   // the fastest plan in words and as a JSON name (NULL: none ran)
+    double ms, lat_ms, acc;   // its batch and batch-1 times and test accuracy
+    int eng;                  // the dense engine fastest at the batch size (-1: none ran)
+    double eng_ms, eng_lat_ms;
+} rep_result;
+
+// Takes the plan (ms, lat, acc) as the result's when it is faster than the one there.
+static void rep_result_offer(rep_result *o, const char *plan, const char *key, double ms, double lat,
+                             double acc) {
+    if (!(ms > 0.0) || (o->plan && ms >= o->ms)) return;
+    o->plan = plan, o->key = key, o->ms = ms, o->lat_ms = lat, o->acc = acc;
+}
+
+// The fastest of the mixed fp16 plan and the sparse plans, and the fastest dense engine, at the batch size.
+static rep_result rep_result_pick(const deploy_report *r) {
+    rep_result o = {.eng = -1};
+    if (r->mixed.ran) rep_result_offer(&o, "the mixed fp16 plan", "mixed_fp16", r->mixed.ms, r->mixed.lat_ms,
+                                       r->mixed.test_acc);
+    for (int i = 0; i < r->nprec; i++)
+        if (r->pr[i].ran)
+            rep_result_offer(&o, r->pr[i].prec == DP_FP16 ? "the fp16 sparse plan" : "the fp32 sparse plan",
+                             r->pr[i].prec == DP_FP16 ? "fp16" : "fp32", r->pr[i].ms, r->pr[i].lat_ms,
+                             r->pr[i].test_acc);
+    for (int k = 0; k < DE_NPREC; k++)
+        if (r->eng[k].ran && r->eng[k].ms > 0.0 && (o.eng < 0 || r->eng[k].ms < o.eng_ms))
+            o.eng = k, o.eng_ms = r->eng[k].ms, o.eng_lat_ms = r->eng[k].lat_ms;
+    return o;
+}
+
+// Prints the closing line: the fastest plan against the fastest dense engine (the yardstick a user
+// would otherwise run), or that the dense engine is faster.
+static void rep_summary_result(FILE *f, const deploy_report *r) {
+    rep_result o = rep_result_pick(r);
+    if (!o.plan || o.eng < 0) return;
+    const char *en = dengine_prec_name((dengine_prec)o.eng);
+    if (o.ms < o.eng_ms)
+        fprintf(f, "result: %s is the fastest: batch %d %.3f ms = %.2fx the fastest dense engine (%s, %.3f ms), "
+                   "batch 1 %.3f ms = %.2fx (%.3f ms); test accuracy %.2f%%\n",
+                o.plan, r->batch, o.ms, o.eng_ms / o.ms, en, o.eng_ms, o.lat_ms, o.eng_lat_ms / o.lat_ms,
+                o.eng_lat_ms, o.acc);
+    else
+        fprintf(f, "result: the dense %s engine is the fastest (batch %d %.3f ms); the fastest sparse plan, "
+                   "%s, runs %.2fx of its speed (%.3f ms): run the dense engine\n",
+                en, r->batch, o.eng_ms, o.plan, o.eng_ms / o.ms, o.ms);
+}
+
 // Prints accuracy and the end-to-end figures.
 void deploy_report_summary(FILE *f, const deploy_plan *p, const deploy_report *r) {
     fprintf(f, "deploy: %s on %s, %.1f%% sparse (prunable layers; %.1f%% of the multiply-accumulates), %ld test "
@@ -361,6 +409,7 @@ void deploy_report_summary(FILE *f, const deploy_plan *p, const deploy_report *r
     for (int i = 0; i < r->nprec; i++)
         if (r->pr[i].ran) rep_summary_prec(f, r, &r->pr[i]);
     if (r->dense_note) fprintf(f, "baselines: %s\n", r->dense_note);
+    rep_summary_result(f, r);
 }
 
 // --- JSON -----------------------------------------------------------------------
@@ -436,6 +485,25 @@ static void rep_json_engine_check(json_writer *j, const deploy_engine_result *e)
     json_add_int(j, "cpu_agreement_images", e->agree);
     json_add_int(j, "cpu_compared_images", e->compared);
     json_add_number(j, "logits_max_rel_err", e->logits_err);
+}
+
+// Adds "result": the fastest plan and the fastest dense engine (rep_result_pick; null when either is missing).
+static void rep_json_result(json_writer *j, const deploy_report *r) {
+    rep_result o = rep_result_pick(r);
+    if (!o.plan || o.eng < 0) {
+        json_add_null(j, "result");
+        return;
+    }
+    json_object_begin(j, "result");
+    json_add_string(j, "plan", o.key);
+    json_add_number(j, "batch_ms", o.ms);
+    json_add_number(j, "batch1_ms", o.lat_ms);
+    json_add_number(j, "test_accuracy", o.acc);
+    json_add_string(j, "engine_precision", dengine_prec_name((dengine_prec)o.eng));
+    json_add_number(j, "engine_batch_ms", o.eng_ms);
+    json_add_number(j, "engine_batch1_ms", o.eng_lat_ms);
+    rep_json_speedups(j, "speedup", o.eng_ms, o.eng_lat_ms, o.ms, o.lat_ms);
+    json_object_end(j);
 }
 
 // Adds "plans": one object per precision that ran.
@@ -565,6 +633,7 @@ void deploy_report_json(json_writer *j, const deploy_plan *p, const deploy_repor
     const int eran = e && e->ran;
     rep_json_speedups(j, "engine_speedup", eran ? e->ms : NAN, eran ? e->lat_ms : NAN, pr ? pr->ms : NAN,
                       pr ? pr->lat_ms : NAN);
+    rep_json_result(j, r);
     rep_json_engines(j, p, r);
     rep_json_plans(j, r);
     rep_json_layers(j, p, r);

@@ -381,6 +381,56 @@ static void test_report_tflops(tctx *t) {
     report_fixture_free(&fx);
 }
 
+// The summary's closing line and JSON "result" for r: into text (len) and
+// *speedup (the JSON's result.speedup, NAN when null).
+static void result_of(report_fixture *fx, char *text, size_t len, double *speedup) {
+    json_writer j;
+    json_init(&j);
+    deploy_report_json(&j, fx->p, &fx->r);
+    const char *js = json_text(&j);
+    const char *res = js ? strstr(js, "\"result\": {") : NULL;
+    *speedup = res ? json_number_after(res, "\"speedup\": ") : NAN;
+    json_free(&j);
+    FILE *f = fopen(fx->path, "w");
+    if (f) deploy_report_summary(f, fx->p, &fx->r), fclose(f);
+    read_text(fx->path, text, len);
+    char *line = strstr(text, "result: ");
+    if (line) memmove(text, line, strlen(line) + 1);
+    else text[0] = 0;
+}
+
+// The closing result: the fastest plan (the mixed plan here, not the slower
+// sparse plan) against the fastest dense engine (TF32 here, not fp16); when
+// the engine is faster, the line says to run it and the speedup is below 1.
+static void test_report_result(tctx *t) {
+    sc_err err = {{0}};
+    report_fixture fx;
+    report_fixture_make(&fx, &err);
+    CHECK(t, fx.p != NULL, "plan: %s", err.msg);
+    if (!fx.p) {
+        report_fixture_free(&fx);
+        return;
+    }
+    fx.r.eng[DE_FP16] = (deploy_engine_result){.ran = 1, .ms = 2.0, .lat_ms = 1.5};
+    fx.r.eng[DE_TF32] = (deploy_engine_result){.ran = 1, .ms = 1.6, .lat_ms = 1.2};
+    fx.r.mixed = (deploy_engine_result){.ran = 1, .ms = 1.0, .lat_ms = 1.0, .test_acc = 70.0};
+    fx.r.nprec = 1;
+    fx.r.pr[0] = (deploy_prec_result){.prec = DP_FP16, .ran = 1, .ms = 3.0, .lat_ms = 2.0, .dense_ms = 4.0,
+                                      .dense_lat_ms = 3.0, .test_acc = 70.0};
+    char text[16384];
+    double x;
+    result_of(&fx, text, sizeof text, &x);
+    CHECK(t, strstr(text, "result: the mixed fp16 plan is the fastest: batch 8 1.000 ms = 1.60x the fastest "
+                          "dense engine (tf32, 1.600 ms), batch 1 1.000 ms = 1.20x") && fabs(x - 1.6) < 1e-9,
+          "faster: speedup %g, %.300s", x, text);
+    fx.r.mixed.ms = 2.5;
+    result_of(&fx, text, sizeof text, &x);
+    CHECK(t, strstr(text, "result: the dense tf32 engine is the fastest (batch 8 1.600 ms); the fastest sparse "
+                          "plan, the mixed fp16 plan, runs 0.64x") && fabs(x - 0.64) < 1e-9,
+          "slower: speedup %g, %.300s", x, text);
+    report_fixture_free(&fx);
+}
+
 // Writes the chart under a 256-byte file size limit (a full disk): the write
 // fails with one line, the previous chart stays and no temporary is left.
 static int chart_write_limited(const char *path, const deploy_plan *p, const deploy_report *r,
@@ -436,6 +486,7 @@ int main(void) {
     RUN(&t, test_plan_errors);
     RUN(&t, test_report);
     RUN(&t, test_report_tflops);
+    RUN(&t, test_report_result);
     RUN(&t, test_chart_write_error);
     RUN(&t, test_count_correct);
     return check_finish(&t);
