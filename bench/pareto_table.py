@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Summarises bench/prune_pareto.sh: one markdown row per run (uniform U,
-floors F1/F2, latency objective L1-L3) from its prune-J.json and deploy-J.json
+floors F1/F2 (and F3 when run), latency objective L1-L3) from its prune-J.json and deploy-J.json
 (and the latency table), then issue 17's acceptance checks.
 
     bench/pareto_table.py DIR [--table T.json] [--targets "1.1x 1.25x 1.5x"]
@@ -21,7 +21,7 @@ import sys
 
 from tablelib import dense_engine, fmt, load, num, ratio
 
-ORDER = ["U", "F1", "F2"] + [f"L{i}" for i in range(1, 10)]
+ORDER = ["U", "F1", "F2", "F3"] + [f"L{i}" for i in range(1, 10)]
 
 
 
@@ -207,7 +207,7 @@ def main():
     ap.add_argument("dir", help="folder of prune-J.json / deploy-J.json")
     ap.add_argument("--table", help="the latency table JSON")
     ap.add_argument("--targets", default="1.1x 1.25x 1.5x", help="latency targets of L1, L2, ...")
-    ap.add_argument("--floors", nargs="*", default=[], help="F1=SPEC F2=SPEC")
+    ap.add_argument("--floors", nargs="*", default=[], help="F1=SPEC F2=SPEC [F3=SPEC]")
     ap.add_argument("--uniform", default="0.9")
     ap.add_argument("--jobs", default="U F1 F2 L1 L2 L3", help="runs expected (failed ones are listed)")
     a = ap.parse_args()

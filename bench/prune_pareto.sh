@@ -2,7 +2,9 @@
 # Issue 17's acceptance on a GPU machine (docs/prune.md, "Latency objective"):
 # one trained MODEL pruned with the same seed and image budget by
 #   U      uniform sparsity X (--min-layer-sparsity X --target-sparsity X),
-#   F1, F2 two --layer-floor settings that force the early layers sparse,
+#   F1, F2 two --layer-floor settings that force the early layers sparse
+#          (0.98 and 0.95), F3 a third (0.93: a floors run a little slower
+#          than F2, so a latency run there has floors at its own speed),
 #   L1-L3  --objective latency at three --latency-target values,
 # each winner exported and deployed on the mixed fp16 plan of the dense engine
 # (deploy --precision fp16 --engine fp16: the measured batch-128 and batch-1
@@ -18,10 +20,10 @@
 # /root/data when that exists, as bench/prune_latency.sh does); the start model
 # is /root/MODEL.h5 (train's defaults, trained when missing).
 # Environment (defaults): ITER (48) POP (8) BATCHES (10) search budget; SEED (1);
-# UNIFORM (0.9) X; TARGETS (per model below); FLOOR1, FLOOR2 (per model below);
+# UNIFORM (0.9) X; TARGETS (per model below); FLOOR1, FLOOR2, FLOOR3 (per model below);
 # PATTERN (unstructured; 16x8 lets the block-sparse kernel run); LAT_BATCH (128);
 # LAT_ALLOC (prune's --latency-allocation default: time; ramp or sparsity for the others);
-# ONLY (all jobs: "T U F1 F2 L1 L2 L3"); GPUS (count, default nvidia-smi's);
+# ONLY (all jobs: "T U F1 F2 L1 L2 L3"; F3 runs when named here); GPUS (count, default nvidia-smi's);
 # WORK (/root/pareto-MODEL: models, logs, JSON; a table found there is reused
 # unless REMEASURE=1, a job done there is skipped unless REDO=1: run the same
 # command again to go on); OUT (bench/out: pareto-MODEL.tar.gz and pareto-MODEL.md);
@@ -42,12 +44,13 @@ pattern=${PATTERN:-unstructured}; lbatch=${LAT_BATCH:-128}
 work=${WORK:-/root/pareto-$model}; start=${START:-/root/$model.h5}
 deploy_args=${DEPLOY_ARGS:---precision fp16 --engine fp16}
 case $model in
-resnet*) f1="layer1=0.98,layer2=0.98,layer3=0.98"; f2="layer1=0.95,layer2=0.95,layer3=0.95" ;;
+resnet*) f1="layer1=0.98,layer2=0.98,layer3=0.98"; f2="layer1=0.95,layer2=0.95,layer3=0.95"
+         f3="layer1=0.93,layer2=0.93,layer3=0.93" ;;
 vgg*) f1=$(printf 'conv%d.=0.98,' $(seq 2 10)); f2=$(printf 'conv%d.=0.95,' $(seq 2 10))
-      f1=${f1%,}; f2=${f2%,} ;;
-*) f1=""; f2="" ;;
+      f3=$(printf 'conv%d.=0.93,' $(seq 2 10)); f1=${f1%,}; f2=${f2%,}; f3=${f3%,} ;;
+*) f1=""; f2=""; f3="" ;;
 esac
-f1=${FLOOR1:-$f1}; f2=${FLOOR2:-$f2}
+f1=${FLOOR1:-$f1}; f2=${FLOOR2:-$f2}; f3=${FLOOR3:-$f3}
 # Targets spanning the floors' speed, so that a latency run and a floors run meet
 # (the acceptance compares them at the same measured time): resnet18's floors ran
 # 1.1-1.2x and vgg16's 1.4-1.6x over the dense fp16 engine (H200, 2026-11-26).
@@ -72,6 +75,7 @@ prune_args() {
     U) printf '%s\n' --objective sparsity --min-layer-sparsity "$X" --target-sparsity "$X" ;;
     F1) printf '%s\n' --objective sparsity --target-sparsity "$X" --layer-floor "$f1" ;;
     F2) printf '%s\n' --objective sparsity --target-sparsity "$X" --layer-floor "$f2" ;;
+    F3) printf '%s\n' --objective sparsity --target-sparsity "$X" --layer-floor "$f3" ;;
     L[1-9]) printf '%s\n' --objective latency --latency-target "${targets[${1#L} - 1]}" \
                 --latency-table "$work/table_latency.json" ${LAT_ALLOC:+--latency-allocation "$LAT_ALLOC"} ;;
     esac
@@ -127,7 +131,7 @@ summarise() {
     tar czf "$out/pareto-$model.tar.gz" -C "$work" "${keep[@]}"
     {
         python3 bench/pareto_table.py "$work/json" --table "$work/table_latency.json" --targets "${targets[*]}" \
-            --uniform "$X" --jobs "$jobs" --floors "F1=$f1" "F2=$f2"
+            --uniform "$X" --jobs "$jobs" --floors "F1=$f1" "F2=$f2" "F3=$f3"
         printf '\nJobs (%s GPUs, pattern %s, %s iterations x %s batches, population %s, seed %s):\n' \
             "$ngpu" "$pattern" "$it" "$batches" "$pop" "$seed"
         sed 's/^/- /' "$work/logs/jobs.txt"

@@ -2,7 +2,8 @@
 # Test of bench/pareto_seeds.py on hand-made summaries of two seeds: a pair
 # met in both seeds says "yes (2 of 2)" with the right mean and worst
 # margins; a pair met in one seed only says "no (1 of 2)"; a pair never at
-# the same speed or accuracy is left out; no deployed run is an error.
+# the same speed or accuracy is left out; a third floors run (F3) is compared
+# like the others; no deployed run is an error.
 cd "$(dirname "$0")/.." || exit 1
 . tests/lib.sh
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
@@ -25,6 +26,10 @@ run "$T/s4" F1 64.0 0.200; run "$T/s4" L1 66.0 0.190
 out=$("$PY" bench/pareto_seeds.py "$T/s3" "$T/s4" 2>&1)
 grep -qF "| L1 vs F1 | seed 1: +2.00, 1.00x (met); seed 2: +2.00, 1.05x (met) | +2.00 | +2.00 | yes (2 of 2) |" <<<"$out" \
     && ok "a pair met in both seeds" || bad "a pair met in both seeds" "$out"
+run "$T/s5" F3 69.0 0.210; run "$T/s5" L1 70.2 0.212
+out=$("$PY" bench/pareto_seeds.py "$T/s5" 2>&1)
+grep -qF "| L1 vs F3 | seed 1: +1.20, 0.99x (met) |" <<<"$out" && ok "the third floors run (F3) is compared" \
+    || bad "the third floors run (F3) is compared" "$out"
 mkdir -p "$T/empty"
 "$PY" bench/pareto_seeds.py "$T/empty" >/dev/null 2>&1 && bad "no runs" "exit 0" || ok "no deployed run: an error"
 summary
