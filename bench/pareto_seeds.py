@@ -3,7 +3,9 @@
 bench/prune_pareto.sh (one JSON folder per seed, same model, targets and
 floors): for every latency run and floors run of the same seed, the test
 margin and speed ratio per seed, then per pair the mean and the worst
-margin and whether the pair meets the bar in every seed that compares it.
+margin and whether the pair meets the bar in every seed that compares it;
+then per latency run its margin over the floors' line at its own time
+(pareto_table.floors_line: interpolated between the floors runs around it).
 
     bench/pareto_seeds.py DIR [DIR ...]     (e.g. WORK/json of SEED=1 and of SEED=2)
 
@@ -14,7 +16,7 @@ import argparse
 import os
 import sys
 
-from pareto_table import pair_verdict, run_row, tags_in
+from pareto_table import floors_line, pair_verdict, run_row, tags_in
 from tablelib import load
 
 
@@ -54,6 +56,21 @@ def pair_lines(seeds):
     return out
 
 
+def line_lines(seeds):
+    """One markdown row per latency run: its test margin over the floors' line at its time (floors_line), per seed."""
+    out = ["| latency run | per seed: test margin over the floors' line at its time | mean |", "|---|---|---|"]
+    for l in sorted({t for s in seeds for t in s if t.startswith("L")}):
+        cells, margins = [], []
+        for k, s in enumerate(seeds, 1):
+            m = floors_line(s[l], [s[f] for f in s if f.startswith("F")]) if l in s else None
+            cells.append(f"seed {k}: " + ("-" if m is None else f"{m:+.2f}"))
+            if m is not None:
+                margins.append(m)
+        mean = f"{sum(margins) / len(margins):+.2f}" if margins else "-"
+        out.append(f"| {l} | {'; '.join(cells)} | {mean} |")
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("dirs", nargs="+", help="one folder of prune-J.json / deploy-J.json per seed")
@@ -62,7 +79,7 @@ def main():
     if not any(seeds):
         print("pareto_seeds: no deployed runs in " + " ".join(a.dirs), file=sys.stderr)
         return 1
-    print("\n".join(pair_lines(seeds)))
+    print("\n".join(pair_lines(seeds) + [""] + line_lines(seeds)))
     return 0
 
 

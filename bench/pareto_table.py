@@ -144,6 +144,19 @@ def pair_verdict(l, f):
     return met or bool(same), met, words
 
 
+def floors_line(l, floors):
+    """Test margin of latency run l over the floors runs' line at l's measured time: the test top-1
+    interpolated linearly in milliseconds between the two floors runs that bracket it (None when no
+    two do). Fairer than a pair inside the 5% window, where a slower latency run meets a faster floors run."""
+    pts = sorted((f["ms"], f["test"]) for f in floors if f["ms"] is not None and f["test"] is not None)
+    if l["ms"] is None or l["test"] is None:
+        return None
+    for (m0, a0), (m1, a1) in zip(pts, pts[1:]):
+        if m0 <= l["ms"] <= m1 and m1 > m0:
+            return l["test"] - (a0 + (a1 - a0) * (l["ms"] - m0) / (m1 - m0))
+    return None
+
+
 def acceptance(rows):
     """Issue 17's checks as markdown lines."""
     lines = ["", "Acceptance (test top-1 from prune's summary; times: deploy's mixed fp16 plan at batch "
@@ -161,6 +174,10 @@ def acceptance(rows):
         lines.append("- no comparable latency/floors pair: the criterion is not decided by these runs")
     else:
         lines.append(f"- comparable pairs: {len(decided)}, met: {sum(decided)}")
+    for l in lat:
+        m = floors_line(l, flo)
+        lines.append(f"- {l['tag']} against the floors' line at its time: "
+                     + ("outside the floors runs' times" if m is None else f"test {m:+.2f} points"))
     for r in rows:
         if r["pred"] is None or r["ms"] is None:
             continue

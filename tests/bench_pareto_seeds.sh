@@ -3,7 +3,8 @@
 # met in both seeds says "yes (2 of 2)" with the right mean and worst
 # margins; a pair met in one seed only says "no (1 of 2)"; a pair never at
 # the same speed or accuracy is left out; a third floors run (F3) is compared
-# like the others; no deployed run is an error.
+# like the others; a latency run's margin over the floors' line at its time is
+# interpolated between the floors runs around it; no deployed run is an error.
 cd "$(dirname "$0")/.." || exit 1
 . tests/lib.sh
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
@@ -30,6 +31,11 @@ run "$T/s5" F3 69.0 0.210; run "$T/s5" L1 70.2 0.212
 out=$("$PY" bench/pareto_seeds.py "$T/s5" 2>&1)
 grep -qF "| L1 vs F3 | seed 1: +1.20, 0.99x (met) |" <<<"$out" && ok "the third floors run (F3) is compared" \
     || bad "the third floors run (F3) is compared" "$out"
+run "$T/s6" F1 65.0 0.200; run "$T/s6" F2 69.0 0.220; run "$T/s6" L1 68.0 0.210; run "$T/s6" L2 71.0 0.230
+out=$("$PY" bench/pareto_seeds.py "$T/s6" 2>&1)
+grep -qF "| L1 | seed 1: +1.00 | +1.00 |" <<<"$out" && grep -qF "| L2 | seed 1: - | - |" <<<"$out" \
+    && ok "the floors' line at a latency run's time (none outside the floors' times)" \
+    || bad "the floors' line at a latency run's time" "$out"
 mkdir -p "$T/empty"
 "$PY" bench/pareto_seeds.py "$T/empty" >/dev/null 2>&1 && bad "no runs" "exit 0" || ok "no deployed run: an error"
 summary
