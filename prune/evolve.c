@@ -207,6 +207,37 @@ static double time_at(const double *sens, const lat_table *t, const double *lo, 
     return lat_predict(t, out);
 }
 
+// The lowest of time_pick's steps in [lo, hi] at which layer l takes at most ms (hi when none is lower).
+static double time_lowest(const lat_table *t, int l, double lo, double hi, double ms) {
+    double best = hi;
+    for (int k = 0; k <= TIME_STEPS + t->G; k++) {
+        double s = k <= TIME_STEPS ? lo + (hi - lo) * k / TIME_STEPS : t->grid[k - TIME_STEPS - 1];
+        if (s >= lo && s < best && lat_layer_ms(t, l, s) <= ms) best = s;
+    }
+    return best;
+}
+
+// Hands back the time a plan leaves under target_ms: while one can, the layer
+// whose step down (to its lowest step that keeps the plan within target_ms)
+// saves the most sens-weighted cost takes it. Each layer's pick jumps where
+// its time bends, so the bisection's plan came out up to 5% under the target
+// on vgg16's H200 table (0.8% on the mean of random sensitivities and masks).
+static void time_fill(const double *sens, const lat_table *t, const double *lo, double target_ms,
+                      double *target) {
+    for (int round = 0; round < 2 * t->L; round++) {
+        double pred = lat_predict(t, target), gain = 1e-12, to = 0.0;
+        int pick = -1;
+        for (int l = 0; l < t->L; l++) {
+            if (target[l] <= lo[l]) continue;
+            double s = time_lowest(t, l, lo[l], target[l], target_ms - (pred - lat_layer_ms(t, l, target[l])));
+            double g = sens[l] * (evolve_cost(target[l]) - evolve_cost(s));
+            if (g > gain) gain = g, pick = l, to = s;
+        }
+        if (pick < 0) return;
+        target[pick] = to;
+    }
+}
+
 int evolve_allocate_time(const double *sens, const lat_table *t, const double *lo, double target_ms,
                          double s_max, double *target) {
     double a = -40.0, b = 40.0;  // log(mu)
@@ -218,6 +249,7 @@ int evolve_allocate_time(const double *sens, const lat_table *t, const double *l
         else a = m;
     }
     time_at(sens, t, lo, s_max, exp(b), target);
+    time_fill(sens, t, lo, target_ms, target);
     return 0;
 }
 

@@ -532,6 +532,33 @@ static void test_auto_resolve(tctx *t) {
     }
 }
 
+// The time allocation uses the time it is given: on random tables (times
+// that bend at random grid points), sensitivities and masks, every plan is
+// within its target and less than 0.5% under it (the picks alone, without
+// handing the slack back, came out up to 5% under on a real vgg16 table).
+static void test_allocate_time_fill(tctx *t) {
+    rng r;
+    rng_seed(&r, 17, 0);
+    double worst = 0.0, over = 0.0;
+    int plans = 0;
+    for (int trial = 0; trial < 300; trial++) {
+        lat_table tb;
+        const int L = 8;
+        if (random_table(&tb, L, 6, &r)) break;
+        double sens[8], lo[8], plan[8], zero[8] = {0};
+        for (int l = 0; l < L; l++)
+            sens[l] = 0.05 + 2.0 * rng_uniform(&r), lo[l] = rng_uniform(&r) < 0.5 ? 0.0 : 0.9 * rng_uniform(&r);
+        const double target = lat_predict(&tb, zero) * (0.55 + 0.4 * rng_uniform(&r));
+        if (lat_predict(&tb, lo) > target && evolve_allocate_time(sens, &tb, lo, target, 0.99, plan) == 0) {
+            const double p = lat_predict(&tb, plan);
+            worst = fmax(worst, 1.0 - p / target), over = fmax(over, p / target - 1.0), plans++;
+        }
+        lat_table_free(&tb);
+    }
+    CHECK(t, plans > 100 && over <= 1e-9 && worst < 0.005, "%d plans: up to %.3f%% under and %.3g%% over the target",
+          plans, 100.0 * worst, 100.0 * over);
+}
+
 int main(void) {
     tctx t = {.suite = "test_prune_latency"};
     RUN(&t, test_auto_resolve);
@@ -548,6 +575,7 @@ int main(void) {
     RUN(&t, test_mutate_bias);
     RUN(&t, test_plan_bias);
     RUN(&t, test_allocate_time);
+    RUN(&t, test_allocate_time_fill);
     RUN(&t, test_plan_time);
     RUN(&t, test_plan_ramp);
     return check_finish(&t);
