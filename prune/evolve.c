@@ -187,12 +187,18 @@ int evolve_lat_reach(const evolve_cfg *c, const prune_layers *pl, const double *
 // Steps of a layer's search for its sparsity at a time multiplier.
 #define TIME_STEPS 128
 
+// Candidate k (0 to TIME_STEPS + t->G) of a layer's sparsity in [lo, hi]:
+// TIME_STEPS even steps from lo, then the table's grid points (possibly outside [lo, hi]).
+static double time_step(const lat_table *t, double lo, double hi, int k) {
+    return k <= TIME_STEPS ? lo + (hi - lo) * k / TIME_STEPS : t->grid[k - TIME_STEPS - 1];
+}
+
 // Layer l's sparsity in [lo, hi] minimising sens * evolve_cost(s) + mu *
-// (its table time at s), over TIME_STEPS even steps and the table's grid points.
+// (its table time at s), over the candidates of time_step.
 static double time_pick(const lat_table *t, int l, double sens, double lo, double hi, double mu) {
     double best = lo, bv = sens * evolve_cost(lo) + mu * lat_layer_ms(t, l, lo);
     for (int k = 1; k <= TIME_STEPS + t->G; k++) {
-        double s = k <= TIME_STEPS ? lo + (hi - lo) * k / TIME_STEPS : t->grid[k - TIME_STEPS - 1];
+        double s = time_step(t, lo, hi, k);
         if (s <= lo || s > hi) continue;
         double v = sens * evolve_cost(s) + mu * lat_layer_ms(t, l, s);
         if (v < bv) best = s, bv = v;
@@ -207,11 +213,11 @@ static double time_at(const double *sens, const lat_table *t, const double *lo, 
     return lat_predict(t, out);
 }
 
-// The lowest of time_pick's steps in [lo, hi] at which layer l takes at most ms (hi when none is lower).
+// The lowest candidate (time_step) in [lo, hi] at which layer l takes at most ms (hi when none is lower).
 static double time_lowest(const lat_table *t, int l, double lo, double hi, double ms) {
     double best = hi;
     for (int k = 0; k <= TIME_STEPS + t->G; k++) {
-        double s = k <= TIME_STEPS ? lo + (hi - lo) * k / TIME_STEPS : t->grid[k - TIME_STEPS - 1];
+        double s = time_step(t, lo, hi, k);
         if (s >= lo && s < best && lat_layer_ms(t, l, s) <= ms) best = s;
     }
     return best;
@@ -221,7 +227,7 @@ static double time_lowest(const lat_table *t, int l, double lo, double hi, doubl
 // whose step down (to its lowest step that keeps the plan within target_ms)
 // saves the most sens-weighted cost takes it. Each layer's pick jumps where
 // its time bends, so the bisection's plan came out up to 5% under the target
-// on vgg16's H200 table (0.8% on the mean of random sensitivities and masks).
+// on vgg16's H200 tables (0.8-0.9% on the mean of random sensitivities and masks).
 static void time_fill(const double *sens, const lat_table *t, const double *lo, double target_ms,
                       double *target) {
     for (int round = 0; round < 2 * t->L; round++) {

@@ -50,8 +50,8 @@ typedef struct {
     double measured_latency_ms;  // latency objective: the best solution's whole graph measured on
                                  // the GPU after this iteration's selection (NAN: not checked)
     double lat_scale;        // latency objective: measured / predicted of the last check so far,
-                             // the factor the search's predictions are scaled by from the next
-                             // iteration on (1 before any check; NAN: no latency objective)
+                             // which the search phases in (prune_search_lat_scale_at) (1 before
+                             // any check; NAN: no latency objective)
 } prune_hist;
 
 // --- deferred array work ----------------------------------------------------

@@ -151,13 +151,13 @@ void prune_report_json_history(json_writer *j, const prune_pop *p) {
     json_array_end(j);
 }
 
-// Writes the history CSV.
 // Writes milliseconds v and then sep, or only sep when v is not finite (an empty field).
 static void csv_ms(FILE *f, double v, char sep) {
     if (isfinite(v)) fprintf(f, "%.5f", v);
     fputc(sep, f);
 }
 
+// Writes the history CSV.
 int prune_report_csv(const char *path, const prune_pop *p, sc_err *err) {
     sc_atomic a;
     SC_TRY(sc_atomic_begin(&a, path, err));

@@ -589,6 +589,11 @@ static int phase_len(const prune_search *s, int k, int gap) {
     return n < gap ? (n < 1 ? 1 : n) : gap;
 }
 
+// The factor at iteration it while a check in iteration k moves it from `from` to `to`.
+static double phased(const prune_search *s, int k, int gap, double from, double to, int it) {
+    return from + (to - from) * fmin(1.0, (double)(it - k) / phase_len(s, k, gap));
+}
+
 double prune_search_lat_scale_at(const prune_search *s, int it) {
     if (!s->cfg.ev.lat) return NAN;
     int first, gap, k = -1;
@@ -598,10 +603,10 @@ double prune_search_lat_scale_at(const prune_search *s, int it) {
         const prune_hist *h = &s->pop->hist[i];
         int r = h->iter - 1;
         if (r >= it || !isfinite(h->measured_latency_ms) || !isfinite(h->lat_scale)) continue;
-        from = k < 0 ? 1.0 : from + (to - from) * fmin(1.0, (double)(r - k) / phase_len(s, k, gap));
+        from = k < 0 ? 1.0 : phased(s, k, gap, from, to, r);
         to = h->lat_scale, k = r;
     }
-    return k < 0 ? 1.0 : from + (to - from) * fmin(1.0, (double)(it - k) / phase_len(s, k, gap));
+    return k < 0 ? 1.0 : phased(s, k, gap, from, to, it);
 }
 
 // Latency objective: the search aims at the latency target divided by the
@@ -631,9 +636,10 @@ static int best_measured(prune_search *s, double *ms, sc_err *err) {
 // Latency objective, when iteration it is due a check (check_due): measures
 // the best solution after the selection and records it and the factor
 // measured / predicted in h, which then scales the table's predictions,
-// phased in over the iterations up to the next check (lat_aim). The table times each layer sparse in an
-// otherwise dense graph, and in the searched graphs, which alternate dense
-// and sparse layers, the gains did not add up (vgg16 on an H100: 5-10% slow).
+// phased in over the iterations up to the next check (lat_aim). The table
+// times each layer sparse in an otherwise dense graph, and in the searched
+// graphs, which alternate dense and sparse layers, the gains did not add up
+// (vgg16 on an H100: 5-10% slow).
 static int lat_check(prune_search *s, int it, prune_hist *h, sc_err *err) {
     const prune_cfg *c = &s->cfg;
     if (!c->ev.lat || !c->lat_measure || !check_due(s, it)) return 0;
