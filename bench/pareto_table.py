@@ -3,7 +3,7 @@
 floors F1/F2 (and F3 when run), latency objective L1-L3) from its prune-J.json and deploy-J.json
 (and the latency table), then issue 17's acceptance checks.
 
-    bench/pareto_table.py DIR [--table T.json] [--targets "1.1x 1.25x 1.5x"]
+    bench/pareto_table.py DIR [--table T.json] [--targets "1.1x 1.25x 1.5x"] [--jobs "F1 F2 L1"]
                           [--floors F1=SPEC F2=SPEC] [--uniform 0.9]
 
 Measured times are deploy's mixed fp16 plan (mixed_fp16.batch_ms at deploy's
@@ -91,8 +91,12 @@ def settings(args, tag, prune):
         spec = dict(f.split("=", 1) for f in args.floors if "=" in f).get(tag) or (prune or {}).get("layer_floor")
         return f"floors {spec}"
     k = int(tag[1:]) - 1
-    t = args.targets.split()
-    return f"latency target {t[k] if k < len(t) else '?'}"
+    t = args.targets.split() if args.targets else []
+    if k < len(t):
+        return f"latency target {t[k]}"
+    lat = (prune or {}).get("latency") or {}
+    aim, dense = lat.get("target_ms"), lat.get("dense_predicted_ms")
+    return f"latency target {dense / aim:.2f}x ({aim:.4f} ms)" if aim and dense else "latency target ?"
 
 
 def table_lines(table):
@@ -219,17 +223,23 @@ def tags_in(d):
     return [t for t in ORDER if t in found]
 
 
+def tags_logged(d):
+    """The run tags with a log in d's sibling logs folder (runs that were started)."""
+    logs = os.path.join(os.path.dirname(os.path.abspath(d)), "logs")
+    return [t for t in ORDER if os.path.exists(os.path.join(logs, f"{t}.log"))]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("dir", help="folder of prune-J.json / deploy-J.json")
     ap.add_argument("--table", help="the latency table JSON")
-    ap.add_argument("--targets", default="1.1x 1.25x 1.5x", help="latency targets of L1, L2, ...")
+    ap.add_argument("--targets", help="latency targets of L1, L2, ... (default: from each run's prune summary)")
     ap.add_argument("--floors", nargs="*", default=[], help="F1=SPEC F2=SPEC [F3=SPEC]")
     ap.add_argument("--uniform", default="0.9")
-    ap.add_argument("--jobs", default="U F1 F2 L1 L2 L3", help="runs expected (failed ones are listed)")
+    ap.add_argument("--jobs", help="runs expected, failed ones listed (default: those with a summary or a log in DIR/../logs)")
     a = ap.parse_args()
     table = load(a.table) if a.table else None
-    tags = [t for t in ORDER if t in set(a.jobs.split()) | set(tags_in(a.dir))]
+    tags = [t for t in ORDER if t in set(a.jobs.split() if a.jobs else tags_logged(a.dir)) | set(tags_in(a.dir))]
     rows = []
     for t in tags:
         p = load(os.path.join(a.dir, f"prune-{t}.json"))
