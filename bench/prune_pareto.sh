@@ -43,14 +43,17 @@ read -ra train_args <<<"${TRAIN_ARGS:-}"
 pattern=${PATTERN:-unstructured}; lbatch=${LAT_BATCH:-128}
 work=${WORK:-/root/pareto-$model}; start=${START:-/root/$model.h5}
 deploy_args=${DEPLOY_ARGS:---precision fp16 --engine fp16}
-case $model in
-resnet*) f1="layer1=0.98,layer2=0.98,layer3=0.98"; f2="layer1=0.95,layer2=0.95,layer3=0.95"
-         f3="layer1=0.93,layer2=0.93,layer3=0.93" ;;
-vgg*) f1=$(printf 'conv%d.=0.98,' $(seq 2 10)); f2=$(printf 'conv%d.=0.95,' $(seq 2 10))
-      f3=$(printf 'conv%d.=0.93,' $(seq 2 10)); f1=${f1%,}; f2=${f2%,}; f3=${f3%,} ;;
-*) f1=""; f2=""; f3="" ;;
-esac
-f1=${FLOOR1:-$f1}; f2=${FLOOR2:-$f2}; f3=${FLOOR3:-$f3}
+# floor_spec X: the model's early layers (resnet: layer1-3; vgg: conv2-10) at floor X (empty for others).
+floor_spec() {
+    local s
+    case $model in
+    resnet*) s=$(printf "layer%d=$1," 1 2 3) ;;
+    vgg*) s=$(printf "conv%d.=$1," $(seq 2 10)) ;;
+    *) s="" ;;
+    esac
+    echo "${s%,}"
+}
+f1=${FLOOR1:-$(floor_spec 0.98)}; f2=${FLOOR2:-$(floor_spec 0.95)}; f3=${FLOOR3:-$(floor_spec 0.93)}
 # Targets spanning the floors' speed, so that a latency run and a floors run meet
 # (the acceptance compares them at the same measured time): resnet18's floors ran
 # 1.1-1.2x and vgg16's 1.4-1.6x over the dense fp16 engine (H200, 2026-11-26).

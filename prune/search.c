@@ -511,9 +511,6 @@ static int reaches(const prune_search *s, int it, double x) {
     return evolve_floor(&given, (int)prune_search_clock(&s->cfg, it) + 1) >= x * s->target0 - 1e-9;
 }
 
-// 1 when iteration it's rounds reach the given target.
-static int reached(const prune_search *s, int it) { return reaches(s, it, 1.0); }
-
 // The first search iteration whose rounds reach share x of the given target (cfg.rounds: none).
 static int first_reaching(const prune_search *s, double x) {
     int it = 0;
@@ -530,7 +527,7 @@ static int first_reaching(const prune_search *s, double x) {
 // function of the population, so a resumed run sets the same target.
 static void lat_retarget(prune_search *s, int it) {
     prune_cfg *c = &s->cfg;
-    if (!c->lat_retarget || !c->ev.lat || !in_search(s, it) || !reached(s, it)) return;
+    if (!c->lat_retarget || !c->ev.lat || !in_search(s, it) || !reaches(s, it, 1.0)) return;
     const double *sp = s->pop->sol[s->pop->best].sparsity;
     double v, ms, old = c->target;
     int out = evolve_lat_reach(&c->ev, &s->pl, sp, c->ev.lat_target, &v, &ms);
