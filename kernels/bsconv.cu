@@ -51,6 +51,7 @@ struct bsk_args {
                   // win * win pixels consecutive
     int vec;      // gather 16-byte vectors (cb % 8 == 0 and x 16-byte aligned)
     int vec_out;  // 16-byte epilogue loads and stores
+    int dep_early;  // 1: the next kernel may start from this one's start (gpu_ctx.pdl 2)
 };
 
 // --- the kernel -----------------------------------------------------------------------
@@ -251,14 +252,17 @@ __global__ void __launch_bounds__(BSK_THREADS) bsk_kernel(bsk_args a) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const bsconv_group g = a.grp[blockIdx.y];
     const int m0 = blockIdx.x * ROWS;
+    if (a.dep_early) ptx_dep_launch();  // else after the main loop, below
     bsk_pixels(a, m0, ROWS, sm);
     wmma::fragment<wmma::accumulator, BSK_FM, 8, 16, float> acc[MF][NF];
 #pragma unroll
     for (int i = 0; i < MF; i++)
 #pragma unroll
         for (int f = 0; f < NF; f++) wmma::fill_fragment(acc[i][f], 0.0f);
+    ptx_dep_wait();  // x and z come from earlier kernels (weights and tables are the layer's own)
     if constexpr (PIPE) bsk_steps_pipe<T, MF, NF, NBUF>(a, g, sm, warp, acc);
     else bsk_steps_plain<T, MF, NF>(a, g, sm, warp, acc);
+    ptx_dep_launch();  // the next kernel may start its preamble during this epilogue
 #pragma unroll
     for (int i = 0; i < MF; i++)
 #pragma unroll
@@ -287,29 +291,29 @@ static size_t bsk_smem_bytes(int v) {
     return sz[v];
 }
 
-// Launches kernel<T, MF, NF, PIPE> for the layer's group width.
+// Launches kernel<T, MF, NF, PIPE> for the layer's group width (sc_launch).
 template <typename T, int MF, bool PIPE>
-static void bsk_launch_nf(const gpu_ctx *g, const bsconv_gpu *b, const bsk_args &a, dim3 grid) {
-    switch (b->np / 8) {
-    case 1: bsk_kernel<T, MF, 1, PIPE><<<grid, BSK_THREADS, 0, g->stream>>>(a); break;
-    case 2: bsk_kernel<T, MF, 2, PIPE><<<grid, BSK_THREADS, 0, g->stream>>>(a); break;
-    case 4: bsk_kernel<T, MF, 4, PIPE><<<grid, BSK_THREADS, 0, g->stream>>>(a); break;
-    default: bsk_kernel<T, MF, 8, PIPE><<<grid, BSK_THREADS, 0, g->stream>>>(a); break;
-    }
+static cudaError_t bsk_launch_nf(const gpu_ctx *g, const bsconv_gpu *b, bsk_args a, dim3 grid) {
+    const void *fn = b->np / 8 == 1   ? (const void *)bsk_kernel<T, MF, 1, PIPE>
+                     : b->np / 8 == 2 ? (const void *)bsk_kernel<T, MF, 2, PIPE>
+                     : b->np / 8 == 4 ? (const void *)bsk_kernel<T, MF, 4, PIPE>
+                                      : (const void *)bsk_kernel<T, MF, 8, PIPE>;
+    void *args[] = {&a};
+    return sc_launch(g, fn, grid, dim3(BSK_THREADS), 0, args);
 }
 
 // Launches the kernel for element type T with the layer's variant.
 template <typename T>
-static void bsk_launch(const gpu_ctx *g, const bsconv_gpu *b, const bsk_args &a) {
+static cudaError_t bsk_launch(const gpu_ctx *g, const bsconv_gpu *b, const bsk_args &a) {
     int mf;
     bool pipe;
     bsk_variant_of(b->variant, &mf, &pipe);
     const int rows = BSK_WARPS * BSK_FM * mf;
     const dim3 grid((unsigned)((a.npq + rows - 1) / rows), (unsigned)b->ngroups);
-    if (mf == 1 && !pipe) bsk_launch_nf<T, 1, false>(g, b, a, grid);
-    else if (mf == 2 && !pipe) bsk_launch_nf<T, 2, false>(g, b, a, grid);
-    else if (mf == 1) bsk_launch_nf<T, 1, true>(g, b, a, grid);
-    else bsk_launch_nf<T, 2, true>(g, b, a, grid);
+    if (mf == 1 && !pipe) return bsk_launch_nf<T, 1, false>(g, b, a, grid);
+    if (mf == 2 && !pipe) return bsk_launch_nf<T, 2, false>(g, b, a, grid);
+    if (mf == 1) return bsk_launch_nf<T, 1, true>(g, b, a, grid);
+    return bsk_launch_nf<T, 2, true>(g, b, a, grid);
 }
 
 // True when p is 16-byte aligned (NULL counts as aligned).
@@ -332,9 +336,8 @@ extern "C" int bsconv_gpu_run(const gpu_ctx *g, const bsconv_gpu *b, const void 
     a.npq = s->n * b->Po * b->Qo * b->win * b->win;
     a.vec = b->vec && bsk_al16(x);
     a.vec_out = b->vec_out && bsk_al16(y) && bsk_al16(z);
-    if (b->dt == GDT_BF16) bsk_launch<__nv_bfloat16>(g, b, a);
-    else bsk_launch<__half>(g, b, a);
-    cudaCheckLaunch(err);
+    a.dep_early = g->pdl == 2;
+    cudaCheck(err, b->dt == GDT_BF16 ? bsk_launch<__nv_bfloat16>(g, b, a) : bsk_launch<__half>(g, b, a));
     return 0;
 }
 

@@ -29,6 +29,7 @@ struct bsh_args {
     int stage, srow;                     // staged stores (bsh_stage_store) and its row stride in bytes
     float *part;                         // split variants: the CTAs' partial sums (bsh_split_total)
     int *cnt;                            // split variants: finished CTAs per tile, zero between launches
+    int dep_early;                       // 1: the next kernel may start from this one's start (gpu_ctx.pdl 2)
 };
 
 // --- the window ---------------------------------------------------------------------------
@@ -398,6 +399,7 @@ __global__ void __launch_bounds__(256) bsh_kernel(bsh_args a) {
     extern __shared__ __align__(16) char bsh_smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = blockIdx.y * (a.nw / a.ws) + warp / a.ws, row0 = warp % a.ws * MF * 16;
+    if (a.dep_early) ptx_dep_launch();  // else after the main loop, below
     int i0, r0, q0;
     bsh_tile_origin(&a.t, (int)blockIdx.x, &i0, &r0, &q0);
     char *zero = bsh_smem + a.zoff;
@@ -417,8 +419,10 @@ __global__ void __launch_bounds__(256) bsh_kernel(bsh_args a) {
     const uint32_t zaddr = (uint32_t)__cvta_generic_to_shared(zero);
     int c0 = 0, c1 = a.nchunks;
     if constexpr (SPLIT) bsh_split_range((int)blockIdx.z, (int)gridDim.z, a.nchunks, &c0, &c1);
+    ptx_dep_wait();  // x, z and the split scratch belong to earlier kernels; the weights are the layer's own
     if constexpr (RES) bsh_chunks_resident<T, MF, NF>(a, i0, r0, q0, g, base, zaddr, pos, lane, acc);
     else bsh_chunks_two<T, MF, NF>(a, i0, r0, q0, g, c0, c1, base, zaddr, pos, lane, acc);
+    ptx_dep_launch();  // the next kernel may start its preamble during the sums and the epilogue
     if constexpr (SPLIT)
         if (!bsh_split_total<MF, NF>(a, acc)) return;
     if constexpr (STAGE && !POOL && !SPLIT && !RES)
@@ -593,6 +597,7 @@ extern "C" int bsh_gpu_run(const gpu_ctx *g, const bsconv_shape *s, const bsh_gp
     a.nbuf = bsh_nbuf(r, d->nchunks);
     a.zoff = (int)bsh_zoff(s, d, v), a.srow = bsh_srow(d, r);
     a.stage = r.stage && ((uintptr_t)y & 15) == 0;  // else the register epilogue, same results
+    a.dep_early = g->pdl == 2;
     const long long tiles = bsconv_htile_count(&a.t);
     if (tiles > INT32_MAX) return sc_fail(err, "block-sparse conv: %lld tiles", tiles);
     void *fn = bsh_fn(s, d, dt, v);
@@ -601,8 +606,7 @@ extern "C" int bsh_gpu_run(const gpu_ctx *g, const bsconv_shape *s, const bsh_gp
     a.part = d->part, a.cnt = d->cnt;
     const dim3 grid((unsigned)tiles, (unsigned)((d->ngroups + gpc - 1) / gpc), (unsigned)bsh_gpu_nsplit(s, d, v));
     void *args[] = {&a};
-    cudaCheck(err, cudaLaunchKernel(fn, grid, dim3((unsigned)(r.nw * 32)), args, (size_t)bsh_smem_bytes(s, d, v),
-                                    g->stream));
+    cudaCheck(err, sc_launch(g, fn, grid, dim3((unsigned)(r.nw * 32)), (size_t)bsh_smem_bytes(s, d, v), args));
     return 0;
 }
 

@@ -51,6 +51,7 @@ extern "C" int gpu_ctx_init(gpu_ctx *g, sc_err *err) {
     cublasCheck(err, cublasSetStream(g->cublas, g->stream));
     cudaCheck(err, cudaMalloc(&g->cublas_ws, SC_CUBLAS_WS_BYTES));
     cublasCheck(err, cublasSetWorkspace(g->cublas, g->cublas_ws, SC_CUBLAS_WS_BYTES));
+    g->pdl = gpu_devinfo_cc(&g->dev) >= 90;
     return 0;
 }
 

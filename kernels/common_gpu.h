@@ -54,6 +54,11 @@ typedef struct {
     cudnnHandle_t cudnn;
     cublasHandle_t cublas;
     void *cublas_ws;  // cuBLAS workspace (so graph capture needs no allocation)
+    int pdl;          // the block-sparse conv kernels as programmatic dependent launches
+                      // (compute capability 9.0 on: each may start while the kernel before it
+                      // ends, and waits for it before it touches activations), letting the
+                      // next kernel start 1: after their main loop (the default there), 2:
+                      // from their start; 0: plain launches (the default before 9.0)
 } gpu_ctx;
 
 // Per-step hyper-parameters, uploaded with each batch (device memory).

@@ -62,6 +62,20 @@ static inline unsigned sc_blocks(const gpu_ctx *g, size_t items, int threads) {
     return sc_blocks_on(g->dev.sms, items, threads);
 }
 
+// Queues kernel fn (args as for cudaLaunchKernel) on g's stream, as a
+// programmatic dependent launch when g->pdl: fn must then call ptx_dep_wait
+// (kernels/ptx_gpu.h) before it reads or writes what earlier work touches.
+static inline cudaError_t sc_launch(const gpu_ctx *g, const void *fn, dim3 grid, dim3 block, size_t smem,
+                                    void **args) {
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t c = {};
+    c.gridDim = grid, c.blockDim = block, c.dynamicSmemBytes = smem, c.stream = g->stream;
+    c.attrs = at, c.numAttrs = g->pdl ? 1 : 0;
+    return cudaLaunchKernelExC(&c, fn, args);
+}
+
 // Grid-stride loop index helpers.
 #define SC_GRID_LOOP(i, n)                                                                 \
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)(n);         \

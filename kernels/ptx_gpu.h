@@ -1,6 +1,7 @@
 // Inline PTX wrappers of the sm_80 instructions the tensor-core kernels use
 // (CUDA sources only): cp.async copies to shared memory, ldmatrix, and the
-// fp16/bf16 mma.sync shapes with fp32 accumulators.
+// fp16/bf16 mma.sync shapes with fp32 accumulators; and the sm_90 grid
+// dependency controls of programmatic dependent launch.
 #ifndef SC_KERNELS_PTX_GPU_H
 #define SC_KERNELS_PTX_GPU_H
 
@@ -42,6 +43,28 @@ __device__ __forceinline__ void ptx_cp_wait_n(int n) {
     case 6: ptx_cp_wait<6>(); break;
     default: ptx_cp_wait<7>(); break;
     }
+}
+
+// --- programmatic dependent launch (compute capability 9.0; no-ops before) ------------------
+
+// Waits until the kernels this one was launched after have finished and their
+// writes are visible (griddepcontrol.wait): a kernel that goes out as a
+// programmatic dependent launch calls it before it reads or writes anything
+// that earlier work on the stream touches; a no-op for a plain launch.
+__device__ __forceinline__ void ptx_dep_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+// Lets the next kernel on the stream, when it is a programmatic dependent
+// launch, start once every CTA of this one has called this or exited
+// (griddepcontrol.launch_dependents); it still waits for this kernel's end
+// in its ptx_dep_wait.
+__device__ __forceinline__ void ptx_dep_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
 }
 
 // --- ldmatrix ---------------------------------------------------------------------------

@@ -73,6 +73,15 @@ int dengine_time(dengine *e, int repeat, double *ms, sc_err *err);
 // with no op sparse, one measurement for both.
 int dengine_time_vs_dense(dengine *e, int repeat, double *ms, double *dense_ms, sc_err *err);
 
+// Mixed plans on a device with programmatic dependent launch: the whole
+// forward with the block-sparse kernels launched in each gpu_ctx.pdl mode
+// (ms[0] plain, ms[1] and ms[2] dependent launches, the next kernel let in
+// after the main loop or from the start), each the median of alternating
+// rounds of `repeat` replays; all NAN where the device has no such launch or
+// no op is block-sparse. The engine keeps the mode it had.
+#define DE_PDL_MODES 3
+int dengine_time_pdl(dengine *e, int repeat, double ms[DE_PDL_MODES], sc_err *err);
+
 // Tuned milliseconds of plan op i (NAN for ops the engine fused away or
 // did not time: only convolutions are tuned) and a one-line description of
 // what runs it. Each tuning run is queued behind a spin kernel

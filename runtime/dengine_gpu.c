@@ -805,6 +805,24 @@ int dengine_time_vs_dense(dengine *e, int repeat, double *ms, double *dense_ms, 
                : 0;
 }
 
+int dengine_time_pdl(dengine *e, int repeat, double ms[DE_PDL_MODES], sc_err *err) {
+    int nbs = 0, rc = 0;
+    const int had = e->g.pdl;
+    for (int i = 0; i < e->p->nops; i++) nbs += e->ops[i].bs != NULL;
+    for (int m = 0; m < DE_PDL_MODES; m++) ms[m] = NAN;
+    if (!nbs || !had) return 0;
+    double t[DE_PDL_MODES][DE_CONFIRM_ROUNDS];
+    for (int k = 0; !rc && k < DE_CONFIRM_ROUNDS; k++)
+        for (int m = 0; !rc && m < DE_PDL_MODES; m++) {
+            e->g.pdl = m;
+            rc = de_graph_ms(e, repeat, &t[m][k], err);
+        }
+    e->g.pdl = had;
+    if (rc) return sc_wrap(err, "timing the engine with and without dependent launches");
+    for (int m = 0; m < DE_PDL_MODES; m++) ms[m] = sc_median(t[m], DE_CONFIRM_ROUNDS);
+    return 0;
+}
+
 // Tuned milliseconds of op i.
 double dengine_op_ms(const dengine *e, int i) { return e->ops[i].ms; }
 

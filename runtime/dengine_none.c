@@ -56,6 +56,12 @@ int dengine_time_vs_dense(dengine *e, int repeat, double *ms, double *dense_ms, 
     return sc_fail(err, "no GPU in this build");
 }
 
+// Never reached without an engine.
+int dengine_time_pdl(dengine *e, int repeat, double ms[DE_PDL_MODES], sc_err *err) {
+    for (int m = 0; m < DE_PDL_MODES; m++) ms[m] = NAN;
+    return sc_fail(err, "no GPU in this build");
+}
+
 // No op times without an engine.
 double dengine_op_ms(const dengine *e, int i) { return NAN; }
 

@@ -597,6 +597,7 @@ static int engine_run(deploy_run *d, dengine_prec k, int mixed, deploy_engine_re
     dengine *e = rc ? NULL : engine_build(d, k, mixed, d->o.batch, img, &er->ms, err);
     rc = e ? 0 : -1;
     if (!rc && mixed) rc = dengine_time_vs_dense(e, d->o.repeat, &er->ab_ms, &er->ab_dense_ms, err);
+    if (!rc && mixed) rc = dengine_time_pdl(e, d->o.repeat, er->pdl_ms, err);
     if (!rc) engine_sparse_ops(d, e, er);
     if (!rc && mixed) rc = engine_layer_times(d, e, er, err);
     if (!rc) rc = dengine_forward(e, nref, test_image(d, 0), lg, err);
@@ -607,6 +608,7 @@ static int engine_run(deploy_run *d, dengine_prec k, int mixed, deploy_engine_re
     e = rc ? NULL : engine_build(d, k, mixed, 1, img, &er->lat_ms, err);
     rc = e ? 0 : -1;
     if (!rc && mixed) rc = dengine_time_vs_dense(e, d->o.repeat, &er->ab_lat_ms, &er->ab_dense_lat_ms, err);
+    if (!rc && mixed) rc = dengine_time_pdl(e, d->o.repeat, er->pdl_lat_ms, err);
     dengine_free(e);
     er->build_s = progress_clock() - t0;
     er->ran = rc == 0;

@@ -46,6 +46,8 @@ typedef struct {
                                  // with the op sparse, for the ops faster sparse alone (NAN: other)
     double ab_ms, ab_dense_ms;   // mixed plan: the plan and its own all-cuDNN forward timed in
     double ab_lat_ms, ab_dense_lat_ms;  // alternating rounds (dengine_time_vs_dense), batch and 1
+    double pdl_ms[DE_PDL_MODES];      // mixed plan: by launch mode (dengine_time_pdl: plain, dependent
+    double pdl_lat_ms[DE_PDL_MODES];  // after the main loop, from the start), batch and 1; NAN: not timed
 } deploy_engine_result;
 
 // The whole run.

@@ -50,5 +50,14 @@ template <typename T> inline void ptx_mma1688(float *d, const uint32_t *a, uint3
 // The launch: the grid's CTAs one after another, a host thread per CUDA thread.
 cudaError_t emu_launch(const void *fn, dim3 grid, dim3 block, void **args, size_t smem);
 #define cudaLaunchKernel(fn, grid, block, args, smem, stream) emu_launch((const void *)(fn), grid, block, args, smem)
+// kernels/device_gpu.h's launch helper and the grid dependency controls of
+// kernels/ptx_gpu.h: the CTAs run one after another here, so a programmatic
+// dependent launch is a plain one and its wait and trigger do nothing.
+template <typename G>
+inline cudaError_t sc_launch(const G *g, const void *fn, dim3 grid, dim3 block, size_t smem, void **args) {
+    return emu_launch(fn, grid, block, args, smem);
+}
+inline void ptx_dep_wait() {}
+inline void ptx_dep_launch() {}
 // The shared memory of the CTA that runs (one at a time).
 extern char *emu_smem;
