@@ -6,17 +6,19 @@ linear layer as a BN-folded CSR matrix), rebuilds the network in PyTorch
 with dense weights, and times it the ways a user would run it on this GPU:
 eager + CUDA graph with BN folded and channels_last, in fp16 and bf16, and
 torch.compile(mode="max-autotune") with --compile (about two minutes
-per shape on an H100), at batch 128 and batch 1. It also prints
+per shape on an H100), at batch 128 and batch 1 (--no-batch1: batch 128
+only). It also prints
 the test top-1 of each precision, so one device call shows deploy's dense
 engine and PyTorch side by side on the same weights.
 
 Timing: the input is already normalised and on the GPU in the model's
 layout and precision (deploy's engine times the normalisation from bytes
 too, so this favours PyTorch slightly); 10 warm-up runs, then the median of
---repeat replays timed with CUDA events.
+--repeat replays timed with CUDA events. The --json file is rewritten after
+each export, so a run cut short keeps the exports it finished.
 
 Usage: bench/dense_pytorch.py EXPORT.h5 [EXPORT.h5 ...] [--data DIR]
-       [--batch 128] [--repeat 50] [--compile] [--json FILE]
+       [--batch 128] [--no-batch1] [--repeat 50] [--compile] [--json FILE]
 """
 import argparse
 import copy
@@ -234,7 +236,7 @@ def run_one(path, args):
     for dname, dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
         model = copy.deepcopy(net).cuda().to(dtype).to(memory_format=torch.channels_last)
         acc = accuracy(model, images, labels, dtype)
-        for b in (args.batch, 1):
+        for b in (args.batch,) if args.no_batch1 else (args.batch, 1):
             x = normalise(net, images[:b], dtype)
             row = dict(model=net.arch, precision=dname, batch=b, test_accuracy=acc,
                        graph_ms=graph_ms(model, x, args.repeat))
@@ -253,6 +255,7 @@ def main():
     ap.add_argument("exports", nargs="+")
     ap.add_argument("--data", default="data/cifar-100-binary")
     ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--no-batch1", action="store_true", help="time only --batch, not batch 1 as well")
     ap.add_argument("--repeat", type=int, default=50)
     ap.add_argument("--compile", action="store_true", help="also time torch.compile(mode=max-autotune) in fp16")
     ap.add_argument("--json")
@@ -262,10 +265,16 @@ def main():
     rows = []
     for p in args.exports:
         rows += run_one(p, args)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows), f,
-                      indent=1)
+        if args.json:
+            write_json(args.json, rows)
+
+
+def write_json(path, rows):
+    """Writes the rows so far to path through a temporary file (a cut-short run leaves a whole file)."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows), f, indent=1)
+    os.replace(tmp, path)
 
 
 if __name__ == "__main__":
