@@ -805,6 +805,7 @@ int dengine_time_vs_dense(dengine *e, int repeat, double *ms, double *dense_ms, 
                : 0;
 }
 
+// The whole forward in each launch mode of the block-sparse kernels, alternating rounds, medians.
 int dengine_time_pdl(dengine *e, int repeat, double ms[DE_PDL_MODES], sc_err *err) {
     int nbs = 0, rc = 0;
     const int had = e->g.pdl;

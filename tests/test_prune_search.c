@@ -610,12 +610,6 @@ static int lat_resume_after(fixture *f, const prune_cfg *c, const char *name, in
     return ok;
 }
 
-// lat_resume_after stopped after 7 iterations.
-static int lat_resume_equal(fixture *f, const prune_cfg *c, const char *name, const prune_pop *ref,
-                            double *stopped, sc_err *err) {
-    return lat_resume_after(f, c, name, 7, ref, stopped, err);
-}
-
 // Latency objective allocating by overall sparsity: with lat_retarget the
 // target rises once the schedule reaches it and the winner ends within 2% of
 // the latency target (without, over 10% above it); a run stopped after the
@@ -636,7 +630,7 @@ static void test_lat_retarget(tctx *t, fixture *f) {
     CHECK(t, ok && p1 < 1.02 * c.ev.lat_target && a.s.cfg.target > 0.35, "with: %s %g vs %g (target %g)",
           err.msg, p1, c.ev.lat_target, a.s.cfg.target);
     double stopped = -1.0;
-    CHECK(t, ok && lat_resume_equal(f, &c, "lat", a.s.pop, &stopped, &err) && stopped > 0.35,
+    CHECK(t, ok && lat_resume_after(f, &c, "lat", 7, a.s.pop, &stopped, &err) && stopped > 0.35,
           "stopped and resumed: %s (target %g at the stop)", err.msg, stopped);
     run_free(&a);
     lat_table_free(&tb);
@@ -657,7 +651,7 @@ static void lat_time_with(tctx *t, fixture *f, int alloc) {
     CHECK(t, ok && p1 < 1.02 * c.ev.lat_target && a.s.cfg.target == 0.3, "time: %s %g vs %g (target %g)", err.msg,
           p1, c.ev.lat_target, a.s.cfg.target);
     double stopped = -1.0;
-    CHECK(t, ok && lat_resume_equal(f, &c, "lat_time", a.s.pop, &stopped, &err), "stopped and resumed: %s", err.msg);
+    CHECK(t, ok && lat_resume_after(f, &c, "lat_time", 7, a.s.pop, &stopped, &err), "stopped and resumed: %s", err.msg);
     run_free(&a);
     lat_table_free(&tb);
 }
