@@ -61,10 +61,11 @@ static int conv_descs(conv_gpu *c, sc_err *err) {
 
 // --- algorithm search -------------------------------------------------------
 
-// Accepts a timed result: it ran, fits the limit, and (fp32) used no TF32.
+// Accepts a timed result: it ran, fits the limit, gives the same bits on every
+// run (no atomics: a training run repeats), and (fp32) used no TF32.
 static int conv_result_ok(const conv_gpu *c, cudnnStatus_t st, size_t mem, cudnnMathType_t m,
-                          size_t limit) {
-    if (st != CUDNN_STATUS_SUCCESS || mem > limit) return 0;
+                          cudnnDeterminism_t det, size_t limit) {
+    if (st != CUDNN_STATUS_SUCCESS || mem > limit || det != CUDNN_DETERMINISTIC) return 0;
     return c->dt == GDT_F16 || m == CUDNN_FMA_MATH || m == CUDNN_DEFAULT_MATH;
 }
 
@@ -82,7 +83,8 @@ static int conv_find_fwd(const gpu_ctx *g, conv_gpu *c, const conv_find_bufs *b,
                         g->cudnn, c->xd, b->x, c->wd, b->w, c->cd[0], c->yd, b->y,
                         CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &nr, r, b->ws, b->ws_bytes));
     for (int i = 0; i < nr; i++) {
-        if (!conv_result_ok(c, r[i].status, r[i].memory, r[i].mathType, limit)) continue;
+        if (!conv_result_ok(c, r[i].status, r[i].memory, r[i].mathType, r[i].determinism, limit))
+            continue;
         c->fwd = r[i].algo, c->ws[0] = r[i].memory, c->math[0] = conv_run_math(c, r[i].mathType);
         cudnnCheck(err, cudnnSetConvolutionMathType(c->cd[0], c->math[0]));
         return 0;
@@ -100,7 +102,8 @@ static int conv_find_bwd_data(const gpu_ctx *g, conv_gpu *c, const conv_find_buf
                         g->cudnn, c->wd, b->w, c->yd, b->y, c->cd[1], c->xd, b->x,
                         CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &nr, r, b->ws, b->ws_bytes));
     for (int i = 0; i < nr; i++) {
-        if (!conv_result_ok(c, r[i].status, r[i].memory, r[i].mathType, limit)) continue;
+        if (!conv_result_ok(c, r[i].status, r[i].memory, r[i].mathType, r[i].determinism, limit))
+            continue;
         c->bwd_data = r[i].algo, c->ws[1] = r[i].memory;
         c->math[1] = conv_run_math(c, r[i].mathType);
         cudnnCheck(err, cudnnSetConvolutionMathType(c->cd[1], c->math[1]));
@@ -119,7 +122,8 @@ static int conv_find_bwd_filter(const gpu_ctx *g, conv_gpu *c, const conv_find_b
                         g->cudnn, c->xd, b->x, c->yd, b->y, c->cd[2], c->wd, b->w,
                         CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &nr, r, b->ws, b->ws_bytes));
     for (int i = 0; i < nr; i++) {
-        if (!conv_result_ok(c, r[i].status, r[i].memory, r[i].mathType, limit)) continue;
+        if (!conv_result_ok(c, r[i].status, r[i].memory, r[i].mathType, r[i].determinism, limit))
+            continue;
         c->bwd_filter = r[i].algo, c->ws[2] = r[i].memory;
         c->math[2] = conv_run_math(c, r[i].mathType);
         cudnnCheck(err, cudnnSetConvolutionMathType(c->cd[2], c->math[2]));

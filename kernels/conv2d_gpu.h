@@ -4,7 +4,9 @@
 //
 // A plan fixes one shape: it creates the descriptors once and picks each
 // direction's algorithm by timing them (cudnnFind*AlgorithmEx on scratch
-// buffers filled with random values), within a workspace limit. The caller
+// buffers filled with random values), within a workspace limit, among the
+// algorithms cuDNN reports deterministic (no atomics: every run gives the
+// same bits). The caller
 // owns one workspace of at least conv_gpu_workspace() bytes. Biases:
 // bias_*_gpu in activation_gpu.h.
 #ifndef SC_KERNELS_CONV2D_GPU_H

@@ -111,6 +111,59 @@ static void test_conv(tctx *t) {
     }
 }
 
+// Forward, backward data and backward filter of one shape run twice on the
+// same inputs give the same bits (the plan's algorithms use no atomics).
+static void conv_repeat_case(tctx *t, gpu_dtype dt, int n, int c, int hw, int k, int r, int stride) {
+    genv E, *e = &E;
+    if (!genv_open(t, e, (uint64_t)(n + c + k + dt))) return;
+    conv2d_dims d;
+    conv2d_dims_init(&d, n, c, hw, hw, k, r, r, stride, r / 2);
+    const size_t nx = (size_t)n * c * hw * hw, nw = (size_t)k * c * r * r, ny = (size_t)n * k * d.p * d.q;
+    const size_t es = dt == GDT_F16 ? 2 : 4, ns[3] = {ny, nx, nw};
+    float *x = hrand(e, nx, -1, 1), *wt = hrand(e, nw, -0.5f, 0.5f), *dy = hrand(e, ny, -1, 1);
+    float *got[2][3] = {{hzero(ny), hzero(nx), hzero(nw)}, {hzero(ny), hzero(nx), hzero(nw)}};
+    conv_gpu *plan = NULL;
+    char what[96];
+    snprintf(what, sizeof what, "conv repeat %s n%d c%d %dx%d k%d r%d s%d", dtn(dt), n, c, hw, hw, k, r, stride);
+    void *dx_ = dput_nchw(e, dt, n, c, hw * hw, x), *dw_ = dput_nchw(e, dt, k, c, r * r, wt);
+    void *ddy = dput_nchw(e, dt, n, k, d.p * d.q, dy);
+    void *out[3] = {dalloc(e, ny * es), dalloc(e, nx * es), dalloc(e, nw * es)};
+    GTRY(t, e, (plan = conv_gpu_create(&e->g, dt, &d, 1, (size_t)256 << 20, &e->err)) ? 0 : -1);
+    void *ws = dalloc(e, conv_gpu_workspace(plan));
+    for (int run = 0; run < 2; run++) {
+        GTRY(t, e, conv_gpu_forward(&e->g, plan, dx_, dw_, out[0], ws, &e->err));
+        GTRY(t, e, conv_gpu_backward_data(&e->g, plan, ddy, dw_, out[1], 0, ws, &e->err));
+        GTRY(t, e, conv_gpu_backward_filter(&e->g, plan, dx_, ddy, out[2], ws, &e->err));
+        dget_nchw(e, dt, n, k, d.p * d.q, out[0], got[run][0]);
+        dget_nchw(e, dt, n, c, hw * hw, out[1], got[run][1]);
+        dget_nchw(e, dt, k, c, r * r, out[2], got[run][2]);
+    }
+    char algos[128];
+    conv_gpu_describe(plan, algos, sizeof algos);
+    const char *dir[3] = {"forward", "backward data", "backward filter"};
+    for (int i = 0; i < 3; i++)
+        CHECK(t, memcmp(got[0][i], got[1][i], ns[i] * sizeof(float)) == 0, "%s: %s differs between two runs (%s)",
+              what, dir[i], algos);
+out:
+    conv_gpu_free(plan);
+    free(x), free(wt), free(dy);
+    for (int run = 0; run < 2; run++)
+        for (int i = 0; i < 3; i++) free(got[run][i]);
+    genv_close(e);
+}
+
+// Training shapes (resnet18's and vgg16's large-batch layers, where the
+// reductions are long) repeat bit for bit in both precisions.
+static void test_conv_repeat(tctx *t) {
+    if (!gpu_here(t)) return;
+    for (int dt = 0; dt < 2; dt++) {
+        conv_repeat_case(t, (gpu_dtype)dt, 128, 64, 32, 64, 3, 1);
+        conv_repeat_case(t, (gpu_dtype)dt, 128, 128, 16, 256, 3, 2);
+        conv_repeat_case(t, (gpu_dtype)dt, 128, 512, 4, 512, 3, 1);
+        conv_repeat_case(t, (gpu_dtype)dt, 128, 128, 16, 256, 1, 2);
+    }
+}
+
 // --- batch norm -------------------------------------------------------------
 
 // Training forward (outputs, running and saved stats), inference forward and
@@ -731,6 +784,7 @@ static void test_augment(tctx *t) {
 int main(void) {
     tctx t = {.suite = "gpu_test_ops"};
     RUN(&t, test_conv);
+    RUN(&t, test_conv_repeat);
     RUN(&t, test_batchnorm);
     RUN(&t, test_elementwise);
     RUN(&t, test_pool);
