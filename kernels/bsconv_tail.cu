@@ -1,12 +1,14 @@
 // The tail kernel of the block-sparse convolution (kernels/bsconv_tail_gpu.h):
 // a chain of small-plane convs in one launch, one CTA per image, the
-// activations in shared memory. Each warp takes whole 16-channel groups; a
-// group's units (halo packing: a tap and 8 input channels each) are
-// multiplied two at a time by mma.m16n8k16 with their A fragments read by
-// ldmatrix straight from the input plane (pixel + tap), as in the halo
-// kernel, but with the whole image's channels resident, so no chunk waits on
-// a window load.
-#include <limits.h>
+// activations in shared memory. Each warp takes (16-channel group, slice of
+// 32 output pixels) items in turn; a group's units (a tap and 8 input
+// channels each), repacked in pairs, are multiplied by mma.m16n8k16 with
+// their A fragments read by ldmatrix straight from the input plane (pixel +
+// tap), as in the halo kernel, but with the whole image's channels resident,
+// so no layer waits on a window load. Nsight Compute on the first form (16
+// warps, the halo packing read unit by unit; H200, 2026-11-27) found it
+// issue-bound (half the cycles with no eligible warp, L2 at 4%): the pairs
+// cut its instructions, the 32 warps did not move its time.
 #include <stdio.h>
 #include <string.h>
 
