@@ -49,7 +49,10 @@ dengine *dengine_create_mixed(const deploy_plan *p, int n, const uint8_t *images
                               int force, sc_err *err);
 
 // Which sparse path runs op i (mixed plans): 0 none, 1 the direct sparse
-// kernel, 2 the block-sparse kernel (dengine_op_describe names its block and variant).
+// kernel, 2 the block-sparse kernel (dengine_op_describe names its block and
+// variant), 3 the block-sparse tail: a chain of small-plane convs (a residual
+// network's last stages) in one launch, one CTA per image, the activations
+// in shared memory, kept when the whole forward measures faster with it.
 int dengine_op_sparse(const dengine *e, int i);
 
 // Runs m <= n images; logits (m, classes) fp32 when not NULL.

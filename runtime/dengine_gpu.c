@@ -14,6 +14,7 @@
 #include "kernels/nhwc_ops_gpu.h"
 #include "runtime/dengine.h"
 #include "runtime/dengine_bsconv.h"
+#include "runtime/dengine_tail.h"
 #include "runtime/dengine_sparse.h"
 #include "runtime/half.h"
 #include "runtime/exec.h"
@@ -64,6 +65,10 @@ struct dengine {
     float *h_logits;      // (n, classes) pinned host
     void *ws;             // workspace of the tuned plans, one region per conv
     size_t ws_bytes;
+    detail *tail;         // mixed plans: ops [tail_lo, tail_hi) as one tail-kernel launch, when kept
+    int tail_lo, tail_hi, tail_in, tail_out;
+    int tail_on, tail_parked;  // whether the forward runs the tail (de_park saves it)
+    double tail_gain_ms;  // the whole forward's time without the tail minus with it, NAN when not measured
     cudaGraphExec_t graph;
 };
 
@@ -543,7 +548,14 @@ static int de_enqueue(dengine *e, void *ws, size_t ws_max, int repeat, sc_err *e
     const net *nt = p->m->nt;
     SC_TRY(nhwc_normalize_gpu(&e->g, e->dt, e->n, nt->in_h, nt->in_w, e->cs[p->input], e->d_img,
                               nt->in_mean, nt->in_std, e->t[p->input], err));
-    for (int i = 0; i < p->nops; i++) SC_TRY(de_op_run(e, i, ws, ws_max, repeat, err));
+    for (int i = 0; i < p->nops; i++) {
+        if (e->tail_on && i == e->tail_lo) {
+            SC_TRY(detail_run(&e->g, e->tail, e->n, e->t[e->tail_in], e->t[e->tail_out], err));
+            i = e->tail_hi - 1;
+            continue;
+        }
+        SC_TRY(de_op_run(e, i, ws, ws_max, repeat, err));
+    }
     return nhwc_to_f32_gpu(&e->g, e->dt, (size_t)e->n * nt->classes, e->t[p->output], e->d_logits, err);
 }
 
@@ -627,11 +639,14 @@ static int de_graph_ab(dengine *e, int lo, int hi, int repeat, double *sparse_ms
     double a[DE_CONFIRM_ROUNDS], b[DE_CONFIRM_ROUNDS];
     int rc = saved ? 0 : sc_fail(err, "out of memory");
     for (int i = lo; !rc && i < hi; i++) saved[i - lo] = (de_path){e->ops[i].sp, e->ops[i].bs};
+    const int tail = e->tail_on, in_range = e->tail && lo < e->tail_hi && e->tail_lo < hi;
     for (int k = 0; !rc && k < DE_CONFIRM_ROUNDS; k++) {
         rc = de_graph_ms(e, repeat, &a[k], err);
         for (int i = lo; i < hi; i++) e->ops[i].sp = NULL, e->ops[i].bs = NULL;
+        if (in_range) e->tail_on = 0;
         if (!rc) rc = de_graph_ms(e, repeat, &b[k], err);
         for (int i = lo; i < hi; i++) e->ops[i].sp = saved[i - lo].sp, e->ops[i].bs = saved[i - lo].bs;
+        e->tail_on = tail;
     }
     free(saved);
     if (!rc) *sparse_ms = sc_median(a, DE_CONFIRM_ROUNDS), *dense_ms = sc_median(b, DE_CONFIRM_ROUNDS);
@@ -669,6 +684,8 @@ static int de_confirm_sparse(dengine *e, int repeat, sc_err *err) {
 // Parks every op's sparse path in saved (nops) and leaves those with on[i]
 // (on NULL: none) running sparse; de_unpark puts them all back.
 static void de_park(dengine *e, const unsigned char *on, de_path *saved) {
+    e->tail_parked = e->tail_on;
+    e->tail_on = e->tail_on && on && on[e->tail_lo];
     for (int i = 0; i < e->p->nops; i++) {
         saved[i] = (de_path){e->ops[i].sp, e->ops[i].bs};
         if (!on || !on[i]) e->ops[i].sp = NULL, e->ops[i].bs = NULL;
@@ -678,6 +695,49 @@ static void de_park(dengine *e, const unsigned char *on, de_path *saved) {
 // Puts back the paths de_park saved.
 static void de_unpark(dengine *e, const de_path *saved) {
     for (int i = 0; i < e->p->nops; i++) e->ops[i].sp = saved[i].sp, e->ops[i].bs = saved[i].bs;
+    e->tail_on = e->tail_parked;
+}
+
+// --- the tail ----------------------------------------------------------------------------
+
+// Finds the chain the tail kernel would take (detail_find): the engine's view of each op.
+static void de_tail_find(dengine *e) {
+    const int nops = e->p->nops;
+    detail_op *v = calloc((size_t)nops + 1, sizeof *v);
+    if (!v) return;  // no tail: the engine runs as it is
+    for (int i = 0; i < nops; i++) {
+        const eng_op *o = &e->ops[i];
+        v[i].kind = o->kind == EO_CONV && !o->pre_pool ? 1 : o->kind == EO_NONE && e->p->ops[i].kind == DOP_ADD ? 2 : 0;
+        v[i].c = (detail_conv){i, e->p->ops[i].in, o->res, o->out, o->relu};
+    }
+    e->tail = detail_find(&e->g, e->p, v, &e->tail_lo, &e->tail_hi);
+    if (e->tail) detail_io(e->tail, &e->tail_in, &e->tail_out);
+    free(v);
+}
+
+// Mixed fp16 plans: runs a chain of small-plane block-sparse convs as one
+// tail launch when it matches the engine's output of the chain (fp16
+// tolerance 3e-2 of the largest) and the whole forward measures faster
+// with it (alternating rounds), or always where it matches (forced).
+static int de_try_tail(dengine *e, int repeat, sc_err *err) {
+    e->tail_gain_ms = NAN;
+    if (e->dt != GDT_F16) return 0;
+    de_tail_find(e);
+    if (!e->tail) return 0;
+    double rel = INFINITY, with[DE_CONFIRM_ROUNDS], without[DE_CONFIRM_ROUNDS];
+    SC_TRY(detail_run(&e->g, e->tail, e->n, e->t[e->tail_in], e->check, err));
+    SC_TRY(de_half_relerr(e, e->check, e->t[e->tail_out], de_elems(e, e->tail_out), &rel, err));
+    int keep = rel <= 3e-2;
+    for (int k = 0; keep && k < DE_CONFIRM_ROUNDS; k++) {
+        e->tail_on = 1;
+        SC_TRY(de_graph_ms(e, repeat, &with[k], err));
+        e->tail_on = 0;
+        SC_TRY(de_graph_ms(e, repeat, &without[k], err));
+    }
+    if (keep) e->tail_gain_ms = sc_median(without, DE_CONFIRM_ROUNDS) - sc_median(with, DE_CONFIRM_ROUNDS);
+    e->tail_on = keep && (e->mixed == 2 || e->tail_gain_ms > 0);
+    if (!e->tail_on) detail_free(e->tail), e->tail = NULL;
+    return 0;
 }
 
 // --- public API ---------------------------------------------------------------------------
@@ -700,7 +760,7 @@ static dengine *de_create(const deploy_plan *p, dengine_prec prec, int n, const 
     e->esz = gpu_dtype_size(e->dt);
     if (gpu_ctx_init(&e->g, err) || de_analyse(e, err) || de_buffers(e, err) || de_setup(e, err) ||
         de_tune(e, images, repeat, err) || (mixed == 1 && de_confirm_sparse(e, DE_CONFIRM_REPEAT, err)) ||
-        de_capture(e, err)) {
+        (mixed && de_try_tail(e, DE_CONFIRM_REPEAT, err)) || de_capture(e, err)) {
         sc_wrap(err, "dense %s engine", dengine_prec_name(prec));
         dengine_free(e);
         return NULL;
@@ -720,14 +780,22 @@ dengine *dengine_create_mixed(const deploy_plan *p, int n, const uint8_t *images
     return de_create(p, DE_FP16, n, images, repeat, force ? 2 : 1, err);
 }
 
-// Which sparse path runs op i: 0 none (dense), 1 the direct sparse kernel, 2 the block-sparse one.
-int dengine_op_sparse(const dengine *e, int i) { return e->ops[i].bs ? 2 : e->ops[i].sp != NULL; }
+// 1 when conv op i runs inside the tail launch.
+static int de_in_tail(const dengine *e, int i) {
+    return e->tail_on && i >= e->tail_lo && i < e->tail_hi && e->ops[i].kind == EO_CONV;
+}
+
+// Which sparse path runs op i: 0 none (dense), 1 the direct sparse kernel, 2 the block-sparse one, 3 the tail.
+int dengine_op_sparse(const dengine *e, int i) {
+    return de_in_tail(e, i) ? 3 : e->ops[i].bs ? 2 : e->ops[i].sp != NULL;
+}
 
 // Frees the engine.
 void dengine_free(dengine *e) {
     if (!e) return;
     if (e->g.stream) cudaStreamSynchronize(e->g.stream);
     if (e->graph) cudaGraphExecDestroy(e->graph);
+    detail_free(e->tail);
     for (int i = 0; e->ops && i < e->p->nops; i++) {
         eng_op *o = &e->ops[i];
         fconv_gpu_free(o->fc), flinear_gpu_free(o->fl), desparse_free(o->sp), debs_free(o->bs);
@@ -877,7 +945,11 @@ int dengine_graph_ms_with(dengine *e, const unsigned char *sparse, int repeat, d
 // What runs op i.
 void dengine_op_describe(const dengine *e, int i, char *buf, size_t len) {
     const eng_op *o = &e->ops[i];
-    if (o->sp) desparse_describe(o->sp, buf, len);
+    if (de_in_tail(e, i)) {
+        int k = 0;  // the conv's place in the chain
+        for (int j = e->tail_lo; j < i; j++) k += e->ops[j].kind == EO_CONV;
+        detail_describe(e->tail, k, buf, len);
+    } else if (o->sp) desparse_describe(o->sp, buf, len);
     else if (o->bs) debs_describe(o->bs, buf, len);
     else if (o->fc) fconv_gpu_describe(o->fc, buf, len);
     else if (o->fl) flinear_gpu_describe(o->fl, buf, len);

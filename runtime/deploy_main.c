@@ -513,10 +513,10 @@ static void engine_sparse_ops(const deploy_run *d, const dengine *e, deploy_engi
         char how[96] = "";
         if (!path) continue;
         er->nsparse++;
-        if (path == 2) dengine_op_describe(e, i, how, sizeof how);
+        if (path >= 2) dengine_op_describe(e, i, how, sizeof how);
         if (at < sizeof er->sparse)
             at += (size_t)snprintf(er->sparse + at, sizeof er->sparse - at, "%s%s%s%s%s", at ? " " : "",
-                                   d->p->ops[i].name, path == 2 ? "(" : "", how, path == 2 ? ")" : "");
+                                   d->p->ops[i].name, path >= 2 ? "(" : "", how, path >= 2 ? ")" : "");
     }
 }
 

@@ -165,16 +165,19 @@ static const char *const BS_DESC =
     "conv 32 3 pad=1 name=c6\nrelu name=r6\nmaxpool 4 name=p6\n"
     "gap name=gap\nlinear classes name=fc\n";
 
-// BS_DESC pruned on pattern pat (each block kept with probability 0.4, c3's
-// first block row empty), exported as BSR into dir and loaded, with its
-// plan and CPU logits; 0 or -1.
-static int bs_fixture(tctx *t, tdm_fixture *f, const char *pat, const char *dir, uint64_t seed) {
+// Net desc on h x w images (BS_DESC on 16x20 when desc is NULL) pruned on
+// pattern pat (each block kept with probability 0.4, the third conv's first
+// block row empty), exported as BSR into dir and loaded, with its plan and
+// CPU logits; 0 or -1.
+static int bs_fixture(tctx *t, tdm_fixture *f, const char *desc, int h, int w, const char *pat, const char *dir,
+                      uint64_t seed) {
     sc_err err = {{0}};
     sc_pattern p;
     char path[512];
     memset(f, 0, sizeof *f);
     CHECK(t, sc_pattern_parse(pat, &p, &err) == 0, "%s: %s", pat, err.msg);
-    if (!(f->nt = tex_net("bsnet", BS_DESC, 16, 20, 7))) return -1;
+    if (!desc) desc = BS_DESC, h = 16, w = 20;
+    if (!(f->nt = tex_net("bsnet", desc, h, w, 7))) return -1;
     tex_randomize(f->nt, seed, 0.0f, 0);
     rng g;
     rng_seed(&g, seed, 5);
@@ -189,7 +192,7 @@ static int bs_fixture(tctx *t, tdm_fixture *f, const char *pat, const char *dir,
     CHECK(t, f->p != NULL, "%s: plan: %s", pat, err.msg);
     if (!f->p) return -1;
     f->cpu = deploy_cpu_create(f->p, NIMG, &err);
-    f->img = tdm_images(NIMG, 16, 20, seed);
+    f->img = tdm_images(NIMG, h, w, seed);
     f->want = malloc((size_t)NIMG * f->nt->classes * sizeof *f->want);
     CHECK(t, f->cpu && deploy_cpu_forward(f->cpu, NIMG, f->img, f->want, &err) == 0, "cpu: %s", err.msg);
     return f->cpu ? 0 : -1;
@@ -219,7 +222,8 @@ static void check_bs_paths(tctx *t, const tdm_fixture *f, const dengine *e, cons
 }
 
 // The measured mixed plan (each layer sparse where faster alone, then put
-// back on cuDNN where the whole graph is faster) gives the CPU's logits,
+// back on cuDNN where the whole graph is faster; block-sparse ones, path 2,
+// or the tail, path 3, named "bsconv ...") gives the CPU's logits,
 // whatever it chose; a layer on cuDNN has no sparse path left.
 static void run_bs_measured(tctx *t, tdm_fixture *f, const char *pat) {
     sc_err err = {{0}};
@@ -231,7 +235,7 @@ static void run_bs_measured(tctx *t, tdm_fixture *f, const char *pat) {
     for (int i = 0; i < f->p->nops; i++) {
         char how[96];
         dengine_op_describe(e, i, how, sizeof how);
-        CHECK(t, (dengine_op_sparse(e, i) == 2) == (strncmp(how, "bsconv ", 7) == 0), "%s %s: path %d runs %s",
+        CHECK(t, (dengine_op_sparse(e, i) >= 2) == (strncmp(how, "bsconv ", 7) == 0), "%s %s: path %d runs %s",
               what, f->p->ops[i].name, dengine_op_sparse(e, i), how);
     }
     check_engine(t, f, e, what, NIMG, DE_FP16);
@@ -242,7 +246,7 @@ static void run_bs_measured(tctx *t, tdm_fixture *f, const char *pat) {
 // the block-sparse convs give the CPU's logits; then the measured plan.
 static void run_bs(tctx *t, const char *pat, const char *dir, uint64_t seed) {
     tdm_fixture f;
-    if (bs_fixture(t, &f, pat, dir, seed) == 0) {
+    if (bs_fixture(t, &f, NULL, 0, 0, pat, dir, seed) == 0) {
         for (int b1 = 0; b1 < 2; b1++) {
             sc_err err = {{0}};
             char what[96];
@@ -270,7 +274,7 @@ static void test_bsr_fixture(tctx *t) {
     for (int k = 0; k < 2; k++) {
         tdm_fixture f;
         int bsr = 0, convs = 0, pools = 0;
-        if (bs_fixture(t, &f, pats[k], dir, 47 + k) == 0)
+        if (bs_fixture(t, &f, NULL, 0, 0, pats[k], dir, 47 + k) == 0)
             for (int i = 0; i < f.p->nops; i++) {
                 const deploy_op *op = &f.p->ops[i];
                 if (op->kind != DOP_CONV || deploy_op_layer(f.p, op)->is_linear) continue;
@@ -292,6 +296,64 @@ static void test_mixed_bsr(tctx *t) {
     CHECK(t, tex_dir_make(dir, sizeof dir) == 0, "no temporary directory");
     run_bs(t, "16x8", dir, 47);
     run_bs(t, "8x1", dir, 48);
+    tex_dir_remove(dir);
+}
+
+// A net whose last stages the tail kernel takes (16x16 images), shaped as
+// two residual stages: conv1 reads the padded input (cuDNN); then s2 (1x1
+// stride 2) and c2 (stride 2 to 8x8) both read conv1's output, c3 adds s2's,
+// c4, c5 adds r3's (identity); s6 and c6 (stride 2 to 4x4, 128 channels)
+// read r5, c7 adds s6's: eight 16x8 block-sparse convs on at most 64
+// pixels, then the global pool.
+static const char *const TAIL_DESC =
+    "conv 64 3 pad=1 bias=0 name=conv1\nbn name=bn1\nrelu name=relu1\n"
+    "conv 64 1 stride=2 bias=0 name=s2 from=relu1\nbn name=bn2s\n"
+    "conv 64 3 stride=2 pad=1 bias=0 name=c2 from=relu1\nbn name=bn2\nrelu name=r2\n"
+    "conv 64 3 pad=1 bias=0 name=c3\nbn name=bn3\nadd bn2s name=a3\nrelu name=r3\n"
+    "conv 64 3 pad=1 bias=0 name=c4\nbn name=bn4\nrelu name=r4\n"
+    "conv 64 3 pad=1 bias=0 name=c5\nbn name=bn5\nadd r3 name=a5\nrelu name=r5\n"
+    "conv 128 1 stride=2 bias=0 name=s6 from=r5\nbn name=bn6s\n"
+    "conv 128 3 stride=2 pad=1 bias=0 name=c6 from=r5\nbn name=bn6\nrelu name=r6\n"
+    "conv 128 3 pad=1 bias=0 name=c7\nbn name=bn7\nadd bn6s name=a7\nrelu name=r7\n"
+    "gap name=gap\nlinear classes name=fc\n";
+
+// The tail: the forced mixed plan at NIMG runs the eight small-plane convs as
+// one tail launch (path 3) and gives the CPU's logits, also after each op is
+// timed alone and the plan against its all-cuDNN forward (the tail parked and
+// back); at batch 1 and measured, the logits whatever was chosen.
+static void test_mixed_tail(tctx *t) {
+    if (!gpu_here(t)) return;
+    char dir[256];
+    CHECK(t, tex_dir_make(dir, sizeof dir) == 0, "no temporary directory");
+    tdm_fixture f;
+    if (bs_fixture(t, &f, TAIL_DESC, 16, 16, "16x8", dir, 51) == 0) {
+        for (int b1 = 0; b1 < 2; b1++) {
+            sc_err err = {{0}};
+            char what[96];
+            snprintf(what, sizeof what, "tail mixed batch %d", b1 ? 1 : NIMG);
+            dengine *e = dengine_create_mixed(f.p, b1 ? 1 : NIMG, f.img, 3, 1, &err);
+            CHECK(t, e != NULL, "%s: %s", what, err.msg);
+            if (!e) continue;
+            int tail = 0;
+            for (int i = 0; i < f.p->nops; i++) {
+                char how[96];
+                dengine_op_describe(e, i, how, sizeof how);
+                tail += dengine_op_sparse(e, i) == 3 && strncmp(how, "bsconv tail ", 12) == 0;
+            }
+            CHECK(t, tail == 8, "%s: %d convs in the tail, 8 expected", what, tail);
+            check_engine(t, &f, e, what, b1 ? 1 : NIMG, DE_FP16);
+            check_op_times(t, &f, e, what, b1 ? 1 : NIMG);
+            double ms = NAN, dense_ms = NAN;
+            CHECK(t, dengine_time_vs_dense(e, 3, &ms, &dense_ms, &err) == 0, "%s: %s", what, err.msg);
+            int again = 0;
+            for (int i = 0; i < f.p->nops; i++) again += dengine_op_sparse(e, i) == 3;
+            CHECK(t, again == 8, "%s: %d convs in the tail after timing against cuDNN", what, again);
+            check_engine(t, &f, e, what, b1 ? 1 : NIMG, DE_FP16);
+            dengine_free(e);
+        }
+        run_bs_measured(t, &f, "16x8 tail net");
+    }
+    bs_fixture_free(&f);
     tex_dir_remove(dir);
 }
 
@@ -319,6 +381,7 @@ int main(void) {
     RUN(&t, test_mixed);
     RUN(&t, test_bsr_fixture);
     RUN(&t, test_mixed_bsr);
+    RUN(&t, test_mixed_tail);
     RUN(&t, test_twins);
     return check_finish(&t);
 }

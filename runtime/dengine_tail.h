@@ -1,0 +1,57 @@
+// A chain of the dense engine's block-sparse convs on small planes (a
+// residual network's last stages) run as one launch of the tail kernel
+// (kernels/bsconv_tail_gpu.h; GPU builds only): one CTA per image keeps
+// every activation of the chain in shared memory, so the chain costs its
+// weights and its multiplies, not one window load per layer. The engine
+// finds the chain, checks the tail against its own output and keeps it when
+// the whole forward measures faster.
+#ifndef SC_RUNTIME_DENGINE_TAIL_H
+#define SC_RUNTIME_DENGINE_TAIL_H
+
+#ifdef SC_HAVE_CUDA
+
+#include "kernels/bsconv_tail_gpu.h"
+#include "runtime/deploy_plan.h"
+
+typedef struct detail detail;
+
+// One conv of a chain as the engine runs it: plan op, the tensors it reads
+// (input, residual or -1) and writes, and its ReLU (the fused add's, if any).
+typedef struct {
+    int op, in, res, out, relu;
+} detail_conv;
+
+// Builds the chain of n (2 to BST_MAX_OPS) convs of p (in plan order; the first one's input is
+// the chain's input, the last one's output its output) for batches of up to
+// nimg images; NULL (why in err) when a conv is not BSR with 16x8 blocks or
+// the chain does not fit the kernel.
+detail *detail_create(const gpu_ctx *g, const deploy_plan *p, const detail_conv *cv, int n, sc_err *err);
+
+// The engine's view of plan op i for the search: kind 1, a conv it runs
+// with its output unpooled (its tensors and ReLU in c); 2, an add fused into
+// a conv; 0, anything else.
+typedef struct {
+    int kind;
+    detail_conv c;
+} detail_op;
+
+// Finds the first run of ops of kinds 1 and 2 (ops[0 .. p->nops)) holding a
+// chain the kernel takes: its convs 16x8 block-sparse on at most 64 output
+// pixels, not reading the plan's input, no output but the last read after
+// the run; from the run's earliest conv that gives such a chain. The ops
+// [*lo, *hi) it covers; NULL when there is none.
+detail *detail_find(const gpu_ctx *g, const deploy_plan *p, const detail_op *ops, int *lo, int *hi);
+
+// The tensors the chain reads (the first conv's input) and writes (the last conv's output).
+void detail_io(const detail *t, int *in, int *out);
+
+// Queues the chain on nimg images: x the first conv's input, y the last one's output (fp16 NHWC).
+int detail_run(const gpu_ctx *g, const detail *t, int nimg, const void *x, void *y, sc_err *err);
+
+// "bsconv tail k/n (one CTA per image, B KB of shared memory)" for the chain's conv k.
+void detail_describe(const detail *t, int k, char *buf, size_t len);
+
+void detail_free(detail *t);
+
+#endif  // SC_HAVE_CUDA
+#endif
