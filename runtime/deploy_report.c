@@ -282,8 +282,11 @@ static double rep_tflops(const deploy_plan *p, const deploy_op *op, int sparse, 
     return 2.0 * deploy_op_macs(p, op, sparse) * n / (ms * 1e9);
 }
 
-// What the mixed plan runs op i on, in words ("" when nothing to say).
+// What the mixed plan runs op i on, in words ("" when nothing to say): the
+// tail (path 3) runs the op inside one launch with its chain, not on the
+// sparse path timed in the row.
 static const char *rep_mixed_choice(const deploy_engine_result *m, int i) {
+    if (m->op_path[i] == 3) return " tail";
     if (m->op_path[i]) return " sparse";
     return m->op_sparse_ms[i] < m->op_dense_ms[i] ? " cudnn (whole graph faster)" : "";
 }
@@ -557,7 +560,7 @@ static void rep_json_mixed_layers(json_writer *j, const deploy_plan *p, const de
         json_add_number(j, "sparse_ms", m->op_sparse_ms[i]);
         json_add_number(j, "cudnn_tflops", rep_tflops(p, &p->ops[i], 0, n, m->op_dense_ms[i]));
         json_add_number(j, "sparse_useful_tflops", rep_tflops(p, &p->ops[i], 1, n, m->op_sparse_ms[i]));
-        if (m->op_path) json_add_string(j, "runs", m->op_path[i] ? "sparse" : "cudnn");
+        if (m->op_path) json_add_string(j, "runs", m->op_path[i] == 3 ? "tail" : m->op_path[i] ? "sparse" : "cudnn");
         if (m->op_graph_gain_ms && isfinite(m->op_graph_gain_ms[i]))
             json_add_number(j, "graph_gain_ms", m->op_graph_gain_ms[i]);
         json_object_end(j);

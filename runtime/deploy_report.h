@@ -41,7 +41,7 @@ typedef struct {
     double *op_sparse_ms;        // engine and its fastest checked sparse path (NAN: none), at
                                  // the batch size, each timed alone on the op's real input
     signed char *op_path;        // mixed plan (nops, else NULL): what runs each op at the batch
-                                 // size, dengine_op_sparse's 0 (cuDNN), 1 or 2 (sparse)
+                                 // size, dengine_op_sparse's 0 (cuDNN), 1 or 2 (sparse), 3 (the tail)
     double *op_graph_gain_ms;    // mixed plan (nops, else NULL): whole forward on cuDNN minus
                                  // with the op sparse, for the ops faster sparse alone (NAN: other)
     double ab_ms, ab_dense_ms;   // mixed plan: the plan and its own all-cuDNN forward timed in

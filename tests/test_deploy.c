@@ -378,6 +378,11 @@ static void test_report_tflops(tctx *t) {
     read_text(fx.path, text, sizeof text);
     snprintf(cell, sizeof cell, " %8.1f %8.1f sparse", want_dense, want_sparse);
     CHECK(t, strstr(text, "TF sp") && strstr(text, cell), "no '%s' in: %.600s", cell, text);
+    path[conv] = 3;  // the conv inside a tail launch: the JSON says so
+    json_init(&j);
+    deploy_report_json(&j, p, &fx.r);
+    CHECK(t, json_text(&j) && strstr(json_text(&j), "\"runs\": \"tail\""), "no \"runs\": \"tail\" for path 3");
+    json_free(&j);
     report_fixture_free(&fx);
 }
 
