@@ -68,7 +68,6 @@ struct dengine {
     detail *tail;         // mixed plans: ops [tail_lo, tail_hi) as one tail-kernel launch, when kept
     int tail_lo, tail_hi, tail_in, tail_out;
     int tail_on, tail_parked;  // whether the forward runs the tail (de_park saves it)
-    double tail_gain_ms;  // the whole forward's time without the tail minus with it, NAN when not measured
     cudaGraphExec_t graph;
 };
 
@@ -720,7 +719,6 @@ static void de_tail_find(dengine *e) {
 // tolerance 3e-2 of the largest) and the whole forward measures faster
 // with it (alternating rounds), or always where it matches (forced).
 static int de_try_tail(dengine *e, int repeat, sc_err *err) {
-    e->tail_gain_ms = NAN;
     if (e->dt != GDT_F16) return 0;
     de_tail_find(e);
     if (!e->tail) return 0;
@@ -734,8 +732,7 @@ static int de_try_tail(dengine *e, int repeat, sc_err *err) {
         e->tail_on = 0;
         SC_TRY(de_graph_ms(e, repeat, &without[k], err));
     }
-    if (keep) e->tail_gain_ms = sc_median(without, DE_CONFIRM_ROUNDS) - sc_median(with, DE_CONFIRM_ROUNDS);
-    e->tail_on = keep && (e->mixed == 2 || e->tail_gain_ms > 0);
+    e->tail_on = keep && (e->mixed == 2 || sc_median(with, DE_CONFIRM_ROUNDS) < sc_median(without, DE_CONFIRM_ROUNDS));
     if (!e->tail_on) detail_free(e->tail), e->tail = NULL;
     return 0;
 }
