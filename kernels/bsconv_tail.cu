@@ -191,7 +191,7 @@ __global__ void __launch_bounds__(BST_WARPS * 32, 1) bst_kernel(bst_args a) {
         else bst_conv<2>(o, bst_smem, sbase, sbase + a.zero);
         __syncthreads();
     }
-    ptx_dep_launch();
+    ptx_dep_launch();  // after the last conv whatever gpu_ctx.pdl's mode: only the store is left
     bst_store(a, bst_smem, (int)blockIdx.x);
 }
 

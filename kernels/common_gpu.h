@@ -58,7 +58,8 @@ typedef struct {
                       // (compute capability 9.0 on: each may start while the kernel before it
                       // ends, and waits for it before it touches activations), letting the
                       // next kernel start 1: after their main loop (the default there), 2:
-                      // from their start; 0: plain launches (the default before 9.0)
+                      // from their start (the tail kernel, bsconv_tail_gpu.h: after its last
+                      // conv in both modes); 0: plain launches (the default before 9.0)
 } gpu_ctx;
 
 // Per-step hyper-parameters, uploaded with each batch (device memory).
