@@ -21,7 +21,7 @@ import sys
 
 from tablelib import dense_engine, fmt, load, num, ratio
 
-ORDER = ["U", "F1", "F2", "F3"] + [f"L{i}" for i in range(1, 10)]
+ORDER = ["N", "W", "U", "F1", "F2", "F3"] + [f"L{i}" for i in range(1, 10)] + [f"S{i}" for i in range(1, 10)]
 
 
 
@@ -87,16 +87,19 @@ def settings(args, tag, prune):
     """Words for a run's setting."""
     if tag == "U":
         return f"uniform {args.uniform}"
+    if tag in ("N", "W"):
+        return f"{'unstructured' if tag == 'N' else (prune or {}).get('pattern', 'pattern')} {args.uniform}, by weights"
     if tag.startswith("F"):
         spec = dict(f.split("=", 1) for f in args.floors if "=" in f).get(tag) or (prune or {}).get("layer_floor")
         return f"floors {spec}"
     k = int(tag[1:]) - 1
     t = args.targets.split() if args.targets else []
+    fixed = f" at sparsity {args.uniform}" if tag.startswith("S") else ""
     if k < len(t):
-        return f"latency target {t[k]}"
+        return f"latency target {t[k]}{fixed}"
     lat = (prune or {}).get("latency") or {}
     aim, dense = lat.get("target_ms"), lat.get("dense_predicted_ms")
-    return f"latency target {dense / aim:.2f}x ({aim:.4f} ms)" if aim and dense else "latency target ?"
+    return f"latency target {dense / aim:.2f}x ({aim:.4f} ms){fixed}" if aim and dense else "latency target ?"
 
 
 def table_lines(table):

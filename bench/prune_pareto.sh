@@ -6,6 +6,11 @@
 #          (0.98 and 0.95), F3 a third (0.93: a floors run a little slower
 #          than F2, so a latency run there has floors at its own speed),
 #   L1-L3  --objective latency at three --latency-target values,
+#   S1-S3  --objective latency at those targets with the overall sparsity fixed
+#          at X (--target-sparsity X: the latency steers where the sparsity goes),
+#   W      the pattern at X, sparsity allocated by the weights (--objective
+#          sparsity --target-sparsity X, no floors), N the same unstructured
+#          (issue 16's reference: the unstructured model of the same budget),
 # each winner exported and deployed on the mixed fp16 plan of the dense engine
 # (deploy --precision fp16 --engine fp16: the measured batch-128 and batch-1
 # times, and the dense fp16 engine of the same process), then one markdown
@@ -23,7 +28,8 @@
 # UNIFORM (0.9) X; TARGETS (per model below); FLOOR1, FLOOR2, FLOOR3 (per model below);
 # PATTERN (unstructured; 16x8 lets the block-sparse kernel run); LAT_BATCH (128);
 # LAT_ALLOC (prune's --latency-allocation default: time; ramp or sparsity for the others);
-# ONLY (all jobs: "T U F1 F2 L1 L2 L3"; F3 runs when named here); GPUS (count, default nvidia-smi's);
+# ONLY (all jobs: "T U F1 F2 L1 L2 L3"; F3, W, N, S1-S9 run when named here); GPUS (count, default nvidia-smi's);
+# NODEPLOY (jobs exported but not deployed, e.g. "N": an unstructured model runs dense at fp16);
 # WORK (/root/pareto-MODEL: models, logs, JSON; a table found there is reused
 # unless REMEASURE=1, a job done there is skipped unless REDO=1: run the same
 # command again to go on); OUT (bench/out: pareto-MODEL.tar.gz and pareto-MODEL.md);
@@ -79,8 +85,12 @@ prune_args() {
     F1) printf '%s\n' --objective sparsity --target-sparsity "$X" --layer-floor "$f1" ;;
     F2) printf '%s\n' --objective sparsity --target-sparsity "$X" --layer-floor "$f2" ;;
     F3) printf '%s\n' --objective sparsity --target-sparsity "$X" --layer-floor "$f3" ;;
+    W) printf '%s\n' --objective sparsity --target-sparsity "$X" ;;
+    N) printf '%s\n' --objective sparsity --target-sparsity "$X" --pattern unstructured ;;
     L[1-9]) printf '%s\n' --objective latency --latency-target "${targets[${1#L} - 1]}" \
                 --latency-table "$work/table_latency.json" ${LAT_ALLOC:+--latency-allocation "$LAT_ALLOC"} ;;
+    S[1-9]) printf '%s\n' --objective latency --latency-target "${targets[${1#S} - 1]}" --target-sparsity "$X" \
+                --latency-table "$work/table_latency.json" ;;
     esac
 }
 
@@ -107,7 +117,7 @@ wait_table() {
 }
 
 # ready_job JOB: a latency run waits for the table here, before it claims a GPU (GQ_READY).
-ready_job() { case $1 in L*) wait_table || true ;; esac; }
+ready_job() { case $1 in [LS][1-9]) wait_table || true ;; esac; }
 GQ_READY=ready_job
 
 # run_job JOB: prune (after the table for latency runs), export, deploy; 1 on any failure.
@@ -116,9 +126,10 @@ run_job() {
     [ "$j" = T ] && { table_job || { touch "$work/table.failed"; return 1; }; return; }
     local a; mapfile -t a < <(prune_args "$j")
     [ ${#a[@]} -gt 0 ] || { echo "unknown job $j"; return 1; }
-    case $j in L*) wait_table || { echo "no latency table"; return 1; } ;; esac
+    case $j in [LS][1-9]) wait_table || { echo "no latency table"; return 1; } ;; esac
     $B/prune "${common[@]}" "${a[@]}" -o "$m" --json "$work/json/prune-$j.json" "$ds" || return 1
     $B/export --quiet "$m" -o "$work/$j.csr.h5" --json "$work/json/export-$j.json" || return 1
+    case " ${NODEPLOY:-} " in *" $j "*) return 0 ;; esac
     # shellcheck disable=SC2086
     $B/deploy --quiet $deploy_args --chart none --json "$work/json/deploy-$j.json" "$work/$j.csr.h5" "$ds"
 }
