@@ -223,10 +223,35 @@ static void *dconv_y(const dconv_gpu *c, void *out) {
     return (char *)out + ob * (c->qo + 2 * ob + 1) * c->es;
 }
 
+// Another forward algorithm for the present descriptors (another batch than
+// the one cudnnFind measured): the first of cuDNN's heuristics, other than
+// the present one, in the layer's math type and workspace; -1 when none.
+static int dconv_fallback_algo(const gpu_ctx *g, const dconv_gpu *c, cudnnConvolutionFwdAlgo_t *algo) {
+    cudnnConvolutionFwdAlgoPerf_t r[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    int nr = 0;
+    if (cudnnGetConvolutionForwardAlgorithm_v7(g->cudnn, c->xd, c->wd, c->cd, c->yd,
+                                               CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &nr, r) != CUDNN_STATUS_SUCCESS)
+        return -1;
+    for (int i = 0; i < nr; i++) {
+        size_t need = 0;
+        if (r[i].status != CUDNN_STATUS_SUCCESS || r[i].algo == c->algo || r[i].mathType != c->math ||
+            cudnnGetConvolutionForwardWorkspaceSize(g->cudnn, c->xd, c->wd, c->cd, c->yd, r[i].algo, &need) !=
+                CUDNN_STATUS_SUCCESS || need > c->ws_bytes)
+            continue;
+        *algo = r[i].algo;
+        return 0;
+    }
+    return -1;
+}
+
 // The cuDNN call (plain or fused with bias and activation). A fused call
 // that cuDNN refuses for the present batch size (it accepts an identity
 // activation only with some algorithms and shapes: seen at batch 1 on a
-// DenseNet layer) turns the layer into a plain conv + epilogue for good.
+// DenseNet layer) turns the layer into a plain conv + epilogue for good. A
+// plain call that cuDNN refuses with the algorithm cudnnFind chose at max_n
+// (CUDNN_STATUS_BAD_PARAM at another batch: seen once in three deploys of one
+// resnet18 export) retries with cuDNN's heuristic choice, which the layer
+// then keeps.
 static int dconv_call(const gpu_ctx *g, dconv_gpu *c, const void *x, void *y, sc_err *err) {
     const float one = 1.0f, zero = 0.0f;
     if (c->mode == DCM_FUSED &&
@@ -235,8 +260,19 @@ static int dconv_call(const gpu_ctx *g, dconv_gpu *c, const void *x, void *y, sc
                                               c->ad, c->yd, y) == CUDNN_STATUS_SUCCESS)
         return 0;
     if (c->mode == DCM_FUSED) c->mode = DCM_INPLACE;
-    cudnnCheck(err, cudnnConvolutionForward(g->cudnn, &one, c->xd, x, c->wd, c->w, c->cd, c->algo,
-                                            c->ws, c->ws_bytes, &zero, c->yd, y));
+    cudnnStatus_t st = cudnnConvolutionForward(g->cudnn, &one, c->xd, x, c->wd, c->w, c->cd, c->algo, c->ws,
+                                               c->ws_bytes, &zero, c->yd, y);
+    cudnnConvolutionFwdAlgo_t alt;
+    if (st != CUDNN_STATUS_SUCCESS && dconv_fallback_algo(g, c, &alt) == 0) {
+        const cudnnStatus_t first = st;
+        st = cudnnConvolutionForward(g->cudnn, &one, c->xd, x, c->wd, c->w, c->cd, alt, c->ws, c->ws_bytes, &zero,
+                                     c->yd, y);
+        if (st == CUDNN_STATUS_SUCCESS) c->algo = alt;
+        else st = first;
+    }
+    if (st != CUDNN_STATUS_SUCCESS)
+        return sc_fail(err, "cudnnConvolutionForward (K %d C %d %dx%d, batch %d, algorithm %d): %s", c->d.K,
+                       c->d.C, c->d.H, c->d.W, c->cur_n, (int)c->algo, cudnnGetErrorString(st));
     return 0;
 }
 
@@ -489,6 +525,9 @@ extern "C" int dconv_gpu_forward(const gpu_ctx *g, dconv_gpu *c, int n, const vo
     if (st != g->stream) cudnnCheck(err, cudnnSetStream(g->cudnn, g->stream));
     return rc;
 }
+
+// Sets the layer's forward algorithm (tests: one cuDNN refuses falls back).
+extern "C" void dconv_gpu_set_algo(dconv_gpu *c, int algo) { c->algo = (cudnnConvolutionFwdAlgo_t)algo; }
 
 // The cuDNN call alone on the scratch tensors.
 extern "C" int dconv_gpu_forward_conv(const gpu_ctx *g, dconv_gpu *c, int n, cudaStream_t st,

@@ -47,6 +47,10 @@ void dconv_gpu_free(dconv_gpu *c);
 
 // --- additions ------------------------------------------------------------------
 
+// Sets the forward algorithm (a cudnnConvolutionFwdAlgo_t) without checking
+// it (tests: an algorithm cuDNN refuses falls back to its heuristic choice).
+void dconv_gpu_set_algo(dconv_gpu *c, int algo);
+
 // The cuDNN convolution alone for n images on internal buffers (timing).
 int dconv_gpu_forward_conv(const gpu_ctx *g, dconv_gpu *c, int n, cudaStream_t st, sc_err *err);
 

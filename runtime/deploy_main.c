@@ -630,6 +630,27 @@ static int rep_has_fp16(const deploy_run *d) {
     return 0;
 }
 
+// Runs the per-layer plan of one precision; when it stops (a library refusal
+// in a weaker baseline must not lose the engines' figures) notes why in the
+// report and on stderr, and the run goes on (main exits non-zero at the end).
+static void plan_or_note(deploy_run *d, deploy_cpu *ref, const float *ref_logits, int nref, deploy_prec_result *pr) {
+    sc_err why = {{0}};
+    if (gpu_prec(d, ref, ref_logits, nref, pr, &why) == 0) return;
+    pr->ran = 0;
+    snprintf(pr->failed, sizeof pr->failed, "%s", why.msg[0] ? why.msg : "unknown error");
+    fprintf(stderr, "%s: the %s per-layer plan stopped (its figures are left out): %s\n", TOOL,
+            pr->prec == DP_FP16 ? "fp16" : "fp32", pr->failed);
+}
+
+// 1 when a per-layer plan stopped (its message in err).
+static int plans_failed(const deploy_run *d, sc_err *err) {
+    for (int i = 0; i < d->r.nprec; i++)
+        if (d->r.pr[i].failed[0])
+            return sc_fail(err, "the %s per-layer plan stopped: %s", d->r.pr[i].prec == DP_FP16 ? "fp16" : "fp32",
+                           d->r.pr[i].failed) != 0;
+    return 0;
+}
+
 // The GPU path: the CPU reference (check images and --reference images),
 // then every precision asked for.
 static int gpu_path(deploy_run *d, sc_err *err) {
@@ -653,8 +674,7 @@ static int gpu_path(deploy_run *d, sc_err *err) {
             rc = engine_run(d, (dengine_prec)k, 0, &d->r.eng[k], ref, ref_logits, nref, err);
     if (!rc && d->r.eng[DE_FP16].ran && rep_has_fp16(d))
         rc = engine_run(d, DE_FP16, 1, &d->r.mixed, ref, ref_logits, nref, err);
-    for (int i = 0; i < d->r.nprec && !rc; i++)
-        rc = gpu_prec(d, ref, ref_logits, nref, &d->r.pr[i], err);
+    for (int i = 0; i < d->r.nprec && !rc; i++) plan_or_note(d, ref, ref_logits, nref, &d->r.pr[i]);
     free(ref_logits);
     deploy_cpu_free(ref);
     return rc;
@@ -764,6 +784,7 @@ int main(int argc, char **argv) {
     if (!rc) report_init(&d);
     if (!rc) rc = d.r.gpu ? gpu_path(&d, &err) : cpu_path(&d, &err);
     if (!rc) rc = reports(&d, &err);
+    if (!rc) rc = plans_failed(&d, &err);
     run_free(&d);
     if (rc) {
         cli_error(TOOL, "%s", err.msg);

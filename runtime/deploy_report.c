@@ -418,6 +418,9 @@ void deploy_report_summary(FILE *f, const deploy_plan *p, const deploy_report *r
     rep_summary_engines(f, p, r);
     for (int i = 0; i < r->nprec; i++)
         if (r->pr[i].ran) rep_summary_prec(f, r, &r->pr[i]);
+        else if (r->pr[i].failed[0])
+            fprintf(f, "%s per-layer plan: failed, its figures are left out: %s\n",
+                    r->pr[i].prec == DP_FP16 ? "fp16" : "fp32", r->pr[i].failed);
     if (r->dense_note) fprintf(f, "baselines: %s\n", r->dense_note);
     rep_summary_result(f, r);
 }
@@ -513,6 +516,14 @@ static void rep_json_result(json_writer *j, const deploy_report *r) {
     json_add_number(j, "engine_batch_ms", o.eng_ms);
     json_add_number(j, "engine_batch1_ms", o.eng_lat_ms);
     rep_json_speedups(j, "speedup", o.eng_ms, o.eng_lat_ms, o.ms, o.lat_ms);
+    json_object_end(j);
+}
+
+// Adds "plan_errors": precision -> why its per-layer plan stopped (only those that did).
+static void rep_json_plan_errors(json_writer *j, const deploy_report *r) {
+    json_object_begin(j, "plan_errors");
+    for (int i = 0; i < r->nprec; i++)
+        if (r->pr[i].failed[0]) json_add_string(j, r->pr[i].prec == DP_FP16 ? "fp16" : "fp32", r->pr[i].failed);
     json_object_end(j);
 }
 
@@ -616,6 +627,7 @@ static void rep_json_engines(json_writer *j, const deploy_plan *p, const deploy_
 // Writes the JSON summary into j.
 void deploy_report_json(json_writer *j, const deploy_plan *p, const deploy_report *r) {
     const deploy_prec_result *pr = r->gpu && r->nprec ? &r->pr[0] : NULL;
+    const int lost = pr && !pr->ran;  // the primary plan stopped: its figures are null
     json_object_begin(j, NULL);
     json_add_string(j, "tool", "deploy");
     json_add_string(j, "dataset", r->dataset);
@@ -627,7 +639,7 @@ void deploy_report_json(json_writer *j, const deploy_plan *p, const deploy_repor
     json_add_int(j, "batch", r->batch);
     json_add_int(j, "repeat", r->repeat);
     json_add_int(j, "test_images", r->test_images);
-    json_add_number(j, "test_accuracy", pr ? pr->test_acc : r->cpu_acc);
+    json_add_number(j, "test_accuracy", lost ? NAN : pr ? pr->test_acc : r->cpu_acc);
     json_add_number(j, "cpu_reference_accuracy", r->cpu_images ? r->cpu_acc : NAN);
     json_add_int(j, "cpu_reference_images", r->cpu_images);
     json_add_number(j, "sparsity", r->sparsity);
@@ -638,10 +650,11 @@ void deploy_report_json(json_writer *j, const deploy_plan *p, const deploy_repor
     for (int c = 0; c < deploy_cand_count(); c++)
         if (r->skip_cands >> c & 1u) json_add_string(j, NULL, deploy_cand_name(c));
     json_array_end(j);
-    json_add_number(j, "images_per_second", deploy_ips(r->batch, pr ? pr->ms : r->cpu_ms));
-    json_add_number(j, "dense_images_per_second", deploy_ips(r->batch, pr ? pr->dense_ms : r->cpu_dense_ms));
-    json_add_number(j, "latency_ms_batch1", pr ? pr->lat_ms : r->cpu_lat_ms);
-    json_add_number(j, "dense_latency_ms_batch1", pr ? pr->dense_lat_ms : r->cpu_dense_lat_ms);
+    json_add_number(j, "images_per_second", lost ? NAN : deploy_ips(r->batch, pr ? pr->ms : r->cpu_ms));
+    json_add_number(j, "dense_images_per_second",
+                    lost ? NAN : deploy_ips(r->batch, pr ? pr->dense_ms : r->cpu_dense_ms));
+    json_add_number(j, "latency_ms_batch1", lost ? NAN : pr ? pr->lat_ms : r->cpu_lat_ms);
+    json_add_number(j, "dense_latency_ms_batch1", lost ? NAN : pr ? pr->dense_lat_ms : r->cpu_dense_lat_ms);
     json_add_string(j, "dense_baseline", r->dense_note);
     json_add_number(j, "seconds", r->seconds);
     json_add_number(j, "load_seconds", r->load_seconds);
@@ -649,11 +662,12 @@ void deploy_report_json(json_writer *j, const deploy_plan *p, const deploy_repor
     const deploy_engine_result *e = pr ? &r->eng[rep_engine_of(pr->prec)] : NULL;
     json_add_string(j, "engine_precision", pr ? dengine_prec_name(rep_engine_of(pr->prec)) : NULL);
     const int eran = e && e->ran;
-    rep_json_speedups(j, "engine_speedup", eran ? e->ms : NAN, eran ? e->lat_ms : NAN, pr ? pr->ms : NAN,
-                      pr ? pr->lat_ms : NAN);
+    rep_json_speedups(j, "engine_speedup", eran ? e->ms : NAN, eran ? e->lat_ms : NAN, pr && !lost ? pr->ms : NAN,
+                      pr && !lost ? pr->lat_ms : NAN);
     rep_json_result(j, r);
     rep_json_engines(j, p, r);
     rep_json_plans(j, r);
+    rep_json_plan_errors(j, r);
     rep_json_layers(j, p, r);
     json_object_end(j);
 }

@@ -24,6 +24,7 @@ typedef struct {
     long agree, compared;        // test images whose top-1 equals the CPU reference's
     double ref_acc;              // percent over the images the CPU reference ran
     double logits_err;           // max |gpu - cpu| / max |cpu| of the logits, check images
+    char failed[512];            // why this plan stopped (empty: it ran); its figures are left out
 } deploy_prec_result;
 
 // What one precision of the channels-last dense engine (runtime/dengine.h) measured.

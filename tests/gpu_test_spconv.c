@@ -15,7 +15,8 @@
 // (37 and 40: the several-images-per-block variants with a partial last
 // block); then the
 // tuned variant, the variant replayed from a captured
-// CUDA graph, and the cuDNN (dconv) and cuSPARSE (spmm) baselines. Outputs
+// CUDA graph, and the cuDNN (dconv) and cuSPARSE (spmm) baselines (and the
+// cuDNN baseline's fallback from an algorithm cuDNN refuses at run time). Outputs
 // are poisoned (all bits set) before each run; border elements must keep the
 // poison. Inputs are rounded to fp16 for the fp16 cases and the reference
 // runs on the rounded values.
@@ -36,6 +37,7 @@
 #include <string.h>
 
 #include <cuda_profiler_api.h>
+#include <cudnn.h>
 
 #include "kernels/dconv_gpu.h"
 #include "kernels/spconv_gpu.h"
@@ -403,6 +405,39 @@ static void baselines(tctx *t, int count) {
     }
     for (int c = 0; c < count && c < NCASES; c++)
         for (int vt = 0; vt < 2; vt++) baseline_case(t, &cases[c].s, cases[c].ns[0], vt, 5000 + c, &g);
+    gpu_ctx_free(&g);
+}
+
+// A cuDNN algorithm refused at run time (FFT on a stride-2 NHWC fp16 layer)
+// falls back to cuDNN's heuristic choice: the forward succeeds, the layer
+// names another algorithm, and the output matches the reference.
+static void test_baseline_fallback(tctx *t) {
+    if (!gpu_here(t)) return;
+    gpu_ctx g;
+    sc_err err = {{0}};
+    if (gpu_ctx_init(&g, &err)) {
+        CHECK(t, 0, "gpu_ctx_init: %s", err.msg);
+        return;
+    }
+    const spc_shape *s = &cases[1].s;  // 3x3 stride 2
+    const int n = cases[1].ns[0];
+    tdata d;
+    tdata_make(&d, s, n, SPC_FP16, 5100, 1);
+    dconv_gpu *c = dconv_gpu_create(&g, &d.L.d, d.L.w, DC_FP16_NHWC, n, &err);
+    CHECK(t, c != NULL, "%s: dconv create: %s", s->name, err.msg);
+    if (c) {
+        char desc[160];
+        dconv_gpu_set_algo(c, CUDNN_CONVOLUTION_FWD_ALGO_FFT);
+        dev_poison(d.dout, spc_out_elems(&d.L, n), d.half, g.stream);
+        const int rc = dconv_gpu_forward(&g, c, n, d.din, d.dout, g.stream, &err);
+        CHECK(t, rc == 0 && !dev_sync(g.stream), "%s: forward with FFT forced: %s", s->name, err.msg);
+        dconv_gpu_describe(c, desc, sizeof desc);
+        CHECK(t, strstr(desc, " algo 4 ") == NULL, "%s: still on FFT (%s)", s->name, desc);
+        if (rc == 0) out_check(t, "fallback from FFT", &d.L, n, d.half, d.dout, d.ref, TOL16);
+        printf("  fallback from FFT: %s\n", desc);
+        dconv_gpu_free(c);
+    }
+    tdata_free(&d);
     gpu_ctx_free(&g);
 }
 
@@ -849,9 +884,11 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "--small") || !strcmp(mode, "--sanitize")) {
         RUN(&t, test_sparse_small);
         if (!strcmp(mode, "--small")) RUN(&t, test_baselines_small);
+        if (!strcmp(mode, "--small")) RUN(&t, test_baseline_fallback);
     } else {
         RUN(&t, test_sparse);
         RUN(&t, test_baselines);
+        RUN(&t, test_baseline_fallback);
     }
     return check_finish(&t);
 }

@@ -404,18 +404,22 @@ static void result_of(report_fixture *fx, char *text, size_t len, double *speedu
     else text[0] = 0;
 }
 
+// Makes the fixture and checks its plan; 0 when it is ready, else -1 (freed).
+static int report_fixture_ready(tctx *t, report_fixture *fx) {
+    sc_err err = {{0}};
+    report_fixture_make(fx, &err);
+    CHECK(t, fx->p != NULL, "plan: %s", err.msg);
+    if (fx->p) return 0;
+    report_fixture_free(fx);
+    return -1;
+}
+
 // The closing result: the fastest plan (the mixed plan here, not the slower
 // sparse plan) against the fastest dense engine (TF32 here, not fp16); when
 // the engine is faster, the line says to run it and the speedup is below 1.
 static void test_report_result(tctx *t) {
-    sc_err err = {{0}};
     report_fixture fx;
-    report_fixture_make(&fx, &err);
-    CHECK(t, fx.p != NULL, "plan: %s", err.msg);
-    if (!fx.p) {
-        report_fixture_free(&fx);
-        return;
-    }
+    if (report_fixture_ready(t, &fx)) return;
     fx.r.eng[DE_FP16] = (deploy_engine_result){.ran = 1, .ms = 2.0, .lat_ms = 1.5};
     fx.r.eng[DE_TF32] = (deploy_engine_result){.ran = 1, .ms = 1.6, .lat_ms = 1.2};
     fx.r.mixed = (deploy_engine_result){.ran = 1, .ms = 1.0, .lat_ms = 1.0, .test_acc = 70.0};
@@ -433,6 +437,39 @@ static void test_report_result(tctx *t) {
     CHECK(t, strstr(text, "result: the dense tf32 engine is the fastest (batch 8 1.600 ms); the fastest sparse "
                           "plan, the mixed fp16 plan, runs 0.64x") && fabs(x - 0.64) < 1e-9,
           "slower: speedup %g, %.300s", x, text);
+    report_fixture_free(&fx);
+}
+
+// A per-layer plan that stopped (a library refusal in the weaker baseline):
+// the summary says so and keeps the engines' result line; the JSON names the
+// error under "plan_errors" and leaves the stopped plan's figures null.
+static void test_report_plan_stopped(tctx *t) {
+    report_fixture fx;
+    if (report_fixture_ready(t, &fx)) return;
+    fx.r.eng[DE_FP16] = (deploy_engine_result){.ran = 1, .ms = 2.0, .lat_ms = 1.5};
+    fx.r.mixed = (deploy_engine_result){.ran = 1, .ms = 1.0, .lat_ms = 1.0, .test_acc = 70.0};
+    fx.r.nprec = 1;
+    fx.r.pr[0] = (deploy_prec_result){.prec = DP_FP16, .ran = 0, .ms = 3.0, .test_acc = 70.0};
+    snprintf(fx.r.pr[0].failed, sizeof fx.r.pr[0].failed, "cudnnConvolutionForward: CUDNN_STATUS_BAD_PARAM");
+    char text[16384];
+    double x;
+    result_of(&fx, text, sizeof text, &x);
+    CHECK(t, strstr(text, "result: the mixed fp16 plan is the fastest") && fabs(x - 2.0) < 1e-9,
+          "result: speedup %g, %.300s", x, text);
+    FILE *f = fopen(fx.path, "w");
+    if (f) deploy_report_summary(f, fx.p, &fx.r), fclose(f);
+    read_text(fx.path, text, sizeof text);
+    CHECK(t, strstr(text, "fp16 per-layer plan: failed, its figures are left out: cudnnConvolutionForward: "
+                          "CUDNN_STATUS_BAD_PARAM"), "summary: %.400s", text);
+    json_writer j;
+    json_init(&j);
+    deploy_report_json(&j, fx.p, &fx.r);
+    const char *js = json_text(&j);
+    const char *pe = js ? strstr(js, "\"plan_errors\": {") : NULL, *pl = js ? strstr(js, "\"plans\": [") : NULL;
+    CHECK(t, pe && strstr(pe, "\"fp16\": \"cudnnConvolutionForward: CUDNN_STATUS_BAD_PARAM\"") &&
+             strstr(js, "\"test_accuracy\": null") && pl && !strstr(pl, "\"precision\""),
+          "json: %.600s", pl ? pl : js ? js : j.why);
+    json_free(&j);
     report_fixture_free(&fx);
 }
 
@@ -492,6 +529,7 @@ int main(void) {
     RUN(&t, test_report);
     RUN(&t, test_report_tflops);
     RUN(&t, test_report_result);
+    RUN(&t, test_report_plan_stopped);
     RUN(&t, test_chart_write_error);
     RUN(&t, test_count_correct);
     return check_finish(&t);
