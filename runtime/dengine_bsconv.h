@@ -10,10 +10,15 @@
 
 #ifdef SC_HAVE_CUDA
 
+#include "kernels/bsconv.h"
 #include "kernels/common_gpu.h"
 #include "runtime/deploy_plan.h"
 
 typedef struct debs debs;
+
+// Layer sl's blocks as the kernels' BSR (kernels/bsconv.h): w points into sl,
+// with its indptr narrowed to 32 bits in *ip (the caller frees it). 0 or -1.
+int debs_bsr(const sparse_layer *sl, bsconv_bsr *w, int32_t **ip, sc_err *err);
 
 // Uploads conv op i of p for batches of n in storage type dt, reading an
 // input of cx stored channels, with a residual (residual != 0) and ReLU;

@@ -33,16 +33,23 @@ static bsconv_shape debs_shape(const deploy_op *op, int n, int residual, int rel
     return s;
 }
 
-// Packs and uploads layer sl's blocks (indptr narrowed to 32 bits).
-static int debs_upload(const gpu_ctx *g, debs *b, const bsconv_shape *s, const sparse_layer *sl,
-                       const float *bias, gpu_dtype dt, sc_err *err) {
+// The layer's blocks as the kernels' BSR, indptr narrowed to 32 bits.
+int debs_bsr(const sparse_layer *sl, bsconv_bsr *w, int32_t **ip, sc_err *err) {
     const sparse_bsr *x = &sl->bsr;
     const int rows = sl->K / x->kb;
     if (x->nblocks > INT32_MAX) return sc_fail(err, "%ld blocks", x->nblocks);
-    int32_t *ip = malloc(((size_t)rows + 1) * sizeof *ip);
-    if (!ip) return sc_fail(err, "out of memory");
-    for (int r = 0; r <= rows; r++) ip[r] = (int32_t)x->indptr[r];
-    const bsconv_bsr w = {.kb = x->kb, .cb = x->cb, .indptr = ip, .indices = x->indices, .data = x->values};
+    if (!(*ip = malloc(((size_t)rows + 1) * sizeof **ip))) return sc_fail(err, "out of memory");
+    for (int r = 0; r <= rows; r++) (*ip)[r] = (int32_t)x->indptr[r];
+    *w = (bsconv_bsr){.kb = x->kb, .cb = x->cb, .indptr = *ip, .indices = x->indices, .data = x->values};
+    return 0;
+}
+
+// Packs and uploads layer sl's blocks.
+static int debs_upload(const gpu_ctx *g, debs *b, const bsconv_shape *s, const sparse_layer *sl,
+                       const float *bias, gpu_dtype dt, sc_err *err) {
+    bsconv_bsr w;
+    int32_t *ip = NULL;
+    SC_TRY(debs_bsr(sl, &w, &ip, err));
     b->k = bsconv_gpu_create(g, s, &w, bias, dt, err);
     free(ip);
     return b->k ? 0 : -1;

@@ -66,7 +66,7 @@ struct dengine {
     void *ws;             // workspace of the tuned plans, one region per conv
     size_t ws_bytes;
     detail *tail;         // mixed plans: ops [tail_lo, tail_hi) as one tail-kernel launch, when kept
-    int tail_lo, tail_hi, tail_in, tail_out;
+    int tail_lo, tail_hi;
     int tail_on, tail_parked;  // whether the forward runs the tail (de_park saves it)
     cudaGraphExec_t graph;
 };
@@ -549,7 +549,9 @@ static int de_enqueue(dengine *e, void *ws, size_t ws_max, int repeat, sc_err *e
                               nt->in_mean, nt->in_std, e->t[p->input], err));
     for (int i = 0; i < p->nops; i++) {
         if (e->tail_on && i == e->tail_lo) {
-            SC_TRY(detail_run(&e->g, e->tail, e->n, e->t[e->tail_in], e->t[e->tail_out], err));
+            int in, out;
+            detail_io(e->tail, &in, &out);
+            SC_TRY(detail_run(&e->g, e->tail, e->n, e->t[in], e->t[out], err));
             i = e->tail_hi - 1;
             continue;
         }
@@ -710,7 +712,6 @@ static void de_tail_find(dengine *e) {
         v[i].c = (detail_conv){i, e->p->ops[i].in, o->res, o->out, o->relu};
     }
     e->tail = detail_find(&e->g, e->p, v, &e->tail_lo, &e->tail_hi);
-    if (e->tail) detail_io(e->tail, &e->tail_in, &e->tail_out);
     free(v);
 }
 
@@ -723,8 +724,10 @@ static int de_try_tail(dengine *e, int repeat, sc_err *err) {
     de_tail_find(e);
     if (!e->tail) return 0;
     double rel = INFINITY, with[DE_CONFIRM_ROUNDS], without[DE_CONFIRM_ROUNDS];
-    SC_TRY(detail_run(&e->g, e->tail, e->n, e->t[e->tail_in], e->check, err));
-    SC_TRY(de_half_relerr(e, e->check, e->t[e->tail_out], de_elems(e, e->tail_out), &rel, err));
+    int in, out;
+    detail_io(e->tail, &in, &out);
+    SC_TRY(detail_run(&e->g, e->tail, e->n, e->t[in], e->check, err));
+    SC_TRY(de_half_relerr(e, e->check, e->t[out], de_elems(e, out), &rel, err));
     int keep = rel <= 3e-2;
     for (int k = 0; keep && k < DE_CONFIRM_ROUNDS; k++) {
         e->tail_on = 1;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "kernels/bsconv_tail_gpu.h"
+#include "runtime/dengine_bsconv.h"
 #include "runtime/dengine_tail.h"
 
 struct detail {
@@ -30,11 +31,9 @@ static int dt_weights(const gpu_ctx *g, const deploy_plan *p, const detail_conv 
     const sparse_bsr *x = &sl->bsr;
     if (sl->is_linear || x->kb != 16 || x->cb != 8 || op->desc.pool_k > 1)
         return sc_fail(err, "%s: not a 16x8 block-sparse conv without a pool", op->name);
-    const int rows = sl->K / x->kb;
-    int32_t *ip = malloc(((size_t)rows + 1) * sizeof *ip);
-    if (!ip) return sc_fail(err, "out of memory");
-    for (int r = 0; r <= rows; r++) ip[r] = (int32_t)x->indptr[r];
-    const bsconv_bsr w = {.kb = x->kb, .cb = x->cb, .indptr = ip, .indices = x->indices, .data = x->values};
+    bsconv_bsr w;
+    int32_t *ip = NULL;
+    SC_TRY(debs_bsr(sl, &w, &ip, err));
     const bsconv_shape s = dt_shape(op, c->relu);
     bsconv_hpack h;
     int rc = bsconv_check(&s, &w, err) || bsconv_hpack_build(&s, &w, &h, err);
@@ -111,6 +110,7 @@ static int dt_reads_ok(const detail_conv *cv, int k) {
     return in && res;
 }
 
+// Builds the chain: weights, shared-memory regions, and the kernel's checks.
 detail *detail_create(const gpu_ctx *g, const deploy_plan *p, const detail_conv *cv, int n, sc_err *err) {
     if (n < 2 || n > BST_MAX_OPS) {
         sc_fail(err, "a tail of %d convs (2 to %d)", n, BST_MAX_OPS);
@@ -172,6 +172,7 @@ static int dt_convs(const deploy_plan *p, const detail_op *ops, int lo, int hi, 
     return n >= 2 ? n : -1;
 }
 
+// Finds the first run of chainable ops that the kernel takes, from its earliest conv.
 detail *detail_find(const gpu_ctx *g, const deploy_plan *p, const detail_op *ops, int *lo, int *hi) {
     for (int a = 0; a < p->nops; a++) {
         if (!dt_op(p, ops, a)) continue;
@@ -192,17 +193,21 @@ detail *detail_find(const gpu_ctx *g, const deploy_plan *p, const detail_op *ops
     return NULL;
 }
 
+// The chain's input and output tensors.
 void detail_io(const detail *t, int *in, int *out) { *in = t->in, *out = t->out; }
 
+// Queues the chain's launch.
 int detail_run(const gpu_ctx *g, const detail *t, int nimg, const void *x, void *y, sc_err *err) {
     return bst_gpu_run(g, t->ops, t->n, nimg, x, y, err);
 }
 
+// Names conv k of the chain.
 void detail_describe(const detail *t, int k, char *buf, size_t len) {
     snprintf(buf, len, "bsconv tail %d/%d (16x8, one CTA per image, %lld KB of shared memory)", k + 1, t->n,
              (t->smem + 1023) / 1024);
 }
 
+// Frees the chain's device arrays.
 void detail_free(detail *t) {
     if (!t) return;
     for (int k = 0; k < t->n; k++) bst_gpu_free(&t->w[k]), cudaFree(t->bias[k]);

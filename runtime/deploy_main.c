@@ -436,7 +436,7 @@ static int gpu_logits_check(deploy_run *d, deploy_gpu *g, const float *ref_logit
 // then tune and time at batch 1; the all-dense network timed alongside.
 static int gpu_prec(deploy_run *d, deploy_cpu *ref, const float *ref_logits, int nref,
                     deploy_prec_result *pr, sc_err *err) {
-    log_line(stderr, d->o.c.quiet, "%s: %s plan", TOOL, pr->prec == DP_FP16 ? "fp16" : "fp32");
+    log_line(stderr, d->o.c.quiet, "%s: %s plan", TOOL, deploy_prec_name(pr->prec));
     act_finish(d);  // the CPU reference has run: the filter of the activation-sparse candidates
     const deploy_gpu_skip skip = {.cands = d->skip_mask, .act_sparsity = d->r.act_sparsity,
                                   .act_min = d->o.act_min};
@@ -639,14 +639,14 @@ static void plan_or_note(deploy_run *d, deploy_cpu *ref, const float *ref_logits
     pr->ran = 0;
     snprintf(pr->failed, sizeof pr->failed, "%s", why.msg[0] ? why.msg : "unknown error");
     fprintf(stderr, "%s: the %s per-layer plan stopped (its figures are left out): %s\n", TOOL,
-            pr->prec == DP_FP16 ? "fp16" : "fp32", pr->failed);
+            deploy_prec_name(pr->prec), pr->failed);
 }
 
 // 1 when a per-layer plan stopped (its message in err).
 static int plans_failed(const deploy_run *d, sc_err *err) {
     for (int i = 0; i < d->r.nprec; i++)
         if (d->r.pr[i].failed[0])
-            return sc_fail(err, "the %s per-layer plan stopped: %s", d->r.pr[i].prec == DP_FP16 ? "fp16" : "fp32",
+            return sc_fail(err, "the %s per-layer plan stopped: %s", deploy_prec_name(d->r.pr[i].prec),
                            d->r.pr[i].failed) != 0;
     return 0;
 }

@@ -254,7 +254,7 @@ static dengine_prec rep_engine_of(deploy_prec p) { return p == DP_FP16 ? DE_FP16
 // Prints one precision's end-to-end lines: against the dense engine first,
 // then against the old per-layer cuDNN plan (labelled as the weaker baseline).
 static void rep_summary_prec(FILE *f, const deploy_report *r, const deploy_prec_result *pr) {
-    const char *pn = pr->prec == DP_FP16 ? "fp16" : "fp32";
+    const char *pn = deploy_prec_name(pr->prec);
     const deploy_engine_result *e = &r->eng[rep_engine_of(pr->prec)];
     const char *en = dengine_prec_name(rep_engine_of(pr->prec));
     fprintf(f, "%s sparse plan: test accuracy %.2f%%", pn, pr->test_acc);
@@ -281,6 +281,9 @@ static void rep_summary_prec(FILE *f, const deploy_report *r, const deploy_prec_
 static double rep_tflops(const deploy_plan *p, const deploy_op *op, int sparse, int n, double ms) {
     return 2.0 * deploy_op_macs(p, op, sparse) * n / (ms * 1e9);
 }
+
+// A plan precision's name.
+const char *deploy_prec_name(deploy_prec p) { return p == DP_FP16 ? "fp16" : "fp32"; }
 
 // What the mixed plan runs op i on, in words ("" when nothing to say): the
 // tail (path 3) runs the op inside one launch with its chain, not on the
@@ -374,7 +377,7 @@ static rep_result rep_result_pick(const deploy_report *r) {
     for (int i = 0; i < r->nprec; i++)
         if (r->pr[i].ran)
             rep_result_offer(&o, r->pr[i].prec == DP_FP16 ? "the fp16 sparse plan" : "the fp32 sparse plan",
-                             r->pr[i].prec == DP_FP16 ? "fp16" : "fp32", r->pr[i].ms, r->pr[i].lat_ms,
+                             deploy_prec_name(r->pr[i].prec), r->pr[i].ms, r->pr[i].lat_ms,
                              r->pr[i].test_acc);
     for (int k = 0; k < DE_NPREC; k++)
         if (r->eng[k].ran && r->eng[k].ms > 0.0 && (o.eng < 0 || r->eng[k].ms < o.eng_ms))
@@ -420,7 +423,7 @@ void deploy_report_summary(FILE *f, const deploy_plan *p, const deploy_report *r
         if (r->pr[i].ran) rep_summary_prec(f, r, &r->pr[i]);
         else if (r->pr[i].failed[0])
             fprintf(f, "%s per-layer plan: failed, its figures are left out: %s\n",
-                    r->pr[i].prec == DP_FP16 ? "fp16" : "fp32", r->pr[i].failed);
+                    deploy_prec_name(r->pr[i].prec), r->pr[i].failed);
     if (r->dense_note) fprintf(f, "baselines: %s\n", r->dense_note);
     rep_summary_result(f, r);
 }
@@ -523,7 +526,7 @@ static void rep_json_result(json_writer *j, const deploy_report *r) {
 static void rep_json_plan_errors(json_writer *j, const deploy_report *r) {
     json_object_begin(j, "plan_errors");
     for (int i = 0; i < r->nprec; i++)
-        if (r->pr[i].failed[0]) json_add_string(j, r->pr[i].prec == DP_FP16 ? "fp16" : "fp32", r->pr[i].failed);
+        if (r->pr[i].failed[0]) json_add_string(j, deploy_prec_name(r->pr[i].prec), r->pr[i].failed);
     json_object_end(j);
 }
 
@@ -534,7 +537,7 @@ static void rep_json_plans(json_writer *j, const deploy_report *r) {
         const deploy_prec_result *pr = &r->pr[i];
         if (!pr->ran) continue;
         json_object_begin(j, NULL);
-        json_add_string(j, "precision", pr->prec == DP_FP16 ? "fp16" : "fp32");
+        json_add_string(j, "precision", deploy_prec_name(pr->prec));
         json_add_number(j, "test_accuracy", pr->test_acc);
         json_add_number(j, "images_per_second", deploy_ips(r->batch, pr->ms));
         json_add_number(j, "dense_images_per_second", deploy_ips(r->batch, pr->dense_ms));
@@ -635,7 +638,7 @@ void deploy_report_json(json_writer *j, const deploy_plan *p, const deploy_repor
     json_add_string(j, "input", r->input);
     json_add_null(j, "output");
     json_add_string(j, "device", r->device);
-    json_add_string(j, "precision", pr ? (pr->prec == DP_FP16 ? "fp16" : "fp32") : "fp32");
+    json_add_string(j, "precision", pr ? deploy_prec_name(pr->prec) : "fp32");
     json_add_int(j, "batch", r->batch);
     json_add_int(j, "repeat", r->repeat);
     json_add_int(j, "test_images", r->test_images);
@@ -707,7 +710,7 @@ static void rep_chart_layer(FILE *f, const deploy_report *r, const deploy_op *op
         double y = rep_chart_y(s, lo, hi);
         fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"11\" height=\"%.1f\" fill=\"%s\"><title>%s "
                    "%s %.2fx</title></rect>\n", x0 + pr * 12, y < y1 ? y : y1, fabs(y1 - y),
-                colour[pr], op->name, pr ? "fp16" : "fp32", s);
+                colour[pr], op->name, deploy_prec_name((deploy_prec)pr), s);
     }
     fprintf(f, "<text font-size=\"10\" transform=\"translate(%.1f 372) rotate(60)\">%s</text>\n",
             x0 + 6, op->name);

@@ -27,6 +27,9 @@ typedef struct {
     char failed[512];            // why this plan stopped (empty: it ran); its figures are left out
 } deploy_prec_result;
 
+// "fp16" or "fp32".
+const char *deploy_prec_name(deploy_prec p);
+
 // What one precision of the channels-last dense engine (runtime/dengine.h) measured.
 typedef struct {
     int ran;                     // 1 when the engine was built and measured
