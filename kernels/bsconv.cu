@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/bsconv_direct_gpu.h"
 #include "kernels/bsconv_gpu.h"
 #include "kernels/bsconv_halo_gpu.h"
 #include "kernels/device_gpu.h"
@@ -13,6 +14,9 @@
 #include "kernels/ptx_gpu.h"
 
 using namespace nvcuda;
+
+static_assert(BSCONV_DIRECT_FIRST == BSCONV_GATHER_VARIANTS + BSH_VARIANTS, "halo variants follow the gather ones");
+static_assert(BSCONV_GPU_VARIANTS == BSCONV_DIRECT_FIRST + BSD_VARIANTS, "direct variants follow the halo ones");
 
 #define BSK_WARPS 4                 // warps per CTA
 #define BSK_THREADS (BSK_WARPS * 32)
@@ -27,10 +31,13 @@ struct bsconv_gpu {
     int np, ngroups, ncols, vec, vec_out;  // from the packed layout; vec_out: every group
                                            // starts at a multiple of 8 channels and K % 8 == 0
     int variant;                           // < BSCONV_GATHER_VARIANTS: bsk_variant_of (pixel
-                                           // tile, pipelining); else halo variant - that
+                                           // tile, pipelining); then halo variant - that;
+                                           // from BSCONV_DIRECT_FIRST direct variant - that
     int halo;                              // 1: the halo kernel applies (h uploaded)
     char no_halo[120];                     // else why not
     bsh_gpu h;                             // the halo kernel's weights
+    uint32_t *dcodes;                      // device: the direct kernel's unit codes (NULL: it does not apply)
+    char no_direct[120];                   // why not
     bsconv_group *grp;                     // device (ngroups)
     uint32_t *cols;                        // device (ncols)
     void *vals;                            // device (ncols * np) of dt, fragment order
@@ -331,7 +338,10 @@ extern "C" int bsconv_gpu_run(const gpu_ctx *g, const bsconv_gpu *b, const void 
     if (z && b->win > 1) return sc_fail(err, "block-sparse conv: no residual with a pool");
     a.H = s->H, a.W = s->W, a.C = s->C, a.K = s->K, a.Po = b->Po, a.Qo = b->Qo, a.win = b->win;
     a.stride = s->stride, a.pad = s->pad, a.relu = s->relu;
-    if (b->variant >= BSCONV_GATHER_VARIANTS && bsk_al16(x) && bsk_al4(y) && bsk_al4(z))
+    if (b->variant >= BSCONV_DIRECT_FIRST && bsk_al4(x) && bsk_al4(y) && bsk_al4(z))
+        return bsd_gpu_run(g, s, &b->h, b->dcodes, b->dt, b->variant - BSCONV_DIRECT_FIRST, b->bias, x, z, y, err);
+    if (b->variant >= BSCONV_GATHER_VARIANTS && b->variant < BSCONV_DIRECT_FIRST && bsk_al16(x) && bsk_al4(y) &&
+        bsk_al4(z))
         return bsh_gpu_run(g, s, &b->h, b->dt, b->variant - BSCONV_GATHER_VARIANTS, b->bias, x, z, y, err);
     a.npq = s->n * b->Po * b->Qo * b->win * b->win;
     a.vec = b->vec && bsk_al16(x);
@@ -347,6 +357,12 @@ extern "C" int bsconv_gpu_run(const gpu_ctx *g, const bsconv_gpu *b, const void 
 extern "C" int bsconv_gpu_set_variant(const gpu_ctx *g, bsconv_gpu *b, int v, sc_err *err) {
     if (v < 0 || v >= BSCONV_GPU_VARIANTS)
         return sc_fail(err, "block-sparse conv: variant %d (0 to %d)", v, BSCONV_GPU_VARIANTS - 1);
+    if (v >= BSCONV_DIRECT_FIRST) {
+        if (!b->dcodes) return sc_fail(err, "block-sparse conv: no direct kernel: %s", b->no_direct);
+        SC_TRY(bsd_gpu_prepare(&b->s, &b->h, b->dt, v - BSCONV_DIRECT_FIRST, err));
+        b->variant = v;
+        return 0;
+    }
     if (v >= BSCONV_GATHER_VARIANTS) {
         if (!b->halo) return sc_fail(err, "block-sparse conv: no halo kernel: %s", b->no_halo);
         SC_TRY(bsh_gpu_prepare(g, &b->s, &b->h, b->dt, v - BSCONV_GATHER_VARIANTS, err));
@@ -378,7 +394,7 @@ extern "C" int bsconv_gpu_variant_usable(const gpu_ctx *g, const bsconv_gpu *b, 
 // The first halo variant that runs the layer, else the larger gather tile
 // when it still gives every SM two CTAs, else the smaller one.
 static int bsk_pick_variant(const gpu_ctx *g, const bsconv_gpu *b) {
-    for (int v = BSCONV_GATHER_VARIANTS; b->halo && v < BSCONV_GPU_VARIANTS; v++)
+    for (int v = BSCONV_GATHER_VARIANTS; b->halo && v < BSCONV_DIRECT_FIRST; v++)
         if (bsconv_gpu_variant_usable(g, b, v, NULL, 0)) return v;
     const long long npq = (long long)b->s.n * b->Po * b->Qo * b->win * b->win;
     const long long rows = 2LL * BSK_WARPS * BSK_FM;
@@ -431,14 +447,18 @@ static void bsk_fill(bsconv_gpu *b, const bsconv_shape *s, const bsconv_bsr *w,
     for (int i = 0; i < p->ngroups; i++) b->vec_out &= p->grp[i].k0 % 8 == 0;
 }
 
-// Builds and uploads the halo kernel's weights when that kernel applies.
+// Builds and uploads the halo kernel's weights when that kernel applies, and
+// the direct kernel's codes when it does too.
 static int bsk_halo_create(const gpu_ctx *g, bsconv_gpu *b, const bsconv_shape *s, const bsconv_bsr *w,
                            sc_err *err) {
+    snprintf(b->no_direct, sizeof b->no_direct, "the halo kernel does not apply");
     if (!bsconv_halo_applies(s, w, b->no_halo, sizeof b->no_halo)) return 0;
     bsconv_hpack h;
     SC_TRY(bsconv_hpack_build(s, w, &h, err));
     int rc = bsh_gpu_upload(g, &h, b->dt, &b->h, err);
     if (!rc) rc = bsh_gpu_split_alloc(g, s, &b->h, err);
+    if (!rc && bsconv_direct_applies(s, w, b->no_direct, sizeof b->no_direct))
+        rc = bsd_gpu_upload(g, &h, &b->dcodes, err);
     bsconv_hpack_free(&h);
     b->halo = rc == 0;
     return rc;
@@ -485,6 +505,15 @@ extern "C" double bsconv_gpu_macs(const bsconv_gpu *b) {
 
 // One line describing the layer.
 extern "C" void bsconv_gpu_describe(const bsconv_gpu *b, char *buf, size_t len) {
+    if (b->variant >= BSCONV_DIRECT_FIRST) {
+        const int v = b->variant - BSCONV_DIRECT_FIRST;
+        const int ks = bsd_unit_share(v);
+        snprintf(buf, len, "block %dx%d, %d blocks, direct kernel: %d groups of %d channels, %d units, %s, "
+                 "%d pixels x 1 group per CTA (%d warps%s)", b->kb, b->cb, b->nblocks, b->h.ngroups, b->h.np,
+                 b->h.nunits, b->dt == GDT_BF16 ? "bf16" : "fp16", BSD_WARPS / ks * bsd_rows_per_warp(v), BSD_WARPS,
+                 ks > 1 ? " sharing the units" : "");
+        return;
+    }
     if (b->variant >= BSCONV_GATHER_VARIANTS) {
         const int hv = b->variant - BSCONV_GATHER_VARIANTS, split = bsh_gpu_nsplit(&b->s, &b->h, hv);
         const bsh_variant r = bsh_variant_get(hv);
@@ -516,5 +545,6 @@ extern "C" void bsconv_gpu_free(bsconv_gpu *b) {
     cudaFree(b->vals);
     cudaFree(b->bias);
     bsh_gpu_free(&b->h);
+    cudaFree(b->dcodes);
     free(b);
 }

@@ -5,12 +5,17 @@
 // al., "Efficient tensor core-based GPU kernels for structured sparsity
 // under reduced precision", SC'21).
 //
-// Two kernels, chosen per layer by variant (a tuner measures them):
+// Three kernels, chosen per layer by variant (a tuner measures them):
 //
 // The halo kernel (variants 4-17, kernels/bsconv_halo.h) for layers whose
 // blocks are 8-channel aligned: a CTA (one per tile) stages its tile's input
 // window in shared memory once per 64-channel chunk and its warps multiply
 // their groups' 8-channel units straight from it (ldmatrix + mma.sync).
+//
+// The direct kernel (variants 18-20, kernels/bsconv_direct.h) for the same
+// layers as the halo kernel, meant for small planes: each lane loads its MMA
+// operands straight from x and the weights, several unit pairs ahead, with no
+// shared-memory window and no barrier.
 //
 // The gather kernel (variants 0-3), for every layer: an implicit GEMM over
 // the non-zero columns only: bsconv_gpu_create packs
@@ -59,10 +64,13 @@ bsconv_gpu *bsconv_gpu_create(const gpu_ctx *g, const bsconv_shape *s, const bsc
 // window resident, or (12-14, where the grid is small) the input chunks split
 // over several CTAs per tile, or (15-17) the outputs staged in shared memory and
 // stored as whole rows (bsh_variant_get); create picks the first halo variant that
-// runs the layer. run falls back to the gather kernel (same tile) when x is
-// not 16-byte or y, z not 4-byte aligned.
+// runs the layer. Variants 18 to 20 run the direct kernel with 64 pixels of
+// one group per CTA, or 16 or 32 pixels whose units the CTA's four warps
+// share (bsconv_direct_gpu.h). run falls back to the gather kernel (same tile)
+// when x (halo: 16-byte; direct: 4-byte), y or z is not 4-byte aligned.
 #define BSCONV_GATHER_VARIANTS 4
-#define BSCONV_GPU_VARIANTS 18
+#define BSCONV_DIRECT_FIRST 18
+#define BSCONV_GPU_VARIANTS 21
 int bsconv_gpu_set_variant(const gpu_ctx *g, bsconv_gpu *b, int v, sc_err *err);
 int bsconv_gpu_variant(const bsconv_gpu *b);
 

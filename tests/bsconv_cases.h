@@ -199,7 +199,7 @@ static inline double bsc_worst(const float *got, const double *want, const doubl
 // K and C multiples of the block but not of 64, C = 3 and 12 (scalar
 // gathers), kb < 8 (merged rows) and kb > 64 (sliced rows), batch 1, 2x2 and
 // 4x4 pools; each at the sparsities below with the epilogue varied.
-#define BSC_GPU_SHAPES 12
+#define BSC_GPU_SHAPES 13
 #define BSC_GPU_SPARSITIES 5
 
 // Case (shape si, sparsity index pi) of the GPU test.
@@ -218,6 +218,7 @@ static inline bsc_case bsc_gpu_case(int si, int pi) {
         {3, 40, 9, 9, 24, 3, 3, 2, 1, 8, 8, 0.0, 0, 0, 0, 0, 0},
         {2, 32, 9, 11, 32, 3, 3, 1, 1, 16, 8, 0.0, 0, 0, 0, 0, 2},   // 2x2 max pool, odd plane
         {1, 16, 9, 9, 24, 1, 1, 1, 0, 8, 1, 0.0, 0, 0, 0, 0, 4},     // 4x4 max pool
+        {5, 128, 2, 3, 32, 3, 3, 1, 1, 16, 8, 0.0, 0, 0, 0, 0, 2},   // a small plane (vgg16's last), 2x2 pool
     };
     static const double SPARSITY[BSC_GPU_SPARSITIES] = {0.0, 0.5, 0.95, 0.99, 1.0};
     bsc_case c = SHAPES[si];

@@ -280,7 +280,7 @@ static void run_all(tctx *t, env *e, int only) {
 // run refuses a residual with a pool.
 static void reject_pool_residual(tctx *t, env *e) {
     bsc_layer L;
-    bsc_case c = bsc_gpu_case(BSC_GPU_SHAPES - 2, 1);
+    bsc_case c = bsc_gpu_case(10, 1);  // the 2x2 pool
     bsc_make(&c, 80, &L);
     void *buf = dnew(e, L.nx * 2 + L.ny * 2);
     bsconv_gpu *b = buf ? bsconv_gpu_create(&e->g, &L.s, &L.w, L.bias, GDT_F16, &e->err) : NULL;
@@ -538,6 +538,7 @@ static void time_all(tctx *t, env *e, const char *only, double only_sp, int only
         {"vgg-64x32+pool", 64, 32, 64, 3, 1, 1, 2, 0}, {"vgg-256x8+pool", 256, 8, 256, 3, 1, 1, 2, 0},
         {"r18-64x32+res", 64, 32, 64, 3, 1, 1, 0, 1}, {"r18-128x16+res", 128, 16, 128, 3, 1, 1, 0, 1},
         {"r18-512x4+res", 512, 4, 512, 3, 1, 1, 0, 1}, {"vgg-512x2", 512, 2, 512, 3, 1, 1, 0, 0},
+        {"vgg-512x2+pool", 512, 2, 512, 3, 1, 1, 2, 0}, {"vgg-512x4+pool", 512, 4, 512, 3, 1, 1, 2, 0},
     };
     const double sps[2] = {0.90, 0.95};
     printf("device: %s (%d SMs)\n", e->g.dev.name, e->g.dev.sms);

@@ -4,8 +4,8 @@
 // blocks 8x1, 16x1, 16x8, 32x8, narrow (2x1, 3x3, 4x4, 1x1) and wide (72x8,
 // 128x8) ones, C not a multiple of 8, empty block rows, block sparsity
 // 0% to 100%, bias / residual / ReLU on and off, 2x2 and 4x4 max pools. The packed layout of the
-// CUDA kernel (bsconv_pack) is walked in plain C on the same cases, its
-// invariants are checked, bad layers are rejected, and the comparison is
+// CUDA kernel (bsconv_pack) and the loops of the halo and direct kernels are
+// walked in plain C on the same cases, the packed invariants are checked, bad layers are rejected, and the comparison is
 // shown to catch a planted error.
 //
 // Tolerance: fp32 accumulation against double, |err| <= 1e-5 * sum |terms|.
@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "kernels/bsconv.h"
+#include "kernels/bsconv_direct.h"
 #include "kernels/bsconv_halo.h"
 #include "tests/bsconv_cases.h"
 #include "tests/check.h"
@@ -52,8 +53,19 @@ static const bsc_case CASES[] = {
 
 // Which walk a comparison runs: the reference, the gather kernel's packed
 // layout, the halo kernel's loops with 32-, 64- or 128-pixel tiles, then
-// 32-pixel tiles with the chunks split in two and in one slice per chunk.
-enum { WALK_REF, WALK_PACKED, WALK_HALO32, WALK_HALO64, WALK_HALO128, WALK_SPLIT2, WALK_SPLITALL };
+// 32-pixel tiles with the chunks split in two and in one slice per chunk,
+// and the direct kernel's loops.
+enum { WALK_REF, WALK_PACKED, WALK_HALO32, WALK_HALO64, WALK_HALO128, WALK_SPLIT2, WALK_SPLITALL, WALK_DIRECT };
+
+// The direct kernel's loops; 1 when the kernel does not apply.
+static int run_direct(const bsc_layer *L, float *y, sc_err *err) {
+    if (!bsconv_direct_applies(&L->s, &L->w, NULL, 0)) return 1;
+    bsconv_hpack h;
+    SC_TRY(bsconv_hpack_build(&L->s, &L->w, &h, err));
+    bsconv_direct_forward_cpu(&L->s, &h, L->bias, L->x, L->z, y);
+    bsconv_hpack_free(&h);
+    return 0;
+}
 
 // The halo kernel's loops with tiles of tm pixels, the chunks in nsplit slices
 // (0: one per chunk); 1 when the kernel does not apply.
@@ -74,6 +86,7 @@ static int run_walk(const bsc_layer *L, int walk, float *y, sc_err *err) {
         bsconv_forward_cpu(&L->s, &L->w, L->bias, L->x, L->z, y);
         return 0;
     }
+    if (walk == WALK_DIRECT) return run_direct(L, y, err);
     if (walk == WALK_SPLIT2 || walk == WALK_SPLITALL) return run_halo(L, 32, walk == WALK_SPLIT2 ? 2 : 0, y, err);
     if (walk >= WALK_HALO32) return run_halo(L, 32 << (walk - WALK_HALO32), 1, y, err);
     bsconv_packed pk;
@@ -144,6 +157,38 @@ static void test_halo_split_vs_dense(tctx *t) {
         check_walk(t, w, &n);
         CHECK(t, n == 11, "the split walk ran %d cases (11 apply)", n);
     }
+}
+
+// The direct kernel's loops, in C, against the dense conv (the same cases as the halo kernel's).
+static void test_direct_vs_dense(tctx *t) {
+    int n = 0;
+    check_walk(t, WALK_DIRECT, &n);
+    CHECK(t, n == 11, "the direct walk ran %d cases (11 apply)", n);
+}
+
+// The direct codes keep each unit's tap and put its chunk into the channel:
+// chunk c's slot j is input channel c cc + 8 j (three chunks of 32 here).
+static void test_direct_codes(tctx *t) {
+    bsc_layer L;
+    bsconv_hpack h;
+    sc_err err = {{0}};
+    bsc_make(&CASES[15], 7, &L);
+    CHECK(t, bsconv_hpack_build(&L.s, &L.w, &h, &err) == 0, "%s", err.msg);
+    CHECK(t, h.nchunks == 3 && h.cc == 32, "%d chunks of %d", h.nchunks, h.cc);
+    uint32_t *du = malloc(((size_t)h.nunits + 1) * sizeof *du);
+    bsconv_direct_codes(&h, du);
+    int bad = 0, seen[3] = {0};
+    for (int i = 0; i < h.ngroups * h.nchunks; i++)
+        for (int u = h.ustart[i]; u < h.ustart[i + 1]; u++) {
+            const int c = i % h.nchunks, ch = (int)(du[u] >> 16);
+            bad += (du[u] & 0xFFFFu) != (h.units[u] & 0xFFFFu) || ch != c * 32 + (int)(h.units[u] >> 16) * 8;
+            seen[c]++;
+        }
+    CHECK(t, bad == 0, "%d of %d codes wrong", bad, h.nunits);
+    CHECK(t, seen[0] && seen[1] && seen[2], "units in chunks %d %d %d", seen[0], seen[1], seen[2]);
+    free(du);
+    bsconv_hpack_free(&h);
+    bsc_free(&L);
 }
 
 // Every slice of every split is a non-empty run of chunks, and the slices
@@ -309,6 +354,8 @@ int main(void) {
     RUN(&t, test_packed_vs_dense);
     RUN(&t, test_halo_vs_dense);
     RUN(&t, test_halo_split_vs_dense);
+    RUN(&t, test_direct_vs_dense);
+    RUN(&t, test_direct_codes);
     RUN(&t, test_split_range);
     RUN(&t, test_halo_tiles);
     RUN(&t, test_pack_layout);
