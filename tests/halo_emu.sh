@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The halo kernel of the block-sparse conv (kernels/bsconv_halo.cu) emulated on
-# the CPU (tests/halo_emu/: the file compiled as host C++, threads, barriers,
-# cp.async, ldmatrix and mma.sync emulated) on the GPU test's cases against the
-# CPU reference, so that a machine without a GPU checks the kernel's index
-# math and buffers. Needs g++ and the CUDA headers (skipped without them).
-#   tests/halo_emu.sh [HALO_VARIANT...] [-s SHAPE]   (default: every variant and shape)
+# The halo and direct kernels of the block-sparse conv (kernels/bsconv_halo.cu,
+# kernels/bsconv_direct.cu) emulated on the CPU (tests/halo_emu/: the files
+# compiled as host C++, threads, barriers, shuffles, cp.async, ldmatrix and
+# mma.sync emulated) on the GPU test's cases against the CPU reference, so that
+# a machine without a GPU checks the kernels' index math and buffers. Needs g++ and the CUDA headers (skipped without them).
+#   tests/halo_emu.sh [HALO_VARIANT...] [-s SHAPE]   (default: every halo and direct variant, every shape)
 # By default the 0.5 and 0.95 sparsities in fp16 (about a minute on 2 cores);
 # EMU_FULL=1 every sparsity in fp16 and bf16 (about 4 minutes). Halo variant v
 # is gpu_test_bsconv's variant v + 4. SANITIZE=1 adds AddressSanitizer;
@@ -22,12 +22,16 @@ trap 'rm -rf "$tmp"' EXIT
 san=""; [ "${SANITIZE:-0}" = 1 ] && san="-fsanitize=address -fno-omit-frame-pointer"
 fail() { echo "halo emulation: build failed: $1"; echo "halo emulation: 0 passed, 1 failed, 0 skipped"; exit 1; }
 sed 's/extern __shared__ __align__(16) char bsh_smem\[\];/char *bsh_smem = emu_smem;/' kernels/bsconv_halo.cu >"$tmp/bsconv_halo_emu.cpp"
-for f in kernels/bsconv_halo.c kernels/bsconv_cpu.c runtime/rng.c kernels/error.c; do
+sed 's/__shared__ \(int\|float\) /static \1 /' kernels/bsconv_direct.cu >"$tmp/bsconv_direct_emu.cpp"  # one CTA at a time
+for f in kernels/bsconv_halo.c kernels/bsconv_direct.c kernels/bsconv_cpu.c runtime/rng.c kernels/error.c; do
     gcc -O1 -g $san -std=gnu11 -I. -DSC_HAVE_CUDA -I"$CUDA/include" -c "$f" -o "$tmp/$(basename "$f" .c).o" ||
         fail "$f"
 done
 flags="-O1 -g $san -std=c++17 -w -fpermissive -I. -Itests/halo_emu -I$CUDA/include -DSC_HAVE_CUDA -include tests/halo_emu/prelude.h"
-g++ $flags -DBSH_SOURCE="\"$tmp/bsconv_halo_emu.cpp\"" -c tests/halo_emu/kernel_tu.cpp -o "$tmp/k.o" || fail kernel
+g++ $flags -DEMU_SOURCE="\"$tmp/bsconv_halo_emu.cpp\"" -DEMU_ARGS=bsh_args -DEMU_RUNNER=emu_run_halo \
+    -c tests/halo_emu/kernel_tu.cpp -o "$tmp/k.o" || fail "halo kernel"
+g++ $flags -DEMU_SOURCE="\"$tmp/bsconv_direct_emu.cpp\"" -DEMU_ARGS=bsd_args -DEMU_RUNNER=emu_run_direct \
+    -c tests/halo_emu/kernel_tu.cpp -o "$tmp/kd.o" || fail "direct kernel"
 g++ $flags -c tests/halo_emu/driver.cpp -o "$tmp/d.o" || fail driver
 g++ $san "$tmp"/*.o -o "$tmp/emu" -lpthread -lm || fail link
 "$tmp/emu" "$@"

@@ -1,6 +1,6 @@
-// A CPU emulation of the halo kernel of the block-sparse conv
-// (kernels/bsconv_halo.cu, built as host C++ by tests/halo_emu.sh with
-// prelude.h): one host thread per CUDA thread, CTAs one after another, a
+// A CPU emulation of the halo and direct kernels of the block-sparse conv
+// (kernels/bsconv_halo.cu and kernels/bsconv_direct.cu, built as host C++ by
+// tests/halo_emu.sh with prelude.h): one host thread per CUDA thread, CTAs one after another, a
 // barrier per CTA and per warp; cp.async queued per thread and done at
 // wait_group; ldmatrix and mma.sync (m16n8k16, m16n8k8) as warp-collective
 // operations with the PTX ISA's fragment layouts; the CUDA runtime calls the
@@ -8,7 +8,7 @@
 // wrappers make is checked against the launch's dynamic size, 4 KB of
 // canary after it catch plain stores past it, and the outputs carry a
 // poisoned guard zone. It runs the GPU test's cases (bsc_gpu_case) on the
-// halo variants against the CPU reference with the GPU test's tolerance:
+// halo and direct variants against the CPU reference with the GPU test's tolerance:
 // index math and buffers; barrier order only partly (a copy lands at its
 // thread's wait_group); not what nvcc makes of the code, timing or the
 // hardware's faults.
@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 #include "prelude.h"
+#include "kernels/bsconv_direct_gpu.h"
 #include "kernels/bsconv_halo_gpu.h"
 #include "kernels/nhwc_ops_gpu.h"
 extern "C" {
@@ -55,6 +56,16 @@ int __syncthreads_or(int p) {
 }
 int atomicAdd(int *p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 static void warp_sync() { pthread_barrier_wait(&warp_bar[threadIdx.x / 32]); }
+void __syncwarp() { warp_sync(); }
+static uint32_t shfl_ubuf[8][32];
+uint32_t __shfl_sync(unsigned, uint32_t v, int src) {
+    const int w = threadIdx.x / 32, l = threadIdx.x % 32;
+    shfl_ubuf[w][l] = v;
+    warp_sync();
+    const uint32_t r = shfl_ubuf[w][src & 31];
+    warp_sync();
+    return r;
+}
 static float shfl_buf[8][32];
 float __shfl_xor_sync(unsigned, float v, int off) {
     const int w = threadIdx.x / 32, l = threadIdx.x % 32;
@@ -125,7 +136,10 @@ void emu_mma(float *d, const uint32_t *a, const uint32_t *b, int k16, int bf16) 
 }
 
 // --- the launch -------------------------------------------------------------------------
-void emu_run_cta(const void *fn, void **args);  // kernel_tu.cpp: calls fn with its bsh_args
+// kernel_tu.cpp, once per kernel file: calls fn with its argument struct.
+void emu_run_halo(const void *fn, void **args);
+void emu_run_direct(const void *fn, void **args);
+static void (*emu_run_cta)(const void *fn, void **args) = emu_run_halo;  // the file of the kernel launched next
 cudaError_t emu_launch(const void *fn, dim3 grid, dim3 block, void **args, size_t smem) {
     const size_t canary = 4096;
     gridDim = grid, blockDim = block, emu_dyn = smem;
@@ -158,6 +172,7 @@ extern "C" {
 cudaError_t cudaMalloc(void **p, size_t n) { *p = aligned_alloc(256, (n + 255) / 256 * 256); return cudaSuccess; }
 cudaError_t cudaFree(void *p) { free(p); return cudaSuccess; }
 cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) { memset(p, v, n); return cudaSuccess; }
+cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind, cudaStream_t) { memcpy(d, s, n); return cudaSuccess; }
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaFuncSetAttribute(const void *, enum cudaFuncAttribute, int) { return cudaSuccess; }
 const char *cudaGetErrorString(cudaError_t) { return "emulated error"; }
@@ -179,8 +194,8 @@ static std::vector<uint16_t> to16(float *h, size_t n, gpu_dtype dt, size_t extra
     return v;
 }
 
-// Case c on halo variant hv in dt: 1 pass, 0 fail, 2 the variant does not run it.
-static int run(const bsc_case *c, uint64_t seed, int hv, gpu_dtype dt) {
+// Case c on halo variant hv (direct: direct variant hv) in dt: 1 pass, 0 fail, 2 the variant does not run it.
+static int run(const bsc_case *c, uint64_t seed, int hv, gpu_dtype dt, bool direct) {
     bsc_layer L;
     sc_err err = {{0}};
     char name[200];
@@ -193,14 +208,19 @@ static int run(const bsc_case *c, uint64_t seed, int hv, gpu_dtype dt) {
     g.dev.sms = getenv("EMU_SMS") ? atoi(getenv("EMU_SMS")) : 132;  // few: persistent CTAs walk many tiles
     g.dev.smem_block_optin = 232448, g.dev.smem_block = 49152;
     int rc = 2;
-    if (bsconv_halo_applies(&L.s, &L.w, NULL, 0) && bsconv_hpack_build(&L.s, &L.w, &h, &err) == 0) {
-        if (bsh_gpu_upload(&g, &h, dt, &d, &err) || bsh_gpu_split_alloc(&g, &L.s, &d, &err)) { printf("upload: %s\n", err.msg); exit(1); }
-        if (bsh_gpu_prepare(&g, &L.s, &d, dt, hv, &err) == 0) {
+    uint32_t *codes = NULL;
+    const bool applies = direct ? bsconv_direct_applies(&L.s, &L.w, NULL, 0) : bsconv_halo_applies(&L.s, &L.w, NULL, 0);
+    if (applies && bsconv_hpack_build(&L.s, &L.w, &h, &err) == 0) {
+        if (bsh_gpu_upload(&g, &h, dt, &d, &err) || bsh_gpu_split_alloc(&g, &L.s, &d, &err) ||
+            (direct && bsd_gpu_upload(&g, &h, &codes, &err))) { printf("upload: %s\n", err.msg); exit(1); }
+        emu_run_cta = direct ? emu_run_direct : emu_run_halo;
+        if ((direct ? bsd_gpu_prepare(&L.s, &d, dt, hv, &err) : bsh_gpu_prepare(&g, &L.s, &d, dt, hv, &err)) == 0) {
             std::vector<uint16_t> x = to16(L.x, L.nx, dt), z, y((L.ny + 64), 0xFFFF);
             if (L.z) z = to16(L.z, L.ny, dt);
             for (int rep = 0; rep < 2; rep++) {  // twice, as the GPU test: the split counters reset
                 std::fill(y.begin(), y.end(), 0xFFFF);
-                bsh_gpu_run(&g, &L.s, &d, dt, hv, L.bias, x.data(), L.z ? z.data() : NULL, y.data(), &err);
+                if (direct) bsd_gpu_run(&g, &L.s, &d, codes, dt, hv, L.bias, x.data(), L.z ? z.data() : NULL, y.data(), &err);
+                else bsh_gpu_run(&g, &L.s, &d, dt, hv, L.bias, x.data(), L.z ? z.data() : NULL, y.data(), &err);
             }
             std::vector<float> got(L.ny + 1), want(L.ny + 1);
             std::vector<double> wantd(L.ny + 1), scale(L.ny + 1);
@@ -216,26 +236,29 @@ static int run(const bsc_case *c, uint64_t seed, int hv, gpu_dtype dt) {
             const double w = bsc_worst(got.data(), wantd.data(), scale.data(), L.ny,
                                        1.01 * (dt == GDT_BF16 ? 1.0 / 256 : 1.0 / 2048), 5e-5, &at);
             rc = w <= 1.0 && guard;
-            printf("%s %s halo %d %s: worst %.3g (y[%zu] = %g, want %g)%s\n", rc ? "ok  " : "FAIL",
-                   dt == GDT_BF16 ? "bf16" : "fp16", hv, name, w, at, got[at], want[at], guard ? "" : " guard overwritten");
+            printf("%s %s %s %d %s: worst %.3g (y[%zu] = %g, want %g)%s\n", rc ? "ok  " : "FAIL",
+                   dt == GDT_BF16 ? "bf16" : "fp16", direct ? "direct" : "halo", hv, name, w, at, got[at], want[at], guard ? "" : " guard overwritten");
             fflush(stdout);
         }
         bsh_gpu_free(&d);
+        cudaFree(codes);
         bsconv_hpack_free(&h);
     }
     bsc_free(&L);
     return rc;
 }
 
-// argv: halo variants to run (default all), then with -s N only shape N;
-// EMU_FULL=1: every sparsity in fp16 and bf16.
+// argv: halo variants to run (default: every halo and every direct variant),
+// then with -s N only shape N; EMU_FULL=1: every sparsity in fp16 and bf16.
 int main(int argc, char **argv) {
     std::vector<int> vs;
     int shape = -1;
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "-s") && i + 1 < argc) shape = atoi(argv[++i]);
         else vs.push_back(atoi(argv[i]));
-    if (vs.empty()) for (int v = 0; v < BSH_VARIANTS; v++) vs.push_back(v);
+    const bool all = vs.empty();  // then the direct variants too, as -1 - v
+    if (all) for (int v = 0; v < BSH_VARIANTS; v++) vs.push_back(v);
+    if (all) for (int v = 0; v < BSD_VARIANTS; v++) vs.push_back(-1 - v);
     int n[3] = {0, 0, 0};
     const bool full = getenv("EMU_FULL") && atoi(getenv("EMU_FULL"));  // else sparsities 0.5 and 0.95 in fp16
     for (int v : vs)
@@ -243,9 +266,9 @@ int main(int argc, char **argv) {
             for (int pi = full ? 0 : 1; pi < (full ? BSC_GPU_SPARSITIES : 3) && (shape < 0 || si == shape); pi++) {
                 const bsc_case c = bsc_gpu_case(si, pi);
                 for (int dt = 0; dt < (full ? 2 : 1); dt++)
-                    n[run(&c, 1000 + 10 * si + pi, v, dt ? GDT_BF16 : GDT_F16)]++;
+                    n[run(&c, 1000 + 10 * si + pi, v < 0 ? -1 - v : v, dt ? GDT_BF16 : GDT_F16, v < 0)]++;
             }
-    printf("halo emulation (%d case-variant pairs the variant does not run): %d passed, %d failed, 0 skipped\n",
+    printf("halo and direct emulation (%d case-variant pairs the variant does not run): %d passed, %d failed, 0 skipped\n",
            n[2], n[1], n[0]);
     return n[0] != 0;
 }

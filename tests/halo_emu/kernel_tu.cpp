@@ -1,5 +1,7 @@
-// The halo kernel's file as host C++ (prelude.h force-included; bsh_smem
-// replaced by the emulated CTA's shared memory) and the one call the
-// emulator's launch needs: a kernel pointer applied to its bsh_args.
-#include BSH_SOURCE
-void emu_run_cta(const void *fn, void **args) { ((void (*)(bsh_args))fn)(*(const bsh_args *)args[0]); }
+// A block-sparse kernel's file as host C++ (prelude.h force-included; the
+// halo kernel's bsh_smem replaced by the emulated CTA's shared memory, the
+// direct kernel's static shared arrays made static) and the one call the
+// emulator's launch needs: a kernel pointer applied to its argument struct
+// (EMU_ARGS, by the function EMU_RUNNER; tests/halo_emu.sh sets both).
+#include EMU_SOURCE
+void EMU_RUNNER(const void *fn, void **args) { ((void (*)(EMU_ARGS))fn)(*(const EMU_ARGS *)args[0]); }

@@ -1,5 +1,5 @@
-// Force-included before kernels/bsconv_halo.cu when tests/halo_emu.sh
-// builds it as host C++: the CUDA types come from the real headers, the
+// Force-included before kernels/bsconv_halo.cu and kernels/bsconv_direct.cu
+// when tests/halo_emu.sh builds them as host C++: the CUDA types come from the real headers, the
 // device built-ins and the PTX wrappers of kernels/ptx_gpu.h (which compiles
 // to nothing outside nvcc) are declared here and emulated in driver.cpp.
 #pragma once
@@ -32,6 +32,8 @@ template <typename T> inline T __ldcg(const T *p) { T v; __atomic_load(p, &v, __
 template <typename T> inline void __stcg(T *p, T v) { __atomic_store(p, &v, __ATOMIC_SEQ_CST); }
 inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 float __shfl_xor_sync(unsigned mask, float v, int off);
+uint32_t __shfl_sync(unsigned mask, uint32_t v, int src);
+void __syncwarp();
 size_t __cvta_generic_to_shared(const void *p);
 void ptx_cp16(void *dst, const void *src, int valid);
 void ptx_cp_commit();
