@@ -35,7 +35,8 @@
 # command again to go on); OUT (bench/out: pareto-MODEL.tar.gz and pareto-MODEL.md);
 # DEADLINE (540): seconds after which what is done is written to OUT while the
 # rest goes on (a device call ends at 10 minutes and keeps what OUT holds);
-# DATASET (cifar100), START, TRAIN_ARGS, DEPLOY_ARGS for other set-ups.
+# DATASET (cifar100), START, TRAIN_ARGS, DEPLOY_ARGS for other set-ups; PRUNE_ARGS:
+# more prune options for every job (e.g. "--distill 0.5").
 # Wall time, resnet18 on 4 H100/H200 with the defaults: ~6-8 min (T ~1 min,
 # each other job: prune ~90 s + deploy 60-110 s); on one GPU ~20 min (use ONLY
 # to split it across calls; WORK keeps what is done).
@@ -46,6 +47,7 @@ model=${1:?usage: bench/prune_pareto.sh MODEL}
 B=build/bin; ds=${DATASET:-cifar100}; out=${OUT:-bench/out}
 it=${ITER:-48}; pop=${POP:-8}; batches=${BATCHES:-10}; seed=${SEED:-1}; X=${UNIFORM:-0.9}
 read -ra train_args <<<"${TRAIN_ARGS:-}"
+read -ra prune_extra <<<"${PRUNE_ARGS:-}"
 pattern=${PATTERN:-unstructured}; lbatch=${LAT_BATCH:-128}
 work=${WORK:-/root/pareto-$model}; start=${START:-/root/$model.h5}
 deploy_args=${DEPLOY_ARGS:---precision fp16 --engine fp16}
@@ -76,7 +78,7 @@ echo "prune_pareto: $model, $ngpu GPU(s), jobs: $jobs, work in $work"
 # The search settings every run shares (bench/pattern_prune.sh's budget).
 common=(--from "$start" --seed "$seed" --lr 0.2 --sched onecycle --warmup 0.1 --batches "$batches"
         --iterations "$it" --population "$pop" --pattern "$pattern" --latency-batch "$lbatch"
-        --quiet --runs "$work/runs")
+        --quiet --runs "$work/runs" "${prune_extra[@]}")
 
 # prune_args JOB: the options that make job JOB (one per line).
 prune_args() {

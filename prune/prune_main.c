@@ -105,6 +105,7 @@ typedef struct {
     prune_lat_opts lo;   // how it was chosen
     prune_lat_probe probe;  // what the search's latency checks measure with
     prune_lat_result latres;  // the final model's predicted and measured latency
+    distill teacher;     // --distill: the start model on its own executor (zeroed: off)
     int usage;           // 1: the error is bad usage (exit 2)
     char from[1100], rundir[1024], out[1100], prefix[1100], state[1200];
 } prune_run;
@@ -510,6 +511,7 @@ static int summary_json(prune_run *r, double val, double test, const char *plot,
     json_add_string(&j, "output", r->s.finished ? r->out : NULL);
     json_add_string(&j, "from", r->o.from ? r->from : NULL);
     json_add_string(&j, "method", r->o.method);
+    json_add_number(&j, "distill_alpha", r->o.distill >= 0 ? r->o.distill : NAN);  // null: no distillation
     json_add_bool(&j, "finished", r->s.finished);
     json_add_int(&j, "iterations_done", p->iter);
     json_add_int(&j, "iterations_total", prune_search_total(&r->s));
@@ -670,6 +672,7 @@ static void intro(prune_run *r) {
 static int search_go(prune_run *r, sc_err *err) {
     SC_TRY(dist_agree(r->dist, prune_search_init(&r->s, &r->cfg, &r->ds, r->nt, r->ex, err), err));
     prune_search_set_dist(&r->s, r->dist);
+    if (r->teacher.e) prune_search_set_teacher(&r->s, &r->teacher);
     intro(r);
     if (r->o.resume) {
         char *stored = NULL;
@@ -689,6 +692,20 @@ static int search_go(prune_run *r, sc_err *err) {
     return r->s.finished ? finish(r, err) : stopped(r, err);
 }
 
+// --distill: the start model (as loaded, before any pruning) on a second
+// executor as the teacher; needs --from.
+static int teacher_set(prune_run *r, sc_err *err) {
+    if (r->o.distill < 0) return 0;
+    if (!r->o.from) {
+        r->usage = 1;
+        return sc_fail(err, "--distill needs --from (the teacher is the start model)");
+    }
+    SC_TRY(distill_open(&r->teacher, r->nt, r->dev, r->prec, r->cfg.hp.batch, (float)r->o.distill, err));
+    log_line(stderr, r->o.c.quiet, "prune: distilling from the start model (targets %.2f x the label + %.2f x "
+             "its softmax)", r->o.distill, 1.0 - r->o.distill);
+    return 0;
+}
+
 // Runs the whole tool after option parsing; returns an exit status.
 static int prune_tool(prune_run *r, int argc, char **argv) {
     sc_err err = {0};
@@ -701,12 +718,14 @@ static int prune_tool(prune_run *r, int argc, char **argv) {
         r->ex = exec_create(r->nt, r->dev, r->prec, r->cfg.hp.batch, &err);
         rc = !r->ex;
     }
+    if (!rc) rc = teacher_set(r, &err);
     if (!rc) rc = reprune_set(r, &err);
     rc = dist_agree(r->dist, rc ? -1 : 0, &err);  // every rank leaves on the same path
     if (!rc) rc = search_go(r, &err);
     rc = dist_agree(r->dist, rc, &err);
     if (rc) cli_error(TOOL, "%s", err.msg);
     prune_search_free(&r->s);
+    distill_close(&r->teacher);
     exec_free(r->ex);
     net_free(r->nt);
     model_meta_free(&r->meta);

@@ -27,6 +27,7 @@ typedef struct {
     int population, iterations, batches, batch, nesterov, augment, val_size, holdout;
     int resume, stop_after, scan_images, grad_steps, keep_state;
     double threshold, target, min_layer, alpha, beta, momentum, wd, smoothing, time_limit, save_interval;
+    double distill;  // --distill ALPHA (< 0: off)
     const char *dataset;  // positional, or from the model file, or the default
 } prune_opts;
 
@@ -105,6 +106,10 @@ typedef struct {
      "reached (auto: evolve 0.75, gmp 0.5625, the same share of all images as evolve's default)"}, \
     {.name = "scan-images", .type = OPT_INT, .dst = &(o)->scan_images, .def = "2000", .min = 0, \
      .max = 1000000, .help = "evolve --from: validation images for the initial sensitivity scan (0: none)"}, \
+    {.name = "distill", .type = OPT_FLOAT, .dst = &(o)->distill, .def = "-1", .min = -1, .max = 1, \
+     .metavar = "ALPHA", .help = "--from: train against the start model's outputs (knowledge distillation, Hinton et\n" \
+     "al. 2015): targets ALPHA x the label + (1 - ALPHA) x the start model's softmax,\n" \
+     "e.g. 0.5 (-1: off, the label-smoothed labels)"},                                          \
     {.name = "grad-steps", .type = OPT_INT, .dst = &(o)->grad_steps, .def = "4", .min = 1,     \
      .max = 1000000, .help = "evolve: last steps of a round whose |gradient| is averaged"},    \
     {.name = "batch", .short_name = 'b', .type = OPT_INT, .dst = &(o)->batch, .def = "512",    \

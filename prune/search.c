@@ -154,6 +154,9 @@ void prune_search_free(prune_search *s) {
     memset(s, 0, sizeof *s);
 }
 
+// Trains against teacher t.
+void prune_search_set_teacher(prune_search *s, distill *t) { s->teacher = t; }
+
 // Spreads the search over the ranks of d.
 void prune_search_set_dist(prune_search *s, dist *d) {
     s->dist = d;
@@ -287,7 +290,9 @@ static int round_train(prune_search *s, int i, long pos, int want_grad, progress
             if (!loader_next(ld, &bt)) return sc_fail(err, "the training split gave no batch");
         }
         hp.lr = train_lr_at(&s->cfg.hp, pos * B + b, total);
-        SC_TRY(exec_train_step(s->ex, &bt, &hp, err));
+        exec_batch sb = bt;
+        if (s->teacher) SC_TRY(distill_batch(s->teacher, &bt, &sb, err));
+        SC_TRY(exec_train_step(s->ex, &sb, &hp, err));
         sol->batches++;
         s->img[i] += bt.n;
         if (want_grad && b >= B - G) {

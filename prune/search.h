@@ -23,6 +23,7 @@
 #include "runtime/error.h"
 #include "runtime/exec.h"
 #include "runtime/progress.h"
+#include "train/distill.h"
 #include "train/trainer.h"
 
 typedef enum { PM_EVOLVE = 0, PM_GMP = 1, PM_ONESHOT = 2 } prune_method;
@@ -107,6 +108,7 @@ typedef struct {
     int *owner;          // (population) rank that holds and trains each solution's arrays
     long *img;           // (population) training images of each solution this iteration
     prune_oplog log;     // the array work of the last selection (prune/pop.h)
+    distill *teacher;    // the caller's teacher (prune_search_set_teacher; NULL: train on the labels)
     int die_iter, die_rank;  // test builds (SC_TEST_HOOKS; SC_PRUNE_TEST_DIE_AT=I,R): rank R
                              // dies as iteration I starts; always 0 in the shipped library
 } prune_search;
@@ -130,6 +132,10 @@ void prune_search_free(prune_search *s);
 // bitwise the same for any number of ranks (CPU, fp32). Every function below
 // is then collective: all ranks call it.
 void prune_search_set_dist(prune_search *s, dist *d);
+
+// Trains every solution against teacher t's targets from now on
+// (train/distill.h; the caller keeps t; NULL: the labels again).
+void prune_search_set_teacher(prune_search *s, distill *t);
 
 // Creates the population from the start model: random weights per solution
 // from scratch, else copies; evaluates it, sets up evolve's genomes and

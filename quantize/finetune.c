@@ -15,6 +15,7 @@
 #include "runtime/half.h"
 #include "runtime/ops.h"
 #include "runtime/progress.h"
+#include "train/distill.h"
 #include "train/trainer.h"
 
 // --- state ----------------------------------------------------------------------
@@ -40,9 +41,7 @@ typedef struct {
     train_hparams sched, psched;  // cosine schedules of the centroids and of the others
     long steps, total;  // steps done and planned
     long skipped;       // tensor updates skipped for a non-finite gradient
-    float *tlogits;     // (batch, classes) the teacher's logits of the batch (distillation)
-    float *soft;        // (batch, classes) the student's targets (distillation)
-    double ent_sum;     // sum of the targets' entropies over the epoch's images
+    distill dist;       // distillation: the teacher's targets (c->teacher borrowed)
 } ft_state;
 
 // Lists the trainable tensors that q does not quantize (when lr_params > 0)
@@ -115,12 +114,7 @@ static int ft_init(ft_state *s, exec *e, net *nt, quant_model *q, const finetune
     if (!s->master || !s->vel || !s->best || !s->grad || !s->rate || !s->best_buf)
         return sc_fail(err, "out of memory (fine-tuning)");
     SC_TRY(ft_others_init(s, err));
-    if (c->teacher) {
-        const size_t nz = (size_t)c->batch * (size_t)nt->classes;
-        s->tlogits = malloc(nz * sizeof *s->tlogits);
-        s->soft = malloc(nz * sizeof *s->soft);
-        if (!s->tlogits || !s->soft) return sc_fail(err, "out of memory (distillation)");
-    }
+    if (c->teacher) SC_TRY(distill_borrow(&s->dist, c->teacher, c->batch, nt->classes, c->alpha, err));
     for (int t = 0; t < q->ntensors; t++) s->rate[t] = ft_rate(nt, &q->t[t]);
     for (int t = 0; t < q->ntensors; t++)
         memcpy(s->master + (size_t)t * s->k, q->t[t].codebook, (size_t)s->k * sizeof(float));
@@ -134,7 +128,7 @@ static int ft_init(ft_state *s, exec *e, net *nt, quant_model *q, const finetune
 static void ft_free(ft_state *s) {
     free(s->master), free(s->vel), free(s->best), free(s->grad), free(s->rate);
     free(s->best_buf), free(s->other), free(s->pmom), free(s->best_other);
-    free(s->tlogits), free(s->soft);
+    distill_close(&s->dist);
 }
 
 // Writes the decoded codebooks into the net's quantized tensors, as
@@ -235,46 +229,13 @@ static void ft_params_update(ft_state *s, float lr) {
     }
 }
 
-// Distillation targets of a batch from the teacher's logits (s->tlogits):
-// q = alpha * onehot(label) + (1 - alpha) * softmax(z) into s->soft; returns
-// the sum of their entropies (nats).
-static double ft_targets(ft_state *s, const exec_batch *b) {
-    const int k = s->nt->classes;
-    const double a = s->c->alpha;
-    double ent = 0.0;
-    for (int i = 0; i < b->n; i++) {
-        const float *z = s->tlogits + (size_t)i * k;
-        float *q = s->soft + (size_t)i * k;
-        double mx = z[0], se = 0.0;
-        for (int j = 1; j < k; j++) mx = z[j] > mx ? z[j] : mx;
-        for (int j = 0; j < k; j++) se += exp(z[j] - mx);
-        for (int j = 0; j < k; j++) {
-            const double v = a * (j == b->labels[i]) + (1.0 - a) * exp(z[j] - mx) / se;
-            q[j] = (float)v;
-            if (q[j] > 0.0f) ent -= (double)q[j] * log((double)q[j]);
-        }
-    }
-    return ent;
-}
-
-// Runs the batch (its crop and flip included) through the frozen teacher
-// and sets the student's targets.
-static int ft_teach(ft_state *s, const exec_batch *b, sc_err *err) {
-    SC_TRY(exec_eval_batch(s->c->teacher, b, 0.0f, s->tlogits, err));
-    s->ent_sum += ft_targets(s, b);
-    return 0;
-}
-
 // One step: forward/backward with the decoded weights (nothing updated on
 // the device; against the teacher's targets when distilling), centroid and
 // parameter updates on the host, the net uploaded.
 static int ft_step(ft_state *s, const exec_batch *b, sc_err *err) {
     exec_batch sb = *b;
     sb.soft = NULL;
-    if (s->c->teacher) {
-        SC_TRY(ft_teach(s, b, err));
-        sb.soft = s->soft;
-    }
+    if (s->c->teacher) SC_TRY(distill_batch(&s->dist, b, &sb, err));
     SC_TRY(finetune_grad_step(s->e, &sb, s->c->smoothing, s->grad, err));
     ft_update(s, train_lr_at(&s->sched, s->steps, s->total));
     if (s->nother) ft_params_update(s, train_lr_at(&s->psched, s->steps, s->total));
@@ -296,7 +257,7 @@ static int ft_epoch(ft_state *s, loader *ld, int ep, finetune_epoch *out, sc_err
     loader_start_epoch(ld, ep);
     SC_TRY(exec_stats_take(s->e, &st, err));
     if (s->c->teacher) SC_TRY(exec_stats_take(s->c->teacher, &tst, err));
-    s->ent_sum = 0.0;
+    s->dist.ent_sum = 0.0;
     for (long done = 1; loader_next(ld, &b); done++) {
         SC_TRY(ft_step(s, &b, err));
         SC_TRY(exec_stats_take(s->e, &st, err));
@@ -312,7 +273,7 @@ static int ft_epoch(ft_state *s, loader *ld, int ep, finetune_epoch *out, sc_err
     out->kl = out->teacher_accuracy = NAN;
     if (!s->c->teacher || !sum.count) return 0;
     SC_TRY(exec_stats_take(s->c->teacher, &tst, err));
-    out->kl = (sum.loss_sum - s->ent_sum) / (double)sum.count;
+    out->kl = (sum.loss_sum - s->dist.ent_sum) / (double)sum.count;
     out->teacher_accuracy = tst.count ? 100.0 * (double)tst.correct / (double)tst.count : NAN;
     return 0;
 }
@@ -441,23 +402,6 @@ int finetune_bn_recalibrate(exec *e, net *nt, const dataset *ds, const finetune_
     memcpy(nt->param, keep, nt->nparam * sizeof *keep);  // exactly the decoded weights again
     free(keep);
     return rc ? rc : exec_write_net(e, err);
-}
-
-// A copy of nt: the same graph from its description, then its values.
-net *finetune_net_copy(const net *nt, sc_err *err) {
-    net *cp = net_from_desc(nt->arch, nt->desc, nt->in_c, nt->in_h, nt->in_w, nt->classes, err);
-    if (!cp) return NULL;
-    if (cp->nparam != nt->nparam || cp->nbuf != nt->nbuf || cp->nlayers != nt->nlayers) {
-        net_free(cp);
-        sc_fail(err, "copy of %s: the description gives another net", nt->arch);
-        return NULL;
-    }
-    memcpy(cp->in_mean, nt->in_mean, sizeof cp->in_mean);
-    memcpy(cp->in_std, nt->in_std, sizeof cp->in_std);
-    memcpy(cp->param, nt->param, nt->nparam * sizeof *cp->param);
-    memcpy(cp->mask, nt->mask, nt->nparam * sizeof *cp->mask);
-    memcpy(cp->buf, nt->buf, nt->nbuf * sizeof *cp->buf);
-    return cp;
 }
 
 // Frees the result's history.

@@ -110,11 +110,6 @@ int finetune_grad_step(exec *e, const exec_batch *b, float smoothing, float *gra
 // all (a training split smaller than one batch).
 int finetune_next_batch(loader *ld, int *epoch, exec_batch *b);
 
-// A copy of nt (graph, parameters, masks, BN statistics, input
-// normalisation), e.g. to keep the unquantized model as the teacher; NULL
-// with err filled on failure.
-net *finetune_net_copy(const net *nt, sc_err *err);
-
 // Frees the result's history.
 void finetune_result_free(finetune_result *r);
 

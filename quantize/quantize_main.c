@@ -26,6 +26,7 @@
 #include "runtime/progress.h"
 #include "runtime/quant_io.h"
 #include "runtime/rundir.h"
+#include "train/distill.h"
 #include "train/trainer.h"
 
 #define TOOL "quantize"
@@ -291,7 +292,7 @@ static int distilling(const quant_run *r) {
 // and precision) as the distillation teacher, when fine-tuning distills.
 static int teacher_create(quant_run *r, sc_err *err) {
     if (!distilling(r)) return 0;
-    if (!(r->tnet = finetune_net_copy(r->nt, err))) return -1;
+    if (!(r->tnet = distill_net_copy(r->nt, err))) return -1;
     r->teacher = exec_create(r->tnet, r->dev, r->prec, r->o.batch, err);
     return r->teacher ? 0 : sc_wrap(err, "distillation teacher");
 }

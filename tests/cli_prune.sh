@@ -8,7 +8,7 @@
 # --layer-floor refuses bad SPECs and floors over the budget (exit 2), holds
 # every layer at its own floor (one above the target) for evolve and gmp,
 # reports "layer_floor" and each layer's "floor" in the JSON, and a resumed
-# run keeps it.
+# run keeps it; --distill needs --from, is reported and changes the training.
 cd "$(dirname "$0")/.." || exit 1
 . tests/lib.sh
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
@@ -51,6 +51,16 @@ $PR --from "$T/m.h5" --population 2 --iterations 1 --batches 2 --batch 32 --hold
 if grep -qE '"holdout_accuracy": *[0-9.]+' "$T/h.json" && grep -qE '"holdout_images": *80' "$T/h.json"
 then ok "holdout accuracy reported"; else bad "holdout accuracy reported" "$(grep -o '"holdout[^,]*' "$T/h.json" 2>/dev/null)"; fi
 if $PR --help | grep -qE -- '--population.*8'; then ok "help lists defaults"; else bad "help lists defaults" "no --population default"; fi
+# --distill: needs --from and an ALPHA in [0, 1]; a run records it and trains otherwise than without it
+expect_fail "distill without from" 2 '^prune: .*--distill needs --from' $PR --distill 0.5 synthetic
+expect_fail "distill 1.5" 2 '^prune: .*distill' $PR --from "$T/m.h5" --distill 1.5 synthetic
+DARGS="--from $T/m.h5 --population 2 --iterations 2 --batches 2 --batch 32 --target-sparsity 0.5 --seed 4"
+$PR $DARGS -o "$T/d0.h5" --json "$T/d0.json" synthetic >/dev/null 2>&1 || bad "run without --distill" "failed"
+$PR $DARGS --distill 0.5 -o "$T/d1.h5" --json "$T/d1.json" synthetic >/dev/null 2>&1 || bad "--distill run" "failed"
+if grep -qE '"distill_alpha": *0.5' "$T/d1.json" && grep -qE '"distill_alpha": *null' "$T/d0.json"
+then ok "distill_alpha reported"; else bad "distill_alpha reported" "$(grep -ho '"distill_alpha[^,]*' "$T"/d?.json)"; fi
+if [ -f "$T/d0.h5" ] && [ -f "$T/d1.h5" ] && ! h5diff -q "$T/d0.h5" "$T/d1.h5" /params /params
+then ok "distillation changes the training"; else bad "distillation changes the training" "same params or no model"; fi
 
 # --- stopped after iteration 2, resumed == uninterrupted ---------------------------
 # (population 3: racing trains only the best solution from iteration 2 on)

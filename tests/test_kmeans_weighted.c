@@ -18,6 +18,7 @@
 
 #include "quantize/apply.h"
 #include "quantize/finetune.h"
+#include "train/distill.h"
 #include "quantize/fisher.h"
 #include "quantize/kmeans.h"
 #include "tests/testutil.h"
@@ -323,7 +324,7 @@ static float *spread_h(const net *nt, uint64_t seed) {
 // row scales or not, sensitivities h or NULL); returns the copy and *q.
 static net *quantized(const net *nt, int k, int rows, int fp16, const float *h, quant_model **q) {
     sc_err err = {{0}};
-    net *c = finetune_net_copy(nt, &err);
+    net *c = distill_net_copy(nt, &err);
     quant_cfg qc = {.method = QM_KMEANS, .codebook_fp16 = fp16, .seed = 4};
     qc.km = (kmeans_cfg){
         .k = k, .init = KM_INIT_BEST, .max_iter = 100, .fp16 = fp16, .row_scale = rows, .net_h = h};

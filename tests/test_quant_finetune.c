@@ -21,6 +21,7 @@
 #include "runtime/half.h"
 #include "quantize/apply.h"
 #include "quantize/finetune.h"
+#include "train/distill.h"
 #include "tests/testutil.h"
 
 static const char *DESC = "conv 4 3 pad=1 bias=0 name=c1\nbn name=b1\nrelu\nmaxpool 4\n"
@@ -102,7 +103,7 @@ static net *net_quantized_desc(const char *desc, int k, int skip_last, int rows,
                           .row_scale = rows},
                    .skip_last = skip_last};
     *q = NULL;
-    if (before && !(*before = finetune_net_copy(nt, &err))) fprintf(stderr, "copy: %s\n", err.msg);
+    if (before && !(*before = distill_net_copy(nt, &err))) fprintf(stderr, "copy: %s\n", err.msg);
     if (quant_net_apply(nt, &c, q, &err)) fprintf(stderr, "quant_net_apply: %s\n", err.msg);
     return nt;
 }
@@ -673,7 +674,7 @@ static void test_distill_same_pixels(tctx *t) {
     quant_model *q;
     net *nt = net_quantized_desc(DESC_NOBN, 4, 0, 0, 1.0f, &q, NULL);
     sc_err err = {{0}};
-    net *tn = finetune_net_copy(nt, &err);
+    net *tn = distill_net_copy(nt, &err);
     exec *e = exec_create(nt, DEV_CPU, PREC_FP32, 16, &err);
     exec *te = tn ? exec_create(tn, DEV_CPU, PREC_FP32, 16, &err) : NULL;
     CHECK(t, e && te, "%s", err.msg);
