@@ -359,7 +359,6 @@ extern "C" int bsconv_gpu_set_variant(const gpu_ctx *g, bsconv_gpu *b, int v, sc
         return sc_fail(err, "block-sparse conv: variant %d (0 to %d)", v, BSCONV_GPU_VARIANTS - 1);
     if (v >= BSCONV_DIRECT_FIRST) {
         if (!b->dcodes) return sc_fail(err, "block-sparse conv: no direct kernel: %s", b->no_direct);
-        SC_TRY(bsd_gpu_prepare(&b->s, &b->h, b->dt, v - BSCONV_DIRECT_FIRST, err));
         b->variant = v;
         return 0;
     }
@@ -458,7 +457,7 @@ static int bsk_halo_create(const gpu_ctx *g, bsconv_gpu *b, const bsconv_shape *
     int rc = bsh_gpu_upload(g, &h, b->dt, &b->h, err);
     if (!rc) rc = bsh_gpu_split_alloc(g, s, &b->h, err);
     if (!rc && bsconv_direct_applies(s, w, b->no_direct, sizeof b->no_direct))
-        rc = bsd_gpu_upload(g, &h, &b->dcodes, err);
+        rc = bsd_gpu_upload(&h, &b->dcodes, err);
     bsconv_hpack_free(&h);
     b->halo = rc == 0;
     return rc;

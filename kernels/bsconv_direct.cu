@@ -215,19 +215,10 @@ static void *bsd_fn(const bsconv_shape *s, const bsh_gpu *d, gpu_dtype dt, int v
     return dt == GDT_BF16 ? bsd_fn_t<__nv_bfloat16>(v, d->nf, pool) : bsd_fn_t<__half>(v, d->nf, pool);
 }
 
-// Checks that variant v runs the layer.
-extern "C" int bsd_gpu_prepare(const bsconv_shape *s, const bsh_gpu *d, gpu_dtype dt, int v, sc_err *err) {
-    if (v < 0 || v >= BSD_VARIANTS) return sc_fail(err, "block-sparse conv: direct variant %d", v);
-    if (!bsd_fn(s, d, dt, v))
-        return sc_fail(err, "block-sparse conv: direct variant %d has no kernel for %d-channel groups", v, d->np);
-    return 0;
-}
-
 // Queues the kernel of variant v.
 extern "C" int bsd_gpu_run(const gpu_ctx *g, const bsconv_shape *s, const bsh_gpu *d, const uint32_t *codes,
                            gpu_dtype dt, int v, const float *bias, const void *x, const void *z, void *y, sc_err *err) {
     void *fn = bsd_fn(s, d, dt, v);
-    if (!fn) return sc_fail(err, "block-sparse conv: direct variant %d does not fit the layer", v);
     bsd_args a;
     a.x = x, a.z = z, a.y = y, a.bias = bias, a.k0 = d->k0, a.nk = d->nk, a.ustart = d->ustart;
     a.codes = codes, a.vals = (const uint32_t *)d->vals;
@@ -241,15 +232,14 @@ extern "C" int bsd_gpu_run(const gpu_ctx *g, const bsconv_shape *s, const bsh_gp
 }
 
 // Uploads the codes.
-extern "C" int bsd_gpu_upload(const gpu_ctx *g, const bsconv_hpack *h, uint32_t **codes, sc_err *err) {
+extern "C" int bsd_gpu_upload(const bsconv_hpack *h, uint32_t **codes, sc_err *err) {
     const size_t n = (size_t)h->nunits + 1;
     uint32_t *du = (uint32_t *)calloc(n, sizeof *du);
     if (!du) return sc_fail(err, "block-sparse conv: out of memory");
     bsconv_direct_codes(h, du);
-    cudaError_t e = cudaMalloc(codes, n * sizeof *du);
-    if (e == cudaSuccess) e = cudaMemcpyAsync(*codes, du, n * sizeof *du, cudaMemcpyHostToDevice, g->stream);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(g->stream);
+    const cudaError_t e = cudaMalloc(codes, n * sizeof *du);
+    const int rc = e != cudaSuccess ? sc_fail(err, "block-sparse conv: direct codes: %s", cudaGetErrorString(e))
+                                    : gpu_upload(*codes, du, n * sizeof *du, err);
     free(du);
-    if (e != cudaSuccess) return sc_fail(err, "block-sparse conv: uploading the direct codes: %s", cudaGetErrorString(e));
-    return 0;
+    return rc;
 }

@@ -29,14 +29,11 @@ int bsd_rows_per_warp(int v);
 int bsd_unit_share(int v);
 
 // Uploads h's unit codes with the chunks folded in (bsconv_direct_codes) to
-// *codes on g's device (synchronised). 0 or -1.
-int bsd_gpu_upload(const gpu_ctx *g, const bsconv_hpack *h, uint32_t **codes, sc_err *err);
+// *codes on the current device (complete on return). 0 or -1.
+int bsd_gpu_upload(const bsconv_hpack *h, uint32_t **codes, sc_err *err);
 
-// Checks that variant v runs layer s (whose halo weights are d) in dt: the
-// layer's sizes (bsconv_direct_applies). 0 or -1.
-int bsd_gpu_prepare(const bsconv_shape *s, const bsh_gpu *d, gpu_dtype dt, int v, sc_err *err);
-
-// Queues y = pool(act(conv(x) + bias [+ z])) with variant v (prepared) on
+// Queues y = pool(act(conv(x) + bias [+ z])) with variant v (0 <= v <
+// BSD_VARIANTS: every variant has a kernel for every group width) on
 // g's stream; codes from bsd_gpu_upload, x 4-byte aligned, y and z too.
 int bsd_gpu_run(const gpu_ctx *g, const bsconv_shape *s, const bsh_gpu *d, const uint32_t *codes, gpu_dtype dt,
                 int v, const float *bias, const void *x, const void *z, void *y, sc_err *err);

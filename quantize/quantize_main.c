@@ -292,8 +292,7 @@ static int distilling(const quant_run *r) {
 // and precision) as the distillation teacher, when fine-tuning distills.
 static int teacher_create(quant_run *r, sc_err *err) {
     if (!distilling(r)) return 0;
-    if (!(r->tnet = distill_net_copy(r->nt, err))) return -1;
-    r->teacher = exec_create(r->tnet, r->dev, r->prec, r->o.batch, err);
+    r->teacher = distill_teacher_create(r->nt, r->dev, r->prec, r->o.batch, &r->tnet, err);
     return r->teacher ? 0 : sc_wrap(err, "distillation teacher");
 }
 

@@ -352,15 +352,19 @@ static void baseline_case(tctx *t, const spc_shape *s, int n, int vt, uint64_t s
 
 // --- tests --------------------------------------------------------------------------
 
+// A GPU context for a test: 0, or -1 with the test failed.
+static int ctx_open(tctx *t, gpu_ctx *g) {
+    sc_err err = {{0}};
+    if (!gpu_ctx_init(g, &err)) return 0;
+    CHECK(t, 0, "gpu_ctx_init: %s", err.msg);
+    return -1;
+}
+
 // Runs the sparse cases listed in idx (all, with every batch size, when idx
 // is NULL; else each with its first batch size) for every value type.
 static void sparse_cases(tctx *t, const int *idx, int count) {
     gpu_ctx g;
-    sc_err err = {{0}};
-    if (gpu_ctx_init(&g, &err)) {
-        CHECK(t, 0, "gpu_ctx_init: %s", err.msg);
-        return;
-    }
+    if (ctx_open(t, &g)) return;
     int pairs = 0, cnt[6] = {0, 0, 0, 0, 0, 0}, strided1x1 = 0;
     for (int c = 0; c < count; c++) {
         const tcase *tc = &cases[idx ? idx[c] : c];
@@ -398,11 +402,7 @@ static void test_sparse_small(tctx *t) {
 // cuDNN and cuSPARSE baselines on the cases up to the first batch-128 one.
 static void baselines(tctx *t, int count) {
     gpu_ctx g;
-    sc_err err = {{0}};
-    if (gpu_ctx_init(&g, &err)) {
-        CHECK(t, 0, "gpu_ctx_init: %s", err.msg);
-        return;
-    }
+    if (ctx_open(t, &g)) return;
     for (int c = 0; c < count && c < NCASES; c++)
         for (int vt = 0; vt < 2; vt++) baseline_case(t, &cases[c].s, cases[c].ns[0], vt, 5000 + c, &g);
     gpu_ctx_free(&g);
@@ -415,10 +415,7 @@ static void test_baseline_fallback(tctx *t) {
     if (!gpu_here(t)) return;
     gpu_ctx g;
     sc_err err = {{0}};
-    if (gpu_ctx_init(&g, &err)) {
-        CHECK(t, 0, "gpu_ctx_init: %s", err.msg);
-        return;
-    }
+    if (ctx_open(t, &g)) return;
     const spc_shape *s = &cases[1].s;  // 3x3 stride 2
     const int n = cases[1].ns[0];
     tdata d;

@@ -34,13 +34,23 @@ static int distill_buffers(distill *d, int batch, int classes, float alpha, sc_e
     return 0;
 }
 
+// An executor on a copy of nt.
+exec *distill_teacher_create(const net *nt, sc_device dev, sc_precision prec, int batch, net **copy, sc_err *err) {
+    *copy = distill_net_copy(nt, err);
+    exec *e = *copy ? exec_create(*copy, dev, prec, batch, err) : NULL;
+    if (!e) {
+        net_free(*copy);
+        *copy = NULL;
+    }
+    return e;
+}
+
 // A teacher on its own copy of nt.
 int distill_open(distill *d, const net *nt, sc_device dev, sc_precision prec, int batch, float alpha,
                  sc_err *err) {
     memset(d, 0, sizeof *d);
     int rc = distill_buffers(d, batch, nt->classes, alpha, err);
-    if (!rc && !(d->nt = distill_net_copy(nt, err))) rc = -1;
-    if (!rc && !(d->e = exec_create(d->nt, dev, prec, batch, err))) rc = -1;
+    if (!rc && !(d->e = distill_teacher_create(nt, dev, prec, batch, &d->nt, err))) rc = -1;
     d->own_exec = 1;
     if (rc) distill_close(d);
     return rc;

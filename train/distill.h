@@ -36,6 +36,12 @@ double distill_targets(const float *logits, const int *labels, int n, int k, flo
 int distill_open(distill *d, const net *nt, sc_device dev, sc_precision prec, int batch, float alpha,
                  sc_err *err);
 
+// An executor for batches of up to `batch` images on a copy of nt (the
+// teacher without the targets' buffers, e.g. for quantize's fine-tuning,
+// which borrows it); the copy goes to *copy (the caller frees both). NULL
+// with err filled on failure (nothing left to free).
+exec *distill_teacher_create(const net *nt, sc_device dev, sc_precision prec, int batch, net **copy, sc_err *err);
+
 // A teacher on an executor the caller keeps (e runs a net of `classes`
 // classes, batches of up to `batch`). 0 or -1.
 int distill_borrow(distill *d, exec *e, int batch, int classes, float alpha, sc_err *err);
