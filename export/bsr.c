@@ -51,7 +51,11 @@ int export_bsr_plan(const net *nt, const sparse_layer *l, const sc_pattern *p,
     *kb = *cb_out = 0;
     sc_pattern_geom g;
     if (p) sc_pattern_geom_of(p, nt, t, &g);
-    if (p && g.kind == PAT_BLOCK) {
+    if (p && g.kind == PAT_BLOCK && g.rem > 0.0 &&
+        sc_pattern_singles(&g, net_tensor_mask(nt, t)) > 0) {  // blocks and singles: CSR for now
+        snprintf(why, len, "layer %s: pattern %dx%d+%g keeps single weights outside whole blocks, which "
+                 "have no BSR form yet; stored as CSR", nt->layers[l->layer].name, g.kb, g.cb, g.rem);
+    } else if (p && g.kind == PAT_BLOCK) {
         memset(keep, 0, count * sizeof *keep);
         char msg[320];
         int off = bsr_blocks(nt, l, &g, cb, keep, msg, sizeof msg, err);

@@ -44,10 +44,11 @@ static void block_scores(const sc_pattern_geom *g, const float *coef, float *us)
         }
 }
 
-// Prunes the `need` units of lowest score (ties by unit index); vals holds
-// g->units floats, idx g->unit_size entries.
-static void blocks_prune_lowest(const sc_pattern_geom *g, const float *us, size_t need,
-                                float *vals, size_t *idx, float *w, float *mask, float *mom) {
+// Takes the `need` units of lowest score (ties by unit index): prunes their
+// entries, or with `prune` 0 only marks them (their score set to +inf).
+// vals holds g->units floats, idx g->unit_size entries.
+static void units_take_lowest(const sc_pattern_geom *g, float *us, size_t need, int prune,
+                              float *vals, size_t *idx, float *w, float *mask, float *mom) {
     size_t m = 0, below = 0;
     for (size_t u = 0; u < g->units; u++) {  // the kept units' scores
         vals[m] = us[u];
@@ -61,9 +62,50 @@ static void blocks_prune_lowest(const sc_pattern_geom *g, const float *us, size_
     for (size_t u = 0; u < g->units; u++) {
         if (!(us[u] < v || (us[u] == v && eq > 0))) continue;
         eq -= us[u] == v;
+        if (!prune) {
+            us[u] = INFINITY;
+            continue;
+        }
         sc_pattern_unit_entries(g, u, idx);
         entries_prune(idx, g->unit_size, w, mask, mom);
     }
+}
+
+// Hybrid raise (KxC+F) to at least `zeros`, exactly where whole blocks allow:
+// keeps the whole blocks of highest summed coefficient that leave room for
+// floor(F x kept) singles (blocks are never re-formed), then the singles of
+// highest coefficient, at most floor(F / (1 - F) x the whole blocks' weights)
+// so that they stay within the share of what is kept. coef, us and vals: the
+// three n-float thirds of scratch.
+static int hybrid_raise(const sc_pattern_geom *g, float *w, float *mask, float *mom,
+                        const float *gabs, size_t n, size_t zeros, prune_crit c, float *scratch,
+                        sc_err *err) {
+    float *coef = scratch, *us = scratch + n, *vals = us + n;
+    size_t U = g->unit_size, kept = n - zeros, full = 0, have_kept = n - prune_mask_zeros(mask, n);
+    size_t want = (kept - sc_pattern_singles_max(g, kept) + U - 1) / U;  // whole blocks to keep
+    SC_TRY(prune_coef(w, gabs, mask, n, c, coef, err));
+    block_scores(g, coef, us);
+    for (size_t u = 0; u < g->units; u++) full += us[u] != INFINITY;
+    if (want > full) want = full;
+    if (want * U > kept) want = kept / U;
+    size_t cap = (size_t)floor(g->rem / (1.0 - g->rem) * (double)(want * U) + 1e-9);
+    size_t singles = kept - want * U < cap ? kept - want * U : cap;
+    units_take_lowest(g, us, full - want, 0, vals, NULL, w, mask, mom);  // demoted to singles
+    size_t *idx = malloc(U * sizeof *idx);
+    if (!idx) return sc_fail(err, "out of memory (%zu entries)", U);
+    for (size_t i = 0; i < n; i++) vals[i] = 0.0f;  // 1: inside a whole block kept
+    for (size_t u = 0; u < g->units; u++) {
+        if (us[u] == INFINITY) continue;
+        sc_pattern_unit_entries(g, u, idx);
+        for (size_t j = 0; j < U; j++) vals[idx[j]] = 1.0f;
+    }
+    free(idx);
+    for (size_t i = 0; i < n; i++) us[i] = mask[i] != 0.0f && vals[i] == 0.0f ? coef[i] : INFINITY;
+    sc_pattern_geom one = {.kind = PAT_UNSTRUCTURED, .K = g->K, .C = g->C, .RS = g->RS, .kb = 1,
+                           .cb = 1, .units = n, .unit_size = 1};
+    size_t idx1;
+    units_take_lowest(&one, us, have_kept - want * U - singles, 1, vals, &idx1, w, mask, mom);
+    return 0;
 }
 
 // Block raise: whole blocks by summed coefficient until >= zeros.
@@ -73,12 +115,13 @@ static int block_raise(const sc_pattern_geom *g, float *w, float *mask, float *m
     size_t have = prune_mask_zeros(mask, n), U = g->unit_size;
     if (zeros > n) zeros = n;
     if (zeros <= have) return 0;
+    if (g->rem > 0.0) return hybrid_raise(g, w, mask, mom, gabs, n, zeros, c, scratch, err);
     float *coef = scratch, *us = scratch + n, *vals = us + g->units;  // (n), (units), (units)
     SC_TRY(prune_coef(w, gabs, mask, n, c, coef, err));
     size_t *idx = malloc(U * sizeof *idx);
     if (!idx) return sc_fail(err, "out of memory (%zu entries)", U);
     block_scores(g, coef, us);
-    blocks_prune_lowest(g, us, (zeros - have + U - 1) / U, vals, idx, w, mask, mom);
+    units_take_lowest(g, us, (zeros - have + U - 1) / U, 1, vals, idx, w, mask, mom);
     free(idx);
     return 0;
 }

@@ -34,7 +34,7 @@ static int layer_geom(const net *nt, int t, const sc_pattern *pat, sc_pattern_ge
 }
 
 // The block columns of a pruned layer: its own pattern (marked "*" when it
-// is a fallback) and kept / total units.
+// is a fallback), kept / total units and, under KxC+F, the single weights.
 static void table_blocks(FILE *f, const net *nt, int t, const sc_pattern *pat) {
     sc_pattern_geom g;
     char text[40];
@@ -42,6 +42,8 @@ static void table_blocks(FILE *f, const net *nt, int t, const sc_pattern *pat) {
     sc_pattern_geom_format(&g, text, sizeof text);
     size_t kept = sc_pattern_units_kept(&g, nt->mask + nt->tensors[t].offset);
     fprintf(f, "  %s%s %zu/%zu blocks", text, g.fallback ? "*" : "", kept, g.units);
+    if (g.kind == PAT_BLOCK && g.rem > 0.0)
+        fprintf(f, ", %zu singles", sc_pattern_singles(&g, nt->mask + nt->tensors[t].offset));
 }
 
 // Prints the per-layer table.
@@ -74,6 +76,7 @@ void prune_report_table(FILE *f, const net *nt, const sc_pattern *pat) {
 
 // Adds a pruned layer's pattern fields: "pattern", "blocks", "blocks_kept",
 // "blocks_kept_row_max" (block layers: the busiest row of kb output channels),
+// "singles" (KxC+F layers: kept weights outside whole blocks),
 // "pattern_fallback", "off_pattern".
 static void json_blocks(json_writer *j, const net *nt, int t, const sc_pattern *pat) {
     sc_pattern_geom g;
@@ -85,6 +88,7 @@ static void json_blocks(json_writer *j, const net *nt, int t, const sc_pattern *
     json_add_int(j, "blocks", (long long)g.units);
     json_add_int(j, "blocks_kept", (long long)sc_pattern_units_kept(&g, mask));
     if (g.kind == PAT_BLOCK) json_add_int(j, "blocks_kept_row_max", (long long)sc_pattern_row_max_kept(&g, mask));
+    if (g.kind == PAT_BLOCK && g.rem > 0.0) json_add_int(j, "singles", (long long)sc_pattern_singles(&g, mask));
     json_add_bool(j, "pattern_fallback", g.fallback);
     json_add_int(j, "off_pattern", (long long)sc_pattern_violations(&g, mask));
 }

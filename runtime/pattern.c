@@ -2,6 +2,7 @@
 // runtime/pattern.h and docs/prune.md ("Patterns").
 #include "pattern.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,14 @@ static int parse_pair(const char *s, char sep, int lo, int hi, int *a, int *b) {
     return *a < 0 || *b < 0 ? -1 : 0;
 }
 
+// Parses the remainder share F of "KxC+F" (a decimal fraction, 0 < F < 1); -1 when invalid.
+static double parse_share(const char *s) {
+    char *end;
+    if (!((*s >= '0' && *s <= '9') || *s == '.')) return -1.0;
+    double f = strtod(s, &end);
+    return *end == '\0' && f > 0.0 && f < 1.0 ? f : -1.0;
+}
+
 // Parses a pattern string.
 int sc_pattern_parse(const char *s, sc_pattern *p, sc_err *err) {
     memset(p, 0, sizeof *p);
@@ -39,14 +48,21 @@ int sc_pattern_parse(const char *s, sc_pattern *p, sc_err *err) {
         return 0;
     }
     p->kind = PAT_BLOCK;
-    if (parse_pair(s, 'x', 1, 256, &p->k, &p->c) || p->k * p->c < 2)
-        return sc_fail(err, "not unstructured, KxC (1 <= K, C <= 256, not 1x1) or N:M (%s)", s);
+    char blk[16];
+    const char *plus = strchr(s, '+');
+    size_t bl = plus ? (size_t)(plus - s) : strlen(s);
+    if (bl < sizeof blk) memcpy(blk, s, bl);
+    blk[bl < sizeof blk ? bl : 0] = '\0';
+    if (parse_pair(blk, 'x', 1, 256, &p->k, &p->c) || p->k * p->c < 2 ||
+        (plus && (p->rem = parse_share(plus + 1)) < 0.0))
+        return sc_fail(err, "not unstructured, KxC (1 <= K, C <= 256, not 1x1), KxC+F (0 < F < 1) or N:M (%s)", s);
     return 0;
 }
 
 // Canonical text of a pattern.
 void sc_pattern_format(const sc_pattern *p, char *out, size_t len) {
-    if (p->kind == PAT_BLOCK) snprintf(out, len, "%dx%d", p->k, p->c);
+    if (p->kind == PAT_BLOCK && p->rem > 0.0) snprintf(out, len, "%dx%d+%g", p->k, p->c, p->rem);
+    else if (p->kind == PAT_BLOCK) snprintf(out, len, "%dx%d", p->k, p->c);
     else if (p->kind == PAT_NM) snprintf(out, len, "%d:%d", p->n, p->m);
     else snprintf(out, len, "unstructured");
 }
@@ -91,7 +107,8 @@ void sc_pattern_geom_of(const sc_pattern *p, const net *nt, int t, sc_pattern_ge
         g->unit_size = (size_t)g->kb * (size_t)g->cb;
         g->units = w->count / g->unit_size;
         g->fallback = g->kb != p->k || g->cb != p->c;
-        if (g->unit_size == 1) geom_unstructured(g, w->count, 1);
+        g->rem = p->rem;
+        if (g->unit_size == 1) geom_unstructured(g, w->count, 1), g->rem = 0.0;
     } else if (p->kind == PAT_NM) {
         if (g->C % p->m != 0) {
             geom_unstructured(g, w->count, 1);
@@ -109,7 +126,7 @@ void sc_pattern_geom_of(const sc_pattern *p, const net *nt, int t, sc_pattern_ge
 
 // Text of a layer's own pattern.
 void sc_pattern_geom_format(const sc_pattern_geom *g, char *out, size_t len) {
-    sc_pattern p = {.kind = g->kind, .k = g->kb, .c = g->cb, .n = g->n, .m = g->m};
+    sc_pattern p = {.kind = g->kind, .k = g->kb, .c = g->cb, .n = g->n, .m = g->m, .rem = g->rem};
     sc_pattern_format(&p, out, len);
 }
 
@@ -194,5 +211,20 @@ size_t sc_pattern_row_max_kept(const sc_pattern_geom *g, const float *mask) {
 // Entries that break the pattern ((size_t)-1 when out of memory).
 size_t sc_pattern_violations(const sc_pattern_geom *g, const float *mask) {
     if (g->kind == PAT_UNSTRUCTURED) return 0;
-    return units_scan(g, mask, 1);
+    size_t v = units_scan(g, mask, 1);
+    if (g->kind != PAT_BLOCK || g->rem <= 0.0 || v == (size_t)-1) return v;
+    size_t kept = 0, n = (size_t)g->K * (size_t)g->C * (size_t)g->RS;
+    for (size_t i = 0; i < n; i++) kept += mask[i] != 0.0f;
+    size_t most = sc_pattern_singles_max(g, kept);
+    return v > most ? v - most : 0;
+}
+
+// Kept entries outside whole kept blocks ((size_t)-1 when out of memory).
+size_t sc_pattern_singles(const sc_pattern_geom *g, const float *mask) {
+    return g->kind == PAT_BLOCK ? units_scan(g, mask, 1) : 0;
+}
+
+// floor(rem x kept), the remainder a block layer may hold.
+size_t sc_pattern_singles_max(const sc_pattern_geom *g, size_t kept) {
+    return g->kind == PAT_BLOCK && g->rem > 0.0 ? (size_t)floor(g->rem * (double)kept + 1e-9) : 0;
 }

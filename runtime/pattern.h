@@ -6,6 +6,10 @@
 //                 K outputs x C inputs. A layer whose K (or C) is not a
 //                 multiple of the asked K (or C) takes gcd(K, asked) (gcd(C,
 //                 asked)): the widest block that tiles it exactly.
+//   KxC+F         hybrid: KxC blocks, and up to a share F (0 < F < 1) of each
+//                 block layer's kept weights as single weights outside whole
+//                 blocks (the block part for tensor cores, a small
+//                 unstructured remainder; e.g. 16x8+0.2).
 //   N:M           at most N kept of every M consecutive input channels at
 //                 one (k, r, s); a layer whose C is not a multiple of M
 //                 stays unstructured.
@@ -24,8 +28,9 @@ typedef enum { PAT_UNSTRUCTURED = 0, PAT_BLOCK = 1, PAT_NM = 2 } sc_pattern_kind
 
 typedef struct {
     sc_pattern_kind kind;
-    int k, c;  // PAT_BLOCK: block of k output x c input channels
-    int n, m;  // PAT_NM: at most n kept of every m input channels
+    int k, c;    // PAT_BLOCK: block of k output x c input channels
+    int n, m;    // PAT_NM: at most n kept of every m input channels
+    double rem;  // PAT_BLOCK: share of a layer's kept weights allowed outside whole blocks (0: none)
 } sc_pattern;
 
 // One weight tensor under a pattern: its own block (after the fallbacks)
@@ -35,17 +40,19 @@ typedef struct {
     int K, C, RS;          // output channels, input channels, kernel taps (R*S; 1 for linear)
     int kb, cb;            // PAT_BLOCK: the layer's block (kb divides K, cb divides C)
     int n, m;              // PAT_NM: the layer's N and M
+    double rem;            // PAT_BLOCK: the pattern's remainder share (0: whole blocks only)
     size_t units;          // blocks (PAT_BLOCK), groups (PAT_NM), weights (unstructured)
     size_t unit_size;      // weights per block or group (1 when unstructured)
     int fallback;          // 1 when the layer's block is narrower than asked or the
                            // pattern does not apply (reported per layer)
 } sc_pattern_geom;
 
-// Parses "unstructured", "KxC" (1 <= K, C <= 256, K * C >= 2) or "N:M"
-// (1 <= N < M <= 32); fails with a message naming the string.
+// Parses "unstructured", "KxC" (1 <= K, C <= 256, K * C >= 2), "KxC+F"
+// (0 < F < 1, a decimal fraction) or "N:M" (1 <= N < M <= 32); fails with a
+// message naming the string.
 int sc_pattern_parse(const char *s, sc_pattern *p, sc_err *err);
 
-// Canonical text of a pattern ("unstructured", "16x8", "2:4") into out.
+// Canonical text of a pattern ("unstructured", "16x8", "16x8+0.2", "2:4") into out.
 void sc_pattern_format(const sc_pattern *p, char *out, size_t len);
 
 // True for the unstructured pattern.
@@ -73,8 +80,17 @@ size_t sc_pattern_units_kept(const sc_pattern_geom *g, const float *mask);
 size_t sc_pattern_row_max_kept(const sc_pattern_geom *g, const float *mask);
 
 // Entries that break the pattern in a mask: for blocks, kept entries of
-// blocks that are not all kept; for N:M, kept entries past the N-th of a
+// blocks that are not all kept (with a remainder share F: those past
+// floor(F x the kept entries)); for N:M, kept entries past the N-th of a
 // group; 0 for unstructured layers and masks on the pattern.
 size_t sc_pattern_violations(const sc_pattern_geom *g, const float *mask);
+
+// Block layers: kept entries outside whole kept blocks (the remainder of a
+// KxC+F pattern); 0 for other layers, (size_t)-1 when out of memory.
+size_t sc_pattern_singles(const sc_pattern_geom *g, const float *mask);
+
+// The most single entries a block layer with `kept` kept entries may hold
+// under its remainder share: floor(rem x kept).
+size_t sc_pattern_singles_max(const sc_pattern_geom *g, size_t kept);
 
 #endif

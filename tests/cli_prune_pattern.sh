@@ -15,8 +15,9 @@ PR="$BIN/prune --device cpu --quiet --data-dir $T/data --runs $T/runs"
 TINY="--model lenet --population 3 --iterations 4 --batches 2 --batch 32 --val-size 200 --scan-images 64 --target-sparsity 0.8"
 
 # pattern_off FILE PATTERN: weights of the file's pruned layers off PATTERN
-# (KxC with K, C narrowed to the gcd with the layer's channels; N:M on layers
-# whose C is a multiple of M), from h5dump's text of /masks.
+# (KxC with K, C narrowed to the gcd with the layer's channels; KxC+F: the
+# weights outside whole blocks past floor(F x kept); N:M on layers whose C is a
+# multiple of M), from h5dump's text of /masks.
 pattern_off() {
     local f=$1 p=$2 total=0 name
     for name in conv2 fc1 fc2 fc3; do
@@ -38,12 +39,15 @@ pattern_off() {
                         if (kept > N) bad += kept - N
                     }
                 } else {
-                    split(pat, q, "x"); kb = gcd(K, q[1]); cb = gcd(C, q[2])
+                    F = 0; if (split(pat, h, "+") == 2) F = h[2] + 0
+                    split(h[1], q, "x"); kb = gcd(K, q[1]); cb = gcd(C, q[2]); all = 0
                     for (k0 = 0; k0 < K; k0 += kb) for (c0 = 0; c0 < C; c0 += cb) for (rs = 0; rs < RS; rs++) {
                         kept = 0
                         for (k = k0; k < k0 + kb; k++) for (c = c0; c < c0 + cb; c++) kept += v[(k * C + c) * RS + rs] != 0
                         if (kept && kept < kb * cb) bad += kept
+                        all += kept
                     }
+                    if (F > 0) { most = int(F * all + 1e-9); bad = bad > most ? bad - most : 0 }
                 }
                 print bad
             }')
@@ -59,8 +63,8 @@ attr_pattern() { h5dump -a /pattern "$1" 2>/dev/null | sed -n 's/.*(0): "\(.*\)"
 json_num() { grep -oE "\"$2\": *-?[0-9.e+-]+" "$1" | head -n 1 | sed -E 's/.*: *//'; }
 
 # --- bad usage (exit 2) ---------------------------------------------------------
-for p in 8x 16x8x2 0x4 1x1 2:2 4:2 2:4:8 abc x8 "8 x1"; do
-    expect_fail "bad pattern '$p'" 2 "^prune: --pattern: .*\($p\)" $PR --pattern "$p" synthetic
+for p in 8x 16x8x2 0x4 1x1 2:2 4:2 2:4:8 abc x8 "8 x1" 16x8+0 16x8+1 2:4+0.2 16x8+; do
+    expect_fail "bad pattern '$p'" 2 "^prune: --pattern: .*\\(${p//+/\\+}\\)" $PR --pattern "$p" synthetic
 done
 
 # --- unstructured is the default, bit for bit -------------------------------------
@@ -93,6 +97,20 @@ L=[l for l in json.load(open(sys.argv[1]))['layers'] if 'blocks_kept_row_max' in
 def rows(l): return int(l['shape'].split('x')[0]) // int(l['pattern'].split('x')[0])
 print(len(L) > 0 and all(l['blocks_kept'] <= rows(l) * l['blocks_kept_row_max'] and l['blocks_kept_row_max'] <= l['blocks_kept'] and l['blocks_kept_row_max'] <= l['blocks'] // rows(l) for l in L))" "$T/gmp-16x8.json" 2>&1)
 [ "$v" = True ] && ok "json: the busiest block row between the mean and a full row" || bad "json blocks_kept_row_max" "$v"
+
+# --- the hybrid KxC+F: blocks and at most a share F of single weights ----------------------
+$PR $TINY --method gmp --pattern 4x2+0.25 -o "$T/h.h5" --json "$T/h.json" synthetic >"$T/h.out" 2>&1 \
+    || bad "gmp 4x2+0.25" "failed: $(tail -n 2 "$T/h.out")"
+off=$(pattern_off "$T/h.h5" 4x2+0.25); strict=$(pattern_off "$T/h.h5" 4x2)
+[ "$off" = 0 ] && [ "${strict:-0}" -gt 0 ] && ok "gmp --pattern 4x2+0.25: singles within the share ($strict outside whole blocks)" \
+    || bad "gmp 4x2+0.25 on the pattern" "$off past the share, $strict singles"
+[ "$(attr_pattern "$T/h.h5")" = 4x2+0.25 ] && ok "4x2+0.25: file records the pattern" || bad "4x2+0.25 attribute" "$(attr_pattern "$T/h.h5")"
+n=$(grep -oE '"singles": *[0-9]+' "$T/h.json" | awk -F: '{ s += $2 } END { print s + 0 }')
+[ "$n" = "$strict" ] && grep -qE 'fc1.weight .*4x2\+0\.25 [0-9]+/6000 blocks, [0-9]+ singles' "$T/h.out" \
+    && ok "table and json count the singles ($n)" || bad "singles reported" "json $n, checker $strict"
+$BIN/export "$T/h.h5" -o "$T/h.csr.h5" >"$T/hx.out" 2>&1 || bad "export 4x2+0.25" "failed: $(tail -n 2 "$T/hx.out")"
+grep -q '^export: layer [a-z0-9]*: pattern 4x2+0.25 keeps single weights outside whole blocks.*stored as CSR' "$T/hx.out" \
+    && ok "export says a hybrid layer goes to CSR" || bad "export hybrid notice" "$(head -n 2 "$T/hx.out")"
 
 # --- evolve: stopped and resumed == uninterrupted, pattern kept -----------------------
 ARGS="$TINY --pattern 4x2 --finetune 1 --seed 3"

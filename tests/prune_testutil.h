@@ -1,5 +1,5 @@
 // Helpers of the prune tests (tests/test_prune_*.c): a fake list of prunable
-// layers of given sizes, and lenet with its real list.
+// layers of given sizes, lenet with its real list, and lenet with random weights.
 #ifndef SC_TESTS_PRUNE_TESTUTIL_H
 #define SC_TESTS_PRUNE_TESTUTIL_H
 
@@ -7,6 +7,7 @@
 
 #include "prune/mask.h"
 #include "runtime/net.h"
+#include "runtime/rng.h"
 #include "tests/check.h"
 
 // A fake layer list of L layers with the given sizes (no net needed).
@@ -33,6 +34,19 @@ static inline net *lenet_layers(tctx *t, prune_layers *pl) {
     CHECK(t, 0, "lenet: %s", err.msg);
     net_free(nt);
     return NULL;
+}
+
+// lenet on 32x32 images and 10 classes with random weights (seeded);
+// NULL (a failed check) on error.
+static inline net *lenet_random(tctx *t, uint64_t seed) {
+    sc_err err = {0};
+    net *nt = net_create("lenet", 3, 32, 32, 10, &err);
+    CHECK(t, nt != NULL, "%s", err.msg);
+    if (!nt) return NULL;
+    rng r;
+    rng_seed(&r, seed, 0);
+    net_init_weights(nt, &r);
+    return nt;
 }
 
 #endif

@@ -14,20 +14,9 @@
 #include "runtime/net.h"
 #include "runtime/pattern.h"
 #include "runtime/rng.h"
+#include "tests/prune_testutil.h"
 
 // --- helpers ----------------------------------------------------------------
-
-// A lenet with random weights (NULL with a failed check on error).
-static net *lenet_random(tctx *t, uint64_t seed) {
-    sc_err err = {0};
-    net *nt = net_create("lenet", 3, 32, 32, 10, &err);
-    CHECK(t, nt != NULL, "%s", err.msg);
-    if (!nt) return NULL;
-    rng r;
-    rng_seed(&r, seed, 0);
-    net_init_weights(nt, &r);
-    return nt;
-}
 
 // A hand-made geometry of a (K, C, RS) tensor.
 static sc_pattern_geom geom_make(sc_pattern_kind kind, int K, int C, int RS, int kb, int cb, int n) {
