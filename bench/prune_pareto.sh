@@ -70,7 +70,9 @@ read -ra targets <<<"${TARGETS:-$dt}"
 jobs=${ONLY:-T U F1 F2 L1 L2 L3}
 mkdir -p "$out" "$work/logs" "$work/json"
 gq_data "$ds" || exit 1
-for t in $B/train $B/prune $B/export $B/deploy; do [ -x "$t" ] || { echo "missing $t" >&2; exit 1; }; done
+tools=(train prune export)  # deploy only when a job deploys (T measures inside prune)
+for j in $jobs; do case " ${NODEPLOY:-} T " in *" $j "*) ;; *) tools+=(deploy); break ;; esac; done
+for t in "${tools[@]}"; do [ -x "$B/$t" ] || { echo "missing $B/$t" >&2; exit 1; }; done
 ngpu=$(gq_gpus)
 [ "${ngpu:-0}" -ge 1 ] || ngpu=1
 echo "prune_pareto: $model, $ngpu GPU(s), jobs: $jobs, work in $work"
