@@ -81,10 +81,15 @@ __device__ __forceinline__ void bsh_tables(const bsh_args &a, int i0, int r0, in
 // --- the multiply -------------------------------------------------------------------------
 
 // Shared address of unit `code`'s 8 channels for the row at window position p (-1: zeros).
+// S8: the layout known at compile time, 8 slots per position swizzled by the
+// position's low 3 bits (64-channel chunks, swz 0: bsh_s8), so the slot is
+// one mask-and-xor instead of shifts and a multiply by runtime amounts.
+template <bool S8>
 __device__ __forceinline__ uint32_t bsh_addr(const bsh_args &a, uint32_t buf, uint32_t zero, int p,
                                              uint32_t code) {
     if (p < 0) return zero;
     const int q = p + (int)(code & 255u) * a.t.hw + (int)(code >> 8 & 255u);
+    if constexpr (S8) return buf + ((uint32_t)q << 7) + ((((uint32_t)q & 7u) ^ (code >> 16)) << 4);
     return buf + 16u * (uint32_t)bsh_slot(&a.t, q, (int)(code >> 16), 1 << a.lnch);
 }
 
@@ -107,13 +112,13 @@ __device__ __forceinline__ void bsh_pair_load(const bsh_args &a, int u, int lane
 }
 
 // acc += pair p by m16n8k16, its A fragments from the window buffer buf.
-template <typename T, int MF, int NF>
+template <typename T, int MF, int NF, bool S8>
 __device__ __forceinline__ void bsh_pair_mma(const bsh_args &a, const bsh_pair<NF> &p, uint32_t buf, uint32_t zero,
                                              const int *pos, float (*acc)[NF][4]) {
 #pragma unroll
     for (int mf = 0; mf < MF; mf++) {
         uint32_t fa[4];
-        ptx_ldmatrix_x4(bsh_addr(a, buf, zero, pos[mf], p.code), fa);
+        ptx_ldmatrix_x4(bsh_addr<S8>(a, buf, zero, pos[mf], p.code), fa);
 #pragma unroll
         for (int f = 0; f < NF; f++) ptx_mma16816<T>(acc[mf][f], fa, p.b[f]);
     }
@@ -123,7 +128,7 @@ __device__ __forceinline__ void bsh_pair_mma(const bsh_args &a, const bsh_pair<N
 // Where a pair is little math (MF x NF <= 4) the loop waits on its loads, so
 // the loads of D = 4 pairs are issued together before their math; the
 // pairs are added in the same order either way.
-template <typename T, int MF, int NF>
+template <typename T, int MF, int NF, bool S8>
 __device__ __forceinline__ void bsh_units(const bsh_args &a, int u, int ue, uint32_t buf, uint32_t zero,
                                           const int *pos, int lane, float (*acc)[NF][4]) {
     constexpr int D = MF * NF <= 4 ? 4 : 1;  // pairs per batch
@@ -136,7 +141,7 @@ __device__ __forceinline__ void bsh_units(const bsh_args &a, int u, int ue, uint
 #pragma unroll
             for (int d = 0; d < D; d++)
 #pragma unroll
-                for (int mf = 0; mf < MF; mf++) ad[d][mf] = bsh_addr(a, buf, zero, pos[mf], p[d].code);
+                for (int mf = 0; mf < MF; mf++) ad[d][mf] = bsh_addr<S8>(a, buf, zero, pos[mf], p[d].code);
 #pragma unroll
             for (int d = 0; d < D; d++)
 #pragma unroll
@@ -150,7 +155,7 @@ __device__ __forceinline__ void bsh_units(const bsh_args &a, int u, int ue, uint
     for (; u + 1 < ue; u += 2) {
         bsh_pair<NF> p;
         bsh_pair_load<NF>(a, u, lane, p);
-        bsh_pair_mma<T, MF, NF>(a, p, buf, zero, pos, acc);
+        bsh_pair_mma<T, MF, NF, S8>(a, p, buf, zero, pos, acc);
     }
     if (u < ue) {
         const uint32_t code = __ldg(a.units + u);
@@ -160,11 +165,17 @@ __device__ __forceinline__ void bsh_units(const bsh_args &a, int u, int ue, uint
 #pragma unroll
         for (int mf = 0; mf < MF; mf++) {
             uint32_t fa[2];
-            ptx_ldmatrix_x2(bsh_addr(a, buf, zero, pos[mf], code), fa);
+            ptx_ldmatrix_x2(bsh_addr<S8>(a, buf, zero, pos[mf], code), fa);
 #pragma unroll
             for (int f = 0; f < NF; f++) ptx_mma1688<T>(acc[mf][f], fa, b[f]);
         }
     }
+}
+
+// Copies 16-byte piece p of a staged row (at shared row) to y pixel pix's channels kb + 8p.. (pix < 0: none).
+template <typename T>
+__device__ __forceinline__ void bsh_copy_piece(const bsh_args &a, int pix, int kb, int p, const char *row) {
+    if (pix >= 0) *(uint4 *)((T *)a.y + (size_t)pix * a.K + kb + p * 8) = *(const uint4 *)(row + p * 16);
 }
 
 // The epilogue through shared memory (full groups, no pool; every thread of
@@ -200,27 +211,32 @@ __device__ __forceinline__ void bsh_stage_store(const bsh_args &a, const int *to
     }
     __syncthreads();
     const int kb = g0 * NP, kn = min(gpc * NP, a.K - kb), pieces = kn / 8;  // 16-byte pieces per row
-    for (int q = threadIdx.x; q < a.t.tm * pieces; q += blockDim.x) {
-        const int i = q / pieces, p = q - i * pieces, pix = tout[i];
-        if (pix >= 0)
-            *(uint4 *)((T *)a.y + (size_t)pix * a.K + kb + p * 8) = *(const uint4 *)(bsh_smem + i * a.srow + p * 16);
+    if (blockDim.x % pieces == 0) {  // each thread keeps one piece of every step-th row: no division per piece
+        const int p = threadIdx.x % pieces, step = blockDim.x / pieces;
+        for (int i = threadIdx.x / pieces; i < a.t.tm; i += step)
+            bsh_copy_piece<T>(a, tout[i], kb, p, bsh_smem + i * a.srow);
+    } else {
+        for (int q = threadIdx.x; q < a.t.tm * pieces; q += blockDim.x) {
+            const int i = q / pieces, p = q - i * pieces;
+            bsh_copy_piece<T>(a, tout[i], kb, p, bsh_smem + i * a.srow);
+        }
     }
 }
 
 // --- the chunk loop -----------------------------------------------------------------------
 
 // The units of group g (when it exists) in chunk c, from the window buffer at shared address buf.
-template <typename T, int MF, int NF>
+template <typename T, int MF, int NF, bool S8>
 __device__ __forceinline__ void bsh_chunk(const bsh_args &a, int g, int c, uint32_t buf, uint32_t zaddr,
                                           const int *pos, int lane, float (*acc)[NF][4]) {
     if (g < a.ngroups)
-        bsh_units<T, MF, NF>(a, __ldg(a.ustart + g * a.nchunks + c), __ldg(a.ustart + g * a.nchunks + c + 1), buf,
+        bsh_units<T, MF, NF, S8>(a, __ldg(a.ustart + g * a.nchunks + c), __ldg(a.ustart + g * a.nchunks + c + 1), buf,
                              zaddr, pos, lane, acc);
 }
 
 // Chunks [c0, c1) through two window buffers taking turns (one when there is
 // one chunk): chunk c + 1 loads while chunk c multiplies.
-template <typename T, int MF, int NF>
+template <typename T, int MF, int NF, bool S8>
 __device__ __forceinline__ void bsh_chunks_two(const bsh_args &a, int i0, int r0, int q0, int g, int c0, int c1,
                                                uint32_t base, uint32_t zaddr, const int *pos, int lane,
                                                float (*acc)[NF][4]) {
@@ -237,7 +253,7 @@ __device__ __forceinline__ void bsh_chunks_two(const bsh_args &a, int i0, int r0
             ptx_cp_wait<0>();
         }
         __syncthreads();
-        bsh_chunk<T, MF, NF>(a, g, c, base + (uint32_t)((j & 1) * a.wbytes), zaddr, pos, lane, acc);
+        bsh_chunk<T, MF, NF, S8>(a, g, c, base + (uint32_t)((j & 1) * a.wbytes), zaddr, pos, lane, acc);
         __syncthreads();
     }
 }
@@ -283,7 +299,7 @@ __device__ __forceinline__ void bsh_chunks_resident(const bsh_args &a, int i0, i
     for (int c = 0; c < n; c++) {
         ptx_cp_wait_n(n - 1 - c);  // the groups after chunk c's may still fly
         __syncthreads();           // chunk c has landed for every thread
-        bsh_chunk<T, MF, NF>(a, g, c, base + (uint32_t)c * (uint32_t)a.wbytes, zaddr, pos, lane, acc);
+        bsh_chunk<T, MF, NF, false>(a, g, c, base + (uint32_t)c * (uint32_t)a.wbytes, zaddr, pos, lane, acc);
     }
 }
 
@@ -298,7 +314,9 @@ __device__ __forceinline__ void bsh_chunks_resident(const bsh_args &a, int i0, i
 // the chunks of slice blockIdx.z only, the tile's last CTA adds the slices.
 // STAGE: the epilogue through shared memory when a.stage (a kernel of its own:
 // its code cost the other kernels registers, e.g. 112 -> 128 for <8, 2>).
-template <typename T, int MF, int NF, bool POOL, bool RES, bool SPLIT, bool STAGE = false>
+// S8: the window's layout fixed at compile time (bsh_s8; staged kernels only,
+// where it took 1-7% off the large planes on an H100).
+template <typename T, int MF, int NF, bool POOL, bool RES, bool SPLIT, bool STAGE = false, bool S8 = false>
 __global__ void __launch_bounds__(256) bsh_kernel(bsh_args a) {
     extern __shared__ __align__(16) char bsh_smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -325,7 +343,7 @@ __global__ void __launch_bounds__(256) bsh_kernel(bsh_args a) {
     if constexpr (SPLIT) bsh_split_range((int)blockIdx.z, (int)gridDim.z, a.nchunks, &c0, &c1);
     ptx_dep_wait();  // x, z and the split scratch belong to earlier kernels; the weights are the layer's own
     if constexpr (RES) bsh_chunks_resident<T, MF, NF>(a, i0, r0, q0, g, base, zaddr, pos, lane, acc);
-    else bsh_chunks_two<T, MF, NF>(a, i0, r0, q0, g, c0, c1, base, zaddr, pos, lane, acc);
+    else bsh_chunks_two<T, MF, NF, S8>(a, i0, r0, q0, g, c0, c1, base, zaddr, pos, lane, acc);
     ptx_dep_launch();  // the next kernel may start its preamble during the sums and the epilogue
     if constexpr (SPLIT)
         if (!bsh_split_total<MF, NF>(a, acc)) return;
@@ -350,24 +368,30 @@ extern "C" bsh_variant bsh_variant_get(int v) {
 static int bsh_nbuf(bsh_variant r, int nchunks) { return r.resident ? nchunks : nchunks > 1 ? 2 : 1; }
 
 // The kernel of (T, MF, NF, POOL, RES, SPLIT, STAGE) as a plain pointer; NULL when MF x NF > 16.
-template <typename T, int MF, bool POOL, bool RES, bool SPLIT, bool STAGE = false> static void *bsh_fn_nf(int nf) {
+template <typename T, int MF, bool POOL, bool RES, bool SPLIT, bool STAGE = false, bool S8 = false>
+static void *bsh_fn_nf(int nf) {
     switch (nf) {
-    case 1: return (void *)bsh_kernel<T, MF, 1, POOL, RES, SPLIT, STAGE>;
-    case 2: return (void *)bsh_kernel<T, MF, 2, POOL, RES, SPLIT, STAGE>;
-    case 4: return MF <= 4 ? (void *)bsh_kernel<T, MF, (MF <= 4 ? 4 : 1), POOL, RES, SPLIT, STAGE> : NULL;
-    default: return MF <= 2 ? (void *)bsh_kernel<T, MF, (MF <= 2 ? 8 : 1), POOL, RES, SPLIT, STAGE> : NULL;
+    case 1: return (void *)bsh_kernel<T, MF, 1, POOL, RES, SPLIT, STAGE, S8>;
+    case 2: return (void *)bsh_kernel<T, MF, 2, POOL, RES, SPLIT, STAGE, S8>;
+    case 4: return MF <= 4 ? (void *)bsh_kernel<T, MF, (MF <= 4 ? 4 : 1), POOL, RES, SPLIT, STAGE, S8> : NULL;
+    default: return MF <= 2 ? (void *)bsh_kernel<T, MF, (MF <= 2 ? 8 : 1), POOL, RES, SPLIT, STAGE, S8> : NULL;
     }
+}
+
+// The staged kernel of (T, MF) for nf fragments, with the compile-time layout (bsh_s8) when s8.
+template <typename T, int MF> static void *bsh_fn_stage(int nf, bool s8) {
+    return s8 ? bsh_fn_nf<T, MF, false, false, false, true, true>(nf) : bsh_fn_nf<T, MF, false, false, false, true>(nf);
 }
 
 // The kernel for element type T, mf fragments, nf channel fragments, pool or
 // not, resident window or not (resident: 2 fragments only, the one such
 // variant), split or not (2 or 4 fragments, two buffers), staged stores or not
-// (8 or 4 fragments, no pool, two buffers, no split).
-template <typename T> static void *bsh_fn_t(int mf, int nf, bool pool, bool res, bool split, bool stage) {
+// (8 or 4 fragments, no pool, two buffers, no split; with the compile-time
+// layout when s8, bsh_s8: the staged kernels are the large planes' choice).
+template <typename T> static void *bsh_fn_t(int mf, int nf, bool pool, bool res, bool split, bool stage, bool s8) {
     if (stage) {
         if (pool || res || split) return NULL;
-        return mf == 8 ? bsh_fn_nf<T, 8, false, false, false, true>(nf)
-             : mf == 4 ? bsh_fn_nf<T, 4, false, false, false, true>(nf) : NULL;
+        return mf == 8 ? bsh_fn_stage<T, 8>(nf, s8) : mf == 4 ? bsh_fn_stage<T, 4>(nf, s8) : NULL;
     }
     if (res) return mf != 2 ? NULL : pool ? bsh_fn_nf<T, 2, true, true, false>(nf) : bsh_fn_nf<T, 2, false, true, false>(nf);
     if (split) {
@@ -381,13 +405,22 @@ template <typename T> static void *bsh_fn_t(int mf, int nf, bool pool, bool res,
     }
 }
 
+// Whether the layer's window has the layout bsh_addr<true> assumes: 64-channel
+// chunks (8 slots per position) with no swizzle shift (bsh_slot's swz 0).
+static bool bsh_s8(const bsconv_shape *s, const bsh_gpu *d, int tm) {
+    bsconv_htile t;
+    bsconv_htile_pick(s, tm, d->cc, &t);
+    return d->cc == 64 && t.swz == 0;
+}
+
 // The kernel of variant v for layer (s, d) in dt, or NULL.
 static void *bsh_fn(const bsconv_shape *s, const bsh_gpu *d, gpu_dtype dt, int v) {
     const bsh_variant r = bsh_variant_get(v);
     const bool pool = s->pool == 2, res = r.resident != 0, split = r.split != 0, stage = r.stage != 0;
     const int mf = r.tm / 16 / r.ws;
-    return dt == GDT_BF16 ? bsh_fn_t<__nv_bfloat16>(mf, d->nf, pool, res, split, stage)
-                          : bsh_fn_t<__half>(mf, d->nf, pool, res, split, stage);
+    const bool s8 = bsh_s8(s, d, r.tm);
+    return dt == GDT_BF16 ? bsh_fn_t<__nv_bfloat16>(mf, d->nf, pool, res, split, stage, s8)
+                          : bsh_fn_t<__half>(mf, d->nf, pool, res, split, stage, s8);
 }
 
 // CTAs of variant r's grid without a split: tiles x channel-group blocks.
