@@ -22,7 +22,8 @@
 // Resolves --objective auto and --pattern auto (prune/latency_setup.h).
 void prune_auto_resolve(const prune_auto_run *run, const char **objective, const char **pattern) {
     if (!strcmp(*objective, "auto"))
-        *objective = run->on_gpu && run->evolve && !run->from && !run->sparsity_given ? "latency" : "sparsity";
+        *objective = run->on_gpu && run->evolve && !run->from && !run->sparsity_given && !run->hybrid ? "latency"
+                                                                                                       : "sparsity";
     if (!strcmp(*pattern, "auto"))
         *pattern = !strcmp(*objective, "latency") && run->fp16 && !run->from ? PRUNE_AUTO_PATTERN : "unstructured";
 }

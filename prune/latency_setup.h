@@ -46,11 +46,12 @@ typedef struct {
     int evolve;          // --method evolve
     int from;            // --from a model
     int sparsity_given;  // --target-sparsity, --min-layer-sparsity or --layer-floor given
+    int hybrid;          // --pattern KxC+F: no kernel runs it yet, so no latency table can time it
 } prune_auto_run;
 
 // Resolves "auto" in *objective and *pattern (others are left as given):
 // the objective is latency for an evolutionary search on a GPU from scratch
-// that names no sparsity (the mission's pipeline), else sparsity; the
+// that names no sparsity and no hybrid pattern (the mission's pipeline), else sparsity; the
 // pattern is PRUNE_AUTO_PATTERN for a latency run at fp16 from scratch (the
 // fp16 engine's sparse kernels are the block ones), else unstructured.
 void prune_auto_resolve(const prune_auto_run *run, const char **objective, const char **pattern);

@@ -127,9 +127,12 @@ static int device_pick(prune_run *r, sc_err *err) {
 static void auto_set(prune_run *r) {
     prune_opts *o = &r->o;
     const char *obj = o->objective, *pat = o->pattern;
+    sc_pattern p = {0};
+    if (strcmp(o->pattern, "auto")) sc_pattern_parse(o->pattern, &p, NULL);  // checked by pattern_check
     prune_auto_run run = {.on_gpu = r->dev == DEV_GPU, .fp16 = r->prec == PREC_FP16,
                           .evolve = !strcmp(o->method, "evolve"), .from = o->from != NULL,
-                          .sparsity_given = o->target_given || o->min_layer > 0 || o->layer_floor};
+                          .sparsity_given = o->target_given || o->min_layer > 0 || o->layer_floor,
+                          .hybrid = p.rem > 0.0};
     prune_auto_resolve(&run, &o->objective, &o->pattern);
     o->objective_auto = !strcmp(obj, "auto"), o->pattern_auto = !strcmp(pat, "auto");
     if (o->objective_auto || o->pattern_auto)
@@ -403,6 +406,9 @@ static int latency_set(prune_run *r, sc_err *err) {
     if (strcmp(r->o.objective, "latency")) return 0;
     r->usage = 1;
     if (r->cfg.method != PM_EVOLVE) return sc_fail(err, "--objective latency: needs --method evolve");
+    if (r->cfg.pattern.rem > 0.0)
+        return sc_fail(err, "--objective latency: no kernel runs the hybrid pattern %s yet, so its layers cannot "
+                       "be timed (use --objective sparsity)", r->o.pattern);
     r->usage = 0;
     snprintf(cache, sizeof cache, "%s_latency.json", r->prefix);
     sc_err ignored = {0};  // a path too long: no sharing

@@ -112,6 +112,9 @@ $BIN/export "$T/h.h5" -o "$T/h.csr.h5" >"$T/hx.out" 2>&1 || bad "export 4x2+0.25
 grep -q '^export: layer [a-z0-9]*: pattern 4x2+0.25 keeps single weights outside whole blocks.*stored as CSR' "$T/hx.out" \
     && ok "export says a hybrid layer goes to CSR" || bad "export hybrid notice" "$(head -n 2 "$T/hx.out")"
 
+expect_fail "no latency objective with a hybrid pattern" 2 '^prune: --objective latency: no kernel runs the hybrid pattern 4x2\+0\.25' \
+    $PR $TINY --objective latency --pattern 4x2+0.25 synthetic
+
 # --- evolve: stopped and resumed == uninterrupted, pattern kept -----------------------
 ARGS="$TINY --pattern 4x2 --finetune 1 --seed 3"
 $PR $ARGS -o "$T/a.h5" --json "$T/a.json" synthetic >/dev/null 2>&1 || bad "evolve 4x2" "failed"

@@ -505,7 +505,8 @@ static void test_plan_ramp(tctx *t) {
 }
 
 // --objective auto and --pattern auto: latency and 16x8 only for the mission's
-// pipeline on a GPU (evolve, from scratch, no sparsity named, fp16); given values stay.
+// pipeline on a GPU (evolve, from scratch, no sparsity named, fp16, no hybrid
+// pattern); given values stay.
 static void test_auto_resolve(tctx *t) {
     const prune_auto_run gpu = {.on_gpu = 1, .fp16 = 1, .evolve = 1};
     struct {
@@ -523,6 +524,7 @@ static void test_auto_resolve(tctx *t) {
         {gpu, "sparsity", "auto", "sparsity", "unstructured"},
         {gpu, "auto", "8x1", "latency", "8x1"},
         {gpu, "latency", "unstructured", "latency", "unstructured"},
+        {{.on_gpu = 1, .fp16 = 1, .evolve = 1, .hybrid = 1}, "auto", "16x8+0.2", "sparsity", "16x8+0.2"},
     };
     for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
         const char *obj = c[i].obj, *pat = c[i].pat;
