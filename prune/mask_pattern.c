@@ -88,7 +88,7 @@ static int hybrid_raise(const sc_pattern_geom *g, float *w, float *mask, float *
     for (size_t u = 0; u < g->units; u++) full += us[u] != INFINITY;
     if (want > full) want = full;
     if (want * U > kept) want = kept / U;
-    size_t cap = (size_t)floor(g->rem / (1.0 - g->rem) * (double)(want * U) + 1e-9);
+    size_t cap = sc_pattern_singles_cap(g, want * U);
     size_t singles = kept - want * U < cap ? kept - want * U : cap;
     units_take_lowest(g, us, full - want, 0, vals, NULL, w, mask, mom);  // demoted to singles
     size_t *idx = malloc(U * sizeof *idx);

@@ -224,7 +224,15 @@ size_t sc_pattern_singles(const sc_pattern_geom *g, const float *mask) {
     return g->kind == PAT_BLOCK ? units_scan(g, mask, 1) : 0;
 }
 
+// floor(x) of a share times a count, a hair above so that 0.3 x 10 is 3.
+static size_t share_floor(double x) { return (size_t)floor(x + 1e-9); }
+
 // floor(rem x kept), the remainder a block layer may hold.
 size_t sc_pattern_singles_max(const sc_pattern_geom *g, size_t kept) {
-    return g->kind == PAT_BLOCK && g->rem > 0.0 ? (size_t)floor(g->rem * (double)kept + 1e-9) : 0;
+    return g->kind == PAT_BLOCK && g->rem > 0.0 ? share_floor(g->rem * (double)kept) : 0;
+}
+
+// floor(rem / (1 - rem) x block_weights), the singles that fit beside those blocks.
+size_t sc_pattern_singles_cap(const sc_pattern_geom *g, size_t block_weights) {
+    return g->kind == PAT_BLOCK && g->rem > 0.0 ? share_floor(g->rem / (1.0 - g->rem) * (double)block_weights) : 0;
 }

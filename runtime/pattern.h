@@ -93,4 +93,8 @@ size_t sc_pattern_singles(const sc_pattern_geom *g, const float *mask);
 // under its remainder share: floor(rem x kept).
 size_t sc_pattern_singles_max(const sc_pattern_geom *g, size_t kept);
 
+// The most single entries beside `block_weights` entries in whole blocks that
+// keep within the share: floor(rem / (1 - rem) x block_weights).
+size_t sc_pattern_singles_cap(const sc_pattern_geom *g, size_t block_weights);
+
 #endif
