@@ -517,13 +517,23 @@ int h5io_seal(const char *path, sc_err *err) {
     return rc;
 }
 
-// Checks the start of the superblock of an HDF5 file without a checksum
-// (read unverified) before libhdf5 parses it: version 0-3 and addresses and
-// lengths of 2, 4 or 8 bytes, as every HDF5 writer uses. Others are refused:
-// libhdf5 1.10 sizes buffers from these fields (fuzz_quant: a 130-byte file
-// made it allocate 4 GB).
-static int h5io_superblock_check(const unsigned char *sb, ssize_t got, const char *path,
-                                 sc_err *err) {
+// Reads an n-byte little-endian unsigned field (n <= 8).
+static uint64_t h5io_le(const unsigned char *p, int n) {
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
+// Checks the superblock of an HDF5 file without a checksum (read unverified)
+// before libhdf5 parses it: version 0-3, addresses and lengths of 2, 4 or 8
+// bytes, base address 0, end-of-file address within the file's size bytes,
+// the root group's object header below it, and no driver information or
+// free-space block (v0/1) or an extension below it (v2/3), as every HDF5
+// writer leaves them. Others are refused: libhdf5 1.10 sizes buffers from
+// these fields before it checks them (fuzzing found 130-byte files on which
+// it allocated 2-4 GB).
+static int h5io_superblock_check(const unsigned char *sb, ssize_t got, unsigned long long size,
+                                 const char *path, sc_err *err) {
     int version = got > 8 ? sb[8] : -1;
     int so = version < 0 ? 0 : version <= 1 ? sb[13] : sb[9];
     int sl = version < 0 ? 0 : version <= 1 ? sb[14] : sb[10];
@@ -531,18 +541,36 @@ static int h5io_superblock_check(const unsigned char *sb, ssize_t got, const cha
     if (got < 16 || version > 3 || !ok_size)
         return sc_fail(err, "HDF5 file damaged or truncated (%s, superblock version %d with "
                             "%d-byte addresses and %d-byte lengths)", path, version, so, sl);
+    const unsigned char *a = sb + (version == 0 ? 24 : version == 1 ? 28 : 12);
+    int naddr = version <= 1 ? 6 : 4;  // v0/1 up to the root entry's header address
+    uint64_t undef = so == 8 ? UINT64_MAX : (UINT64_C(1) << (8 * so)) - 1, f[6];
+    if (a + naddr * so > sb + got)
+        return sc_fail(err, "HDF5 file damaged or truncated (%s, short superblock)", path);
+    for (int i = 0; i < naddr; i++) f[i] = h5io_le(a + i * so, so);
+    uint64_t eof = f[2], root = version <= 1 ? f[5] : f[3];
+    int extra_ok = version <= 1 ? f[1] == undef && f[3] == undef : f[1] == undef || f[1] < eof;
+    if (f[0] != 0 || eof > size || root >= eof || !extra_ok)
+        return sc_fail(err, "HDF5 file damaged or truncated (%s, superblock addresses: base %llu, "
+                            "end of file %llu of %llu bytes, root %llu)", path,
+                       (unsigned long long)f[0], (unsigned long long)eof, size,
+                       (unsigned long long)root);
     return 0;
 }
 
 // Verifies an open file's checksum; *sealed = 1 when it has one, 0 for an
 // HDF5 file without one (an older version's), -1 for anything else.
 static int h5io_verify(int fd, const char *path, int *sealed, sc_err *err) {
-    char ub[64] = {0};
+    char ub[128] = {0};
     ssize_t got = pread(fd, ub, sizeof ub - 1, 0);
     if (got < 0) return sc_fail(err, "cannot read (%s, %s)", path, strerror(errno));
     *sealed = got >= (ssize_t)strlen(H5IO_UB_MAGIC) && !memcmp(ub, H5IO_UB_MAGIC, strlen(H5IO_UB_MAGIC));
     if (!*sealed) *sealed = got >= 8 && !memcmp(ub, "\211HDF\r\n\032\n", 8) ? 0 : -1;
-    if (*sealed == 0) return h5io_superblock_check((const unsigned char *)ub, got, path, err);
+    struct stat st;
+    if (*sealed == 0 && fstat(fd, &st) != 0)
+        return sc_fail(err, "cannot stat (%s, %s)", path, strerror(errno));
+    if (*sealed == 0)
+        return h5io_superblock_check((const unsigned char *)ub, got,
+                                     (unsigned long long)st.st_size, path, err);
     if (*sealed != 1) return 0;
     unsigned want_crc = 0;
     unsigned long long want_len = 0, len;

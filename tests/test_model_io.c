@@ -393,9 +393,9 @@ static void test_string_types(tctx *t) {
 }
 
 // A file without a checksum (read unverified) whose superblock declares
-// 32-byte addresses is refused before libhdf5 parses it (fuzz_quant: such a
-// 130-byte file made libhdf5 allocate 4 GB); the same file with 8-byte
-// addresses loads.
+// an end of file past its size, or 32-byte addresses, is refused before
+// libhdf5 parses it (fuzzing: such 130-byte files made libhdf5 allocate
+// 2-4 GB); the file as written loads.
 static void test_legacy_superblock(tctx *t) {
     char good[512], old[512];
     tmp_path(good, sizeof good, "sb.h5");
@@ -410,6 +410,14 @@ static void test_legacy_superblock(tctx *t) {
     FILE *f = fopen(old, "r+b");
     unsigned char sb[16] = {0};
     CHECK(t, f && fread(sb, 1, 16, f) == 16 && sb[8] <= 1 && sb[13] == 8, "superblock v%d", sb[8]);
+    unsigned char eof[8] = {0, 0, 0, 0, 0, 0, 0, 0x40};  // 2^62: past the file's end
+    if (f) {
+        fseek(f, 40, SEEK_SET);  // v0: base, free space, then the end-of-file address
+        fwrite(eof, 1, sizeof eof, f);
+        fclose(f);
+    }
+    expect_load_error(t, old, "superblock addresses: base 0, end of file 4611686018427387904");
+    f = fopen(old, "r+b");
     if (f) {
         fseek(f, 13, SEEK_SET);
         fputc(32, f);
