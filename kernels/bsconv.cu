@@ -28,6 +28,7 @@ struct bsconv_gpu {
     bsconv_shape s;
     int P, Q, Po, Qo, win, kb, cb, nblocks;  // conv plane, y plane, pool window (1: none)
     gpu_dtype dt;
+    int nrem;                              // the remainder's entries: only halo variants run them
     int np, ngroups, ncols, vec, vec_out;  // from the packed layout; vec_out: every group
                                            // starts at a multiple of 8 channels and K % 8 == 0
     int variant;                           // < BSCONV_GATHER_VARIANTS: bsk_variant_of (pixel
@@ -343,6 +344,7 @@ extern "C" int bsconv_gpu_run(const gpu_ctx *g, const bsconv_gpu *b, const void 
     if (b->variant >= BSCONV_GATHER_VARIANTS && b->variant < BSCONV_DIRECT_FIRST && bsk_al16(x) && bsk_al4(y) &&
         bsk_al4(z))
         return bsh_gpu_run(g, s, &b->h, b->dt, b->variant - BSCONV_GATHER_VARIANTS, b->bias, x, z, y, err);
+    if (b->nrem) return sc_fail(err, "block-sparse conv: a hybrid layer needs x 16-byte and y, z 4-byte aligned");
     a.npq = s->n * b->Po * b->Qo * b->win * b->win;
     a.vec = b->vec && bsk_al16(x);
     a.vec_out = b->vec_out && bsk_al16(y) && bsk_al16(z);
@@ -368,6 +370,9 @@ extern "C" int bsconv_gpu_set_variant(const gpu_ctx *g, bsconv_gpu *b, int v, sc
         b->variant = v;
         return 0;
     }
+    if (b->nrem)
+        return sc_fail(err, "block-sparse conv: variant %d gathers; the remainder of a hybrid layer runs on "
+                       "the halo kernel only", v);
     if (bsk_smem_bytes(v) > (size_t)g->dev.smem_block)
         return sc_fail(err, "block-sparse conv: variant %d needs %zu bytes of shared memory (%d)", v,
                        bsk_smem_bytes(v), g->dev.smem_block);
@@ -437,7 +442,7 @@ static int bsk_upload(const gpu_ctx *g, bsconv_gpu *b, const bsconv_packed *p, c
 static void bsk_fill(bsconv_gpu *b, const bsconv_shape *s, const bsconv_bsr *w,
                      const bsconv_packed *p, gpu_dtype dt) {
     b->s = *s, b->dt = dt, b->kb = w->kb, b->cb = w->cb;
-    b->nblocks = w->indptr[s->K / w->kb];
+    b->nblocks = w->indptr[s->K / w->kb], b->nrem = bsconv_rem_count(w, s->K);
     bsconv_out_size(s, &b->P, &b->Q);
     bsconv_y_size(s, &b->Po, &b->Qo);
     b->win = s->pool > 1 ? s->pool : 1;
@@ -451,7 +456,8 @@ static void bsk_fill(bsconv_gpu *b, const bsconv_shape *s, const bsconv_bsr *w,
 static int bsk_halo_create(const gpu_ctx *g, bsconv_gpu *b, const bsconv_shape *s, const bsconv_bsr *w,
                            sc_err *err) {
     snprintf(b->no_direct, sizeof b->no_direct, "the halo kernel does not apply");
-    if (!bsconv_halo_applies(s, w, b->no_halo, sizeof b->no_halo)) return 0;
+    if (!bsconv_halo_applies(s, w, b->no_halo, sizeof b->no_halo))
+        return b->nrem ? sc_fail(err, "block-sparse conv: a hybrid layer needs the halo kernel: %s", b->no_halo) : 0;
     bsconv_hpack h;
     SC_TRY(bsconv_hpack_build(s, w, &h, err));
     int rc = bsh_gpu_upload(g, &h, b->dt, &b->h, err);
@@ -499,7 +505,7 @@ extern "C" bsconv_gpu *bsconv_gpu_create(const gpu_ctx *g, const bsconv_shape *s
 
 // Multiply-adds of the non-zero weights per image.
 extern "C" double bsconv_gpu_macs(const bsconv_gpu *b) {
-    return (double)b->nblocks * b->kb * b->cb * b->Po * b->Qo * b->win * b->win;
+    return ((double)b->nblocks * b->kb * b->cb + b->nrem) * b->Po * b->Qo * b->win * b->win;
 }
 
 // One line describing the layer.
@@ -523,6 +529,8 @@ extern "C" void bsconv_gpu_describe(const bsconv_gpu *b, char *buf, size_t len) 
                  r.resident ? ", whole window resident" : r.stage ? ", outputs staged in shared memory" : "");
         if (split > 1)
             snprintf(buf + strlen(buf), len - strlen(buf), ", %d chunks in %d slices (a CTA each)", b->h.nchunks, split);
+        if (b->nrem)
+            snprintf(buf + strlen(buf), len - strlen(buf), ", %d single weights beside the blocks", b->nrem);
         return;
     }
     int mf;

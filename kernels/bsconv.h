@@ -38,12 +38,23 @@ typedef struct {
 // consecutive input channels, since cb divides C) and its values are
 // data[b*kb*cb + row*cb + col]. Block columns need not be sorted; a block
 // column listed twice in one block row is rejected.
+//
+// A hybrid layer (blocks plus a small share of single weights outside them)
+// also has a remainder: CSR over the K output channels of the same (K,
+// R*S*C) matrix, columns strictly ascending within a row; rem_indptr NULL:
+// none. Only the halo kernel runs a remainder (kernels/bsconv_halo.h).
 typedef struct {
     int kb, cb;              // block: kb output channels x cb input channels
     const int32_t *indptr;   // (K/kb + 1), indptr[0] = 0, non-decreasing
     const int32_t *indices;  // (indptr[K/kb]) block columns, < R*S*C/cb
     const float *data;       // (indptr[K/kb], kb, cb)
+    const int32_t *rem_indptr;   // (K + 1) or NULL: the remainder's rows
+    const int32_t *rem_indices;  // (rem_indptr[K]) KRSC columns (tap * C + c), < R*S*C
+    const float *rem_data;       // (rem_indptr[K]) their weights
 } bsconv_bsr;
+
+// Entries of w's remainder (0 without one).
+int32_t bsconv_rem_count(const bsconv_bsr *w, int K);
 
 // Conv output plane size: P = (H + 2 pad - R) / stride + 1, Q likewise.
 void bsconv_out_size(const bsconv_shape *s, int *P, int *Q);
@@ -54,7 +65,8 @@ void bsconv_y_size(const bsconv_shape *s, int *Po, int *Qo);
 // Checks the shape (positive sizes, P, Q >= 1, R, S <= 255, C <= 65535, pool
 // 0, 1, 2 or 4 and at most P, Q) and the BSR structure against it (kb
 // divides K, cb divides C, indptr and indices in range, no repeated block
-// column in a row). 0 or -1.
+// column in a row), and the remainder when there is one (rows from 0,
+// non-decreasing, columns in range and strictly ascending). 0 or -1.
 int bsconv_check(const bsconv_shape *s, const bsconv_bsr *w, sc_err *err);
 
 // y (n, Po, Qo, K) = pool(act(conv(x, w) + bias [+ z])) in fp32 for x (n,

@@ -67,6 +67,26 @@ static int bsc_check_row(const bsconv_bsr *w, int i, int ncb, uint8_t *mark, sc_
     return rc;
 }
 
+// Entries of the remainder.
+int32_t bsconv_rem_count(const bsconv_bsr *w, int K) { return w->rem_indptr ? w->rem_indptr[K] : 0; }
+
+// Checks the remainder's rows and columns against the shape; 0 or -1.
+static int bsc_check_rem(const bsconv_shape *s, const bsconv_bsr *w, sc_err *err) {
+    if (!w->rem_indptr) return 0;
+    const int32_t *p = w->rem_indptr, cols = s->R * s->S * s->C;
+    if (p[0] != 0) return sc_fail(err, "block-sparse conv: remainder indptr[0] = %d", p[0]);
+    for (int k = 0; k < s->K; k++)
+        if (p[k + 1] < p[k]) return sc_fail(err, "block-sparse conv: remainder indptr decreases at row %d", k);
+    if (p[s->K] > 0 && (!w->rem_indices || !w->rem_data))
+        return sc_fail(err, "block-sparse conv: remainder without indices or data");
+    for (int k = 0; k < s->K; k++)
+        for (int32_t j = p[k]; j < p[k + 1]; j++)
+            if (w->rem_indices[j] < 0 || w->rem_indices[j] >= cols || (j > p[k] && w->rem_indices[j] <= w->rem_indices[j - 1]))
+                return sc_fail(err, "block-sparse conv: remainder column %d of row %d out of range [0, %d) or "
+                               "not ascending", w->rem_indices[j], k, cols);
+    return 0;
+}
+
 // Checks the shape and the BSR structure against it.
 int bsconv_check(const bsconv_shape *s, const bsconv_bsr *w, sc_err *err) {
     SC_TRY(bsc_check_shape(s, err));
@@ -86,7 +106,7 @@ int bsconv_check(const bsconv_shape *s, const bsconv_bsr *w, sc_err *err) {
     int rc = 0;
     for (int i = 0; i < nbr && !rc; i++) rc = bsc_check_row(w, i, ncb, mark, err);
     free(mark);
-    return rc;
+    return rc ? rc : bsc_check_rem(s, w, err);
 }
 
 // --- the reference ------------------------------------------------------------------
@@ -99,7 +119,8 @@ float bsconv_epi_cpu(const bsconv_shape *s, float acc, const float *bias, const 
     return s->relu && v < 0.0f ? 0.0f : v;
 }
 
-// Sum over the blocks of output channel k's block row at output pixel (im, p, q).
+// Sum over the blocks of output channel k's block row, and its remainder
+// row, at output pixel (im, p, q).
 static float bsc_dot(const bsconv_shape *s, const bsconv_bsr *w, const float *x, int im, int p,
                      int q, int k) {
     const int i = k / w->kb, kk = k % w->kb;
@@ -111,6 +132,12 @@ static float bsc_dot(const bsconv_shape *s, const bsconv_bsr *w, const float *x,
         const float *xp = x + (((size_t)im * s->H + h) * s->W + x0) * s->C + c0;
         const float *wp = w->data + ((size_t)b * w->kb + kk) * w->cb;
         for (int c = 0; c < w->cb; c++) acc += wp[c] * xp[c];
+    }
+    for (int32_t j = w->rem_indptr ? w->rem_indptr[k] : 0; w->rem_indptr && j < w->rem_indptr[k + 1]; j++) {
+        const int col = w->rem_indices[j], tap = col / s->C;
+        const int h = p * s->stride - s->pad + tap / s->S, x0 = q * s->stride - s->pad + tap % s->S;
+        if (h >= 0 && h < s->H && x0 >= 0 && x0 < s->W)
+            acc += w->rem_data[j] * x[(((size_t)im * s->H + h) * s->W + x0) * s->C + col % s->C];
     }
     return acc;
 }

@@ -29,6 +29,10 @@ static int bsd_fits(const bsconv_shape *s) {
 // 1 when the direct kernel applies.
 int bsconv_direct_applies(const bsconv_shape *s, const bsconv_bsr *w, char *why, int len) {
     if (!bsconv_halo_applies(s, w, why, len)) return 0;
+    if (bsconv_rem_count(w, s->K) > 0) {
+        if (why) snprintf(why, (size_t)len, "the layer has a remainder (only the halo kernel runs it)");
+        return 0;
+    }
     if (bsd_fits(s)) return 1;
     if (why) snprintf(why, (size_t)len, "x or y has more than 2^31 elements");
     return 0;

@@ -83,7 +83,8 @@ int bsconv_gpu_variant_usable(const gpu_ctx *g, const bsconv_gpu *b, int v, char
 int bsconv_gpu_run(const gpu_ctx *g, const bsconv_gpu *b, const void *x, const void *z, void *y,
                    sc_err *err);
 
-// Multiply-adds of the non-zero weights per image: blocks x kb x cb x the
+// Multiply-adds of the non-zero weights per image: (blocks x kb x cb + the
+// remainder's entries) x the
 // conv pixels computed (P x Q, or the pooled windows' pixels; useful FLOP/s =
 // 2 x this x n / time).
 double bsconv_gpu_macs(const bsconv_gpu *b);

@@ -86,6 +86,51 @@ static int bsh_from_packed(const bsconv_packed *p, bsconv_hpack *h, sc_err *err)
     return rc;
 }
 
+// Slot in rstart of remainder row k's entries of chunk c (its group found by
+// k0/nk, which cover every channel), or -1 when no group holds k.
+static long bsh_rem_slot(const bsconv_hpack *h, int k, int c) {
+    for (int g = 0; g < h->ngroups; g++)
+        if (k >= h->k0[g] && k < h->k0[g] + h->nk[g]) return ((long)g * h->nchunks + c) * h->np + (k - h->k0[g]);
+    return -1;
+}
+
+// Sorts the remainder of w into h's (group, chunk, channel) lists: counts
+// into rstart, then places each entry in row order.
+static int bsh_rem_build(const bsconv_shape *s, const bsconv_bsr *w, bsconv_hpack *h, sc_err *err) {
+    h->nrem = bsconv_rem_count(w, s->K);
+    if (!h->nrem) return 0;
+    const size_t ns = (size_t)h->ngroups * h->nchunks * h->np;
+    h->rstart = calloc(ns + 1, sizeof *h->rstart);
+    h->rcode = malloc((size_t)h->nrem * sizeof *h->rcode);
+    h->rvals = malloc((size_t)h->nrem * sizeof *h->rvals);
+    int32_t *next = calloc(ns + 1, sizeof *next);  // (ns + 1)
+    int rc = !h->rstart || !h->rcode || !h->rvals || !next ? sc_fail(err, "block-sparse conv: out of memory") : 0;
+    for (int pass = 0; rc == 0 && pass < 2; pass++) {
+        for (int k = 0; rc == 0 && k < s->K; k++)
+            for (int32_t j = w->rem_indptr[k]; j < w->rem_indptr[k + 1]; j++) {
+                const int col = w->rem_indices[j], tap = col / s->C, ch = col % s->C;
+                const long slot = bsh_rem_slot(h, k, ch / h->cc);
+                if (slot < 0) {
+                    rc = sc_fail(err, "block-sparse conv: remainder row %d is in no channel group", k);
+                    break;
+                }
+                if (pass == 0) {
+                    h->rstart[slot + 1]++;
+                    continue;
+                }
+                const int e = ch % h->cc;
+                const int32_t at = next[slot]++;
+                h->rcode[at] = (uint32_t)(tap / s->S) | (uint32_t)(tap % s->S) << 8 | (uint32_t)(e / 8) << 16 |
+                               (uint32_t)(e % 8) << 24;
+                h->rvals[at] = w->rem_data[j];
+            }
+        if (pass == 0)
+            for (size_t i = 0; i < ns; i++) h->rstart[i + 1] += h->rstart[i], next[i] = h->rstart[i];
+    }
+    free(next);
+    return rc;
+}
+
 // Builds the halo weights of a checked layer that the kernel applies to.
 int bsconv_hpack_build(const bsconv_shape *s, const bsconv_bsr *w, bsconv_hpack *h, sc_err *err) {
     memset(h, 0, sizeof *h);
@@ -94,7 +139,8 @@ int bsconv_hpack_build(const bsconv_shape *s, const bsconv_bsr *w, bsconv_hpack 
     bsconv_packed p;
     SC_TRY(bsconv_pack(s, w, &p, err));
     h->cc = bsh_chunk(s->C), h->nchunks = s->C / h->cc;
-    const int rc = bsh_from_packed(&p, h, err);
+    int rc = bsh_from_packed(&p, h, err);
+    if (!rc) rc = bsh_rem_build(s, w, h, err);
     bsconv_packed_free(&p);
     if (rc) bsconv_hpack_free(h);
     return rc;
@@ -103,6 +149,7 @@ int bsconv_hpack_build(const bsconv_shape *s, const bsconv_bsr *w, bsconv_hpack 
 // Frees the arrays.
 void bsconv_hpack_free(bsconv_hpack *h) {
     free(h->k0), free(h->nk), free(h->ustart), free(h->units), free(h->vals);
+    free(h->rstart), free(h->rcode), free(h->rvals);
     memset(h, 0, sizeof *h);
 }
 
@@ -201,6 +248,27 @@ static void bsh_units(const bsh_walk *wk, int g, int c) {
     }
 }
 
+// acc += the remainder of group g in chunk c, for every tile pixel (the
+// window's element of each entry: its unit's slot, then its place in it).
+static void bsh_rem(const bsh_walk *wk, int g, int c) {
+    const bsconv_hpack *h = wk->h;
+    const bsconv_htile *t = wk->t;
+    for (int j = 0; h->nrem && j < h->np; j++) {
+        const long sl = ((long)g * h->nchunks + c) * h->np + j;
+        for (int32_t e = h->rstart[sl]; e < h->rstart[sl + 1]; e++) {
+            const uint32_t code = h->rcode[e];
+            const int r = (int)(code & 255u), sx = (int)(code >> 8 & 255u), u8 = (int)(code >> 16 & 255u);
+            for (int i = 0; i < t->tm; i++) {
+                int ti, tr, tq;
+                if (!bsh_pixel(t, i, &ti, &tr, &tq)) continue;
+                const int p = bsh_pos(t, ti, tr * t->ps + r, tq * t->ps + sx);
+                const float *a = wk->win + (size_t)bsh_slot(t, p, u8, h->cc / 8) * 8;
+                wk->acc[(size_t)i * h->np + j] += h->rvals[e] * a[code >> 24];
+            }
+        }
+    }
+}
+
 // y element of tile pixel i, channel k (the pooled pixel with a pool); -1 past the plane.
 static long long bsh_out(const bsh_walk *wk, int i, int k) {
     const bsconv_htile *t = wk->t;
@@ -242,6 +310,7 @@ static void bsh_group(bsh_walk *wk, int g, int nsplit, float *acc, float *part) 
         for (int c = c0; c < c1; c++) {
             bsh_stage(wk, c);
             bsh_units(wk, g, c);
+            bsh_rem(wk, g, c);
         }
         for (size_t i = 0; i < n; i++) acc[i] += part[i];
     }

@@ -20,6 +20,9 @@ struct bsh_args {
     const float *bias;
     const int32_t *k0, *nk, *ustart;
     const uint32_t *units, *vals;  // vals: two 16-bit weights per word
+    const int32_t *rstart;         // the remainder (bsconv_hpack; NULL: none)
+    const uint32_t *rcode;
+    const void *rvals;             // (nrem) 16-bit weights
     bsconv_htile t;
     int n, H, W, C, K, stride, pad, relu;
     int cc, lnch, nchunks, ngroups, nw;  // lnch: log2 of the 16-byte slots per position
@@ -223,23 +226,66 @@ __device__ __forceinline__ void bsh_stage_store(const bsh_args &a, const int *to
     }
 }
 
+// --- the remainder ------------------------------------------------------------------------
+
+// One 16-bit value as a float.
+__device__ __forceinline__ float bsh_f32(__half v) { return __half2float(v); }
+__device__ __forceinline__ float bsh_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// acc += the remainder of group g in chunk c (hybrid layers, bsconv_hpack)
+// on the CUDA cores: each lane walks the single weights of its accumulators'
+// channels (f * 8 + (lane % 4) * 2 + e) and multiplies each with the
+// window's element at its accumulators' rows (rows lane / 4 + 8 h of each
+// fragment; their window positions from the tile's table tpos).
+template <typename T, int MF, int NF, bool S8>
+__device__ __forceinline__ void bsh_rem(const bsh_args &a, int g, int c, uint32_t buf, uint32_t zaddr,
+                                        const int *tpos, int row0, int lane, float (*acc)[NF][4]) {
+    extern __shared__ __align__(16) char bsh_smem[];
+    const uint32_t base = (uint32_t)__cvta_generic_to_shared(bsh_smem);
+    int p[MF][2];
+#pragma unroll
+    for (int mf = 0; mf < MF; mf++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) p[mf][h] = tpos[row0 + mf * 16 + (lane >> 2) + h * 8];
+    const int32_t *rs = a.rstart + ((size_t)g * a.nchunks + c) * (NF * 8) + (lane & 3) * 2;
+#pragma unroll
+    for (int f = 0; f < NF; f++)
+#pragma unroll
+        for (int e = 0; e < 2; e++)
+            for (int32_t i = __ldg(rs + f * 8 + e), end = __ldg(rs + f * 8 + e + 1); i < end; i++) {
+                const uint32_t code = __ldg(a.rcode + i);
+                const float v = bsh_f32(__ldg((const T *)a.rvals + i));
+                const uint32_t off = (code >> 24) * 2u - base;  // the element within its unit's 16 bytes
+#pragma unroll
+                for (int mf = 0; mf < MF; mf++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const uint32_t ad = bsh_addr<S8>(a, buf, zaddr, p[mf][h], code & 0xFFFFFFu) + off;
+                        acc[mf][f][h * 2 + e] += v * bsh_f32(*(const T *)(bsh_smem + ad));
+                    }
+            }
+}
+
 // --- the chunk loop -----------------------------------------------------------------------
 
-// The units of group g (when it exists) in chunk c, from the window buffer at shared address buf.
-template <typename T, int MF, int NF, bool S8>
+// The units of group g (when it exists) in chunk c, from the window buffer at
+// shared address buf, then its remainder (REM; tpos: the tile's window positions).
+template <typename T, int MF, int NF, bool S8, bool REM = false>
 __device__ __forceinline__ void bsh_chunk(const bsh_args &a, int g, int c, uint32_t buf, uint32_t zaddr,
-                                          const int *pos, int lane, float (*acc)[NF][4]) {
-    if (g < a.ngroups)
-        bsh_units<T, MF, NF, S8>(a, __ldg(a.ustart + g * a.nchunks + c), __ldg(a.ustart + g * a.nchunks + c + 1), buf,
+                                          const int *pos, int lane, float (*acc)[NF][4], const int *tpos = nullptr,
+                                          int row0 = 0) {
+    if (g >= a.ngroups) return;
+    bsh_units<T, MF, NF, S8>(a, __ldg(a.ustart + g * a.nchunks + c), __ldg(a.ustart + g * a.nchunks + c + 1), buf,
                              zaddr, pos, lane, acc);
+    if constexpr (REM) bsh_rem<T, MF, NF, S8>(a, g, c, buf, zaddr, tpos, row0, lane, acc);
 }
 
 // Chunks [c0, c1) through two window buffers taking turns (one when there is
 // one chunk): chunk c + 1 loads while chunk c multiplies.
-template <typename T, int MF, int NF, bool S8>
+template <typename T, int MF, int NF, bool S8, bool REM>
 __device__ __forceinline__ void bsh_chunks_two(const bsh_args &a, int i0, int r0, int q0, int g, int c0, int c1,
                                                uint32_t base, uint32_t zaddr, const int *pos, int lane,
-                                               float (*acc)[NF][4]) {
+                                               float (*acc)[NF][4], const int *tpos, int row0) {
     extern __shared__ __align__(16) char bsh_smem[];
     bsh_load<T>(a, i0, r0, q0, c0, bsh_smem);
     ptx_cp_commit();
@@ -253,7 +299,8 @@ __device__ __forceinline__ void bsh_chunks_two(const bsh_args &a, int i0, int r0
             ptx_cp_wait<0>();
         }
         __syncthreads();
-        bsh_chunk<T, MF, NF, S8>(a, g, c, base + (uint32_t)((j & 1) * a.wbytes), zaddr, pos, lane, acc);
+        bsh_chunk<T, MF, NF, S8, REM>(a, g, c, base + (uint32_t)((j & 1) * a.wbytes), zaddr, pos, lane, acc, tpos,
+                                      row0);
         __syncthreads();
     }
 }
@@ -315,8 +362,11 @@ __device__ __forceinline__ void bsh_chunks_resident(const bsh_args &a, int i0, i
 // STAGE: the epilogue through shared memory when a.stage (a kernel of its own:
 // its code cost the other kernels registers, e.g. 112 -> 128 for <8, 2>).
 // S8: the window's layout fixed at compile time (bsh_s8; staged kernels only,
-// where it took 1-7% off the large planes on an H100).
-template <typename T, int MF, int NF, bool POOL, bool RES, bool SPLIT, bool STAGE = false, bool S8 = false>
+// where it took 1-7% off the large planes on an H100). REM: the layer's
+// remainder after each chunk's units (hybrid layers; two buffers, no split: a
+// kernel of its own, so that the others keep their registers).
+template <typename T, int MF, int NF, bool POOL, bool RES, bool SPLIT, bool STAGE = false, bool S8 = false,
+          bool REM = false>
 __global__ void __launch_bounds__(256) bsh_kernel(bsh_args a) {
     extern __shared__ __align__(16) char bsh_smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -343,7 +393,7 @@ __global__ void __launch_bounds__(256) bsh_kernel(bsh_args a) {
     if constexpr (SPLIT) bsh_split_range((int)blockIdx.z, (int)gridDim.z, a.nchunks, &c0, &c1);
     ptx_dep_wait();  // x, z and the split scratch belong to earlier kernels; the weights are the layer's own
     if constexpr (RES) bsh_chunks_resident<T, MF, NF>(a, i0, r0, q0, g, base, zaddr, pos, lane, acc);
-    else bsh_chunks_two<T, MF, NF, S8>(a, i0, r0, q0, g, c0, c1, base, zaddr, pos, lane, acc);
+    else bsh_chunks_two<T, MF, NF, S8, REM>(a, i0, r0, q0, g, c0, c1, base, zaddr, pos, lane, acc, tpos, row0);
     ptx_dep_launch();  // the next kernel may start its preamble during the sums and the epilogue
     if constexpr (SPLIT)
         if (!bsh_split_total<MF, NF>(a, acc)) return;
@@ -367,31 +417,41 @@ extern "C" bsh_variant bsh_variant_get(int v) {
 // Window buffers of variant r for a layer of nchunks chunks.
 static int bsh_nbuf(bsh_variant r, int nchunks) { return r.resident ? nchunks : nchunks > 1 ? 2 : 1; }
 
-// The kernel of (T, MF, NF, POOL, RES, SPLIT, STAGE) as a plain pointer; NULL when MF x NF > 16.
-template <typename T, int MF, bool POOL, bool RES, bool SPLIT, bool STAGE = false, bool S8 = false>
+// The kernel of (T, MF, NF, POOL, RES, SPLIT, STAGE, S8, REM) as a plain pointer; NULL when MF x NF > 16.
+template <typename T, int MF, bool POOL, bool RES, bool SPLIT, bool STAGE = false, bool S8 = false, bool REM = false>
 static void *bsh_fn_nf(int nf) {
     switch (nf) {
-    case 1: return (void *)bsh_kernel<T, MF, 1, POOL, RES, SPLIT, STAGE, S8>;
-    case 2: return (void *)bsh_kernel<T, MF, 2, POOL, RES, SPLIT, STAGE, S8>;
-    case 4: return MF <= 4 ? (void *)bsh_kernel<T, MF, (MF <= 4 ? 4 : 1), POOL, RES, SPLIT, STAGE, S8> : NULL;
-    default: return MF <= 2 ? (void *)bsh_kernel<T, MF, (MF <= 2 ? 8 : 1), POOL, RES, SPLIT, STAGE, S8> : NULL;
+    case 1: return (void *)bsh_kernel<T, MF, 1, POOL, RES, SPLIT, STAGE, S8, REM>;
+    case 2: return (void *)bsh_kernel<T, MF, 2, POOL, RES, SPLIT, STAGE, S8, REM>;
+    case 4: return MF <= 4 ? (void *)bsh_kernel<T, MF, (MF <= 4 ? 4 : 1), POOL, RES, SPLIT, STAGE, S8, REM> : NULL;
+    default: return MF <= 2 ? (void *)bsh_kernel<T, MF, (MF <= 2 ? 8 : 1), POOL, RES, SPLIT, STAGE, S8, REM> : NULL;
     }
 }
 
 // The staged kernel of (T, MF) for nf fragments, with the compile-time layout (bsh_s8) when s8.
-template <typename T, int MF> static void *bsh_fn_stage(int nf, bool s8) {
-    return s8 ? bsh_fn_nf<T, MF, false, false, false, true, true>(nf) : bsh_fn_nf<T, MF, false, false, false, true>(nf);
+template <typename T, int MF, bool REM> static void *bsh_fn_stage(int nf, bool s8) {
+    return s8 ? bsh_fn_nf<T, MF, false, false, false, true, true, REM>(nf)
+              : bsh_fn_nf<T, MF, false, false, false, true, false, REM>(nf);
+}
+
+// The two-buffer kernel of (T, MF, POOL) for nf fragments, without or with the remainder.
+template <typename T, int MF, bool POOL> static void *bsh_fn_plain(int nf, bool rem) {
+    return rem ? bsh_fn_nf<T, MF, POOL, false, false, false, false, true>(nf) : bsh_fn_nf<T, MF, POOL, false, false>(nf);
 }
 
 // The kernel for element type T, mf fragments, nf channel fragments, pool or
 // not, resident window or not (resident: 2 fragments only, the one such
 // variant), split or not (2 or 4 fragments, two buffers), staged stores or not
 // (8 or 4 fragments, no pool, two buffers, no split; with the compile-time
-// layout when s8, bsh_s8: the staged kernels are the large planes' choice).
-template <typename T> static void *bsh_fn_t(int mf, int nf, bool pool, bool res, bool split, bool stage, bool s8) {
+// layout when s8, bsh_s8: the staged kernels are the large planes' choice),
+// with the layer's remainder or not (rem: two buffers, no split).
+template <typename T>
+static void *bsh_fn_t(int mf, int nf, bool pool, bool res, bool split, bool stage, bool s8, bool rem) {
+    if (rem && (res || split)) return NULL;
     if (stage) {
         if (pool || res || split) return NULL;
-        return mf == 8 ? bsh_fn_stage<T, 8>(nf, s8) : mf == 4 ? bsh_fn_stage<T, 4>(nf, s8) : NULL;
+        if (mf == 8) return rem ? bsh_fn_stage<T, 8, true>(nf, s8) : bsh_fn_stage<T, 8, false>(nf, s8);
+        return mf != 4 ? NULL : rem ? bsh_fn_stage<T, 4, true>(nf, s8) : bsh_fn_stage<T, 4, false>(nf, s8);
     }
     if (res) return mf != 2 ? NULL : pool ? bsh_fn_nf<T, 2, true, true, false>(nf) : bsh_fn_nf<T, 2, false, true, false>(nf);
     if (split) {
@@ -399,9 +459,9 @@ template <typename T> static void *bsh_fn_t(int mf, int nf, bool pool, bool res,
         return mf != 4 ? NULL : pool ? bsh_fn_nf<T, 4, true, false, true>(nf) : bsh_fn_nf<T, 4, false, false, true>(nf);
     }
     switch (mf) {
-    case 2: return pool ? bsh_fn_nf<T, 2, true, false, false>(nf) : bsh_fn_nf<T, 2, false, false, false>(nf);
-    case 4: return pool ? bsh_fn_nf<T, 4, true, false, false>(nf) : bsh_fn_nf<T, 4, false, false, false>(nf);
-    default: return pool ? bsh_fn_nf<T, 8, true, false, false>(nf) : bsh_fn_nf<T, 8, false, false, false>(nf);
+    case 2: return pool ? bsh_fn_plain<T, 2, true>(nf, rem) : bsh_fn_plain<T, 2, false>(nf, rem);
+    case 4: return pool ? bsh_fn_plain<T, 4, true>(nf, rem) : bsh_fn_plain<T, 4, false>(nf, rem);
+    default: return pool ? bsh_fn_plain<T, 8, true>(nf, rem) : bsh_fn_plain<T, 8, false>(nf, rem);
     }
 }
 
@@ -418,9 +478,9 @@ static void *bsh_fn(const bsconv_shape *s, const bsh_gpu *d, gpu_dtype dt, int v
     const bsh_variant r = bsh_variant_get(v);
     const bool pool = s->pool == 2, res = r.resident != 0, split = r.split != 0, stage = r.stage != 0;
     const int mf = r.tm / 16 / r.ws;
-    const bool s8 = bsh_s8(s, d, r.tm);
-    return dt == GDT_BF16 ? bsh_fn_t<__nv_bfloat16>(mf, d->nf, pool, res, split, stage, s8)
-                          : bsh_fn_t<__half>(mf, d->nf, pool, res, split, stage, s8);
+    const bool s8 = bsh_s8(s, d, r.tm), rem = d->nrem > 0;
+    return dt == GDT_BF16 ? bsh_fn_t<__nv_bfloat16>(mf, d->nf, pool, res, split, stage, s8, rem)
+                          : bsh_fn_t<__half>(mf, d->nf, pool, res, split, stage, s8, rem);
 }
 
 // CTAs of variant r's grid without a split: tiles x channel-group blocks.
@@ -495,6 +555,9 @@ extern "C" int bsh_gpu_prepare(const gpu_ctx *g, const bsconv_shape *s, const bs
     if (r.stage && (s->pool == 2 || !d->full))  // (bsh_fn has no staged kernel with a pool either)
         return sc_fail(err, "block-sparse conv: halo variant %d stages whole output rows: not with a pool or "
                        "groups of fewer than %d channels", v, d->np);
+    if (d->nrem > 0 && (r.resident || r.split))
+        return sc_fail(err, "block-sparse conv: halo variant %d %s; the remainder of a hybrid layer runs on "
+                       "two buffers without a split", v, r.resident ? "keeps the window resident" : "splits the chunks");
     if (!fn)
         return sc_fail(err, "block-sparse conv: %d pixels x %d channels per warp need too many registers",
                        r.tm / r.ws, d->np);
@@ -525,6 +588,7 @@ extern "C" int bsh_gpu_run(const gpu_ctx *g, const bsconv_shape *s, const bsh_gp
     bsh_args a;
     a.x = x, a.z = z, a.y = y, a.bias = bias, a.k0 = d->k0, a.nk = d->nk, a.ustart = d->ustart;
     a.units = d->units, a.vals = (const uint32_t *)d->vals;
+    a.rstart = d->rstart, a.rcode = d->rcode, a.rvals = d->rvals;
     bsconv_htile_pick(s, r.tm, d->cc, &a.t);
     a.n = s->n, a.H = s->H, a.W = s->W, a.C = s->C, a.K = s->K, a.stride = s->stride, a.pad = s->pad;
     a.relu = s->relu, a.cc = d->cc, a.nchunks = d->nchunks, a.ngroups = d->ngroups, a.nw = r.nw, a.ws = r.ws;
@@ -555,6 +619,23 @@ static int bsh_put(void **dst, const void *h, size_t n, sc_err *err) {
     return n ? gpu_upload(*dst, h, n, err) : 0;
 }
 
+// Uploads h's remainder (none: nothing), its weights narrowed to dt.
+static int bsh_rem_upload(const gpu_ctx *g, const bsconv_hpack *h, gpu_dtype dt, bsh_gpu *d, sc_err *err) {
+    d->nrem = h->nrem;
+    if (!h->nrem) return 0;
+    const size_t ns = (size_t)h->ngroups * h->nchunks * h->np + 1, n = (size_t)h->nrem;
+    SC_TRY(bsh_put((void **)&d->rstart, h->rstart, ns * sizeof *h->rstart, err));
+    SC_TRY(bsh_put((void **)&d->rcode, h->rcode, n * sizeof *h->rcode, err));
+    cudaCheck(err, cudaMalloc(&d->rvals, n * 2));
+    float *tmp = NULL;
+    int rc = bsh_put((void **)&tmp, h->rvals, n * sizeof *h->rvals, err);
+    if (!rc) rc = nhwc_from_f32_gpu(g, dt, n, tmp, d->rvals, err);
+    const cudaError_t e = cudaStreamSynchronize(g->stream);
+    cudaFree(tmp);
+    if (!rc && e != cudaSuccess) rc = sc_fail(err, "block-sparse conv: uploading the remainder: %s", cudaGetErrorString(e));
+    return rc;
+}
+
 // Uploads h, the weights narrowed to dt on the device.
 extern "C" int bsh_gpu_upload(const gpu_ctx *g, const bsconv_hpack *h, gpu_dtype dt, bsh_gpu *d, sc_err *err) {
     memset(d, 0, sizeof *d);
@@ -574,12 +655,13 @@ extern "C" int bsh_gpu_upload(const gpu_ctx *g, const bsconv_hpack *h, gpu_dtype
     const cudaError_t e = cudaStreamSynchronize(g->stream);
     cudaFree(tmp);
     if (!rc && e != cudaSuccess) rc = sc_fail(err, "block-sparse conv: uploading: %s", cudaGetErrorString(e));
-    return rc;
+    return rc ? rc : bsh_rem_upload(g, h, dt, d, err);
 }
 
 // Frees the device arrays.
 extern "C" void bsh_gpu_free(bsh_gpu *d) {
     cudaFree(d->k0), cudaFree(d->nk), cudaFree(d->ustart), cudaFree(d->units), cudaFree(d->vals);
     cudaFree(d->part), cudaFree(d->cnt);
+    cudaFree(d->rstart), cudaFree(d->rcode), cudaFree(d->rvals);
     memset(d, 0, sizeof *d);
 }

@@ -56,6 +56,16 @@ typedef struct {
     int32_t *ustart;           // (ngroups * nchunks + 1)
     uint32_t *units;           // (nunits)
     float *vals;               // (nunits * nf * 64)
+    // The remainder (hybrid layers; nrem 0 and the arrays NULL without one):
+    // the single weights of group g, chunk c, group channel j (0 <= j < np)
+    // are rcode/rvals[rstart[(g * nchunks + c) * np + j] .. next start), each
+    // code r | s << 8 | (e / 8) << 16 | (e % 8) << 24 for input channel
+    // chunk * cc + e at tap (r, s): the unit code of its 8 channels plus its
+    // place among them. The kernel adds them after the chunk's units.
+    int nrem;
+    int32_t *rstart;           // (ngroups * nchunks * np + 1)
+    uint32_t *rcode;           // (nrem)
+    float *rvals;              // (nrem)
 } bsconv_hpack;
 
 // 1 when the halo kernel can compute the layer (else 0 and why).

@@ -23,6 +23,10 @@ typedef struct {
     int32_t *k0, *nk, *ustart;  // device
     uint32_t *units;            // device
     void *vals;                 // device (nunits * nf * 64) of the layer's dtype
+    int nrem;                   // the remainder's entries (0: none, the arrays NULL)
+    int32_t *rstart;            // device (ngroups * nchunks * np + 1)
+    uint32_t *rcode;            // device (nrem)
+    void *rvals;                // device (nrem) of the layer's dtype
     int sms;                    // the device's SMs when the scratch was sized (the split fills them)
     float *part;                // device, part_floats
     int *cnt;                   // device, ncnt zeros between launches

@@ -1,7 +1,8 @@
 // Random block-sparse conv layers for the bsconv tests (tests/test_bsconv_cpu.c
 // and tests/gpu_test_bsconv.c): a shape, a block, an exact block sparsity
 // (blocks kept chosen uniformly, block columns listed in random order within
-// a row, optionally one empty block row), random NHWC inputs, and an
+// a row, optionally one empty block row; optionally single weights beside the
+// blocks, a hybrid layer's remainder), random NHWC inputs, and an
 // independent dense direct convolution in double over the (K, R, S, C)
 // weights the BSR describes. Header-only (static inline) so each test binary
 // stays self-contained.
@@ -39,6 +40,8 @@ typedef struct {
     int Po, Qo;       // y plane (after the pool)
     size_t nx, ny;    // element counts of x and y
     int nblocks;
+    int32_t *rem_indptr, *rem_indices;  // the remainder (hybrid layers), else NULL
+    float *rem_data;
 } bsc_layer;
 
 // One line naming a case (for the test output).
@@ -121,13 +124,44 @@ static inline void bsc_make(const bsc_case *c, uint64_t seed, bsc_layer *L) {
     }
 }
 
+// 1 when KRSC column col of output channel k lies in one of L's kept blocks.
+static inline int bsc_in_block(const bsc_layer *L, int k, int col) {
+    const int i = k / L->w.kb;
+    for (int b = L->indptr[i]; b < L->indptr[i + 1]; b++)
+        if (L->indices[b] == col / L->w.cb) return 1;
+    return 0;
+}
+
+// Gives L a remainder (a hybrid layer): each weight outside the kept blocks
+// is kept with probability density, value non-zero (seeded apart from the
+// blocks and inputs, so the layer is bsc_make's plus single weights).
+static inline void bsc_add_rem(bsc_layer *L, double density, uint64_t seed) {
+    const bsconv_shape *s = &L->s;
+    const int cols = s->R * s->S * s->C;
+    rng r;
+    rng_seed(&r, seed, 11);
+    L->rem_indptr = malloc((size_t)(s->K + 1) * sizeof *L->rem_indptr);
+    L->rem_indices = malloc(((size_t)s->K * cols + 1) * sizeof *L->rem_indices);
+    L->rem_data = malloc(((size_t)s->K * cols + 1) * sizeof *L->rem_data);
+    int n = 0;
+    L->rem_indptr[0] = 0;
+    for (int k = 0; k < s->K; k++) {
+        for (int col = 0; col < cols; col++)
+            if (rng_uniform(&r) < density && !bsc_in_block(L, k, col))
+                L->rem_indices[n] = col, L->rem_data[n++] = bsc_nonzero(&r);
+        L->rem_indptr[k + 1] = n;
+    }
+    L->w.rem_indptr = L->rem_indptr, L->w.rem_indices = L->rem_indices, L->w.rem_data = L->rem_data;
+}
+
 // Frees a layer's arrays.
 static inline void bsc_free(bsc_layer *L) {
     free(L->indptr), free(L->indices), free(L->data), free(L->bias), free(L->x), free(L->z);
+    free(L->rem_indptr), free(L->rem_indices), free(L->rem_data);
     memset(L, 0, sizeof *L);
 }
 
-// Dense (K, R, S, C) weights of the layer's BSR (caller frees).
+// Dense (K, R, S, C) weights of the layer's BSR and remainder (caller frees).
 static inline float *bsc_dense_weights(const bsc_layer *L) {
     const bsconv_shape *s = &L->s;
     const size_t nw = (size_t)s->K * s->R * s->S * s->C;
@@ -139,6 +173,9 @@ static inline float *bsc_dense_weights(const bsc_layer *L) {
                     wd[(size_t)(i * L->w.kb + kk) * s->R * s->S * s->C +
                        (size_t)L->indices[b] * L->w.cb + c] =
                         L->data[((size_t)b * L->w.kb + kk) * L->w.cb + c];
+    for (int k = 0; L->rem_indptr && k < s->K; k++)
+        for (int j = L->rem_indptr[k]; j < L->rem_indptr[k + 1]; j++)
+            wd[(size_t)k * s->R * s->S * s->C + (size_t)L->rem_indices[j]] += L->rem_data[j];
     return wd;
 }
 

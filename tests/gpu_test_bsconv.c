@@ -142,6 +142,7 @@ typedef struct {
     int inplace;   // 1: y is z's buffer
     int skip_run;  // 1: do not launch (the self-check: the poisoned output must fail)
     int plant;     // 1: change one downloaded element (the self-check)
+    double rem;    // > 0: a hybrid layer, single weights of this density beside the blocks
 } run_opts;
 
 // The GPU part of a case: uploads, runs, downloads y into got; 0 or -1.
@@ -181,10 +182,15 @@ static int run_case(env *e, const bsc_case *c, uint64_t seed, const run_opts *o)
     char name[200];
     bsc_case_name(c, name, sizeof name);
     bsc_make(c, seed, &L);
+    if (o->rem > 0) {
+        bsc_add_rem(&L, o->rem, seed + 77);
+        snprintf(name + strlen(name), sizeof name - strlen(name), " rem %d", L.rem_indptr[c->K]);
+    }
     e->err.msg[0] = 0;
     float *got = malloc((L.ny + 1) * sizeof *got), *want = malloc((L.ny + 1) * sizeof *want);
     double *wantd = malloc((L.ny + 1) * sizeof *wantd), *scale = malloc((L.ny + 1) * sizeof *scale);
     int rc = hround(e, o->dt, L.data, (size_t)L.nblocks * c->kb * c->cb);
+    if (!rc && L.rem_data) rc = hround(e, o->dt, L.rem_data, (size_t)L.rem_indptr[c->K]);
     if (!rc) rc = gpu_part(e, &L, o, got);  // rounds x and z in place
     if (rc == 1) {
         printf("skip %s v%d %s: %s\n", o->dt == GDT_BF16 ? "bf16" : "fp16", o->variant, name, e->err.msg);
@@ -253,6 +259,27 @@ static void check_halo_coverage(tctx *t, env *e) {
     }
 }
 
+// Hybrid layers (blocks plus single weights of density 0.03 beside them) on
+// every shape the halo kernel applies to, block sparsities 50/95/99%, both
+// storage types, every variant (those without a remainder path skip them).
+static void run_hybrid(tctx *t, env *e, int only) {
+    const gpu_dtype dts[2] = {GDT_F16, GDT_BF16};
+    for (int si = 0; si < BSC_GPU_SHAPES; si++)
+        for (int pi = 1; pi <= 3; pi++) {
+            const bsc_case c = bsc_gpu_case(si, pi);
+            bsc_layer L;
+            bsc_make(&c, 5, &L);
+            const int applies = bsconv_halo_applies(&L.s, &L.w, NULL, 0);
+            bsc_free(&L);
+            for (int d = 0; applies && d < 2; d++)
+                for (int v = 0; v < BSCONV_GPU_VARIANTS; v++)
+                    if (only < 0 || v == only) {
+                        const run_opts o = {dts[d], v, 0, 0, 0, 0, 0.03};
+                        count(t, run_case(e, &c, 3000 + 10 * si + pi, &o));
+                    }
+        }
+}
+
 // Every shape x sparsity x storage type x pixel tile (only variant `only`
 // when it is >= 0), then the special runs.
 static void run_all(tctx *t, env *e, int only) {
@@ -263,18 +290,19 @@ static void run_all(tctx *t, env *e, int only) {
                 for (int v = 0; v < BSCONV_GPU_VARIANTS; v++) {
                     if (only >= 0 && v != only) continue;
                     const bsc_case c = bsc_gpu_case(si, pi);
-                    const run_opts o = {dts[d], v, 0, 0, 0, 0};
+                    const run_opts o = {dts[d], v, 0, 0, 0, 0, 0.0};
                     count(t, run_case(e, &c, 1000 + 10 * si + pi, &o));
                 }
     for (int d = 0; d < 2; d++)  // vector layers through the scalar gather; in-place residual
         for (int v = 0; v < BSCONV_GPU_VARIANTS; v++) {
             if (only >= 0 && v != only) continue;
-            const run_opts mis = {dts[d], v, 1, 0, 0, 0}, inpl = {dts[d], v, 0, 1, 0, 0};
+            const run_opts mis = {dts[d], v, 1, 0, 0, 0, 0.0}, inpl = {dts[d], v, 0, 1, 0, 0, 0.0};
             bsc_case c0 = bsc_gpu_case(0, 1), c3 = bsc_gpu_case(3, 2);
             count(t, run_case(e, &c0, 77, &mis));
             c3.residual = 1;
             count(t, run_case(e, &c3, 78, &inpl));
         }
+    run_hybrid(t, e, only);
 }
 
 // run refuses a residual with a pool.
@@ -321,7 +349,7 @@ static void shared_kernel_limit(tctx *t, env *e) {
 // The comparison fails when the kernel does not run (poisoned output) or one element is off.
 static void self_check(tctx *t, env *e) {
     const bsc_case c = bsc_gpu_case(0, 1);
-    const run_opts unrun = {GDT_F16, 0, 0, 0, 1, 0}, planted = {GDT_F16, 0, 0, 0, 0, 1};
+    const run_opts unrun = {GDT_F16, 0, 0, 0, 1, 0, 0.0}, planted = {GDT_F16, 0, 0, 0, 0, 1, 0.0};
     printf("self-check (the next two lines must say caught):\n");
     const int a = run_case(e, &c, 79, &unrun), b = run_case(e, &c, 79, &planted);
     printf("%s self-check: an unwritten output and a changed element are caught\n",
@@ -376,9 +404,11 @@ static int time_check(env *e, bsc_layer *L, gpu_dtype dt, const void *dy) {
 
 // The block-sparse layer of case c (seeded) in dt on the device: L made,
 // its launch in *a; NULL on failure (e->err).
-static bsconv_gpu *bs_make(env *e, const bsc_case *c, gpu_dtype dt, bsc_layer *L, timed *a) {
+static bsconv_gpu *bs_make(env *e, const bsc_case *c, gpu_dtype dt, double rem, bsc_layer *L, timed *a) {
     bsc_make(c, 4242, L);
+    if (rem > 0) bsc_add_rem(L, rem, 4343);
     int ok = hround(e, dt, L->data, (size_t)L->nblocks * c->kb * c->cb) == 0;
+    if (ok && L->rem_data) ok = hround(e, dt, L->rem_data, (size_t)L->rem_indptr[c->K]) == 0;
     void *dx = ok ? dnew_put(e, dt, L->x, L->nx) : NULL, *dy = dnew(e, L->ny * 2);
     void *dz = ok && L->z ? dnew_put(e, dt, L->z, L->ny) : NULL;
     bsconv_gpu *b = dx && dy && (dz || !L->z) ? bsconv_gpu_create(&e->g, &L->s, &L->w, L->bias, dt, &e->err) : NULL;
@@ -389,10 +419,10 @@ static bsconv_gpu *bs_make(env *e, const bsc_case *c, gpu_dtype dt, bsc_layer *L
 // Times the block-sparse layer of case c in dt, every kernel variant (only
 // only_v when >= 0); 1 when it checks; the fastest variant into *best_v when not NULL.
 static int time_layer(env *e, const char *name, const bsc_case *c, gpu_dtype dt, double dense_ms, int only_v,
-                      int *best_v) {
+                      double rem, int *best_v) {
     bsc_layer L;
     timed a;
-    bsconv_gpu *b = bs_make(e, c, dt, &L, &a);
+    bsconv_gpu *b = bs_make(e, c, dt, rem, &L, &a);
     int ok = b != NULL;
     void *dy = a.y;
     double best = INFINITY;
@@ -405,9 +435,9 @@ static int time_layer(env *e, const char *name, const bsc_case *c, gpu_dtype dt,
              gpu_time_median_busy(&e->g, timed_bsconv, &a, 10, 50, &ms, &e->err) == 0;
         bsconv_gpu_describe(b, desc, sizeof desc);
         if (ok)
-            printf("time %s block %dx%d sparsity %.2f variant %d: %.4f ms median of 50 (%s), %.1f useful TFLOP/s, "
+            printf("time %s block %dx%d sparsity %.2f%s variant %d: %.4f ms median of 50 (%s), %.1f useful TFLOP/s, "
                    "dense cuDNN / this = %.2f\n",
-                   dt == GDT_BF16 ? "bf16" : "fp16", c->kb, c->cb, c->sparsity, v, ms, desc,
+                   dt == GDT_BF16 ? "bf16" : "fp16", c->kb, c->cb, c->sparsity, rem > 0 ? " hybrid" : "", v, ms, desc,
                    2.0 * bsconv_gpu_macs(b) * c->n / (ms * 1e9), dense_ms / ms);
         if (ok) ok = time_check(e, &L, dt, dy);
         if (ok && ms < best) best = ms, bv = v;
@@ -417,8 +447,9 @@ static int time_layer(env *e, const char *name, const bsc_case *c, gpu_dtype dt,
         ok = 0;
     }
     if (ok)
-        printf("best %s %s block %dx%d sparsity %.2f: variant %d %.4f ms, dense cuDNN / this = %.2f\n",
-               dt == GDT_BF16 ? "bf16" : "fp16", name, c->kb, c->cb, c->sparsity, bv, best, dense_ms / best);
+        printf("best %s %s block %dx%d sparsity %.2f%s: variant %d %.4f ms, dense cuDNN / this = %.2f\n",
+               dt == GDT_BF16 ? "bf16" : "fp16", name, c->kb, c->cb, c->sparsity, rem > 0 ? " hybrid" : "", bv, best,
+               dense_ms / best);
     if (!ok) printf("FAIL time %dx%d %.2f: %s\n", c->kb, c->cb, c->sparsity, e->err.msg);
     if (best_v) *best_v = bv;
     bsconv_gpu_free(b);
@@ -506,7 +537,7 @@ static void time_mix(env *e, const bsc_case *c, gpu_dtype dt, int v) {
     bsc_layer L;
     timed d, s;
     fconv_gpu *fc = dense_make(e, c, dt, &d);
-    bsconv_gpu *b = fc ? bs_make(e, c, dt, &L, &s) : NULL;
+    bsconv_gpu *b = fc ? bs_make(e, c, dt, 0.0, &L, &s) : NULL;
     if (b && bsconv_gpu_set_variant(&e->g, b, v, &e->err) == 0) {
         // both kinds read the same input and write the same output (the same
         // bytes as the engine's graph moves): a mixed pair touches no more memory
@@ -525,12 +556,21 @@ typedef struct {
     int res;  // 1: a residual add before the ReLU (the second conv of a ResNet block)
 } time_shape;
 
+// Block sparsity and the singles' density beside the blocks (bsc_add_rem) of
+// a hybrid layer of total sparsity sp whose singles are a share f of its
+// kept weights (prune's pattern KxC+F).
+static void hybrid_split(double sp, double f, double *block_sp, double *density) {
+    *block_sp = 1.0 - (1.0 - sp) * (1.0 - f);
+    *density = (1.0 - sp) * f / *block_sp;
+}
+
 // The --time mode: resnet18's and vgg16's layer shapes at batch 128 (three
-// with a residual add), blocks 16x8 at 90% and 95% (and 8x1 on the first),
-// fp16 (and bf16 on the first);
-// only the layer named `only` at sparsity `only_sp` when given, and only
+// with a residual add), blocks 16x8 at 90% and 95% and the hybrid 16x8+0.2
+// at 95% (and 8x1 on the first), fp16 (and bf16 on the first);
+// only the layer named `only` at sparsity `only_sp` when given (hybrid with
+// singles a share only_f of the kept weights when only_f > 0), and only
 // variant only_v when >= 0 (profiling: one kernel's launches).
-static void time_all(tctx *t, env *e, const char *only, double only_sp, int only_v) {
+static void time_all(tctx *t, env *e, const char *only, double only_sp, int only_v, double only_f) {
     static const time_shape SH[] = {
         {"r18-64x32", 64, 32, 64, 3, 1, 1, 0, 0},      {"r18-64to128s2", 64, 32, 128, 3, 2, 1, 0, 0},
         {"r18-128x16", 128, 16, 128, 3, 1, 1, 0, 0},   {"r18-256x8", 256, 8, 256, 3, 1, 1, 0, 0},
@@ -552,16 +592,19 @@ static void time_all(tctx *t, env *e, const char *only, double only_sp, int only
                    h->R, h->R, h->stride, h->pool ? ", 2x2 max pool (dense: without)" : "",
                    h->res ? ", residual add" : "");
             const double dense = time_dense(e, &c, dt);
-            for (int si = 0; si < 2; si++) {
+            for (int si = 0; si < 2 && !(only && only_f > 0); si++) {
                 int bv = -1;
                 c.sparsity = only ? only_sp : sps[si];
-                count(t, time_layer(e, h->name, &c, dt, dense, only_v, &bv));
+                count(t, time_layer(e, h->name, &c, dt, dense, only_v, 0.0, &bv));
                 if (only && bv >= 0) time_mix(e, &c, dt, bv);
                 if (only) break;
             }
+            double dens;
+            hybrid_split(only ? only_sp : 0.95, only ? only_f : 0.2, &c.sparsity, &dens);
+            if (!only || only_f > 0) count(t, time_layer(e, h->name, &c, dt, dense, only_v, dens, NULL));
             if (i == 0 && d == 0 && !only) {
                 c.kb = 8, c.cb = 1, c.sparsity = 0.95;
-                count(t, time_layer(e, h->name, &c, dt, dense, -1, NULL));
+                count(t, time_layer(e, h->name, &c, dt, dense, -1, 0.0, NULL));
             }
         }
 }
@@ -573,11 +616,14 @@ int main(int argc, char **argv) {
     const char *only = timing && argc > 2 ? argv[2] : NULL;
     const double only_sp = timing && argc > 3 ? atof(argv[3]) : 0.95;
     const int only_v = one_v ? atoi(argv[2]) : timing && argc > 4 ? atoi(argv[4]) : -1;
+    const double only_f = timing && argc > 5 ? atof(argv[5]) : 0.0;
     sc_err why = {{0}};
-    if ((argc > 1 && !timing && !one_v) || argc > 5 || !(only_sp > 0.0 && only_sp < 1.0) ||
-        ((one_v || argc == 5) && (only_v < 0 || only_v >= BSCONV_GPU_VARIANTS))) {
-        fprintf(stderr, "usage: gpu_test_bsconv [--time [LAYER [SPARSITY [V]]] | --variant V]  (LAYER e.g. "
-                        "r18-64x32, SPARSITY in (0, 1); V: kernel variant V only, 0 to %d)\n",
+    if ((argc > 1 && !timing && !one_v) || argc > 6 || !(only_sp > 0.0 && only_sp < 1.0) ||
+        (one_v && (only_v < 0 || only_v >= BSCONV_GPU_VARIANTS)) ||
+        (argc >= 5 && timing && (only_v < -1 || only_v >= BSCONV_GPU_VARIANTS)) || !(only_f >= 0.0 && only_f < 1.0)) {
+        fprintf(stderr, "usage: gpu_test_bsconv [--time [LAYER [SPARSITY [V [F]]]] | --variant V]  (LAYER e.g. "
+                        "r18-64x32, SPARSITY in (0, 1); V: kernel variant V only, 0 to %d, -1 every one; F in [0, 1): "
+                        "a hybrid layer whose single weights are that share of the kept ones)\n",
                 BSCONV_GPU_VARIANTS - 1);
         return 2;
     }
@@ -594,7 +640,7 @@ int main(int argc, char **argv) {
         return check_finish(&t);
     }
     if (timing) {
-        time_all(&t, &e, only, only_sp, only_v);
+        time_all(&t, &e, only, only_sp, only_v, only_f);
     } else {
         run_all(&t, &e, only_v);
         if (!one_v) {

@@ -96,14 +96,19 @@ static int run_walk(const bsc_layer *L, int walk, float *y, sc_err *err) {
     return 0;
 }
 
-// Checks one walk against the dense double conv on every case it applies to (counted).
-static void check_walk(tctx *t, int walk, int *applied) {
+// Checks one walk against the dense double conv on every case it applies to
+// (counted), the layers hybrid with a remainder of this density when rem > 0.
+static void check_walk_rem(tctx *t, int walk, double rem, int *applied) {
     for (int ci = 0; ci < NCASES; ci++) {
         bsc_layer L;
         char name[160];
         sc_err err = {{0}};
         bsc_case_name(&CASES[ci], name, sizeof name);
         bsc_make(&CASES[ci], 100 + ci, &L);
+        if (rem > 0) {
+            bsc_add_rem(&L, rem, 900 + ci);
+            snprintf(name + strlen(name), sizeof name - strlen(name), " rem %d", L.rem_indptr[L.s.K]);
+        }
         CHECK(t, bsconv_check(&L.s, &L.w, &err) == 0, "%s: %s", name, err.msg);
         float *wd = bsc_dense_weights(&L), *y = malloc(L.ny * sizeof *y);
         double *want = malloc(L.ny * sizeof *want), *scale = malloc(L.ny * sizeof *scale);
@@ -126,6 +131,9 @@ static void check_walk(tctx *t, int walk, int *applied) {
         bsc_free(&L);
     }
 }
+
+// Checks one walk on the cases as generated (no remainder).
+static void check_walk(tctx *t, int walk, int *applied) { check_walk_rem(t, walk, 0.0, applied); }
 
 // The BSR reference against the dense conv.
 static void test_reference_vs_dense(tctx *t) {
@@ -283,7 +291,7 @@ static void test_check_rejects(tctx *t) {
     const bsconv_shape s = {1, 16, 5, 5, 16, 3, 3, 1, 1, 0, 0};
     int32_t indptr[3] = {0, 1, 2}, indices[2] = {0, 17};
     float data[2 * 8 * 8] = {0};
-    bsconv_bsr w = {8, 8, indptr, indices, data};
+    bsconv_bsr w = {.kb = 8, .cb = 8, .indptr = indptr, .indices = indices, .data = data};
     sc_err err = {{0}};
     CHECK(t, bsconv_check(&s, &w, &err) == 0, "valid layer: %s", err.msg);
     bsconv_shape s12 = s;
@@ -348,6 +356,57 @@ static void test_catches_planted(tctx *t) {
     bsc_free(&L);
 }
 
+// Hybrid layers (blocks plus a remainder of single weights, sparse and
+// dense): the reference and the halo kernel's loops (three tiles, both
+// splits) against the dense conv of blocks plus singles; the direct kernel
+// takes none with singles.
+static void test_hybrid_vs_dense(tctx *t) {
+    const double dens[] = {0.02, 0.3};
+    for (int d = 0; d < 2; d++) {
+        int n = 0;
+        check_walk_rem(t, WALK_REF, dens[d], &n);
+        for (int w = WALK_HALO32; w <= WALK_SPLITALL; w++) {
+            n = 0;
+            check_walk_rem(t, w, dens[d], &n);
+            CHECK(t, n == 11, "walk %d, remainder density %g: %d cases (11 apply)", w, dens[d], n);
+        }
+        n = 0;
+        check_walk_rem(t, WALK_DIRECT, dens[d], &n);
+        CHECK(t, n == 1, "the direct walk took %d layers (1: the dense one, no room for singles)", n);
+    }
+}
+
+// The halo walk of a hybrid layer misses the dense conv of its blocks alone
+// (the remainder counts), and a remainder that is not ascending, or out of
+// range, or whose indptr decreases, is refused.
+static void test_hybrid_counts_and_rejects(tctx *t) {
+    bsc_layer L;
+    sc_err err = {{0}};
+    bsc_make(&CASES[1], 5, &L);
+    float *wd = bsc_dense_weights(&L);  // blocks only
+    bsc_add_rem(&L, 0.05, 6);
+    CHECK(t, L.rem_indptr[L.s.K] > 2, "%d singles", L.rem_indptr[L.s.K]);
+    double *want = malloc(L.ny * sizeof *want), *scale = malloc(L.ny * sizeof *scale);
+    float *y = malloc(L.ny * sizeof *y);
+    bsc_dense_conv(&L, wd, 0, want);
+    bsc_dense_conv(&L, wd, 1, scale);
+    size_t at;
+    CHECK(t, run_walk(&L, WALK_HALO64, y, &err) == 0, "%s", err.msg);
+    CHECK(t, bsc_worst(y, want, scale, L.ny, 0.0, TOL_ABS, &at) > 1.0, "the remainder changed nothing");
+    int32_t *ix = L.rem_indices, k = 0;
+    while (L.rem_indptr[k + 1] - L.rem_indptr[k] < 2) k++;
+    const int32_t j = L.rem_indptr[k], keep = ix[j];
+    ix[j] = ix[j + 1];  // a repeated column
+    expect_reject(t, "repeated remainder column", &L.s, &L.w);
+    ix[j] = L.s.R * L.s.S * L.s.C;
+    expect_reject(t, "remainder column out of range", &L.s, &L.w);
+    ix[j] = keep;
+    L.rem_indptr[1] = L.rem_indptr[2] + 1;
+    expect_reject(t, "remainder indptr decreasing", &L.s, &L.w);
+    free(wd), free(want), free(scale), free(y);
+    bsc_free(&L);
+}
+
 int main(void) {
     tctx t = {.suite = "test_bsconv_cpu"};
     RUN(&t, test_reference_vs_dense);
@@ -361,5 +420,7 @@ int main(void) {
     RUN(&t, test_pack_layout);
     RUN(&t, test_check_rejects);
     RUN(&t, test_catches_planted);
+    RUN(&t, test_hybrid_vs_dense);
+    RUN(&t, test_hybrid_counts_and_rejects);
     return check_finish(&t);
 }

@@ -193,14 +193,20 @@ static std::vector<uint16_t> to16(float *h, size_t n, gpu_dtype dt, size_t extra
     return v;
 }
 
-// Case c on halo variant hv (direct: direct variant hv) in dt: 1 pass, 0 fail, 2 the variant does not run it.
-static int run(const bsc_case *c, uint64_t seed, int hv, gpu_dtype dt, bool direct) {
+// Case c on halo variant hv (direct: direct variant hv) in dt, hybrid with a
+// remainder of density rem when rem > 0: 1 pass, 0 fail, 2 the variant does not run it.
+static int run(const bsc_case *c, uint64_t seed, int hv, gpu_dtype dt, bool direct, double rem = 0.0) {
     bsc_layer L;
     sc_err err = {{0}};
     char name[200];
     bsc_case_name(c, name, sizeof name);
     bsc_make(c, seed, &L);
     to16(L.data, (size_t)L.nblocks * c->kb * c->cb, dt);
+    if (rem > 0) {
+        bsc_add_rem(&L, rem, seed + 77);
+        to16(L.rem_data, (size_t)L.rem_indptr[c->K], dt);
+        snprintf(name + strlen(name), sizeof name - strlen(name), " rem %d", L.rem_indptr[c->K]);
+    }
     bsconv_hpack h;
     bsh_gpu d;
     gpu_ctx g = {};
@@ -266,6 +272,15 @@ int main(int argc, char **argv) {
                 const bsc_case c = bsc_gpu_case(si, pi);
                 for (int dt = 0; dt < (full ? 2 : 1); dt++)
                     n[run(&c, 1000 + 10 * si + pi, v < 0 ? -1 - v : v, dt ? GDT_BF16 : GDT_F16, v < 0)]++;
+            }
+    // Hybrid layers (blocks plus single weights): the halo variants that take a
+    // remainder; the others and the direct kernel refuse it (counted as not run).
+    for (int v : vs)
+        for (int si = 0; si < BSC_GPU_SHAPES; si++)
+            for (int pi = full ? 0 : 2; pi < (full ? BSC_GPU_SPARSITIES : 3) && (shape < 0 || si == shape); pi++) {
+                const bsc_case c = bsc_gpu_case(si, pi);
+                for (int dt = 0; dt < (full ? 2 : 1); dt++)
+                    n[run(&c, 2000 + 10 * si + pi, v < 0 ? -1 - v : v, dt ? GDT_BF16 : GDT_F16, v < 0, 0.03)]++;
             }
     printf("halo and direct emulation (%d case-variant pairs the variant does not run): %d passed, %d failed, 0 skipped\n",
            n[2], n[1], n[0]);
