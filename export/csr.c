@@ -105,10 +105,10 @@ static int csr_layer(const net *nt, sparse_layer *l, const export_codebook *cb,
     double *scale = malloc((size_t)l->K * sizeof *scale), *shift = malloc((size_t)l->K * sizeof *shift);
     uint32_t *scratch = malloc((3 * (size_t)cols + 3) * sizeof *scratch);  // (3*cols + 3)
     float *keep = malloc(((size_t)l->K * cols + 1) * sizeof *keep);      // (K, cols)
-    int rc = !scale || !shift || !scratch || !keep ? sc_fail(err, "out of memory") : 0, kb = 0, bc = 0;
+    int rc = !scale || !shift || !scratch || !keep ? sc_fail(err, "out of memory") : 0, kb = 0, bc = 0, hybrid = 0;
     char why[sizeof info->bsr_notice] = "";
     if (rc == 0)
-        rc = export_bsr_plan(nt, l, cfg->csr_only ? NULL : cfg->pattern, cb, keep, &kb, &bc, why,
+        rc = export_bsr_plan(nt, l, cfg->csr_only ? NULL : cfg->pattern, cb, keep, &kb, &bc, &hybrid, why,
                              sizeof why, err);
     if (why[0] && !info->bsr_notice[0]) memcpy(info->bsr_notice, why, sizeof why);
     if (rc == 0) csr_scan(keep, l);
@@ -124,7 +124,7 @@ static int csr_layer(const net *nt, sparse_layer *l, const export_codebook *cb,
         }
         rc = csr_rows(nt, l, cb, keep, scale, scratch, err);
     }
-    if (rc == 0 && kb > 0) rc = sparse_bsr_build(l, kb, bc, err);
+    if (rc == 0 && kb > 0) rc = sparse_bsr_build(l, kb, bc, hybrid, err);
     info->bsr_layers += rc == 0 && kb > 0;
     free(scale), free(shift), free(scratch), free(keep);
     return rc;

@@ -2,8 +2,9 @@
 // (tensors that were not folded) and one compact CSR group per conv/linear
 // layer (real non-zeros only, narrow column indices, 4-bit codes, shuffle +
 // deflate), or a BSR group of its kept blocks (layers on their block grid;
-// the file is then format_version 3), written to a temporary file that is
-// synced and renamed over the target.
+// the file is then format_version 3), with a CSR subgroup "remainder" of the
+// single weights beside them for hybrid layers (format_version 4), written to
+// a temporary file that is synced and renamed over the target.
 #include "runtime/half.h"
 #include "export/export_io.h"
 #include "runtime/h5io.h"
@@ -138,7 +139,7 @@ static int ewr_layer_attrs(ewr *io, hid_t g, const sparse_model *m, const sparse
     const char *names[] = {"stride", "pad", "in_c", "in_h", "in_w", "out_c", "out_h", "out_w"};
     const int vals[] = {l->stride, l->pad, l->C, l->H, l->W, l->K, l->P, l->Q};
     for (int i = 0; i < 8; i++) SC_TRY(h5io_attr_int(io, g, names[i], vals[i]));
-    SC_TRY(h5io_attr_i64(io, g, "nnz", l->nnz));
+    SC_TRY(h5io_attr_i64(io, g, "nnz", bsr ? (long long)l->bsr.nblocks * l->bsr.kb * l->bsr.cb : l->nnz));
     SC_TRY(h5io_attr_str(io, g, "bn", l->bn >= 0 ? m->nt->layers[l->bn].name : ""));
     SC_TRY(h5io_attr_str(io, g, "values", sparse_vtype_name(l->vtype)));
     SC_TRY(h5io_attr_str(io, g, "activation", l->relu ? "relu" : "none"));
@@ -151,10 +152,9 @@ static int ewr_layer_attrs(ewr *io, hid_t g, const sparse_model *m, const sparse
 
 // Writes a codebook layer's codes, codebook (fp16 when every entry is
 // fp16-exact, else fp32) and row scales.
-static int ewr_layer_codes(ewr *io, hid_t g, const sparse_layer *l, const uint8_t *codes,
+static int ewr_layer_codes(ewr *io, hid_t g, const sparse_layer *l, const uint8_t *codes, size_t n,
                            export_layer_size *sz) {
-    SC_TRY(ewr_packed(io, g, "codes", H5T_STD_U8LE, H5T_NATIVE_UINT8, ((size_t)l->nnz + 1) / 2,
-                      codes, &sz->values));
+    SC_TRY(ewr_packed(io, g, "codes", H5T_STD_U8LE, H5T_NATIVE_UINT8, (n + 1) / 2, codes, &sz->values));
     const hsize_t ncb[1] = {(hsize_t)l->ncodebook};
     if (export_codebook_half_exact(l->codebook, l->ncodebook))
         SC_TRY(ewr_packed_half(io, g, "codebook", 1, ncb, l->codebook, &sz->codebook));
@@ -176,7 +176,7 @@ static int ewr_layer_data(ewr *io, hid_t g, const sparse_layer *l, const sparse_
     SC_TRY(ewr_packed(io, g, "indices", ewr_index_type(cols), H5T_NATIVE_INT32, nnz, c->indices,
                       &sz->indices));
     SC_TRY(ewr_packed(io, g, "bias", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, K, l->bias, &sz->bias));
-    if (l->vtype == SV_CODEBOOK4) return ewr_layer_codes(io, g, l, c->codes, sz);
+    if (l->vtype == SV_CODEBOOK4) return ewr_layer_codes(io, g, l, c->codes, nnz, sz);
     const hsize_t dims[1] = {(hsize_t)nnz};
     if (l->vtype == SV_FP16) return ewr_packed_half(io, g, "data", 1, dims, c->values, &sz->values);
     return ewr_packed(io, g, "data", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, nnz, c->values, &sz->values);
@@ -194,10 +194,40 @@ static int ewr_layer_bsr(ewr *io, hid_t g, const sparse_layer *l, export_layer_s
     SC_TRY(ewr_packed(io, g, "indices", ewr_index_type(bcols), H5T_NATIVE_INT32, nb, b->indices,
                       &sz->indices));
     SC_TRY(ewr_packed(io, g, "bias", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, (size_t)l->K, l->bias, &sz->bias));
-    if (l->vtype == SV_CODEBOOK4) return ewr_layer_codes(io, g, l, b->codes, sz);
+    if (l->vtype == SV_CODEBOOK4) return ewr_layer_codes(io, g, l, b->codes, nb * b->kb * b->cb, sz);
     const hsize_t dims[3] = {(hsize_t)nb, (hsize_t)b->kb, (hsize_t)b->cb};
     if (l->vtype == SV_FP16) return ewr_packed_half(io, g, "data", 3, dims, b->values, &sz->values);
     return ewr_packed_nd(io, g, "data", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 3, dims, b->values, &sz->values);
+}
+
+// Writes the remainder's datasets (CSR of the layer's (K, R*S*C) matrix: its
+// attributes, indptr, indices, data or codes) into group r.
+static int ewr_rem_data(ewr *io, hid_t r, const sparse_layer *l, export_layer_size *sz) {
+    const sparse_bsr *b = &l->bsr;
+    const size_t n = (size_t)b->nrem;
+    const long long cols = (long long)l->C * l->R * l->S, shape[2] = {l->K, cols};
+    SC_TRY(h5io_attr_str(io, r, "encoding-type", "csr_matrix"));
+    SC_TRY(h5io_attr_str(io, r, "encoding-version", "0.1.0"));
+    SC_TRY(h5io_attr_write(io, r, "shape", H5T_STD_I64LE, H5T_NATIVE_LLONG, 2, shape));
+    SC_TRY(h5io_attr_i64(io, r, "nnz", b->nrem));
+    SC_TRY(ewr_packed(io, r, "indptr", n > INT32_MAX ? H5T_STD_I64LE : H5T_STD_I32LE, H5T_NATIVE_INT64,
+                      (size_t)l->K + 1, b->rem_indptr, &sz->indices));
+    SC_TRY(ewr_packed(io, r, "indices", ewr_index_type(cols), H5T_NATIVE_INT32, n, b->rem_indices, &sz->indices));
+    if (l->vtype == SV_CODEBOOK4)
+        return ewr_packed(io, r, "codes", H5T_STD_U8LE, H5T_NATIVE_UINT8, (n + 1) / 2, b->rem_codes, &sz->values);
+    const hsize_t dims[1] = {(hsize_t)n};
+    if (l->vtype == SV_FP16) return ewr_packed_half(io, r, "data", 1, dims, b->rem_values, &sz->values);
+    return ewr_packed(io, r, "data", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, n, b->rem_values, &sz->values);
+}
+
+// Writes a hybrid layer's remainder as its subgroup "remainder" (none: nothing).
+static int ewr_layer_rem(ewr *io, hid_t g, const sparse_layer *l, export_layer_size *sz) {
+    if (!l->bsr.nrem) return 0;
+    hid_t r = h5io_group_create(io, g, "remainder");
+    if (r < 0) return -1;
+    int rc = ewr_rem_data(io, r, l, sz);
+    H5IO_CLOSE(io, H5Gclose, r, rc);
+    return rc;
 }
 
 // Writes one layer's group (attributes and compact arrays).
@@ -207,9 +237,11 @@ static int ewr_layer(ewr *io, hid_t g, const sparse_model *m, const sparse_layer
     memset(sz, 0, sizeof *sz);
     int rc = ewr_layer_attrs(io, g, m, l);
     if (rc == 0 && l->bsr.kb > 0) {
-        if ((long)l->bsr.nblocks * l->bsr.kb * l->bsr.cb != l->nnz)
-            return sc_fail(io->err, "layer has %ld blocks for %ld entries", l->bsr.nblocks, l->nnz);
-        return ewr_layer_bsr(io, g, l, sz);
+        if ((long)l->bsr.nblocks * l->bsr.kb * l->bsr.cb + l->bsr.nrem != l->nnz)
+            return sc_fail(io->err, "layer has %ld blocks and %ld singles for %ld entries", l->bsr.nblocks,
+                           l->bsr.nrem, l->nnz);
+        SC_TRY(ewr_layer_bsr(io, g, l, sz));
+        return ewr_layer_rem(io, g, l, sz);
     }
     if (rc == 0) rc = sparse_compact_make(io, l, &c);
     if (rc == 0) rc = ewr_layer_data(io, g, l, &c, sz);
@@ -241,10 +273,13 @@ static int ewr_layers(ewr *io, const sparse_model *m, export_layer_size *sizes) 
 
 // Writes the root attributes.
 static int ewr_root(ewr *io, const sparse_model *m) {
-    int bsr = 0;
-    for (int i = 0; i < m->nlayers; i++) bsr |= m->layers[i].bsr.kb > 0;
-    SC_TRY(h5io_root_attrs(io, SPARSE_FORMAT, bsr ? SPARSE_FORMAT_VERSION_BSR : SPARSE_FORMAT_VERSION_CSR, m->nt,
-                           m->dataset));
+    int ver = SPARSE_FORMAT_VERSION_CSR;
+    for (int i = 0; i < m->nlayers; i++) {
+        const sparse_bsr *b = &m->layers[i].bsr;
+        const int v = b->nrem ? SPARSE_FORMAT_VERSION_HYBRID : b->kb > 0 ? SPARSE_FORMAT_VERSION_BSR : ver;
+        if (v > ver) ver = v;
+    }
+    SC_TRY(h5io_root_attrs(io, SPARSE_FORMAT, ver, m->nt, m->dataset));
     return h5io_attr_str(io, io->file, "values", sparse_vtype_name(m->vtype));
 }
 

@@ -45,7 +45,8 @@ static int opts_parse(export_opts *o, int argc, char **argv) {
                  "on for every layer (else derived from its <= 16 distinct values), or off"},
         {.name = "bsr", .type = OPT_CHOICE, .dst = &o->bsr, .def = "auto", .choices = "auto|off",
          .help = "block layers as scipy BSR: auto for the layers pruned on a KxC pattern whose mask\n"
-                 "is on its block grid (prune --pattern), off: every layer as CSR"},
+                 "is on its block grid (prune --pattern; with a pattern KxC+F, the single weights\n"
+                 "beside the blocks as a CSR remainder), off: every layer as CSR"},
         {.name = "runs", .type = OPT_STRING, .dst = &o->runs, .def = "runs", .metavar = "DIR",
          .help = "root of the run directories"},
     };
@@ -162,9 +163,10 @@ static long long dense_bytes(const sparse_layer *l) {
     return 4 * ((long long)l->K * l->C * l->R * l->S + l->K);
 }
 
-// A layer's storage: "csr", or "bsr KBxCB" with its block.
+// A layer's storage: "csr", or "bsr KBxCB" with its block ("+rem": with a
+// remainder of single weights).
 static void layout_fmt(const sparse_layer *l, char *out, size_t len) {
-    if (l->bsr.kb > 0) snprintf(out, len, "bsr %dx%d", l->bsr.kb, l->bsr.cb);
+    if (l->bsr.kb > 0) snprintf(out, len, "bsr %dx%d%s", l->bsr.kb, l->bsr.cb, l->bsr.nrem ? "+rem" : "");
     else snprintf(out, len, "csr");
 }
 
@@ -234,6 +236,7 @@ static void json_layer(json_writer *j, const sparse_model *m, const sparse_layer
         json_add_int(j, NULL, l->bsr.cb);
         json_array_end(j);
         json_add_int(j, "blocks", l->bsr.nblocks);
+        json_add_int(j, "singles", l->bsr.nrem);
     }
     json_array_begin(j, "shape");
     json_add_int(j, NULL, l->K);

@@ -407,8 +407,8 @@ static int latency_set(prune_run *r, sc_err *err) {
     r->usage = 1;
     if (r->cfg.method != PM_EVOLVE) return sc_fail(err, "--objective latency: needs --method evolve");
     if (r->cfg.pattern.rem > 0.0)
-        return sc_fail(err, "--objective latency: no kernel runs the hybrid pattern %s yet, so its layers cannot "
-                       "be timed (use --objective sparsity)", r->o.pattern);
+        return sc_fail(err, "--objective latency: the latency tables do not time hybrid layers (pattern %s) yet "
+                       "(use --objective sparsity)", r->o.pattern);
     r->usage = 0;
     snprintf(cache, sizeof cache, "%s_latency.json", r->prefix);
     sc_err ignored = {0};  // a path too long: no sharing

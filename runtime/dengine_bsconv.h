@@ -1,6 +1,7 @@
 // A conv layer of the dense engine run by the block-sparse tensor-core
 // kernel (kernels/bsconv_gpu.h; GPU builds only) when its loaded layer keeps
-// a block structure (sparse_layer.bsr): the kernel reads and writes the
+// a block structure (sparse_layer.bsr; a hybrid layer's single weights run
+// on the halo kernel's remainder path): the kernel reads and writes the
 // engine's channels-last tensors as they are, takes the residual add and
 // ReLU the engine fused into the layer, and a 2x2 or 4x4 max pool of stride
 // equal to its window and no padding in its epilogue (another pool is left
@@ -16,8 +17,9 @@
 
 typedef struct debs debs;
 
-// Layer sl's blocks as the kernels' BSR (kernels/bsconv.h): w points into sl,
-// with its indptr narrowed to 32 bits in *ip (the caller frees it). 0 or -1.
+// Layer sl's blocks (and a hybrid layer's remainder of single weights) as
+// the kernels' BSR (kernels/bsconv.h): w points into sl, with its indptrs
+// narrowed to 32 bits in *ip (the caller frees it). 0 or -1.
 int debs_bsr(const sparse_layer *sl, bsconv_bsr *w, int32_t **ip, sc_err *err);
 
 // Uploads conv op i of p for batches of n in storage type dt, reading an

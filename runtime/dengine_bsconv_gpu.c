@@ -9,7 +9,7 @@
 
 struct debs {
     bsconv_gpu *k;
-    int kb, cb, pooled;
+    int kb, cb, pooled, hybrid;
 };
 
 // 1 when the kernel's pool epilogue computes the op's max pool (2x2 or 4x4,
@@ -33,14 +33,19 @@ static bsconv_shape debs_shape(const deploy_op *op, int n, int residual, int rel
     return s;
 }
 
-// The layer's blocks as the kernels' BSR, indptr narrowed to 32 bits.
+// The layer's blocks (and remainder) as the kernels' BSR, the indptrs
+// narrowed to 32 bits in one allocation.
 int debs_bsr(const sparse_layer *sl, bsconv_bsr *w, int32_t **ip, sc_err *err) {
     const sparse_bsr *x = &sl->bsr;
     const int rows = sl->K / x->kb;
-    if (x->nblocks > INT32_MAX) return sc_fail(err, "%ld blocks", x->nblocks);
-    if (!(*ip = malloc(((size_t)rows + 1) * sizeof **ip))) return sc_fail(err, "out of memory");
+    if (x->nblocks > INT32_MAX || x->nrem > INT32_MAX) return sc_fail(err, "%ld blocks, %ld singles", x->nblocks, x->nrem);
+    if (!(*ip = malloc(((size_t)rows + 1 + (size_t)sl->K + 1) * sizeof **ip))) return sc_fail(err, "out of memory");
     for (int r = 0; r <= rows; r++) (*ip)[r] = (int32_t)x->indptr[r];
     *w = (bsconv_bsr){.kb = x->kb, .cb = x->cb, .indptr = *ip, .indices = x->indices, .data = x->values};
+    if (!x->nrem) return 0;
+    int32_t *rp = *ip + rows + 1;
+    for (int k = 0; k <= sl->K; k++) rp[k] = (int32_t)x->rem_indptr[k];
+    w->rem_indptr = rp, w->rem_indices = x->rem_indices, w->rem_data = x->rem_values;
     return 0;
 }
 
@@ -74,7 +79,7 @@ debs *debs_create(const gpu_ctx *g, const deploy_plan *p, int i, int n, int cx, 
         return NULL;
     }
     const bsconv_shape s = debs_shape(op, n, residual, relu);
-    b->kb = sl->bsr.kb, b->cb = sl->bsr.cb, b->pooled = s.pool > 1;
+    b->kb = sl->bsr.kb, b->cb = sl->bsr.cb, b->pooled = s.pool > 1, b->hybrid = sl->bsr.nrem > 0;
     if (debs_upload(g, b, &s, sl, op->desc.bias, dt, err)) {
         debs_free(b);
         return NULL;
@@ -97,7 +102,8 @@ int debs_run(const gpu_ctx *g, const debs *b, const void *x, const void *z, void
 
 // The path's name, block and variant.
 void debs_describe(const debs *b, char *buf, size_t len) {
-    snprintf(buf, len, "bsconv %dx%d v%d%s", b->kb, b->cb, bsconv_gpu_variant(b->k), b->pooled ? " +pool" : "");
+    snprintf(buf, len, "bsconv %dx%d%s v%d%s", b->kb, b->cb, b->hybrid ? "+singles" : "", bsconv_gpu_variant(b->k),
+             b->pooled ? " +pool" : "");
 }
 
 // Frees the kernel.

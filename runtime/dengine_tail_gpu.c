@@ -29,8 +29,8 @@ static int dt_weights(const gpu_ctx *g, const deploy_plan *p, const detail_conv 
     const deploy_op *op = &p->ops[c->op];
     const sparse_layer *sl = deploy_op_layer(p, op);
     const sparse_bsr *x = &sl->bsr;
-    if (sl->is_linear || x->kb != 16 || x->cb != 8 || op->desc.pool_k > 1)
-        return sc_fail(err, "%s: not a 16x8 block-sparse conv without a pool", op->name);
+    if (sl->is_linear || x->kb != 16 || x->cb != 8 || op->desc.pool_k > 1 || x->nrem)
+        return sc_fail(err, "%s: not a 16x8 block-sparse conv without a pool or singles", op->name);
     bsconv_bsr w;
     int32_t *ip = NULL;
     SC_TRY(debs_bsr(sl, &w, &ip, err));
@@ -138,15 +138,15 @@ detail *detail_create(const gpu_ctx *g, const deploy_plan *p, const detail_conv 
     return t;
 }
 
-// 1 when op i may be in a chain: a 16x8 block-sparse conv the engine runs
-// unpooled on at most 64 output pixels, not reading the plan's input; or a
-// fused add.
+// 1 when op i may be in a chain: a 16x8 block-sparse conv (no singles: the
+// tail kernel has no remainder path) the engine runs unpooled on at most 64
+// output pixels, not reading the plan's input; or a fused add.
 static int dt_op(const deploy_plan *p, const detail_op *ops, int i) {
     if (ops[i].kind == 2) return 1;
     const deploy_op *op = &p->ops[i];
     if (ops[i].kind != 1 || op->in == p->input) return 0;
     const sparse_layer *sl = deploy_op_layer(p, op);
-    return sl->bsr.kb == 16 && sl->bsr.cb == 8 && op->desc.P * op->desc.Q <= 64;
+    return sl->bsr.kb == 16 && sl->bsr.cb == 8 && !sl->bsr.nrem && op->desc.P * op->desc.Q <= 64;
 }
 
 // 1 when an op from `from` on reads tensor tn.

@@ -430,7 +430,8 @@ static int sio_bsr_index(sio *io, hid_t g, const char *where, sparse_layer *l) {
     int64_t most = 0;
     for (int i = 0; i <= rows; i++) {
         const int64_t len = i ? p[i] - p[i - 1] : p[0];
-        if ((i == 0 && p[0] != 0) || (i && (len < 0 || len > bcols)) || (i == rows && p[i] != b->nblocks))
+        if ((i == 0 && p[0] != 0) || (i && (len < 0 || len > bcols)) || p[i] > b->nblocks ||
+            (i == rows && p[i] != b->nblocks))
             return sc_fail(io->err, "%s: %s/indptr[%d] = %lld is not a block row start (rows of 0 to %d "
                            "blocks from 0 to %ld)", io->path, where, i, (long long)p[i], bcols, b->nblocks);
         if (i && len > most) most = len;
@@ -472,21 +473,106 @@ static int sio_bsr_values(sio *io, hid_t g, const char *where, sparse_layer *l) 
     return 0;
 }
 
+// --- HDF5 reading: the remainder of hybrid layers ----------------------------
+
+// Checks the remainder's rows p (K + 1: from 0, non-decreasing, ending at
+// nrem) and columns (in range, ascending, none inside a kept block; mark:
+// bcols scratch bytes); sets l->nnz_row to the longest row of blocks and singles.
+static int sio_rem_check(sio *io, const char *where, sparse_layer *l, uint8_t *mark) {
+    const sparse_bsr *b = &l->bsr;
+    const int64_t *p = b->rem_indptr;
+    const int32_t cols = l->C * l->R * l->S, *ix = b->rem_indices;
+    if (p[0] != 0 || p[l->K] != b->nrem)
+        return sc_fail(io->err, "%s: %s/indptr runs from %lld to %lld, not 0 to nnz %ld", io->path, where,
+                       (long long)p[0], (long long)p[l->K], b->nrem);
+    for (int k = 0; k < l->K; k++) {
+        const int bi = k / b->kb;
+        for (int64_t e = b->indptr[bi]; e < b->indptr[bi + 1]; e++) mark[b->indices[e]] = 1;
+        int bad = p[k + 1] < p[k] || p[k + 1] > b->nrem || p[k + 1] - p[k] > cols;
+        for (int64_t j = p[k]; !bad && j < p[k + 1]; j++)
+            bad = ix[j] < 0 || ix[j] >= cols || (j > p[k] && ix[j] <= ix[j - 1]) || mark[ix[j] / b->cb];
+        for (int64_t e = b->indptr[bi]; e < b->indptr[bi + 1]; e++) mark[b->indices[e]] = 0;
+        if (bad)
+            return sc_fail(io->err, "%s: %s row %d: indptr or indices out of range, not ascending, or inside a kept "
+                           "block", io->path, where, k);
+        const int64_t len = (b->indptr[bi + 1] - b->indptr[bi]) * b->cb + p[k + 1] - p[k];
+        if (len > l->nnz_row) l->nnz_row = (int)len;
+    }
+    return 0;
+}
+
+// Reads the structure of a hybrid layer's remainder (group r, shown as
+// where; after sio_bsr_index): nnz, indptr and indices into l->bsr.
+static int sio_rem_index(sio *io, hid_t r, const char *where, sparse_layer *l) {
+    sparse_bsr *b = &l->bsr;
+    const long cells = (long)l->K * l->C * l->R * l->S;
+    SC_TRY(sio_expect_str(io, r, where, "encoding-type", "csr_matrix"));
+    SC_TRY(sio_int(io, r, where, "nnz", 0, cells - l->nnz, &b->nrem));
+    const size_t n = (size_t)b->nrem + 1;
+    b->rem_indptr = malloc(((size_t)l->K + 1) * sizeof *b->rem_indptr);
+    b->rem_indices = malloc(n * sizeof *b->rem_indices);
+    b->rem_values = malloc(n * sizeof *b->rem_values);
+    b->rem_codes = l->vtype == SV_CODEBOOK4 ? calloc(n / 2 + 1, 1) : NULL;
+    uint8_t *mark = calloc((size_t)l->R * l->S * (l->C / b->cb) + 1, 1);  // (block columns)
+    int rc = !b->rem_indptr || !b->rem_indices || !b->rem_values || !mark || (l->vtype == SV_CODEBOOK4 && !b->rem_codes)
+                 ? sc_fail(io->err, "out of memory (%s)", io->path) : 0;
+    if (!rc) rc = h5io_dset_read_num(io, r, where, "indptr", H5T_NATIVE_INT64, (size_t)l->K + 1, b->rem_indptr);
+    if (!rc) rc = h5io_dset_read_num(io, r, where, "indices", H5T_NATIVE_INT32, (size_t)b->nrem, b->rem_indices);
+    if (!rc) rc = sio_rem_check(io, where, l, mark);
+    free(mark);
+    return rc;
+}
+
+// Reads the remainder's values (data, or codes of the layer's codebook, decoded).
+static int sio_rem_values(sio *io, hid_t r, const char *where, sparse_layer *l) {
+    sparse_bsr *b = &l->bsr;
+    if (l->vtype != SV_CODEBOOK4) return sio_finite(io, r, where, "data", (size_t)b->nrem, b->rem_values);
+    SC_TRY(h5io_dset_read_num(io, r, where, "codes", H5T_NATIVE_UINT8, ((size_t)b->nrem + 1) / 2, b->rem_codes));
+    for (int k = 0; k < l->K; k++)
+        for (int64_t e = b->rem_indptr[k]; e < b->rem_indptr[k + 1]; e++) {
+            const int code = (b->rem_codes[e / 2] >> (4 * (e % 2))) & 15;
+            if (code >= l->ncodebook)
+                return sc_fail(io->err, "%s: %s/codes[%lld] = %d is beyond the codebook of %d", io->path, where,
+                               (long long)e, code, l->ncodebook);
+            b->rem_values[e] = l->codebook[code] * l->row_scale[k];
+        }
+    return 0;
+}
+
+// Opens the layer's remainder group when the file's version has them and the
+// layer holds one (*r -1 otherwise; where receives its name). 0 or -1.
+static int sio_rem_open(sio *io, hid_t g, const char *lwhere, int version, hid_t *r, char *where, size_t len) {
+    *r = -1;
+    snprintf(where, len, "%s/remainder", lwhere);
+    if (version < SPARSE_FORMAT_VERSION_HYBRID) return 0;
+    const htri_t ex = H5Lexists(g, "remainder", H5P_DEFAULT);
+    if (ex < 0) return h5io_fail(io, "H5Lexists(remainder)", __FILE__, __LINE__);
+    if (ex > 0) *r = h5io_group_open(io, g, lwhere, "remainder");
+    return ex > 0 && *r < 0 ? -1 : 0;
+}
+
 // Reads a BSR layer (encoding-type bsr_matrix) and derives its padded CSR.
-static int sio_bsr_body(sio *io, hid_t g, const char *where, sparse_layer *l) {
+static int sio_bsr_body(sio *io, hid_t g, const char *where, sparse_layer *l, int version) {
+    char rwhere[320];
+    hid_t r;
     SC_TRY(sio_bsr_shape(io, g, where, l));
     SC_TRY(sio_bsr_index(io, g, where, l));
-    SC_TRY(sparse_layer_alloc(l, io->err));
-    SC_TRY(sio_finite(io, g, where, "bias", (size_t)l->K, l->bias));
-    SC_TRY(sio_bsr_values(io, g, where, l));
-    const size_t n = (size_t)l->nnz + 1, cols = (size_t)l->C * l->R * l->S;
+    SC_TRY(sio_rem_open(io, g, where, version, &r, rwhere, sizeof rwhere));
+    int rc = r >= 0 ? sio_rem_index(io, r, rwhere, l) : 0;
+    if (!rc) rc = sparse_layer_alloc(l, io->err);
+    if (!rc) rc = sio_finite(io, g, where, "bias", (size_t)l->K, l->bias);
+    if (!rc) rc = sio_bsr_values(io, g, where, l);
+    if (!rc && r >= 0) rc = sio_rem_values(io, r, rwhere, l);
+    SIO_CLOSE(H5Gclose, r);
+    SC_TRY(rc);
+    const size_t n = (size_t)l->nnz + (size_t)l->bsr.nrem + 1, cols = (size_t)l->C * l->R * l->S;
     int64_t *p = malloc(((size_t)l->K + 1) * sizeof *p);  // (K + 1)
     int32_t *idx = malloc(n * sizeof *idx);                // (nnz)
     float *vals = malloc(n * sizeof *vals);                // (nnz)
     int32_t *scratch = malloc((cols + 1) * sizeof *scratch);  // (cols)
     uint8_t *codes = l->vtype == SV_CODEBOOK4 ? calloc(n / 2 + 1, 1) : NULL;  // ((nnz + 1) / 2)
-    int rc = !p || !idx || !vals || !scratch || (l->vtype == SV_CODEBOOK4 && !codes)
-                 ? sc_fail(io->err, "out of memory (%s)", io->path) : 0;
+    rc = !p || !idx || !vals || !scratch || (l->vtype == SV_CODEBOOK4 && !codes)
+             ? sc_fail(io->err, "out of memory (%s)", io->path) : 0;
     if (rc == 0) {
         sparse_bsr_to_csr(l, p, idx, vals, codes, scratch);
         rc = sparse_layer_expand(l, p, idx, vals, codes, io->err);
@@ -522,7 +608,7 @@ static int sio_layer_body(sio *io, hid_t g, const char *where, sparse_layer *l, 
                      where, m->version, io->path);
     free(enc);
     if (rc) return rc;
-    return bsr ? sio_bsr_body(io, g, where, l) : sio_csr_body(io, g, where, l);
+    return bsr ? sio_bsr_body(io, g, where, l, m->version) : sio_csr_body(io, g, where, l);
 }
 
 // Reads /layers/<name> of one conv or linear layer.
@@ -590,10 +676,10 @@ static int sio_format(sio *io, sparse_model *m) {
     if (!ok) return -1;
     long ver;
     SC_TRY(sio_int(io, io->file, "/", "format_version", -(1L << 30), 1L << 30, &ver));
-    if (ver < SPARSE_FORMAT_VERSION_CSR || ver > SPARSE_FORMAT_VERSION_BSR)
+    if (ver < SPARSE_FORMAT_VERSION_CSR || ver > SPARSE_FORMAT_VERSION_HYBRID)
         return sc_fail(io->err, "%s: export format version %ld is not read by this build (it reads "
-                       "versions %d and %d): run export again on the model", io->path, ver,
-                       SPARSE_FORMAT_VERSION_CSR, SPARSE_FORMAT_VERSION_BSR);
+                       "versions %d to %d): run export again on the model", io->path, ver,
+                       SPARSE_FORMAT_VERSION_CSR, SPARSE_FORMAT_VERSION_HYBRID);
     m->version = (int)ver;
     char *vt = sio_str(io, io->file, "/", "values", 1);
     if (!vt) return -1;

@@ -1,7 +1,8 @@
 // An exported model in memory: the file `export` writes (docs/export-format.md)
 // loaded for the deploy runtime. The file holds each conv and linear layer
 // as compact CSR (real non-zeros only) or, when pruned on blocks, as BSR of
-// its kept blocks (kept in memory too: sparse_bsr); in memory every layer is held as
+// its kept blocks (hybrid layers: plus a CSR remainder of single weights;
+// kept in memory too: sparse_bsr); in memory every layer is held as
 // CSR, one row per output channel, with batch norm folded into its weights
 // and bias, every row padded to the layer's maximum number of non-zeros, and
 // the column indices also given as offsets into the zero-padded input (Park
@@ -27,11 +28,13 @@
 #include "net.h"
 
 // The export file's format name and versions, one definition for writer and
-// reader: version 2 holds compact CSR layers only, version 3 also BSR layers
-// (a file without a BSR layer is written as version 2, which older readers read).
+// reader: version 2 holds compact CSR layers only, version 3 also BSR layers,
+// version 4 also BSR layers with a remainder of single weights (a file is
+// written at the lowest version that holds its layers, which older readers read).
 #define SPARSE_FORMAT "sparsecnn-export"
 #define SPARSE_FORMAT_VERSION_CSR 2
 #define SPARSE_FORMAT_VERSION_BSR 3
+#define SPARSE_FORMAT_VERSION_HYBRID 4
 
 typedef enum { SV_FP32 = 0, SV_FP16 = 1, SV_CODEBOOK4 = 2 } sparse_vtype;
 
@@ -61,6 +64,14 @@ typedef struct {
     float *values;         // (nblocks, kb, cb) the entries decoded as sparse_layer.values
     uint8_t *codes;        // codebook layers: the 4-bit code of every entry in values
                            // order, two per byte, low nibble first; else NULL
+    // The remainder of a hybrid layer (prune's pattern KxC+F): its real
+    // entries outside whole kept blocks, CSR over the K rows of the same
+    // (K, R*S*C) matrix; nrem 0 and the arrays NULL without one.
+    long nrem;
+    int64_t *rem_indptr;   // (K + 1)
+    int32_t *rem_indices;  // (nrem) KRSC columns, ascending within a row
+    float *rem_values;     // (nrem) decoded as values
+    uint8_t *rem_codes;    // codebook layers: their 4-bit codes (as codes), else NULL
 } sparse_bsr;
 
 typedef struct sparse_layer {
@@ -103,7 +114,8 @@ typedef struct sparse_layer {
     int out_layer;         // last layer fused into this one (the layer itself, its BN, ReLU
                            // or pool): the sparse op's output is that layer's output
     sparse_bsr bsr;        // the block structure when the layer is stored as BSR (bsr.kb
-                           // > 0): the same entries as the padded CSR above
+                           // > 0): its blocks and remainder hold the same entries as the
+                           // padded CSR above
 } sparse_layer;
 
 typedef struct {
@@ -187,13 +199,16 @@ int32_t sparse_col_kcrs(const sparse_layer *l, int32_t col);
 
 // Fills l->bsr with blocks of kb x cb from l's padded CSR (built): fails
 // unless kb divides K, cb divides C and the real entries are exactly whole
-// blocks of that grid (then l->bsr is left empty).
-int sparse_bsr_build(sparse_layer *l, int kb, int cb, sc_err *err);
+// blocks of that grid (then l->bsr is left empty). hybrid: the blocks whose
+// entries are all real are the blocks, and every other real entry goes to
+// the remainder instead of failing.
+int sparse_bsr_build(sparse_layer *l, int kb, int cb, int hybrid, sc_err *err);
 
-// The compact CSR of l->bsr (read from a file; l->codebook and row_scale set
-// for codebook layers): every block entry, columns ascending. indptr (K +
-// 1), idx and vals (bsr.nblocks*kb*cb), codes (half that, rounded up,
-// zeroed; codebook layers only, else NULL); sets l->nnz and l->nnz_row.
+// The compact CSR of l->bsr and its remainder (read from a file;
+// l->codebook and row_scale set for codebook layers): every entry, columns
+// ascending. indptr (K + 1), idx and vals (bsr.nblocks*kb*cb + bsr.nrem),
+// codes (half that, rounded up, zeroed; codebook layers only, else NULL);
+// sets l->nnz and l->nnz_row. scratch: C*R*S entries.
 void sparse_bsr_to_csr(sparse_layer *l, int64_t *indptr, int32_t *idx, float *vals,
                        uint8_t *codes, int32_t *scratch);
 

@@ -11,7 +11,8 @@ here from the model's /params and /buffers (the BN to fold is found from the
 network description, independently of the export); also checked: indptr,
 ascending indices in the narrowest type, the folded bias, exactly the
 model's non-zeros (BSR layers: exactly its kept blocks, read by scipy as a
-bsr_matrix of the stored block size), and for codebook layers that the codebook and codes are
+bsr_matrix of the stored block size; hybrid layers: whole kept blocks plus a
+remainder holding the other non-zeros), and for codebook layers that the codebook and codes are
 quantize's (/quant), with row scales (quantize --row-scale) row_scale =
 quantize's scale times the BN scale, the decoded fp32 values being the
 model's weights bit for bit where no BN is folded. DECODED.txt, the
@@ -201,6 +202,42 @@ def check_stored(g, model, name, raw, rows, idx):
     return []
 
 
+def check_remainder(g, shape, brows, bidx):
+    """Problems of a hybrid layer's remainder (indptr, ascending indices in the
+    narrowest type, none inside a kept block); its entries' rows and (c, r, s) columns."""
+    bad = []
+    r = g["remainder"]
+    ptr, idx = r["indptr"][()], r["indices"][()].astype(np.int64)
+    if text(r.attrs["encoding-type"]) != "csr_matrix" or tuple(int(v) for v in r.attrs["shape"]) != shape:
+        bad.append("the remainder is not a csr_matrix of the layer's shape")
+    if len(ptr) != shape[0] + 1 or ptr[0] != 0 or ptr[-1] != int(r.attrs["nnz"]) or (np.diff(ptr) < 0).any():
+        bad.append("remainder indptr does not run from 0 to nnz")
+    rows = np.repeat(np.arange(shape[0]), np.diff(ptr))
+    if ((np.diff(idx) <= 0) & (rows[1:] == rows[:-1])).any() or (idx >= shape[1]).any():
+        bad.append("remainder indices not ascending within a row or out of range")
+    want = np.uint8 if shape[1] <= 256 else np.uint16 if shape[1] <= 65536 else np.int32
+    if r["indices"].dtype != want:
+        bad.append(f"remainder indices are {r['indices'].dtype}, the narrowest type is {np.dtype(want)}")
+    c, rs = int(g.attrs["in_c"]), int(np.prod(g.attrs["k"]))
+    cols = (idx % c) * rs + idx // c  # KRSC -> (c, r, s)
+    if set(zip(rows.tolist(), cols.tolist())) & set(zip(brows.tolist(), bidx.tolist())):
+        bad.append("a single weight lies inside a kept block")
+    return bad, rows, cols
+
+
+def check_hybrid_stored(g, model, name, raw, brows, bidx, srows, sidx):
+    """Problems of a hybrid layer's entries: the blocks are whole kept blocks of
+    the mask, and blocks plus singles hold exactly the model's non-zeros."""
+    key = f"masks/{name}.weight"
+    mask = model[key][()].reshape(raw.shape) if key in model else np.ones(raw.shape)
+    if not mask[brows, bidx].all() or not mask[srows, sidx].all():
+        return ["a stored entry is not a kept weight"]
+    if np.count_nonzero(raw[srows, sidx]) != len(sidx) or \
+            np.count_nonzero(raw[brows, bidx]) + len(sidx) != np.count_nonzero(raw):
+        return ["blocks and singles do not hold exactly the model's non-zeros"]
+    return []
+
+
 def check_layer(g, model, layers, i, tol, reader, dec):
     """List of problems of one layer group (empty when it is right)."""
     bad = []
@@ -210,7 +247,8 @@ def check_layer(g, model, layers, i, tol, reader, dec):
     if enc not in ("csr_matrix", "bsr_matrix") or text(g.attrs["encoding-version"]) != "0.1.0":
         bad.append("neither an anndata csr_matrix nor a bsr_matrix")
     m, b = read_layer(g)  # the documented reader
-    if enc == "bsr_matrix" and (m.format != "bsr" or m.blocksize != block_size(g)):
+    hybrid = enc == "bsr_matrix" and "remainder" in g
+    if enc == "bsr_matrix" and not hybrid and (m.format != "bsr" or m.blocksize != block_size(g)):
         bad.append("scipy did not read a BSR matrix of the stored block size")
     want, bias, bn, scale = dense_folded(model, layers, i)
     if want.shape != shape:
@@ -227,7 +265,12 @@ def check_layer(g, model, layers, i, tol, reader, dec):
     more, (rows, idx) = check_index(g, shape, ptr, idx)
     bad += more
     raw = model[f"params/{layers[i]['name']}.weight"][()].reshape(shape[0], -1)
-    bad += check_stored(g, model, layers[i]["name"], raw, rows, idx)
+    if hybrid:
+        more, srows, sidx = check_remainder(g, shape, rows, idx)
+        bad += more
+        bad += check_hybrid_stored(g, model, layers[i]["name"], raw, rows, idx, srows, sidx)
+    else:
+        bad += check_stored(g, model, layers[i]["name"], raw, rows, idx)
     if dec is not None:
         dw, db = dec.get(layers[i]["name"], (None, None))
         if dw is None or not np.array_equal(dw, dense_weights(g, m).reshape(shape)) or not np.array_equal(db, b):
@@ -255,7 +298,8 @@ def main():
             print("FAIL file: not an export of this model's layers")
             failed += 1
         nbsr = sum(text(g.attrs["encoding-type"]) == "bsr_matrix" for g in ex["layers"].values())
-        if int(ex.attrs["format_version"]) != (3 if nbsr else 2):
+        nhyb = sum("remainder" in g for g in ex["layers"].values())
+        if int(ex.attrs["format_version"]) != (4 if nhyb else 3 if nbsr else 2):
             print(f"FAIL file: format_version {int(ex.attrs['format_version'])} with {nbsr} BSR layers")
             failed += 1
         for i in convs:
@@ -268,6 +312,7 @@ def main():
                 failed += 1
             else:
                 enc = "bsr %dx%d" % block_size(g) if text(g.attrs["encoding-type"]) == "bsr_matrix" else "csr"
+                enc += " + %d singles" % int(g["remainder"].attrs["nnz"]) if "remainder" in g else ""
                 print(f"ok   {name} ({enc}, {text(g.attrs['values'])}, nnz {int(g.attrs['nnz'])}{', = toolkit decode' if dec else ''})")
                 passed += 1
         print(f"  {sys.argv[1]}: values {vt}, {len(convs)} layers, {nbsr} BSR")

@@ -206,7 +206,8 @@ static inline int tex_same_layout(const sparse_model *a, const sparse_model *b) 
 }
 
 // 1 when the loaded model b has the built model a's block structure (BSR
-// layers): block size, indptr, indices, values and codes of every layer.
+// layers): block size, indptr, indices, values and codes of every layer, and
+// its remainder (hybrid layers).
 static inline int tex_same_blocks(const sparse_model *a, const sparse_model *b) {
     for (int i = 0; i < a->nlayers && i < b->nlayers; i++) {
         const sparse_bsr *x = &a->layers[i].bsr, *y = &b->layers[i].bsr;
@@ -217,6 +218,14 @@ static inline int tex_same_blocks(const sparse_model *a, const sparse_model *b) 
                        memcmp(x->values, y->values, n * 4) || (!x->codes) != (!y->codes) ||
                        (x->codes && memcmp(x->codes, y->codes, (n + 1) / 2))))) {
             fprintf(stderr, "layer %d: the loaded blocks differ from the built ones\n", i);
+            return 0;
+        }
+        const size_t r = (size_t)x->nrem, K = (size_t)a->layers[i].K;
+        if (x->nrem != y->nrem ||
+            (r && (memcmp(x->rem_indptr, y->rem_indptr, (K + 1) * 8) || memcmp(x->rem_indices, y->rem_indices, r * 4) ||
+                   memcmp(x->rem_values, y->rem_values, r * 4) || (!x->rem_codes) != (!y->rem_codes) ||
+                   (x->rem_codes && memcmp(x->rem_codes, y->rem_codes, (r + 1) / 2))))) {
+            fprintf(stderr, "layer %d: the loaded remainder differs from the built one\n", i);
             return 0;
         }
     }

@@ -59,8 +59,8 @@ static quant_model *bsr_quant(net *nt) {
 
 // --- checks -------------------------------------------------------------------
 
-// Dense (K, C*R*S) values of a layer from its blocks, mapping each block
-// entry's (r, s, c) column here (caller frees).
+// Dense (K, C*R*S) values of a layer from its blocks and remainder, mapping
+// each entry's (r, s, c) column here (caller frees).
 static float *dense_from_blocks(const sparse_layer *l) {
     const sparse_bsr *b = &l->bsr;
     const size_t cols = (size_t)l->C * l->R * l->S;
@@ -74,6 +74,11 @@ static float *dense_from_blocks(const sparse_layer *l) {
                     d[(size_t)(bi * b->kb + a) * cols + (size_t)ch * l->R * l->S + tap] =
                         b->values[(e * b->kb + a) * b->cb + c];
                 }
+    for (int k = 0; b->nrem && k < l->K; k++)  // a hybrid layer's remainder
+        for (int64_t e = b->rem_indptr[k]; e < b->rem_indptr[k + 1]; e++) {
+            const int tap = b->rem_indices[e] / l->C, ch = b->rem_indices[e] % l->C;
+            d[(size_t)k * cols + (size_t)ch * l->R * l->S + tap] = b->rem_values[e];
+        }
     return d;
 }
 
@@ -87,9 +92,23 @@ static float *dense_from_rows(const sparse_layer *l) {
     return d;
 }
 
+// Units of geometry g whose every entry the mask keeps (a hybrid pattern's
+// whole blocks; on a plain block grid, its kept blocks).
+static size_t whole_units(const sc_pattern_geom *g, const float *mk) {
+    size_t *idx = malloc(g->unit_size * sizeof *idx), n = 0;
+    for (size_t u = 0; u < g->units; u++) {
+        sc_pattern_unit_entries(g, u, idx);
+        size_t k = 0;
+        for (size_t j = 0; j < g->unit_size; j++) k += mk[idx[j]] != 0.0f;
+        n += k == g->unit_size;
+    }
+    free(idx);
+    return n;
+}
+
 // Checks every layer of m (loaded from a BSR export of nt on p): its block
-// is the pattern's, its blocks are the mask's kept blocks, its block values
-// are its padded CSR's, and its entries are the kept weights.
+// is the pattern's, its blocks are the mask's whole kept blocks, its block
+// (and remainder) values are its padded CSR's, and its entries are the kept weights.
 static void check_blocks(tctx *t, const char *what, const net *nt, const sparse_model *m,
                          const sc_pattern *p) {
     for (int i = 0; i < m->nlayers; i++) {
@@ -100,7 +119,7 @@ static void check_blocks(tctx *t, const char *what, const net *nt, const sparse_
         CHECK(t, l->bsr.kb == g.kb && l->bsr.cb == g.cb, "%s layer %d: block %dx%d, pattern %dx%d",
               what, i, l->bsr.kb, l->bsr.cb, g.kb, g.cb);
         if (l->bsr.kb != g.kb || l->bsr.cb != g.cb || !l->bsr.kb) continue;
-        const size_t kept = sc_pattern_units_kept(&g, net_tensor_mask(nt, wt));
+        const size_t kept = whole_units(&g, net_tensor_mask(nt, wt));
         long mask_ones = 0;
         for (size_t e = 0; e < nt->tensors[wt].count; e++) mask_ones += net_tensor_mask(nt, wt)[e] != 0.0f;
         CHECK(t, (size_t)l->bsr.nblocks == kept && l->nnz == mask_ones,
@@ -160,8 +179,11 @@ static void compare_exports(tctx *t, const char *what, net *nt, const sc_pattern
     if (!mb || !mc) goto done;
     CHECK(t, info.bsr_layers == mb->nlayers && !info.bsr_notice[0], "%s: %d BSR layers of %d (%s)", what,
           info.bsr_layers, mb->nlayers, info.bsr_notice);
-    CHECK(t, file_version(a) == 3 && file_version(b) == 2, "%s: versions %d (BSR), %d (CSR)", what,
-          file_version(a), file_version(b));
+    CHECK(t, file_version(a) == (p->rem > 0 ? 4 : 3) && file_version(b) == 2, "%s: versions %d (BSR), %d (CSR)",
+          what, file_version(a), file_version(b));
+    long nrem = 0;
+    for (int i = 0; i < mb->nlayers; i++) nrem += mb->layers[i].bsr.nrem;
+    CHECK(t, (nrem > 0) == (p->rem > 0), "%s: %ld singles in the remainders", what, nrem);
     for (int i = 0; i < mc->nlayers; i++) CHECK(t, mc->layers[i].bsr.kb == 0, "%s: --bsr off wrote BSR", what);
     check_blocks(t, what, nt, mb, p);
     if (same_layout) CHECK(t, tex_same_layout(mb, mc), "%s: BSR layout differs from CSR's", what);
@@ -280,6 +302,46 @@ static void test_fallbacks(tctx *t) {
     net_free(nt);
 }
 
+// Keeps each pruned weight of every conv/linear layer with probability p
+// (value random, non-zero): single weights beside the blocks, as a hybrid
+// pattern's masks hold them. Returns how many.
+static int add_singles(net *nt, float p, uint64_t seed) {
+    rng g;
+    rng_seed(&g, seed, 13);
+    int n = 0;
+    for (int i = 0; i < nt->nlayers; i++) {
+        if (nt->layers[i].kind != LK_CONV && nt->layers[i].kind != LK_LINEAR) continue;
+        const int wt = nt->layers[i].weight;
+        float *w = net_tensor_data(nt, wt), *mk = net_tensor_mask(nt, wt);
+        for (size_t e = 0; e < nt->tensors[wt].count; e++)
+            if (mk[e] == 0.0f && rng_uniform(&g) < p) mk[e] = 1.0f, w[e] = 0.1f + 0.5f * rng_uniform(&g), n++;
+    }
+    return n;
+}
+
+// Hybrid layers (KxC+F): BSR of the whole kept blocks plus a CSR remainder of
+// the singles (format version 4), read back alike; blocks and remainder are
+// the padded CSR's entries, and the deploy plan's and executor's logits equal
+// the CSR export's bit for bit, in fp32, fp16 and 4-bit codebooks.
+static void test_hybrid(tctx *t) {
+    const char *pats[] = {"4x4+0.2", "3x2+0.1"};
+    for (int pi = 0; pi < 2; pi++)
+        for (int v = 0; v < 3; v++) {
+            sc_err err = {{0}};
+            sc_pattern p;
+            CHECK(t, sc_pattern_parse(pats[pi], &p, &err) == 0, "%s", err.msg);
+            net *nt = tex_block_net(&p, 0.4f, 0, 500 + 10 * pi + v);
+            CHECK(t, add_singles(nt, 0.08f, 600 + pi) > 20, "%s: too few singles", pats[pi]);
+            quant_model *q = v == 2 ? bsr_quant(nt) : NULL;
+            export_cfg cfg = {.half = v == 1, .quant = q};
+            char what[96];
+            snprintf(what, sizeof what, "hybrid %s %s", pats[pi], v == 0 ? "fp32" : v == 1 ? "fp16" : "codebook4");
+            compare_exports(t, what, nt, &p, cfg, 1);
+            quant_model_free(q);
+            net_free(nt);
+        }
+}
+
 // sparse_bsr_build refuses blocks that do not tile the channels (C not a
 // multiple of cb, K not of kb) and entries that are not whole blocks.
 static void test_build_refusals(tctx *t) {
@@ -293,13 +355,13 @@ static void test_build_refusals(tctx *t) {
     CHECK(t, m && info.bsr_layers == 4, "export: %s", err.msg);
     if (!m) goto done;
     sparse_layer *l = &m->layers[1];  // c2: K 20, C 12
-    CHECK(t, sparse_bsr_build(l, 4, 4, &err) == 0 && l->bsr.kb == 4, "rebuild 4x4: %s", err.msg);
-    CHECK(t, sparse_bsr_build(l, 4, 8, &err) != 0 && strstr(err.msg, "do not tile") && l->bsr.kb == 0,
+    CHECK(t, sparse_bsr_build(l, 4, 4, 0, &err) == 0 && l->bsr.kb == 4, "rebuild 4x4: %s", err.msg);
+    CHECK(t, sparse_bsr_build(l, 4, 8, 0, &err) != 0 && strstr(err.msg, "do not tile") && l->bsr.kb == 0,
           "C 12 not a multiple of 8: %s", err.msg);
-    CHECK(t, sparse_bsr_build(l, 8, 4, &err) != 0 && strstr(err.msg, "do not tile"), "K 20 not a multiple of 8");
-    CHECK(t, sparse_bsr_build(l, 4, 6, &err) != 0 && strstr(err.msg, "not on the grid"),
+    CHECK(t, sparse_bsr_build(l, 8, 4, 0, &err) != 0 && strstr(err.msg, "do not tile"), "K 20 not a multiple of 8");
+    CHECK(t, sparse_bsr_build(l, 4, 6, 0, &err) != 0 && strstr(err.msg, "not on the grid"),
           "4x4 blocks are not whole 4x6 blocks: %s", err.msg);
-    CHECK(t, sparse_bsr_build(l, 2, 2, &err) == 0 && l->bsr.nblocks > 0, "2x2 (finer grid): %s", err.msg);
+    CHECK(t, sparse_bsr_build(l, 2, 2, 0, &err) == 0 && l->bsr.nblocks > 0, "2x2 (finer grid): %s", err.msg);
 done:
     sparse_model_free(m);
     net_free(nt);
@@ -325,7 +387,7 @@ static void test_bad_files(tctx *t) {
         {"indptr", "/layers/fc/indptr[1] = "},
         {"encoding", "/layers/c3 attribute encoding-type is 'coo_matrix'"},
         {"nnz", "/layers/c3 attribute nnz = 5 is not a whole number of 4 x 4 blocks"},
-        {"version 4", "export format version 4 is not read by this build (it reads versions 2 and 3)"}};
+        {"version 5", "export format version 5 is not read by this build (it reads versions 2 to 4)"}};
     for (int i = 0; i < 7; i++) {
         snprintf(p, sizeof p, "%s/bad%d.h5", g_dir, i);
         tamper_copy(good, p);
@@ -335,7 +397,7 @@ static void test_bad_files(tctx *t) {
         if (i == 3) tamper_int(p, "/layers/fc/indptr", 1, 1000);
         if (i == 4) tamper_attr(p, "/layers/c3", "encoding-type", "coo_matrix");
         if (i == 5) tamper_attr_int(p, "/layers/c3", "nnz", 5);
-        if (i == 6) tamper_attr_int(p, "/", "format_version", 4);
+        if (i == 6) tamper_attr_int(p, "/", "format_version", 5);
         expect_load_error(t, p, cases[i].want);
     }
     quant_model_free(q);
@@ -351,6 +413,7 @@ int main(void) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     RUN(&t, test_roundtrip);
     RUN(&t, test_kept_zeros);
+    RUN(&t, test_hybrid);
     RUN(&t, test_fallbacks);
     RUN(&t, test_build_refusals);
     RUN(&t, test_bad_files);

@@ -335,7 +335,7 @@ static void test_bad_files(tctx *t) {
         {"activation", "attribute activation is 'none'"},
         {"missing", "lacks /layers/fc"},
         {"indptr", "/layers/c3/indptr[1] = "},
-        {"version", "export format version 1 is not read by this build (it reads versions 2 and 3)"},
+        {"version", "export format version 1 is not read by this build (it reads versions 2 to 4)"},
         {"data NaN", "tensor /layers/b.conv2/data holds NaN/Inf at index 5"},
         {"bias NaN", "tensor /layers/fc/bias holds NaN/Inf at index 2"}};
     for (int i = 0; i < 8; i++) {

@@ -2,7 +2,8 @@
 # Regenerates the seed corpus of tests/fuzz/corpus/ with the built tools
 # (BIN, default build/bin): a tiny network description, a 40-image CIFAR-100
 # folder, and the model, quantized model and export file of that network
-# trained for one epoch on it (and pruned on 4x2 blocks: a BSR export). Seeds stay small so each fuzz run is fast.
+# trained for one epoch on it (and pruned on 4x2 blocks: a BSR export; on
+# 4x2+0.25: a hybrid export). Seeds stay small so each fuzz run is fast.
 set -eu
 cd "$(dirname "$0")/../.."
 BIN=${BIN:-build/bin}
@@ -24,4 +25,8 @@ head -c $((6 * 3074)) "$T/data/synthetic/train.bin" >$C/fuzz_cifar/six.bin
 "$BIN/prune" --device cpu --quiet --from $C/fuzz_model/tiny.h5 --pattern 4x2 --method oneshot --target-sparsity 0.5 \
     --epochs 0.5 --batch 8 --val-size 8 "$T/tiny" -o "$T/blocks.h5" >/dev/null
 "$BIN/export" --quiet "$T/blocks.h5" -o $C/fuzz_export/tiny_bsr.h5 >/dev/null
+# and on 4x2 blocks plus single weights: a hybrid export (format_version 4, BSR + remainder)
+"$BIN/prune" --device cpu --quiet --from $C/fuzz_model/tiny.h5 --pattern 4x2+0.25 --method oneshot --target-sparsity 0.5 \
+    --epochs 0.5 --batch 8 --val-size 8 "$T/tiny" -o "$T/hybrid.h5" >/dev/null
+"$BIN/export" --quiet "$T/hybrid.h5" -o $C/fuzz_export/tiny_hybrid.h5 >/dev/null
 ls -l $C/*/
