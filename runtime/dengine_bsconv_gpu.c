@@ -24,12 +24,13 @@ static int debs_can_pool(const spconv_desc *d, const bsconv_shape *s) {
     return yp == po && yq == qo;
 }
 
-// The kernel's shape of conv op i (pool set when the epilogue takes it).
-static bsconv_shape debs_shape(const deploy_op *op, int n, int residual, int relu) {
+// The kernel's shape of conv op i (pool set when the epilogue takes it; a
+// hybrid layer, which only the halo kernel runs, fuses a 2x2 pool at most).
+static bsconv_shape debs_shape(const deploy_op *op, int n, int residual, int relu, int hybrid) {
     const spconv_desc *d = &op->desc;
     bsconv_shape s = {.n = n, .C = d->C, .H = d->H, .W = d->W, .K = d->K, .R = d->R, .S = d->S,
                       .stride = d->stride, .pad = d->pad, .relu = relu};
-    if (!residual && debs_can_pool(d, &s)) s.pool = d->pool_k;
+    if (!residual && debs_can_pool(d, &s) && !(hybrid && d->pool_k > 2)) s.pool = d->pool_k;
     return s;
 }
 
@@ -78,7 +79,7 @@ debs *debs_create(const gpu_ctx *g, const deploy_plan *p, int i, int n, int cx, 
         sc_fail(err, "out of memory");
         return NULL;
     }
-    const bsconv_shape s = debs_shape(op, n, residual, relu);
+    const bsconv_shape s = debs_shape(op, n, residual, relu, sl->bsr.nrem > 0);
     b->kb = sl->bsr.kb, b->cb = sl->bsr.cb, b->pooled = s.pool > 1, b->hybrid = sl->bsr.nrem > 0;
     if (debs_upload(g, b, &s, sl, op->desc.bias, dt, err)) {
         debs_free(b);

@@ -167,8 +167,9 @@ static const char *const BS_DESC =
 
 // Net desc on h x w images (BS_DESC on 16x20 when desc is NULL) pruned on
 // pattern pat (each block kept with probability 0.4, the third conv's first
-// block row empty), exported as BSR into dir and loaded, with its plan and
-// CPU logits; 0 or -1.
+// block row empty; a hybrid pattern KxC+F also keeps 5% of the other weights
+// as singles), exported as BSR into dir and loaded, with its plan and CPU
+// logits; 0 or -1.
 static int bs_fixture(tctx *t, tdm_fixture *f, const char *desc, int h, int w, const char *pat, const char *dir,
                       uint64_t seed) {
     sc_err err = {{0}};
@@ -184,6 +185,13 @@ static int bs_fixture(tctx *t, tdm_fixture *f, const char *desc, int h, int w, c
     for (int i = 0, n = 0; i < f->nt->nlayers; i++)
         if (f->nt->layers[i].kind == LK_CONV || f->nt->layers[i].kind == LK_LINEAR)
             tex_block_prune(f->nt, f->nt->layers[i].weight, &p, 0.4f, n++ == 2 ? BP_EMPTY_ROW : BP_RANDOM, &g);
+    for (int i = 0; p.rem > 0.0 && i < f->nt->nlayers; i++) {  // a hybrid pattern: 5% singles beside the blocks
+        if (f->nt->layers[i].kind != LK_CONV && f->nt->layers[i].kind != LK_LINEAR) continue;
+        const int wt = f->nt->layers[i].weight;
+        float *w = net_tensor_data(f->nt, wt), *mk = net_tensor_mask(f->nt, wt);
+        for (size_t e = 0; e < f->nt->tensors[wt].count; e++)
+            if (mk[e] == 0.0f && rng_uniform(&g) < 0.05f) mk[e] = 1.0f, w[e] = rng_uniform(&g) - 0.5f + 1e-3f;
+    }
     export_cfg cfg = {.pattern = &p};
     snprintf(path, sizeof path, "%s/bs_%s.h5", dir, pat);
     f->m = tex_roundtrip(f->nt, &cfg, path, NULL);
@@ -265,37 +273,40 @@ static void run_bs(tctx *t, const char *pat, const char *dir, uint64_t seed) {
 }
 
 // The BSR fixtures themselves (no GPU needed): every conv loaded as BSR with
-// the pattern's blocks, and the pools the paths must cover fused into c2
+// the pattern's blocks (the hybrid one's with singles), and the pools the paths must cover fused into c2
 // (2x2), c5 (3x3 stride 2 padded) and c6 (4x4).
 static void test_bsr_fixture(tctx *t) {
-    const char *pats[2] = {"16x8", "8x1"};
+    const char *pats[3] = {"16x8", "8x1", "16x8+0.2"};
     char dir[256];
     CHECK(t, tex_dir_make(dir, sizeof dir) == 0, "no temporary directory");
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 3; k++) {
         tdm_fixture f;
-        int bsr = 0, convs = 0, pools = 0;
+        int bsr = 0, convs = 0, pools = 0, hybrid = 0;
         if (bs_fixture(t, &f, NULL, 0, 0, pats[k], dir, 47 + k) == 0)
             for (int i = 0; i < f.p->nops; i++) {
                 const deploy_op *op = &f.p->ops[i];
                 if (op->kind != DOP_CONV || deploy_op_layer(f.p, op)->is_linear) continue;
                 convs++, bsr += deploy_op_layer(f.p, op)->bsr.kb > 0;
+                hybrid += deploy_op_layer(f.p, op)->bsr.nrem > 0;
                 pools += op->desc.pool_k * 10 + op->desc.pool_stride + 100 * op->desc.pool_pad;
             }
         CHECK(t, convs == 6 && bsr == 6, "%s: %d of %d convs loaded as BSR", pats[k], bsr, convs);
+        CHECK(t, hybrid == (k == 2 ? 6 : 0), "%s: %d convs with singles", pats[k], hybrid);
         CHECK(t, pools == 22 + 132 + 44, "%s: fused pools %d", pats[k], pools);
         bs_fixture_free(&f);
     }
     tex_dir_remove(dir);
 }
 
-// Mixed plans on nets pruned on blocks (vector 16x8 blocks and scalar 8x1
-// ones) and exported as BSR: the block-sparse path.
+// Mixed plans on nets pruned on blocks (vector 16x8 blocks, scalar 8x1
+// ones, and 16x8 blocks with singles) and exported as BSR: the block-sparse path.
 static void test_mixed_bsr(tctx *t) {
     if (!gpu_here(t)) return;
     char dir[256];
     CHECK(t, tex_dir_make(dir, sizeof dir) == 0, "no temporary directory");
     run_bs(t, "16x8", dir, 47);
     run_bs(t, "8x1", dir, 48);
+    run_bs(t, "16x8+0.2", dir, 49);  // blocks and singles: the halo kernel's remainder path
     tex_dir_remove(dir);
 }
 
