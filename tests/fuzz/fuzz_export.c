@@ -9,6 +9,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     sc_err err = {{0}};
     sparse_model *m = sparse_model_load(path, &err);
     sparse_model_free(m);
+    fuzz_no_open_ids();
     unlink(path);
     return 0;
 }

@@ -12,6 +12,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     quant_model *q = NULL;
     if (nt && quant_load(path, nt, &q, &err) == 0) quant_model_free(q);
     net_free(nt);
+    fuzz_no_open_ids();
     unlink(path);
     return 0;
 }
