@@ -343,7 +343,8 @@ static void test_hybrid(tctx *t) {
 }
 
 // sparse_bsr_build refuses blocks that do not tile the channels (C not a
-// multiple of cb, K not of kb) and entries that are not whole blocks.
+// multiple of cb, K not of kb) and entries that are not whole blocks (hybrid:
+// puts them in the remainder instead).
 static void test_build_refusals(tctx *t) {
     sc_err err = {{0}};
     sc_pattern p;
@@ -362,6 +363,12 @@ static void test_build_refusals(tctx *t) {
     CHECK(t, sparse_bsr_build(l, 4, 6, 0, &err) != 0 && strstr(err.msg, "not on the grid"),
           "4x4 blocks are not whole 4x6 blocks: %s", err.msg);
     CHECK(t, sparse_bsr_build(l, 2, 2, 0, &err) == 0 && l->bsr.nblocks > 0, "2x2 (finer grid): %s", err.msg);
+    // hybrid: the whole 4x6 blocks stay blocks, every other entry goes to the remainder
+    CHECK(t, sparse_bsr_build(l, 4, 6, 1, &err) == 0 && l->bsr.kb == 4 && l->bsr.nrem > 0 &&
+             l->bsr.nblocks * 24 + l->bsr.nrem == l->nnz, "hybrid 4x6: %ld blocks, %ld singles of %ld: %s",
+          l->bsr.nblocks, l->bsr.nrem, l->nnz, err.msg);
+    CHECK(t, sparse_bsr_build(l, 4, 4, 1, &err) == 0 && l->bsr.nrem == 0, "hybrid on the grid: %ld singles",
+          l->bsr.nrem);
 done:
     sparse_model_free(m);
     net_free(nt);
