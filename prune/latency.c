@@ -100,6 +100,7 @@ int lat_table_save(const lat_table *t, const char *path, sc_err *err) {
     json_add_string(&j, "precision", t->key.precision);
     json_add_string(&j, "plan", t->key.plan);
     json_add_string(&j, "build", t->key.build);
+    json_add_string(&j, "pattern", t->key.pattern);
     json_add_string(&j, "source", t->source);
     json_add_number(&j, "rest_ms", t->rest_ms);
     json_array_begin(&j, "grid");
@@ -190,6 +191,8 @@ static int parse_head(lat_table *t, const char *s) {
         snprintf(t->key.plan, sizeof t->key.plan, "%s", LAT_PLAN_LAYER);  // written before the engine was timed
     if (json_get_string(s, "build", t->key.build, sizeof t->key.build))
         snprintf(t->key.build, sizeof t->key.build, "unknown");  // written before builds were recorded
+    if (json_get_string(s, "pattern", t->key.pattern, sizeof t->key.pattern))
+        snprintf(t->key.pattern, sizeof t->key.pattern, "unknown");  // written before patterns were recorded
     t->key.cc = (int)cc, t->key.batch = (int)batch;
     return t->key.batch >= 1 ? 0 : -1;
 }
@@ -268,6 +271,8 @@ int lat_table_fits(const lat_table *t, const lat_key *key, const net *nt,
         snprintf(why, len, "timed the %s plan, asked the %s plan", a->plan, key->plan);
     else if (strcmp(a->gpu, "none") && strcmp(a->build, key->build))  // kernels change between builds
         snprintf(why, len, "timed by build %s, this is %s", a->build, key->build);
+    else if (strcmp(a->pattern, key->pattern))  // blocks and unstructured masks run on other kernels
+        snprintf(why, len, "timed on pattern %s, the run prunes on %s", a->pattern, key->pattern);
     else if (t->L != pl->n)
         snprintf(why, len, "%d layers, the net prunes %d", t->L, pl->n);
     else {

@@ -28,8 +28,9 @@ void prune_auto_resolve(const prune_auto_run *run, const char **objective, const
         *pattern = !strcmp(*objective, "latency") && run->fp16 && !run->from ? PRUNE_AUTO_PATTERN : "unstructured";
 }
 
-// The key this run needs: the present GPU (or "none"), arch, batch, precision.
-static void run_key(const prune_lat_opts *o, const net *nt, lat_key *k) {
+// The key this run needs: the present GPU (or "none"), arch, batch,
+// precision, the layers' pattern.
+static void run_key(const prune_lat_opts *o, const net *nt, const sc_pattern *pat, lat_key *k) {
     sc_err e = {0};
     memset(k, 0, sizeof *k);
     if (!o->on_gpu || lat_gpu_key(k, &e)) snprintf(k->gpu, sizeof k->gpu, "none"), k->cc = 0;
@@ -38,6 +39,7 @@ static void run_key(const prune_lat_opts *o, const net *nt, lat_key *k) {
     snprintf(k->precision, sizeof k->precision, "%s", o->precision);
     snprintf(k->plan, sizeof k->plan, "%s", lat_plan_for(o->precision));
     snprintf(k->build, sizeof k->build, "%s", SC_BUILD_ID);
+    sc_pattern_format(pat, k->pattern, sizeof k->pattern);
 }
 
 // A given file: it must fit; without a GPU its GPU is taken as it is (noted).
@@ -55,6 +57,11 @@ static int given_table(const prune_lat_opts *o, const lat_key *key, const net *n
         log_line(stderr, o->quiet, "prune: the latency table %s was timed by build %s, this is %s", o->table,
                  t->key.build, k.build);
         snprintf(k.build, sizeof k.build, "%s", t->key.build);
+    }
+    if (!strcmp(t->key.pattern, "unknown")) {  // older than the pattern in the key: trusted, said so
+        log_line(stderr, o->quiet, "prune: the latency table %s does not say its pattern; taken as %s", o->table,
+                 k.pattern);
+        snprintf(k.pattern, sizeof k.pattern, "%s", t->key.pattern);
     }
     if (lat_table_fits(t, &k, nt, pl, why, sizeof why)) return 0;
     lat_table_free(t);
@@ -127,7 +134,7 @@ static int choose_table(const prune_lat_opts *o, net *nt, const prune_layers *pl
                         const sc_pattern *pat, lat_table *t, sc_err *err) {
     lat_key key;
     char shared[1400];
-    run_key(o, nt, &key);
+    run_key(o, nt, pat, &key);
     if (o->table) return given_table(o, &key, nt, pl, t, err);
     if (cached_table(o, o->cache, &key, nt, pl, t)) return 0;
     shared_path(o, &key, shared, sizeof shared);

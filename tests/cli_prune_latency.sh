@@ -117,6 +117,14 @@ EOF
 sed 's/"batch": *[0-9]*/"batch": 64/' "$T/syn.json" >"$T/syn64.json"
 expect_fail "table of another batch" 1 '^prune: .*does not fit.*batch 64' $PR $TINY --objective latency \
     --latency-table "$T/syn64.json" synthetic
+sed 's/"pattern": *"[^"]*"/"pattern": "16x8"/' "$T/syn.json" >"$T/syn16x8.json"
+expect_fail "table of another pattern" 1 '^prune: .*does not fit.*timed on pattern 16x8, the run prunes on unstructured' \
+    $PR $TINY --objective latency --latency-table "$T/syn16x8.json" synthetic
+grep -q '"pattern": *"unstructured"' "$T/syn.json" && sed 's/"pattern": *"[^"]*", *//' "$T/syn.json" >"$T/synold.json"
+$PR $TINY --objective latency --latency-table "$T/synold.json" --latency-target 1.5x -o "$T/old.h5" \
+    --json "$T/old.json" synthetic >/dev/null 2>&1 || bad "older table" "failed"
+[ "$(jget "$T/old.json" "d['latency']['table_source']")" = synthetic ] \
+    && ok "a table older than the pattern key is taken as given" || bad "older table" "$(jget "$T/old.json" "d['latency']")"
 $PR $TINY --objective latency --latency-table "$T/syn.json" --latency-target 1.5x -o "$T/l.h5" --json "$T/l.json" \
     synthetic >/dev/null 2>&1 || bad "synthetic-table run" "failed"
 v=$(jget "$T/l.json" "d['latency']['predicted_ms'] <= d['latency']['target_ms'] * 1.0001")

@@ -118,6 +118,7 @@ static void test_json(tctx *t) {
     CHECK(t, fd >= 0, "mkstemp");
     close(fd);
     CHECK(t, random_table(&a, 5, 7, &r) == 0, "alloc");
+    snprintf(a.key.pattern, sizeof a.key.pattern, "16x8+0.2");
     sc_err err = {0};
     CHECK(t, lat_table_save(&a, path, &err) == 0, "save: %s", err.msg);
     CHECK(t, lat_table_load(&b, path, &err) == 0, "load: %s", err.msg);
@@ -127,8 +128,9 @@ static void test_json(tctx *t) {
     CHECK_CLOSE(t, b.rest_ms, a.rest_ms, 1e-12);
     CHECK(t, !strcmp(a.key.gpu, b.key.gpu) && a.key.cc == b.key.cc && a.key.batch == b.key.batch &&
                  !strcmp(a.key.precision, b.key.precision) && !strcmp(a.key.arch, b.key.arch) &&
-                 !strcmp(b.key.plan, LAT_PLAN_MIXED) && !strcmp(a.key.build, b.key.build),
-          "key %s %d %d %s %s", b.key.gpu, b.key.cc, b.key.batch, b.key.plan, b.key.build);
+                 !strcmp(b.key.plan, LAT_PLAN_MIXED) && !strcmp(a.key.build, b.key.build) &&
+                 !strcmp(b.key.pattern, "16x8+0.2"),
+          "key %s %d %d %s %s %s", b.key.gpu, b.key.cc, b.key.batch, b.key.plan, b.key.build, b.key.pattern);
     CHECK(t, b.L == a.L && !strcmp(b.name[4], a.name[4]) && !strcmp(b.source, "synthetic"), "names");
     lat_table_free(&b);
     FILE *f = fopen(path, "w");  // a table written before the plan was recorded: per-layer
@@ -137,8 +139,8 @@ static void test_json(tctx *t) {
                "\"ms\": [[2, 1]]}\n");
     fclose(f);
     CHECK(t, lat_table_load(&b, path, &err) == 0 && !strcmp(b.key.plan, LAT_PLAN_LAYER) &&
-                 !strcmp(b.key.build, "unknown"),
-          "old table: %s %s %s", err.msg, b.key.plan, b.key.build);
+                 !strcmp(b.key.build, "unknown") && !strcmp(b.key.pattern, "unknown"),
+          "old table: %s %s %s %s", err.msg, b.key.plan, b.key.build, b.key.pattern);
     lat_table_free(&b);
     f = fopen(path, "w");  // a grid that does not increase
     fprintf(f, "{\"gpu\": \"x\", \"compute_capability\": 0, \"arch\": \"lenet\", \"batch\": 1, "
@@ -156,7 +158,7 @@ static void test_json(tctx *t) {
     lat_table_free(&a);
 }
 
-// A table fits only its GPU, architecture, batch, precision, build and layers.
+// A table fits only its GPU, architecture, batch, precision, build, pattern and layers.
 static void test_refuse(tctx *t) {
     sc_err err = {0};
     prune_layers pl;
@@ -189,6 +191,8 @@ static void test_refuse(tctx *t) {
     CHECK(t, lat_table_flops(&fl, &kn, nt, &pl, &err) == 0 && lat_table_fits(&fl, &kb, nt, &pl, why, sizeof why),
           "FLOP table, other build: %s %s", err.msg, why);
     lat_table_free(&fl);
+    k = key, snprintf(k.pattern, sizeof k.pattern, "16x8");  // masks on other kernels: measured again
+    CHECK(t, !lat_table_fits(&tb, &k, nt, &pl, why, sizeof why) && strstr(why, "pattern"), "%s", why);
     k = key, snprintf(k.arch, sizeof k.arch, "resnet18");
     CHECK(t, !lat_table_fits(&tb, &k, nt, &pl, why, sizeof why) && strstr(why, "resnet18"), "%s", why);
     snprintf(tb.name[0], sizeof tb.name[0], "other.weight");
