@@ -10,7 +10,9 @@
 // The halo kernel (variants 4-17, kernels/bsconv_halo.h) for layers whose
 // blocks are 8-channel aligned: a CTA (one per tile) stages its tile's input
 // window in shared memory once per 64-channel chunk and its warps multiply
-// their groups' 8-channel units straight from it (ldmatrix + mma.sync).
+// their groups' 8-channel units straight from it (ldmatrix + mma.sync); its
+// two-buffer variants also run a hybrid layer's single weights (the only
+// kernel that does: the others refuse a layer with a remainder).
 //
 // The direct kernel (variants 18-20, kernels/bsconv_direct.h) for the same
 // layers as the halo kernel, meant for small planes: each lane loads its MMA

@@ -16,7 +16,9 @@
 // reduced precision", SC'21). Units are multiplied two at a time by
 // mma.m16n8k16 (one by m16n8k8 when a chunk has an odd count); the epilogue
 // works on the accumulator registers (bias, residual, ReLU, the 2x2 max over
-// a window's four pixels by lane shuffles).
+// a window's four pixels by lane shuffles). A hybrid layer's single weights
+// (bsconv_bsr's remainder) are added after each chunk's units on the CUDA
+// cores, each lane reading the window's elements at its accumulators' rows.
 //
 // This header: the packed weights (plain C, built from bsconv_pack's
 // groups), the tile geometry shared by the CUDA kernel and the plain-C walk
