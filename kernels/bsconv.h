@@ -117,8 +117,10 @@ typedef struct {
     float *vals;         // (ncols * np) in fragment order (fp32; the GPU narrows them)
 } bsconv_packed;
 
-// Builds the packed layout of a checked layer (host memory; free with
-// bsconv_packed_free). 0 or -1 (bad layer, or out of memory).
+// Builds the packed layout of a checked layer's blocks (host memory; free
+// with bsconv_packed_free; a remainder is not packed: the gather kernel
+// refuses a hybrid layer, the halo one takes it from bsconv_hpack). 0 or -1
+// (bad layer, or out of memory).
 int bsconv_pack(const bsconv_shape *s, const bsconv_bsr *w, bsconv_packed *p, sc_err *err);
 
 // Index in vals of packed column col, group channel j (the fragment order above).
