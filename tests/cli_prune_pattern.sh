@@ -114,6 +114,10 @@ $BIN/export "$T/h.h5" -o "$T/h.csr.h5" >"$T/hx.out" 2>&1 || bad "export 4x2+0.25
 h5dump -a /format_version "$T/h.csr.h5" 2>/dev/null | grep -q '(0): 4' && ok "hybrid export: format version 4" \
     || bad "hybrid format version" "$(h5dump -a /format_version "$T/h.csr.h5" 2>&1 | tail -n 3)"
 py_check "python reads the hybrid export (blocks + remainder)" "$T/h.csr.h5" "$T/h.h5"
+$BIN/quantize --device cpu --quiet --data-dir "$T/data" --centroids 16 --kmeans-weight none \
+    -o "$T/hq.h5" "$T/h.h5" >/dev/null 2>&1 && $BIN/export --quiet "$T/hq.h5" -o "$T/hq.csr.h5" \
+    || bad "quantize + export 4x2+0.25" "failed"
+py_check "python reads the hybrid codebook export (the remainder's 4-bit codes)" "$T/hq.csr.h5" "$T/hq.h5"
 
 expect_fail "no latency objective with a hybrid pattern" 2 '^prune: --objective latency: the latency tables do not time hybrid layers \(pattern 4x2\+0\.25\)' \
     $PR $TINY --objective latency --pattern 4x2+0.25 synthetic
