@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "runtime/dengine.h"
+#include "runtime/dengine_bsconv.h"
 #include "runtime/deploy_plan.h"
 #include "runtime/pattern.h"
 #include "tests/check.h"
@@ -272,6 +273,21 @@ static void run_bs(tctx *t, const char *pat, const char *dir, uint64_t seed) {
     bs_fixture_free(&f);
 }
 
+// The kernels' BSR of a loaded layer (debs_bsr, host code) carries its
+// remainder: as many singles, and a valid layer for bsconv_check.
+static void check_debs_bsr(tctx *t, const deploy_op *op, const sparse_layer *sl) {
+    bsconv_bsr w;
+    int32_t *ip = NULL;
+    sc_err err = {{0}};
+    const spconv_desc *d = &op->desc;
+    const bsconv_shape s = {.n = 1, .C = d->C, .H = d->H, .W = d->W, .K = d->K, .R = d->R, .S = d->S,
+                            .stride = d->stride, .pad = d->pad};
+    CHECK(t, debs_bsr(sl, &w, &ip, &err) == 0 && bsconv_rem_count(&w, s.K) == sl->bsr.nrem &&
+                 bsconv_check(&s, &w, &err) == 0,
+          "%s: the kernels' BSR of %ld singles: %s", op->name, sl->bsr.nrem, err.msg);
+    free(ip);
+}
+
 // The BSR fixtures themselves (no GPU needed): every conv loaded as BSR with
 // the pattern's blocks (the hybrid one's with singles), and the pools the paths must cover fused into c2
 // (2x2), c5 (3x3 stride 2 padded) and c6 (4x4).
@@ -288,6 +304,7 @@ static void test_bsr_fixture(tctx *t) {
                 if (op->kind != DOP_CONV || deploy_op_layer(f.p, op)->is_linear) continue;
                 convs++, bsr += deploy_op_layer(f.p, op)->bsr.kb > 0;
                 hybrid += deploy_op_layer(f.p, op)->bsr.nrem > 0;
+                check_debs_bsr(t, op, deploy_op_layer(f.p, op));
                 pools += op->desc.pool_k * 10 + op->desc.pool_stride + 100 * op->desc.pool_pad;
             }
         CHECK(t, convs == 6 && bsr == 6, "%s: %d of %d convs loaded as BSR", pats[k], bsr, convs);
