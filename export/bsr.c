@@ -8,7 +8,7 @@
 #include <string.h>
 
 // Classifies block u of geometry g: 1 kept (all entries stored), 0 pruned,
-// -1 neither (why filled). idx: unit_size entries of scratch.
+// -1 neither (why filled unless NULL). idx: unit_size entries of scratch.
 static int bsr_unit(const sc_pattern_geom *g, size_t u, const float *w, const float *mk,
                     const export_codebook *cb, size_t *idx, const char *name, char *why, size_t len) {
     sc_pattern_unit_entries(g, u, idx);
@@ -16,6 +16,7 @@ static int bsr_unit(const sc_pattern_geom *g, size_t u, const float *w, const fl
     for (size_t j = 0; j < g->unit_size; j++) kept += mk[idx[j]] != 0.0f, nz += w[idx[j]] != 0.0f;
     if (kept == 0 && nz == 0) return 0;
     if (kept == g->unit_size && (nz == kept || !cb->use || cb->qidx)) return 1;
+    if (!why) return -1;
     if (kept == 0 || kept == g->unit_size)
         snprintf(why, len, "layer %s: block %zu of %dx%d %s; stored as CSR", name, u, g->kb, g->cb,
                  kept ? "keeps a zero its derived codebook has no code for" : "is pruned but holds a non-zero weight");
@@ -35,9 +36,8 @@ static int bsr_blocks(const net *nt, const sparse_layer *l, const sc_pattern_geo
     size_t *idx = malloc(g->unit_size * sizeof *idx);  // (unit_size)
     if (!idx) return sc_fail(err, "out of memory");
     int off = 0;
-    char scratch[8];
     for (size_t u = 0; !off && u < g->units; u++) {
-        int st = bsr_unit(g, u, w, mk, cb, idx, L->name, hybrid ? scratch : why, hybrid ? sizeof scratch : len);
+        int st = bsr_unit(g, u, w, mk, cb, idx, L->name, hybrid ? NULL : why, hybrid ? 0 : len);
         off = st < 0 && !hybrid;
         for (size_t j = 0; j < g->unit_size; j++)
             if (st > 0 || (st < 0 && w[idx[j]] != 0.0f)) keep[idx[j]] = 1.0f;

@@ -86,16 +86,9 @@ static int bsh_from_packed(const bsconv_packed *p, bsconv_hpack *h, sc_err *err)
     return rc;
 }
 
-// Slot in rstart of remainder row k's entries of chunk c (its group found by
-// k0/nk, which cover every channel), or -1 when no group holds k.
-static long bsh_rem_slot(const bsconv_hpack *h, int k, int c) {
-    for (int g = 0; g < h->ngroups; g++)
-        if (k >= h->k0[g] && k < h->k0[g] + h->nk[g]) return ((long)g * h->nchunks + c) * h->np + (k - h->k0[g]);
-    return -1;
-}
-
-// Sorts the remainder of w into h's (group, chunk, channel) lists: counts
-// into rstart, then places each entry in row order.
+// Sorts the remainder of w into h's (group, chunk, channel) lists (the
+// groups' k0/nk cover every output channel once): counts into rstart, then
+// places each entry in row order.
 static int bsh_rem_build(const bsconv_shape *s, const bsconv_bsr *w, bsconv_hpack *h, sc_err *err) {
     h->nrem = bsconv_rem_count(w, s->K);
     if (!h->nrem) return 0;
@@ -104,31 +97,30 @@ static int bsh_rem_build(const bsconv_shape *s, const bsconv_bsr *w, bsconv_hpac
     h->rcode = malloc((size_t)h->nrem * sizeof *h->rcode);
     h->rvals = malloc((size_t)h->nrem * sizeof *h->rvals);
     int32_t *next = calloc(ns + 1, sizeof *next);  // (ns + 1)
-    int rc = !h->rstart || !h->rcode || !h->rvals || !next ? sc_fail(err, "block-sparse conv: out of memory") : 0;
-    for (int pass = 0; rc == 0 && pass < 2; pass++) {
-        for (int k = 0; rc == 0 && k < s->K; k++)
-            for (int32_t j = w->rem_indptr[k]; j < w->rem_indptr[k + 1]; j++) {
-                const int col = w->rem_indices[j], tap = col / s->C, ch = col % s->C;
-                const long slot = bsh_rem_slot(h, k, ch / h->cc);
-                if (slot < 0) {
-                    rc = sc_fail(err, "block-sparse conv: remainder row %d is in no channel group", k);
-                    break;
+    if (!h->rstart || !h->rcode || !h->rvals || !next) {
+        free(next);
+        return sc_fail(err, "block-sparse conv: out of memory");
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        for (int g = 0; g < h->ngroups; g++)
+            for (int k = h->k0[g]; k < h->k0[g] + h->nk[g]; k++)
+                for (int32_t j = w->rem_indptr[k]; j < w->rem_indptr[k + 1]; j++) {
+                    const int col = w->rem_indices[j], tap = col / s->C, ch = col % s->C, e = ch % h->cc;
+                    const long slot = ((long)g * h->nchunks + ch / h->cc) * h->np + (k - h->k0[g]);
+                    if (pass == 0) {
+                        h->rstart[slot + 1]++;
+                        continue;
+                    }
+                    const int32_t at = next[slot]++;
+                    h->rcode[at] = (uint32_t)(tap / s->S) | (uint32_t)(tap % s->S) << 8 | (uint32_t)(e / 8) << 16 |
+                                   (uint32_t)(e % 8) << 24;
+                    h->rvals[at] = w->rem_data[j];
                 }
-                if (pass == 0) {
-                    h->rstart[slot + 1]++;
-                    continue;
-                }
-                const int e = ch % h->cc;
-                const int32_t at = next[slot]++;
-                h->rcode[at] = (uint32_t)(tap / s->S) | (uint32_t)(tap % s->S) << 8 | (uint32_t)(e / 8) << 16 |
-                               (uint32_t)(e % 8) << 24;
-                h->rvals[at] = w->rem_data[j];
-            }
         if (pass == 0)
             for (size_t i = 0; i < ns; i++) h->rstart[i + 1] += h->rstart[i], next[i] = h->rstart[i];
     }
     free(next);
-    return rc;
+    return 0;
 }
 
 // Builds the halo weights of a checked layer that the kernel applies to.

@@ -190,10 +190,10 @@ void sparse_bsr_to_csr(sparse_layer *l, int64_t *indptr, int32_t *idx, float *va
     for (int k = 0; k < l->K; k++) {
         bsr_row_mark(l, k, scratch);
         for (int32_t c = 0; c < cols; c++) {
+            if (scratch[c] == -1) continue;
             const int32_t e = scratch[c] >= 0 ? scratch[c] : -2 - scratch[c];  // block or remainder entry
             const float *v = scratch[c] >= 0 ? b->values : b->rem_values;
             const uint8_t *cd = scratch[c] >= 0 ? b->codes : b->rem_codes;
-            if (scratch[c] == -1) continue;
             scratch[c] = -1;
             idx[n] = c;
             vals[n] = v[e];
