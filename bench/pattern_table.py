@@ -18,7 +18,7 @@ import sys
 
 from tablelib import dense_engine, fmt, load, num, ratio
 
-PATTERN_ORDER = ["unstructured", "8x1", "16x1", "16x8", "2of4"]
+PATTERN_ORDER = ["unstructured", "8x1", "16x1", "16x8", "16x8+0.2", "2of4"]
 
 
 
@@ -80,13 +80,14 @@ def markdown(rows):
 
 
 def verdicts(rows):
-    """Per row against the unstructured row of its model and sparsity: accuracy gap and the speedup bars."""
+    """Per row against the unstructured row of its model and sparsity (the weights' allocation, also for a
+    uniform row, target 'Xu'): accuracy gap and the speedup bars."""
     base = {(r["model"], r["target"]): r for r in rows if r["pattern"] == "unstructured"}
     out = []
     for r in rows:
-        if r["pattern"] == "unstructured":
+        if r["pattern"] == "unstructured" and not r["target"].endswith("u"):
             continue
-        u = base.get((r["model"], r["target"]))
+        u = base.get((r["model"], r["target"].rstrip("u")))
         gap = r["test"] - u["test"] if u and r["test"] is not None and u["test"] is not None else None
         fast = [v for v in (r["x_engine"], r["x_pt"]) if v is not None]
         fast1 = [v for v in (r["x_engine1"], r["x_pt1"]) if v is not None]

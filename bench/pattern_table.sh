@@ -9,6 +9,9 @@
 # makes the markdown table.
 #   MODELS="resnet18 vgg16" PATTERNS="unstructured 8x1 16x8 2:4" SPARSITIES="0.9 0.95" \
 #       bench/pattern_table.sh
+# A sparsity written with a trailing 'u' (e.g. 0.95u) is every layer at least
+# that sparse (--min-layer-sparsity), not the weights' allocation; UNIFORM
+# lists such jobs as PATTERN@SPARSITY (e.g. "16x8@0.95u"), beside the grid.
 # Jobs, one per GPU at a time (bench/gpu_queue.sh): MODEL-PATTERN-SPARSITY
 # (prune, export, deploy; ':' of N:M written 'of') and torch-MODEL (PyTorch
 # on the first finished export of MODEL). Resumable: WORK keeps the models and
@@ -16,7 +19,7 @@
 # the last call stopped; DEADLINE seconds in (540) the table so far goes to
 # OUT while the jobs go on. About 2 min of prune and 1-2 min of deploy per job
 # on an H100/H200: 16 jobs take ~8-10 min on four GPUs.
-# Env (defaults): MODELS, PATTERNS, SPARSITIES as above; ITER (48) POP (8)
+# Env (defaults): MODELS, PATTERNS, SPARSITIES as above; UNIFORM (none); ITER (48) POP (8)
 # BATCHES (10) SEED (1); WORK (/root/pattern); OUT (bench/out:
 # pattern-table.md and pattern-table.tar.gz); DATASET (cifar100); START_DIR
 # (/root: START_DIR/MODEL.h5 is the start model, trained with train's
@@ -27,7 +30,7 @@ cd "$(dirname "$0")/.."
 . bench/gpu_queue.sh
 B=build/bin; ds=${DATASET:-cifar100}; out=${OUT:-bench/out}; work=${WORK:-/root/pattern}
 read -ra models <<<"${MODELS:-resnet18 vgg16}"; read -ra patterns <<<"${PATTERNS:-unstructured 8x1 16x8 2:4}"
-read -ra sparsities <<<"${SPARSITIES:-0.9 0.95}"; read -ra train_args <<<"${TRAIN_ARGS:-}"
+read -ra sparsities <<<"${SPARSITIES:-0.9 0.95}"; read -ra uniform <<<"${UNIFORM:-}"; read -ra train_args <<<"${TRAIN_ARGS:-}"
 it=${ITER:-48}; pop=${POP:-8}; batches=${BATCHES:-10}; seed=${SEED:-1}; sdir=${START_DIR:-/root}
 deploy_args=${DEPLOY_ARGS:---precision fp16 --engine fp16}
 mkdir -p "$out" "$work/logs" "$work/json"
@@ -38,11 +41,12 @@ ngpu=$(gq_gpus)
 
 # run_job JOB: MODEL-PATTERN-SPARSITY (prune, export, deploy) or torch-MODEL.
 run_job() {
-    local j=$1 model pat sp
+    local j=$1 model pat sp alloc=()
     case $j in torch-*) torch_job "${j#torch-}"; return ;; esac
     IFS=- read -r model pat sp <<<"$j"
     pat=${pat/of/:}
-    $B/prune --from "$sdir/$model.h5" --target-sparsity "$sp" --pattern "$pat" --seed "$seed" --lr 0.2 \
+    case $sp in *u) sp=${sp%u}; alloc=(--min-layer-sparsity "$sp") ;; esac
+    $B/prune --from "$sdir/$model.h5" --target-sparsity "$sp" "${alloc[@]}" --pattern "$pat" --seed "$seed" --lr 0.2 \
         --sched onecycle --warmup 0.1 --batches "$batches" --iterations "$it" --population "$pop" --quiet \
         --runs "$work/runs" -o "$work/$j.h5" --json "$work/json/prune-$j.json" "$ds" || return 1
     $B/export --quiet "$work/$j.h5" -o "$work/$j.csr.h5" --json "$work/json/export-$j.json" || return 1
@@ -91,6 +95,7 @@ for m in "${models[@]}"; do [ -f "$sdir/$m.h5" ] || { echo "training $m failed: 
 jobs=()
 for m in "${models[@]}"; do  # each model's PyTorch job right after its own: a run cut short has whole models
     for p in "${patterns[@]}"; do for s in "${sparsities[@]}"; do jobs+=("$m-${p/:/of}-$s"); done; done
+    for u in "${uniform[@]}"; do p=${u%@*}; jobs+=("$m-${p/:/of}-${u#*@}"); done
     jobs+=("torch-$m")
 done
 echo "pattern_table: ${#jobs[@]} jobs on $ngpu GPU(s), work in $work"
