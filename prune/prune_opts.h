@@ -51,11 +51,12 @@ typedef struct {
     {.name = "pattern", .type = OPT_STRING, .dst = &(o)->pattern, .def = "auto",               \
      .metavar = "P", .help = "masks on a pattern: unstructured, KxC (blocks of K output x C input channels at\n" \
      "one tap, e.g. 16x8), KxC+F (those blocks plus up to a share F of each layer's kept\n"   \
-     "weights as single weights, e.g. 16x8+0.2: exported as blocks plus a remainder,\n"       \
-     "run by the block kernel; not yet timed on a GPU) or N:M (N kept of every M input\n"      \
-     "channels, e.g. 2:4); --from a model pruned off P: re-prunes it onto P at its\n"         \
-     "sparsity, then fine-tunes (auto: " PRUNE_AUTO_PATTERN " for a latency run at fp16 from\n" \
-     "scratch, whose sparse kernels are the block ones; else unstructured)"},                   \
+     "weights as single weights, e.g. 16x8+0.2: exported as blocks plus a remainder;\n"       \
+     "for accuracy studies: at fp16 the singles make it slower than dense, so deploy\n"        \
+     "runs such layers dense) or N:M (N kept of every M input channels, e.g. 2:4);\n"        \
+     "--from a model pruned off P: re-prunes it onto P at its sparsity, then\n"              \
+     "fine-tunes (auto: " PRUNE_AUTO_PATTERN " for a latency run at fp16 from scratch, whose\n" \
+     "sparse kernels are the block ones; else unstructured)"},                                  \
     {.name = "objective", .type = OPT_CHOICE, .dst = &(o)->objective, .def = "auto",           \
      .choices = "auto|sparsity|latency", .help = "evolve: reach --target-sparsity, or a latency on this GPU\n" \
      "(fitness: accuracy under the predicted latency; see --latency-target); auto: latency\n" \
