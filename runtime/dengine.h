@@ -55,6 +55,11 @@ dengine *dengine_create_mixed(const deploy_plan *p, int n, const uint8_t *images
 // in shared memory, kept when the whole forward measures faster with it.
 int dengine_op_sparse(const dengine *e, int i);
 
+// Mixed plans with a kept tail launch: the whole forward's milliseconds with
+// the tail and with its convs on their one-layer paths (medians of the
+// alternating rounds that kept it); NAN otherwise.
+void dengine_tail_ms(const dengine *e, double *with_ms, double *without_ms);
+
 // Runs m <= n images; logits (m, classes) fp32 when not NULL.
 int dengine_forward(dengine *e, int m, const uint8_t *images, float *logits, sc_err *err);
 

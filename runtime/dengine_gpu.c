@@ -68,6 +68,7 @@ struct dengine {
     detail *tail;         // mixed plans: ops [tail_lo, tail_hi) as one tail-kernel launch, when kept
     int tail_lo, tail_hi;
     int tail_on, tail_parked;  // whether the forward runs the tail (de_park saves it)
+    double tail_ms[2];         // the forward with the tail and without it (medians), when tried
     cudaGraphExec_t graph;
 };
 
@@ -735,7 +736,9 @@ static int de_try_tail(dengine *e, int repeat, sc_err *err) {
         e->tail_on = 0;
         SC_TRY(de_graph_ms(e, repeat, &without[k], err));
     }
-    e->tail_on = keep && (e->mixed == 2 || sc_median(with, DE_CONFIRM_ROUNDS) < sc_median(without, DE_CONFIRM_ROUNDS));
+    e->tail_ms[0] = keep ? sc_median(with, DE_CONFIRM_ROUNDS) : NAN;
+    e->tail_ms[1] = keep ? sc_median(without, DE_CONFIRM_ROUNDS) : NAN;
+    e->tail_on = keep && (e->mixed == 2 || e->tail_ms[0] < e->tail_ms[1]);
     if (!e->tail_on) detail_free(e->tail), e->tail = NULL;
     return 0;
 }
@@ -783,6 +786,11 @@ dengine *dengine_create_mixed(const deploy_plan *p, int n, const uint8_t *images
 // 1 when conv op i runs inside the tail launch.
 static int de_in_tail(const dengine *e, int i) {
     return e->tail_on && i >= e->tail_lo && i < e->tail_hi && e->ops[i].kind == EO_CONV;
+}
+
+// The whole forward with the kept tail and without it (NAN: no tail runs).
+void dengine_tail_ms(const dengine *e, double *with_ms, double *without_ms) {
+    *with_ms = e->tail_on ? e->tail_ms[0] : NAN, *without_ms = e->tail_on ? e->tail_ms[1] : NAN;
 }
 
 // Which sparse path runs op i: 0 none (dense), 1 the direct sparse kernel, 2 the block-sparse one, 3 the tail.

@@ -25,6 +25,9 @@ dengine *dengine_create_mixed(const deploy_plan *p, int n, const uint8_t *images
 // No sparse ops without an engine.
 int dengine_op_sparse(const dengine *e, int i) { return 0; }
 
+// No tail without an engine.
+void dengine_tail_ms(const dengine *e, double *with_ms, double *without_ms) { *with_ms = *without_ms = NAN; }
+
 // Nothing to free.
 void dengine_free(dengine *e) { (void)e; }
 

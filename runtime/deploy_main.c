@@ -531,6 +531,7 @@ static int engine_layer_times(const deploy_run *d, const dengine *e, deploy_engi
         dengine_op_paths_ms(e, i, &er->op_dense_ms[i], &er->op_sparse_ms[i], &er->op_graph_gain_ms[i]);
         er->op_path[i] = (signed char)dengine_op_sparse(e, i);
     }
+    dengine_tail_ms(e, &er->tail_ms, &er->tail_off_ms);
     return 0;
 }
 

@@ -285,6 +285,11 @@ static double rep_tflops(const deploy_plan *p, const deploy_op *op, int sparse, 
 // A plan precision's name.
 const char *deploy_prec_name(deploy_prec p) { return p == DP_FP16 ? "fp16" : "fp32"; }
 
+// 1 when the mixed plan keeps a tail launch with its whole-forward times.
+static int rep_has_tail(const deploy_engine_result *m) {
+    return isfinite(m->tail_ms) && m->tail_ms > 0.0 && isfinite(m->tail_off_ms) && m->tail_off_ms > 0.0;
+}
+
 // What the mixed plan runs op i on, in words ("" when nothing to say): the
 // tail (path 3) runs the op inside one launch with its chain, not on the
 // sparse path timed in the row.
@@ -316,6 +321,10 @@ static void rep_summary_mixed_layers(FILE *f, const deploy_plan *p, const deploy
         fprintf(f, " %8.1f %8.1f%s\n", rep_tflops(p, &p->ops[i], 0, r->batch, dn),
                 rep_tflops(p, &p->ops[i], 1, r->batch, sp), rep_mixed_choice(m, i));
     }
+    if (rep_has_tail(m))
+        fprintf(f, "  the layers marked tail run in one launch, not on the path timed in their row: the whole "
+                   "forward takes %.4f ms with it, %.4f ms with them on their one-layer paths (%.2fx)\n",
+                m->tail_ms, m->tail_off_ms, m->tail_off_ms / m->tail_ms);
 }
 
 // Prints the dense engine's lines (one per precision that ran).
@@ -619,6 +628,10 @@ static void rep_json_engines(json_writer *j, const deploy_plan *p, const deploy_
     json_add_number(j, "batch1_ms", m->pdl_lat_ms[1]);
     json_add_number(j, "early_batch1_ms", m->pdl_lat_ms[2]);
     json_add_number(j, "plain_batch1_ms", m->pdl_lat_ms[0]);
+    json_object_end(j);
+    json_object_begin(j, "tail");  // the whole forward with the tail launch and without it (null: no tail)
+    json_add_number(j, "batch_ms", rep_has_tail(m) ? m->tail_ms : NAN);
+    json_add_number(j, "without_batch_ms", rep_has_tail(m) ? m->tail_off_ms : NAN);
     json_object_end(j);
     rep_json_engine_check(j, m);
     json_add_int(j, "sparse_layers", m->nsparse);

@@ -48,6 +48,8 @@ typedef struct {
                                  // size, dengine_op_sparse's 0 (cuDNN), 1 or 2 (sparse), 3 (the tail)
     double *op_graph_gain_ms;    // mixed plan (nops, else NULL): whole forward on cuDNN minus
                                  // with the op sparse, for the ops faster sparse alone (NAN: other)
+    double tail_ms, tail_off_ms;  // mixed plan with a tail launch: the whole forward with it and with
+                                  // its convs on their one-layer paths (NAN or 0: no tail)
     double ab_ms, ab_dense_ms;   // mixed plan: the plan and its own all-cuDNN forward timed in
     double ab_lat_ms, ab_dense_lat_ms;  // alternating rounds (dengine_time_vs_dense), batch and 1
     double pdl_ms[DE_PDL_MODES];      // mixed plan: by launch mode (dengine_time_pdl: plain, dependent

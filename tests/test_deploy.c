@@ -383,6 +383,18 @@ static void test_report_tflops(tctx *t) {
     deploy_report_json(&j, p, &fx.r);
     CHECK(t, json_text(&j) && strstr(json_text(&j), "\"runs\": \"tail\""), "no \"runs\": \"tail\" for path 3");
     json_free(&j);
+    m->tail_ms = 0.8, m->tail_off_ms = 1.0;  // and the tail's whole-forward figures, in the JSON and the text
+    json_init(&j);
+    deploy_report_json(&j, p, &fx.r);
+    const char *tl = json_text(&j) ? strstr(json_text(&j), "\"tail\": {") : NULL;
+    CHECK(t, tl && json_number_after(tl, "\"batch_ms\": ") == 0.8 && json_number_after(tl, "\"without_batch_ms\": ") == 1.0,
+          "no tail figures: %.200s", tl ? tl : "(none)");
+    json_free(&j);
+    f = fopen(fx.path, "w");
+    if (f) deploy_report_summary(f, p, &fx.r), fclose(f);
+    read_text(fx.path, text, sizeof text);
+    CHECK(t, strstr(text, "0.8000 ms with it, 1.0000 ms with them on their one-layer paths (1.25x)"),
+          "no tail line in: %.600s", strstr(text, "per layer") ? strstr(text, "per layer") : text);
     report_fixture_free(&fx);
 }
 
