@@ -33,7 +33,7 @@ for l in "${layers[@]}"; do for s in "${sps[@]}"; do "$T" --time "$l" "$s" >>"$l
          $1 == "best" && $0 !~ / hybrid:/ { sub(":", "", $7); printf "| %s | %s | %.4f | %s | %s | %.2f |\n", cur, $7, d, $9, $10, d / $10 }' "$log"
     echo
     echo "Tail chains (resnet18 layer4 and layer3+4, one launch) against one-layer launches:"
-    grep '^time resnet18' "$out/midplane_tail.log" | sed 's/^/- /'
+    grep '^time ' "$out/midplane_tail.log" | sed 's/^/- /'
 } | tee "$out/midplane.md"
 OUT=$out bench/kernel_profile.sh tail "$psp" | tee -a "$out/midplane.md"
 for l in "${layers[@]}"; do

@@ -26,7 +26,9 @@ struct bst_dop {
     const uint4 *pvals;
     const float *bias;
     int in, out, res;  // shared byte offsets (res -1: none)
+    int pre, pool;     // pool 2: the unpooled output at pre (no ring), then a 2x2 max-pool into out
     int H, W, C, P, Q, K, R, stride, relu, ngroups;
+    int OP, OQ;        // the output plane at out: P x Q, or P / 2 x Q / 2 with the pool
 };
 
 // The chain (passed by value).
@@ -105,8 +107,9 @@ __device__ __forceinline__ void bst_pairs(const bst_dop &o, int i, int ie, uint3
     }
 }
 
-// Writes group g's accumulators to the output plane (byte offsets of this
-// lane's rows in opos, -1: none): bias, residual, ReLU, fp16.
+// Writes group g's accumulators to the output plane, or to pre when a pool
+// follows (positions of this lane's rows in opos, -1: none): bias, residual,
+// ReLU, fp16.
 template <int MF>
 __device__ __forceinline__ void bst_epilogue(const bst_dop &o, char *smem, int g, int lane, const int (*opos)[2],
                                              float (*acc)[2][4]) {
@@ -127,7 +130,7 @@ __device__ __forceinline__ void bst_epilogue(const bst_dop &o, char *smem, int g
                     v0 += z.x, v1 += z.y;
                 }
                 if (o.relu) v0 = fmaxf(v0, 0.0f), v1 = fmaxf(v1, 0.0f);
-                *(__half2 *)(smem + o.out + off) = __floats2half2_rn(v0, v1);
+                *(__half2 *)(smem + (o.pool ? o.pre : o.out) + off) = __floats2half2_rn(v0, v1);
             }
     }
 }
@@ -138,7 +141,7 @@ template <int MF>
 __device__ void bst_conv(const bst_dop &o, char *smem, uint32_t sbase, uint32_t zaddr) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, m = o.P * o.Q, wi = o.W + 2, pad = o.R / 2;
     const int nch = o.C / 8, nsl = (m + BST_SLICE - 1) / BST_SLICE, nitems = o.ngroups * nsl;
-    bst_zero_ring(smem, o.out, o.P, o.Q, o.K / 8);
+    bst_zero_ring(smem, o.out, o.OP, o.OQ, o.K / 8);
     if (warp >= nitems) return;
     const int sl = warp % nsl, r0 = sl * BST_SLICE;  // BST_WARPS is a multiple of nsl: a warp keeps its slice
     int pos[MF], opos[MF][2];
@@ -149,7 +152,7 @@ __device__ void bst_conv(const bst_dop &o, char *smem, uint32_t sbase, uint32_t 
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int e = r0 + mf * 16 + (lane >> 2) + h * 8, ey = e / o.Q, ex = e - ey * o.Q;
-            opos[mf][h] = e < m ? (ey + 1) * (o.Q + 2) + ex + 1 : -1;
+            opos[mf][h] = e >= m ? -1 : o.pool ? e : (ey + 1) * (o.Q + 2) + ex + 1;  // pre has no ring
         }
     }
     const uint32_t sin = sbase + (uint32_t)o.in;
@@ -165,13 +168,33 @@ __device__ void bst_conv(const bst_dop &o, char *smem, uint32_t sbase, uint32_t 
     }
 }
 
+// The 2x2 max-pool of op o's unpooled output (pre) into its output plane
+// (every thread calls it, after a barrier; a barrier must follow).
+__device__ void bst_pool(const bst_dop &o, char *smem) {
+    const int nch = o.K / 8, n = o.OP * o.OQ * nch;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const int pix = i / nch, j = i - pix * nch, py = pix / o.OQ, px = pix - py * o.OQ;
+        const int p0 = 2 * py * o.Q + 2 * px, q[4] = {p0, p0 + 1, p0 + o.Q, p0 + o.Q + 1};
+        uint4 m = *(const uint4 *)(smem + bst_slot(o.pre, q[0], j, nch));
+#pragma unroll
+        for (int t = 1; t < 4; t++) {
+            const uint4 v = *(const uint4 *)(smem + bst_slot(o.pre, q[t], j, nch));
+            __half2 *mh = (__half2 *)&m;
+            const __half2 *vh = (const __half2 *)&v;
+#pragma unroll
+            for (int e = 0; e < 4; e++) mh[e] = __hmax2(mh[e], vh[e]);
+        }
+        *(uint4 *)(smem + bst_slot(o.out, (py + 1) * (o.OQ + 2) + px + 1, j, nch)) = m;
+    }
+}
+
 // Stores the last op's output plane to y (image img).
 __device__ __forceinline__ void bst_store(const bst_args &a, const char *smem, int img) {
     const bst_dop &o = a.op[a.nops - 1];
-    const int nch = o.K / 8, wp = o.Q + 2, n = o.P * o.Q * nch;
-    __half *y = a.y + (size_t)img * o.P * o.Q * o.K;
+    const int nch = o.K / 8, wp = o.OQ + 2, n = o.OP * o.OQ * nch;
+    __half *y = a.y + (size_t)img * o.OP * o.OQ * o.K;
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const int pix = i / nch, j = i - pix * nch, py = pix / o.Q, px = pix - py * o.Q;
+        const int pix = i / nch, j = i - pix * nch, py = pix / o.OQ, px = pix - py * o.OQ;
         *(uint4 *)(y + (size_t)pix * o.K + j * 8) = *(const uint4 *)(smem + bst_slot(o.out, (py + 1) * wp + px + 1, j, nch));
     }
 }
@@ -190,6 +213,10 @@ __global__ void __launch_bounds__(BST_WARPS * 32, 1) bst_kernel(bst_args a) {
         if (o.P * o.Q <= 16) bst_conv<1>(o, bst_smem, sbase, sbase + a.zero);
         else bst_conv<2>(o, bst_smem, sbase, sbase + a.zero);
         __syncthreads();
+        if (o.pool) {
+            bst_pool(o, bst_smem);
+            __syncthreads();
+        }
     }
     ptx_dep_launch();  // after the last conv whatever gpu_ctx.pdl's mode: only the store is left
     bst_store(a, bst_smem, (int)blockIdx.x);
@@ -199,16 +226,27 @@ __global__ void __launch_bounds__(BST_WARPS * 32, 1) bst_kernel(bst_args a) {
 
 extern "C" long long bst_plane_bytes(int h, int w, int c) { return (long long)(h + 2) * (w + 2) * c * 2; }
 
+// 1 when op o pools its output (into out, from pre).
+static int bst_pooled(const bst_op *o) { return o->s.pool > 1; }
+
+// Bytes of op o's unpooled output at pre (no ring), 0 without a pool.
+static long long bst_pre_bytes(const bst_op *o) {
+    int P, Q;
+    bsconv_out_size(&o->s, &P, &Q);
+    return bst_pooled(o) ? (long long)P * Q * o->s.K * 2 : 0;
+}
+
 // Shared memory the chain needs: past its last region, then 16 zero bytes.
 static long long bst_smem_end(const bst_op *ops, int nops) {
     long long end = 0;
     for (int k = 0; k < nops; k++) {
         const bsconv_shape *s = &ops[k].s;
         int P, Q;
-        bsconv_out_size(s, &P, &Q);
-        const long long e[3] = {ops[k].in + bst_plane_bytes(s->H, s->W, s->C), ops[k].out + bst_plane_bytes(P, Q, s->K),
-                                ops[k].res < 0 ? 0 : ops[k].res + bst_plane_bytes(P, Q, s->K)};
-        for (int i = 0; i < 3; i++) end = e[i] > end ? e[i] : end;
+        bsconv_y_size(s, &P, &Q);
+        const long long e[4] = {ops[k].in + bst_plane_bytes(s->H, s->W, s->C), ops[k].out + bst_plane_bytes(P, Q, s->K),
+                                ops[k].res < 0 ? 0 : ops[k].res + bst_plane_bytes(P, Q, s->K),
+                                bst_pooled(&ops[k]) ? ops[k].pre + bst_pre_bytes(&ops[k]) : 0};
+        for (int i = 0; i < 4; i++) end = e[i] > end ? e[i] : end;
     }
     return (end + 15) / 16 * 16;
 }
@@ -220,19 +258,25 @@ static int bst_overlap(long long a, long long na, long long b, long long nb) { r
 static int bst_op_ok(const bst_op *ops, int k, char *why, int len) {
     const bst_op *o = &ops[k];
     const bsconv_shape *s = &o->s;
-    int P, Q;
+    int P, Q, Po, Qo;
     bsconv_out_size(s, &P, &Q);
+    bsconv_y_size(s, &Po, &Qo);
+    const long long nin = bst_plane_bytes(s->H, s->W, s->C), nout = bst_plane_bytes(Po, Qo, s->K);
+    const long long npre = bst_pre_bytes(o);
     const char *bad = NULL;
     if (s->R != s->S || (s->R != 1 && s->R != 3) || s->pad != s->R / 2) bad = "only 1x1 and 3x3 convs with pad R / 2";
     else if (s->stride != 1 && s->stride != 2) bad = "only strides 1 and 2";
-    else if (s->pool > 1) bad = "no pool";
+    else if (s->pool > 2 || (bst_pooled(o) && (P % 2 || Q % 2 || o->res >= 0)))
+        bad = "only a 2x2 pool, of an even plane, without a residual";
     else if (s->C % 64 || s->K % 64) bad = "channels must be multiples of 64";
     else if (P * Q > 64) bad = "at most 64 output pixels per image";
     else if (!o->w || o->w->ngroups * 16 != s->K) bad = "16-channel groups (16x8 blocks) only";
-    else if (o->in % 16 || o->out % 16 || (o->res >= 0 && o->res % 16)) bad = "regions must be 16-byte aligned";
-    else if (bst_overlap(o->out, bst_plane_bytes(P, Q, s->K), o->in, bst_plane_bytes(s->H, s->W, s->C)) ||
-             (o->res >= 0 && bst_overlap(o->out, bst_plane_bytes(P, Q, s->K), o->res, bst_plane_bytes(P, Q, s->K))))
+    else if (o->in % 16 || o->out % 16 || (o->res >= 0 && o->res % 16) || (npre && o->pre % 16))
+        bad = "regions must be 16-byte aligned";
+    else if (bst_overlap(o->out, nout, o->in, nin) || (o->res >= 0 && bst_overlap(o->out, nout, o->res, nout)))
         bad = "the output overlaps the input or the residual";
+    else if (npre && (bst_overlap(o->pre, npre, o->in, nin) || bst_overlap(o->pre, npre, o->out, nout)))
+        bad = "the unpooled output overlaps the input or the output";
     if (bad) snprintf(why, (size_t)len, "op %d: %s", k, bad);
     return bad == NULL;
 }
@@ -272,9 +316,11 @@ extern "C" int bst_gpu_run(const gpu_ctx *g, const bst_op *ops, int nops, int n,
         bst_dop *d = &a.op[k];
         d->prange = o->w->prange, d->pcode = o->w->pcode, d->pvals = (const uint4 *)o->w->pvals, d->bias = o->bias;
         d->in = o->in, d->out = o->out, d->res = o->res;
+        d->pool = bst_pooled(o), d->pre = d->pool ? o->pre : 0;
         d->H = o->s.H, d->W = o->s.W, d->C = o->s.C, d->K = o->s.K, d->R = o->s.R, d->stride = o->s.stride;
         d->relu = o->s.relu;
         bsconv_out_size(&o->s, &d->P, &d->Q);
+        bsconv_y_size(&o->s, &d->OP, &d->OQ);
         d->ngroups = o->w->ngroups;
     }
     void *args[] = {&a};

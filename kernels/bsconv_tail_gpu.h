@@ -1,6 +1,6 @@
 // The tail kernel of the block-sparse convolution (GPU builds only): a chain
 // of block-sparse convs on small planes (resnet18's layer3 and layer4: 8x8
-// and 4x4) in one launch, one CTA per image, every activation of the chain in
+// and 4x4; vgg16's conv5-13 with their 2x2 max-pools) in one launch, one CTA per image, every activation of the chain in
 // shared memory. A CTA loads its image's input once, then runs the convs one
 // after the other between barriers (bias, residual add, ReLU on the
 // accumulators), and stores the last output; only the weights come from
@@ -46,16 +46,19 @@ int bst_gpu_upload(const gpu_ctx *g, const bsconv_shape *s, const bsconv_hpack *
 void bst_gpu_free(bst_w *w);
 
 // One conv of the chain: its geometry (s.n ignored; R = S = 1 or 3 with pad
-// R / 2, stride 1 or 2, no pool), its halo weights and bias (device, K
-// floats, or NULL), and the shared-memory byte offsets of its input, its
-// output and its residual (-1: none), each a plane of its own shape with a
-// ring of zeros. The output must not overlap the input or the residual;
-// other ops may reuse a region once nothing later reads it.
+// R / 2, stride 1 or 2, s.pool 0, 1 or 2: a 2x2 max-pool of an even plane,
+// no residual then), its halo weights and bias (device, K floats, or NULL),
+// and the shared-memory byte offsets of its input, its output and its
+// residual (-1: none), each a plane of its own shape (the output's after the
+// pool) with a ring of zeros, and with a pool of the unpooled output (pre: P
+// x Q x K fp16, no ring). The output and pre must not overlap the input, the
+// residual or each other; other ops may reuse a region once nothing later reads it.
 typedef struct {
     bsconv_shape s;
     const bst_w *w;
     const float *bias;
     int in, out, res;
+    int pre;  // s.pool == 2 only
 } bst_op;
 
 // Bytes of shared memory a plane of h x w x c (C a multiple of 64) takes with its ring.
@@ -69,8 +72,8 @@ int bst_gpu_applies(const gpu_ctx *g, const bst_op *ops, int nops, char *why, in
 // Allows the kernel the device's shared memory; 0 or -1.
 int bst_gpu_prepare(const gpu_ctx *g, sc_err *err);
 
-// Queues y (n, P, Q, K of the last op) = the chain on x (n, H, W, C of the
-// first op), fp16, one CTA per image, on g's stream.
+// Queues y (n, P, Q, K of the last op, after its pool) = the chain on x (n,
+// H, W, C of the first op), fp16, one CTA per image, on g's stream.
 int bst_gpu_run(const gpu_ctx *g, const bst_op *ops, int nops, int n, const void *x, void *y, sc_err *err);
 
 #ifdef __cplusplus

@@ -46,7 +46,7 @@ static int dt_weights(const gpu_ctx *g, const deploy_plan *p, const detail_conv 
         cudaCheck(err, cudaMalloc((void **)&t->bias[k], (size_t)s.K * sizeof(float)));
         rc = gpu_upload(t->bias[k], op->desc.bias, (size_t)s.K * sizeof(float), err);
     }
-    t->ops[k] = (bst_op){s, &t->w[k], t->bias[k], 0, 0, -1};
+    t->ops[k] = (bst_op){s, &t->w[k], t->bias[k], 0, 0, -1, 0};
     return rc;
 }
 

@@ -1,5 +1,6 @@
 // The tail kernel (kernels/bsconv_tail_gpu.h): resnet18's layer4, layer3 and
-// both as one chain, one CTA per image, on random 16x8 block-sparse weights
+// both as one chain, and vgg16's conv5-13 with their 2x2 max-pools (the
+// chains of tests/tail_cases.h), one CTA per image, on random 16x8 block-sparse weights
 // (50% to 99%, an empty block row, dense; scaled by the fan-in), fp16, against the plain-C chain
 // (each conv's output rounded to fp16 as the kernel keeps it), y poisoned
 // first with a poisoned guard after it. `gpu_test_tail --time` also times
@@ -20,30 +21,12 @@
 #include "runtime/half.h"
 #include "tests/bsconv_cases.h"
 #include "tests/check.h"
+#include "tests/tail_cases.h"
+
+#define MAXOPS TAIL_MAXOPS
+typedef tail_spec spec;
 
 #define GUARD_EL 64  // poisoned elements after y
-#define MAXOPS 10
-
-// One conv of a test chain: input channels and plane, output channels, kernel,
-// stride, ReLU, the ops whose outputs are its input and residual (-1: x, none),
-// and the shared-memory regions of its input, output and residual.
-typedef struct {
-    int C, H, K, R, stride, relu, src, rsrc, in, out, res;
-} spec;
-
-// resnet18's layer3 (16x16x128 in, 8x8x256 out) then layer4 (4x4x512 out): two basic blocks each.
-static const spec R18_TAIL[MAXOPS] = {
-    {128, 16, 256, 3, 2, 1, -1, -1, 0, 82944, -1},      {128, 16, 256, 1, 2, 0, -1, -1, 0, 134144, -1},
-    {256, 8, 256, 3, 1, 1, 0, 1, 82944, 0, 134144},     {256, 8, 256, 3, 1, 1, 2, -1, 0, 82944, -1},
-    {256, 8, 256, 3, 1, 1, 3, 2, 82944, 134144, 0},     {256, 8, 512, 3, 2, 1, 4, -1, 134144, 0, -1},
-    {256, 8, 512, 1, 2, 0, 4, -1, 134144, 36864, -1},   {512, 4, 512, 3, 1, 1, 5, 6, 0, 73728, 36864},
-    {512, 4, 512, 3, 1, 1, 7, -1, 73728, 0, -1},        {512, 4, 512, 3, 1, 1, 8, 7, 0, 36864, 73728}};
-
-// resnet18's layer4 alone (8x8x256 in).
-static const spec R18_L4[5] = {
-    {256, 8, 512, 3, 2, 1, -1, -1, 0, 51200, -1},  {256, 8, 512, 1, 2, 0, -1, -1, 0, 88064, -1},
-    {512, 4, 512, 3, 1, 1, 0, 1, 51200, 124928, 88064}, {512, 4, 512, 3, 1, 1, 2, -1, 124928, 51200, -1},
-    {512, 4, 512, 3, 1, 1, 3, 2, 51200, 88064, 124928}};
 
 // A chain on the host and the device.
 typedef struct {
@@ -59,11 +42,6 @@ typedef struct {
     void *x, *y, *ybuf[MAXOPS];
     size_t ny;
 } chain;
-
-// Rounds n host floats to fp16 values in place.
-static void round16(float *h, size_t n) {
-    for (size_t i = 0; i < n; i++) h[i] = half_to_float(half_from_float(h[i]));
-}
 
 // A device fp16 buffer of n elements and GUARD_EL more, all poisoned (0xFFFF); NULL on failure.
 static void *dnew16(size_t n) {
@@ -98,15 +76,9 @@ static int get16(const void *d, size_t n, float *h) {
 // spars (op 2 with an empty block row when empty); 0 or -1.
 static int chain_make(chain *c, const spec *sp, int nops, int n, double spars, int empty, uint64_t seed) {
     c->sp = sp, c->nops = nops, c->n = n;
+    tail_layers_make(c->L, sp, nops, n, spars, empty, seed);
     for (int k = 0; k < nops; k++) {
         const spec *s = &sp[k];
-        const bsc_case cs = {n, s->C, s->H, s->H, s->K, s->R, s->R, s->stride, s->R / 2, 16, 8, spars,
-                             empty && k == 2, 1, 0, s->relu, 0};
-        bsc_make(&cs, seed + (uint64_t)k, &c->L[k]);
-        // weights scaled by 1 / sqrt(kept fan-in), so that ten convs keep the activations inside fp16's range
-        const double fan = (1.0 - spars) * s->R * s->R * s->C, scale = 1.0 / sqrt(fan > 1.0 ? fan : 1.0);
-        for (size_t e = 0; e < (size_t)c->L[k].nblocks * 16 * 8; e++) c->L[k].data[e] *= (float)scale;
-        round16(c->L[k].data, (size_t)c->L[k].nblocks * 16 * 8);
         bsconv_hpack h;
         SC_TRY(bsconv_hpack_build(&c->L[k].s, &c->L[k].w, &h, c->err));
         const int rc = bst_gpu_upload(c->g, &c->L[k].s, &h, &c->w[k], c->err);
@@ -114,11 +86,10 @@ static int chain_make(chain *c, const spec *sp, int nops, int n, double spars, i
         SC_TRY(rc);
         cudaCheck(c->err, cudaMalloc((void **)&c->bias[k], (size_t)s->K * 4));
         SC_TRY(gpu_upload(c->bias[k], c->L[k].bias, (size_t)s->K * 4, c->err));
-        c->ops[k] = (bst_op){c->L[k].s, &c->w[k], c->bias[k], s->in, s->out, s->res};
+        c->ops[k] = (bst_op){c->L[k].s, &c->w[k], c->bias[k], s->in, s->out, s->res, s->pre};
         if (!(c->b[k] = bsconv_gpu_create(c->g, &c->L[k].s, &c->L[k].w, c->L[k].bias, GDT_F16, c->err))) return -1;
         if (!(c->ybuf[k] = dnew16(c->L[k].ny))) return sc_fail(c->err, "cudaMalloc failed");
     }
-    round16(c->L[0].x, c->L[0].nx);
     c->ny = c->L[nops - 1].ny;
     if (!(c->x = dput16(c->L[0].x, c->L[0].nx)) || !(c->y = dnew16(c->ny))) return sc_fail(c->err, "cudaMalloc failed");
     char why[160];
@@ -152,31 +123,8 @@ static int run_layers(void *arg, sc_err *err) {
     return 0;
 }
 
-// Worst error of got (the last op's output) against the plain-C chain, in
-// units of the tolerance (fp16 rounding of y over the last conv's scale).
-static double chain_worst(chain *c, const float *got, size_t *at) {
-    float *out[MAXOPS];
-    for (int k = 0; k < c->nops; k++) {
-        const spec *s = &c->sp[k];
-        out[k] = malloc(c->L[k].ny * 4);
-        bsconv_forward_cpu(&c->L[k].s, &c->L[k].w, c->L[k].bias, s->src < 0 ? c->L[0].x : out[s->src],
-                           s->rsrc < 0 ? NULL : out[s->rsrc], out[k]);
-        round16(out[k], c->L[k].ny);
-    }
-    const int l = c->nops - 1;
-    bsc_layer *L = &c->L[l];
-    float *keep_x = L->x, *wd = bsc_dense_weights(L);
-    double *want = malloc(c->ny * 8), *scale = malloc(c->ny * 8);
-    L->x = c->sp[l].src < 0 ? c->L[0].x : out[c->sp[l].src], L->z = c->sp[l].rsrc < 0 ? NULL : out[c->sp[l].rsrc];
-    bsc_dense_conv(L, wd, 1, scale);  // sum |w| |x| + |bias| + |z| per output
-    L->x = keep_x, L->z = NULL;
-    for (size_t i = 0; i < c->ny; i++) want[i] = out[l][i];
-    const double ur = 1.0 / 2048;
-    const double worst = bsc_worst(got, want, scale, c->ny, 1.01 * ur, 2.02 * ur, at);
-    free(wd), free(want), free(scale);
-    for (int k = 0; k < c->nops; k++) free(out[k]);
-    return worst;
-}
+// Worst error of got (the last op's output) against the plain-C chain (tail_worst).
+static double chain_worst(chain *c, const float *got, size_t *at) { return tail_worst(c->L, c->sp, c->nops, got, at); }
 
 // 1 when the GUARD_EL elements after n of device d are still poisoned.
 static int guard_intact(const void *d, size_t n) {
@@ -232,7 +180,9 @@ static void test_tail(tctx *t) {
     const struct { const spec *sp; int nops, n; double spars; int empty; const char *what; } cs[] = {
         {R18_L4, 5, 3, 0.5, 0, "layer4"},       {R18_L4, 5, 2, 0.95, 1, "layer4"}, {R18_L4, 5, 1, 0.99, 0, "layer4"},
         {R18_L4, 5, 2, 0.0, 0, "layer4"},       {R18_TAIL, 10, 3, 0.9, 1, "layer3+4"},
-        {R18_TAIL, 5, 2, 0.95, 0, "layer3"},    {R18_TAIL, 10, 1, 0.0, 0, "layer3+4"}};
+        {R18_TAIL, 5, 2, 0.95, 0, "layer3"},    {R18_TAIL, 10, 1, 0.0, 0, "layer3+4"},
+        {VGG_TAIL, 9, 3, 0.9, 1, "vgg16 conv5-13"}, {VGG_TAIL, 3, 2, 0.5, 0, "vgg16 conv5-7"},
+        {VGG_TAIL, 9, 1, 0.0, 0, "vgg16 conv5-13"}, {VGG_TAIL, 6, 2, 0.99, 1, "vgg16 conv5-10"}};
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         chain c;
         tail_check(t, &g, &c, cs[i].what, cs[i].sp, cs[i].nops, cs[i].n, cs[i].spars, cs[i].empty, 31 + i);
@@ -270,7 +220,7 @@ static void time_chain(tctx *t, gpu_ctx *g, const char *what, const spec *sp, in
                   gpu_time_median_busy(g, run_tail, &c, 10, 50, &tail, c.err);
     CHECK(t, !rc, "time %s: %s", what, c.err->msg);
     if (!rc) {
-        printf("time resnet18 %s n128 blk16x8 sp%.2f: tail %.4f ms, %d one-layer launches %.4f ms (variants", what, spars,
+        printf("time %s n128 blk16x8 sp%.2f: tail %.4f ms, %d one-layer launches %.4f ms (variants", what, spars,
                tail, nops, layers);
         for (int k = 0; k < nops; k++) printf(" %d", bsconv_gpu_variant(c.b[k]));
         printf("), launches / tail = %.2f (medians of 50, %s)\n", layers / tail, g->dev.name);
@@ -278,14 +228,15 @@ static void time_chain(tctx *t, gpu_ctx *g, const char *what, const spec *sp, in
     chain_free(&c);
 }
 
-// resnet18's layer4 and layer3+4 at batch 128 and 90%, 95% and 98% block sparsity.
+// resnet18's layer4 and layer3+4 and vgg16's conv5-13 at batch 128 and 90%, 95% and 98% block sparsity.
 static void test_tail_time(tctx *t) {
     gpu_ctx g;
     if (open_gpu(t, &g)) return;
     const double sp[3] = {0.9, 0.95, 0.98};
     for (int i = 0; i < 3; i++) {
-        time_chain(t, &g, "layer4", R18_L4, 5, sp[i]);
-        time_chain(t, &g, "layer3+4", R18_TAIL, 10, sp[i]);
+        time_chain(t, &g, "resnet18 layer4", R18_L4, 5, sp[i]);
+        time_chain(t, &g, "resnet18 layer3+4", R18_TAIL, 10, sp[i]);
+        time_chain(t, &g, "vgg16 conv5-13", VGG_TAIL, 9, sp[i]);
     }
     gpu_ctx_free(&g);
 }

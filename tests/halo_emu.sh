@@ -23,7 +23,8 @@ san=""; [ "${SANITIZE:-0}" = 1 ] && san="-fsanitize=address -fno-omit-frame-poin
 fail() { echo "halo emulation: build failed: $1"; echo "halo emulation: 0 passed, 1 failed, 0 skipped"; exit 1; }
 sed 's/extern __shared__ __align__(16) char bsh_smem\[\];/char *bsh_smem = emu_smem;/' kernels/bsconv_halo.cu >"$tmp/bsconv_halo_emu.cpp"
 sed 's/__shared__ \(int\|float\) /static \1 /' kernels/bsconv_direct.cu >"$tmp/bsconv_direct_emu.cpp"  # one CTA at a time
-for f in kernels/bsconv_halo.c kernels/bsconv_direct.c kernels/bsconv_cpu.c runtime/rng.c kernels/error.c; do
+sed 's/extern __shared__ __align__(16) char bst_smem\[\];/char *bst_smem = emu_smem;/' kernels/bsconv_tail.cu >"$tmp/bsconv_tail_emu.cpp"
+for f in kernels/bsconv_halo.c kernels/bsconv_direct.c kernels/bsconv_cpu.c runtime/rng.c runtime/half.c kernels/error.c; do
     gcc -O1 -g $san -std=gnu11 -I. -DSC_HAVE_CUDA -I"$CUDA/include" -c "$f" -o "$tmp/$(basename "$f" .c).o" ||
         fail "$f"
 done
@@ -32,6 +33,8 @@ g++ $flags -DEMU_SOURCE="\"$tmp/bsconv_halo_emu.cpp\"" -DEMU_ARGS=bsh_args -DEMU
     -c tests/halo_emu/kernel_tu.cpp -o "$tmp/k.o" || fail "halo kernel"
 g++ $flags -DEMU_SOURCE="\"$tmp/bsconv_direct_emu.cpp\"" -DEMU_ARGS=bsd_args -DEMU_RUNNER=emu_run_direct \
     -c tests/halo_emu/kernel_tu.cpp -o "$tmp/kd.o" || fail "direct kernel"
+g++ $flags -DEMU_SOURCE="\"$tmp/bsconv_tail_emu.cpp\"" -DEMU_ARGS=bst_args -DEMU_RUNNER=emu_run_tail \
+    -c tests/halo_emu/kernel_tu.cpp -o "$tmp/kt.o" || fail "tail kernel"
 g++ $flags -c tests/halo_emu/driver.cpp -o "$tmp/d.o" || fail driver
 g++ $san "$tmp"/*.o -o "$tmp/emu" -lpthread -lm || fail link
 "$tmp/emu" "$@"

@@ -23,17 +23,20 @@
 #include "prelude.h"
 #include "kernels/bsconv_direct_gpu.h"
 #include "kernels/bsconv_halo_gpu.h"
+#include "kernels/bsconv_tail_gpu.h"
 #include "kernels/nhwc_ops_gpu.h"
 extern "C" {
 #include "kernels/bsconv.h"
 #include "tests/bsconv_cases.h"
+#include "tests/tail_cases.h"
 }
 
 thread_local uint3 threadIdx, blockIdx;
 dim3 blockDim, gridDim;
 char *emu_smem;
 static size_t emu_dyn;  // the launch's dynamic shared memory
-static pthread_barrier_t cta_bar, warp_bar[8];
+#define EMU_WARPS 32  // warps per CTA at most (the tail kernel's 1024 threads)
+static pthread_barrier_t cta_bar, warp_bar[EMU_WARPS];
 static std::atomic<int> or_acc;
 
 // Stops the emulation with a message (a fault the GPU would report or not).
@@ -57,7 +60,7 @@ int __syncthreads_or(int p) {
 int atomicAdd(int *p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 static void warp_sync() { pthread_barrier_wait(&warp_bar[threadIdx.x / 32]); }
 void __syncwarp() { warp_sync(); }
-static uint32_t shfl_ubuf[8][32];
+static uint32_t shfl_ubuf[EMU_WARPS][32];
 uint32_t __shfl_sync(unsigned, uint32_t v, int src) {
     const int w = threadIdx.x / 32, l = threadIdx.x % 32;
     shfl_ubuf[w][l] = v;
@@ -66,7 +69,7 @@ uint32_t __shfl_sync(unsigned, uint32_t v, int src) {
     warp_sync();
     return r;
 }
-static float shfl_buf[8][32];
+static float shfl_buf[EMU_WARPS][32];
 float __shfl_xor_sync(unsigned, float v, int off) {
     const int w = threadIdx.x / 32, l = threadIdx.x % 32;
     shfl_buf[w][l] = v;
@@ -99,7 +102,7 @@ void emu_cp_wait(int n) {
 }
 
 // --- ldmatrix and mma.sync (warp-collective) ------------------------------------------
-static uint32_t addr_buf[8][32], frag_a[8][32][4], frag_b[8][32][2];
+static uint32_t addr_buf[EMU_WARPS][32], frag_a[EMU_WARPS][32][4], frag_b[EMU_WARPS][32][2];
 // Rows of `nmat` 8x8 16-bit matrices from the lanes' row addresses.
 static void ldmatrix(uint32_t addr, uint32_t *a, int nmat) {
     const int w = threadIdx.x / 32, l = threadIdx.x % 32;
@@ -139,9 +142,11 @@ void emu_mma(float *d, const uint32_t *a, const uint32_t *b, int k16, int bf16) 
 // kernel_tu.cpp, once per kernel file: calls fn with its argument struct.
 void emu_run_halo(const void *fn, void **args);
 void emu_run_direct(const void *fn, void **args);
+void emu_run_tail(const void *fn, void **args);
 static void (*emu_run_cta)(const void *fn, void **args) = emu_run_halo;  // the file of the kernel launched next
 cudaError_t emu_launch(const void *fn, dim3 grid, dim3 block, void **args, size_t smem) {
     const size_t canary = 4096;
+    if (block.x > 32 * EMU_WARPS) { fprintf(stderr, "emulation: %u threads per CTA (at most %d)\n", block.x, 32 * EMU_WARPS); exit(3); }
     gridDim = grid, blockDim = block, emu_dyn = smem;
     std::vector<char> buf(smem + canary);
     emu_smem = buf.data();
@@ -253,6 +258,49 @@ static int run(const bsc_case *c, uint64_t seed, int hv, gpu_dtype dt, bool dire
     return rc;
 }
 
+// The tail kernel on chain sp (its first nops convs) for n images at block
+// sparsity spars (op 2 with an empty block row when empty), against the
+// plain-C chain as gpu_test_tail checks it: 1 pass, 0 fail.
+static int run_tail(const char *what, const tail_spec *sp, int nops, int n, double spars, int empty, uint64_t seed) {
+    bsc_layer L[TAIL_MAXOPS] = {};
+    bst_w w[TAIL_MAXOPS] = {};
+    bst_op ops[TAIL_MAXOPS];
+    sc_err err = {{0}};
+    gpu_ctx g = {};
+    g.dev.sms = 132, g.dev.smem_block_optin = 232448, g.dev.smem_block = 49152;
+    tail_layers_make(L, sp, nops, n, spars, empty, seed);
+    for (int k = 0; k < nops; k++) {
+        bsconv_hpack h;
+        if (bsconv_hpack_build(&L[k].s, &L[k].w, &h, &err) || bst_gpu_upload(&g, &L[k].s, &h, &w[k], &err)) {
+            printf("upload: %s\n", err.msg);
+            exit(1);
+        }
+        bsconv_hpack_free(&h);
+        ops[k] = (bst_op){L[k].s, &w[k], L[k].bias, sp[k].in, sp[k].out, sp[k].res, sp[k].pre};
+    }
+    char why[160];
+    const size_t ny = L[nops - 1].ny;
+    std::vector<uint16_t> x = to16(L[0].x, L[0].nx, GDT_F16), y(ny + 64, 0xFFFF);
+    emu_run_cta = emu_run_tail;
+    int rc = bst_gpu_applies(&g, ops, nops, why, sizeof why) && bst_gpu_prepare(&g, &err) == 0 &&
+             bst_gpu_run(&g, ops, nops, n, x.data(), y.data(), &err) == 0;
+    if (!rc) printf("FAIL tail %s: %s%s\n", what, why, err.msg);
+    if (rc) {
+        std::vector<float> got(ny);
+        int guard = 1;
+        for (size_t i = 0; i < ny; i++) got[i] = half_of(y[i], 0, 0);
+        for (int i = 0; i < 64; i++) guard &= y[ny + i] == 0xFFFF;
+        size_t at = 0;
+        const double worst = tail_worst(L, sp, nops, got.data(), &at);
+        rc = worst <= 1.0 && guard;
+        printf("%s tail %s n%d sp%.2f%s: worst %.3g of tolerance (y[%zu] = %g)%s\n", rc ? "ok  " : "FAIL", what, n, spars,
+               empty ? " empty-row" : "", worst, at, got[at], guard ? "" : " guard overwritten");
+    }
+    fflush(stdout);
+    for (int k = 0; k < nops; k++) bst_gpu_free(&w[k]), bsc_free(&L[k]);
+    return rc;
+}
+
 // argv: halo variants to run (default: every halo and every direct variant),
 // then with -s N only shape N; EMU_FULL=1: every sparsity in fp16 and bf16.
 int main(int argc, char **argv) {
@@ -282,7 +330,14 @@ int main(int argc, char **argv) {
                 for (int dt = 0; dt < (full ? 2 : 1); dt++)
                     n[run(&c, 2000 + 10 * si + pi, v < 0 ? -1 - v : v, dt ? GDT_BF16 : GDT_F16, v < 0, 0.03)]++;
             }
-    printf("halo and direct emulation (%d case-variant pairs the variant does not run): %d passed, %d failed, 0 skipped\n",
+    // The tail kernel on gpu_test_tail's chains (sparse ones: each emulated CTA is 1,024 threads).
+    if (all) {
+        n[run_tail("resnet18 layer4", R18_L4, 5, 2, 0.95, 1, 31)]++;
+        n[run_tail("resnet18 layer3+4", R18_TAIL, 10, 1, 0.9, 0, 32)]++;
+        n[run_tail("vgg16 conv5-13", VGG_TAIL, 9, 2, 0.9, 1, 33)]++;
+        n[run_tail("vgg16 conv5-7", VGG_TAIL, 3, 1, 0.5, 0, 34)]++;
+    }
+    printf("halo, direct and tail emulation (%d case-variant pairs the variant does not run): %d passed, %d failed, 0 skipped\n",
            n[2], n[1], n[0]);
     return n[0] != 0;
 }
