@@ -709,7 +709,7 @@ static void de_tail_find(dengine *e) {
     if (!v) return;  // no tail: the engine runs as it is
     for (int i = 0; i < nops; i++) {
         const eng_op *o = &e->ops[i];
-        v[i].kind = o->kind == EO_CONV && !o->pre_pool ? 1 : o->kind == EO_NONE && e->p->ops[i].kind == DOP_ADD ? 2 : 0;
+        v[i].kind = o->kind == EO_CONV ? 1 : o->kind == EO_NONE && e->p->ops[i].kind == DOP_ADD ? 2 : 0;
         v[i].c = (detail_conv){i, e->p->ops[i].in, o->res, o->out, o->relu};
     }
     e->tail = detail_find(&e->g, e->p, v, &e->tail_lo, &e->tail_hi);

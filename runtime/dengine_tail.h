@@ -27,8 +27,8 @@ typedef struct {
 // the chain does not fit the kernel.
 detail *detail_create(const gpu_ctx *g, const deploy_plan *p, const detail_conv *cv, int n, sc_err *err);
 
-// The engine's view of plan op i for the search: kind 1, a conv it runs
-// with its output unpooled (its tensors and ReLU in c); 2, an add fused into
+// The engine's view of plan op i for the search: kind 1, a conv (its
+// tensors and ReLU in c; its output after any pool); 2, an add fused into
 // a conv; 0, anything else.
 typedef struct {
     int kind;

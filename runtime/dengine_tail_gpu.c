@@ -17,11 +17,17 @@ struct detail {
     long long smem;              // bytes of the planes
 };
 
-// The kernel's shape of plan conv op i (one image; no pool).
+// 1 when plan conv op has no pool after it, or the 2x2 stride-2 max-pool the kernel takes.
+static int dt_pool_ok(const deploy_op *op) {
+    const spconv_desc *d = &op->desc;
+    return d->pool_k <= 1 || (d->pool_k == 2 && d->pool_stride == 2 && d->pool_pad == 0);
+}
+
+// The kernel's shape of plan conv op i (one image; its 2x2 pool, if any).
 static bsconv_shape dt_shape(const deploy_op *op, int relu) {
     const spconv_desc *d = &op->desc;
     return (bsconv_shape){.n = 1, .C = d->C, .H = d->H, .W = d->W, .K = d->K, .R = d->R, .S = d->S,
-                          .stride = d->stride, .pad = d->pad, .relu = relu};
+                          .stride = d->stride, .pad = d->pad, .relu = relu, .pool = d->pool_k > 1 ? d->pool_k : 0};
 }
 
 // Uploads conv k's weights (16x8 BSR blocks repacked for the tail) and bias.
@@ -29,8 +35,8 @@ static int dt_weights(const gpu_ctx *g, const deploy_plan *p, const detail_conv 
     const deploy_op *op = &p->ops[c->op];
     const sparse_layer *sl = deploy_op_layer(p, op);
     const sparse_bsr *x = &sl->bsr;
-    if (sl->is_linear || x->kb != 16 || x->cb != 8 || op->desc.pool_k > 1 || x->nrem)
-        return sc_fail(err, "%s: not a 16x8 block-sparse conv without a pool or singles", op->name);
+    if (sl->is_linear || x->kb != 16 || x->cb != 8 || !dt_pool_ok(op) || x->nrem)
+        return sc_fail(err, "%s: not a 16x8 block-sparse conv with at most a 2x2 pool and no singles", op->name);
     bsconv_bsr w;
     int32_t *ip = NULL;
     SC_TRY(debs_bsr(sl, &w, &ip, err));
@@ -84,14 +90,20 @@ static long long dt_place(const deploy_plan *p, const detail_conv *cv, int n, co
     return at;
 }
 
-// Gives every plane its region and every op its offsets.
+// Gives every plane its region and every op its offsets; the pooled convs'
+// unpooled outputs share one region past every plane.
 static void dt_regions(const deploy_plan *p, const detail_conv *cv, detail *t) {
-    long long off[BST_MAX_OPS + 1];
+    long long off[BST_MAX_OPS + 1], pre = 0;
     off[t->n] = 0, t->smem = dt_plane(p, cv[0].in);
     for (int k = 0; k < t->n; k++) {
         off[k] = dt_place(p, cv, t->n, off, k);
         if (off[k] + dt_plane(p, cv[k].out) > t->smem) t->smem = off[k] + dt_plane(p, cv[k].out);
+        const spconv_desc *d = &p->ops[cv[k].op].desc;
+        if (d->pool_k > 1 && (long long)d->P * d->Q * d->K * 2 > pre) pre = (long long)d->P * d->Q * d->K * 2;
     }
+    const long long pre_at = (t->smem + 15) / 16 * 16;
+    if (pre) t->smem = pre_at + pre;
+    for (int k = 0; k < t->n; k++) t->ops[k].pre = p->ops[cv[k].op].desc.pool_k > 1 ? (int)pre_at : 0;
     for (int k = 0; k < t->n; k++) {
         int src = -1, rsrc = -1;  // the convs whose outputs this one reads (-1: the chain's input)
         for (int j = 0; j < k; j++) {
@@ -139,14 +151,14 @@ detail *detail_create(const gpu_ctx *g, const deploy_plan *p, const detail_conv 
 }
 
 // 1 when op i may be in a chain: a 16x8 block-sparse conv (no singles: the
-// tail kernel has no remainder path) the engine runs unpooled on at most 64
-// output pixels, not reading the plan's input; or a fused add.
+// tail kernel has no remainder path; at most a 2x2 pool after it) on at most
+// 64 output pixels, not reading the plan's input; or a fused add.
 static int dt_op(const deploy_plan *p, const detail_op *ops, int i) {
     if (ops[i].kind == 2) return 1;
     const deploy_op *op = &p->ops[i];
     if (ops[i].kind != 1 || op->in == p->input) return 0;
     const sparse_layer *sl = deploy_op_layer(p, op);
-    return sl->bsr.kb == 16 && sl->bsr.cb == 8 && !sl->bsr.nrem && op->desc.P * op->desc.Q <= 64;
+    return sl->bsr.kb == 16 && sl->bsr.cb == 8 && !sl->bsr.nrem && dt_pool_ok(op) && op->desc.P * op->desc.Q <= 64;
 }
 
 // 1 when an op from `from` on reads tensor tn.
