@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Where the block kernels lose time on the 8x8 and 4x4 planes at the sparsity a
 # trained model gives them (82-97%), in one device call: the tail kernel's
-# chains against one-layer launches (gpu_test_tail --time), every variant of
-# the one-layer kernels per layer and block sparsity against cuDNN
+# chains (resnet18's layer3-4, vgg16's conv5-13 with its pools) checked, under
+# compute-sanitizer memcheck, and against one-layer launches (gpu_test_tail
+# --time), every variant of the one-layer kernels per layer and block sparsity against cuDNN
 # (gpu_test_bsconv --time), then Nsight Compute on the tail and on each
 # layer's best variant at PROFILE_SP (bench/kernel_profile.sh). One table in
 # $OUT/midplane.md; the logs and profiles' text beside it.
@@ -13,7 +14,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 B=${1:-build}
 T=$B/tests/gpu_test_bsconv
-[ -x "$T" ] && [ -x "$B/tests/gpu_test_tail" ] || { sed -n 2,11p "$0"; exit 2; }
+[ -x "$T" ] && [ -x "$B/tests/gpu_test_tail" ] || { sed -n 2,13p "$0"; exit 2; }
 out=${OUT:-bench/out}; mkdir -p "$out"
 read -ra layers <<<"${LAYERS:-r18-256x8 r18-512x4}"
 read -ra sps <<<"${SPS:-0.85 0.9 0.95 0.99}"
@@ -23,6 +24,8 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -n 1 | t
 
 "$B/tests/gpu_test_tail" --time >"$out/midplane_tail.log" 2>&1
 echo "gpu_test_tail: $(tail -n 1 "$out/midplane_tail.log")"
+compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/gpu_test_tail" >"$out/midplane_tail_memcheck.log" 2>&1
+echo "memcheck gpu_test_tail: exit $?, $(tail -n 1 "$out/midplane_tail_memcheck.log")"
 log=$out/midplane_time.log; : >"$log"
 for l in "${layers[@]}"; do for s in "${sps[@]}"; do "$T" --time "$l" "$s" >>"$log" 2>&1; done; done
 {
