@@ -14,7 +14,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 B=${1:-build}
 T=$B/tests/gpu_test_bsconv
-[ -x "$T" ] && [ -x "$B/tests/gpu_test_tail" ] || { sed -n 2,13p "$0"; exit 2; }
+[ -x "$T" ] && [ -x "$B/tests/gpu_test_tail" ] || { sed -n 2,12p "$0"; exit 2; }
 out=${OUT:-bench/out}; mkdir -p "$out"
 read -ra layers <<<"${LAYERS:-r18-256x8 r18-512x4}"
 read -ra sps <<<"${SPS:-0.85 0.9 0.95 0.99}"
