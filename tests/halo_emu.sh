@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The halo and direct kernels of the block-sparse conv (kernels/bsconv_halo.cu,
-# kernels/bsconv_direct.cu) emulated on the CPU (tests/halo_emu/: the files
+# The halo, direct and tail kernels of the block-sparse conv (kernels/bsconv_halo.cu,
+# kernels/bsconv_direct.cu, kernels/bsconv_tail.cu) emulated on the CPU (tests/halo_emu/: the files
 # compiled as host C++, threads, barriers, shuffles, cp.async, ldmatrix and
 # mma.sync emulated) on the GPU test's cases against the CPU reference, so that
 # a machine without a GPU checks the kernels' index math and buffers. Needs g++ and the CUDA headers (skipped without them).
-#   tests/halo_emu.sh [HALO_VARIANT...] [-s SHAPE]   (default: every halo and direct variant, every shape)
+#   tests/halo_emu.sh [HALO_VARIANT...] [-s SHAPE]   (default: every halo and direct variant, every shape,
+#                                                     then the tail kernel's chains)
+#   tests/halo_emu.sh tail                           the tail kernel's chains only
 # By default the 0.5 and 0.95 sparsities in fp16 (about a minute on 2 cores);
 # EMU_FULL=1 every sparsity in fp16 and bf16 (about 4 minutes). Halo variant v
 # is gpu_test_bsconv's variant v + 4. SANITIZE=1 adds AddressSanitizer;

@@ -1,5 +1,5 @@
-// A CPU emulation of the halo and direct kernels of the block-sparse conv
-// (kernels/bsconv_halo.cu and kernels/bsconv_direct.cu, built as host C++ by
+// A CPU emulation of the halo, direct and tail kernels of the block-sparse conv
+// (kernels/bsconv_halo.cu, kernels/bsconv_direct.cu and kernels/bsconv_tail.cu, built as host C++ by
 // tests/halo_emu.sh with prelude.h): one host thread per CUDA thread, CTAs one after another, a
 // barrier per CTA and per warp; cp.async queued per thread and done at
 // wait_group; ldmatrix and mma.sync (m16n8k16, m16n8k8) as warp-collective
@@ -301,15 +301,18 @@ static int run_tail(const char *what, const tail_spec *sp, int nops, int n, doub
     return rc;
 }
 
-// argv: halo variants to run (default: every halo and every direct variant),
-// then with -s N only shape N; EMU_FULL=1: every sparsity in fp16 and bf16.
+// argv: halo variants to run (default: every halo and every direct variant,
+// then the tail chains; "tail": the tail chains only), then with -s N only
+// shape N; EMU_FULL=1: every sparsity in fp16 and bf16.
 int main(int argc, char **argv) {
     std::vector<int> vs;
     int shape = -1;
+    bool tail_only = false;
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "-s") && i + 1 < argc) shape = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "tail")) tail_only = true;
         else vs.push_back(atoi(argv[i]));
-    const bool all = vs.empty();  // then the direct variants too, as -1 - v
+    const bool all = vs.empty() && !tail_only;  // then the direct variants too, as -1 - v
     if (all) for (int v = 0; v < BSH_VARIANTS; v++) vs.push_back(v);
     if (all) for (int v = 0; v < BSD_VARIANTS; v++) vs.push_back(-1 - v);
     int n[3] = {0, 0, 0};
@@ -331,7 +334,7 @@ int main(int argc, char **argv) {
                     n[run(&c, 2000 + 10 * si + pi, v < 0 ? -1 - v : v, dt ? GDT_BF16 : GDT_F16, v < 0, 0.03)]++;
             }
     // The tail kernel on gpu_test_tail's chains (sparse ones: each emulated CTA is 1,024 threads).
-    if (all) {
+    if (all || tail_only) {
         n[run_tail("resnet18 layer4", R18_L4, 5, 2, 0.95, 1, 31)]++;
         n[run_tail("resnet18 layer3+4", R18_TAIL, 10, 1, 0.9, 0, 32)]++;
         n[run_tail("vgg16 conv5-13", VGG_TAIL, 9, 2, 0.9, 1, 33)]++;
