@@ -229,8 +229,7 @@ extern "C" long long bst_plane_bytes(int h, int w, int c) { return (long long)(h
 // 1 when op o pools its output (into out, from pre).
 static int bst_pooled(const bst_op *o) { return o->s.pool > 1; }
 
-// Bytes of op o's unpooled output at pre (no ring), 0 without a pool.
-static long long bst_pre_bytes(const bst_op *o) {
+extern "C" long long bst_pre_bytes(const bst_op *o) {
     int P, Q;
     bsconv_out_size(&o->s, &P, &Q);
     return bst_pooled(o) ? (long long)P * Q * o->s.K * 2 : 0;

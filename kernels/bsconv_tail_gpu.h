@@ -64,6 +64,9 @@ typedef struct {
 // Bytes of shared memory a plane of h x w x c (C a multiple of 64) takes with its ring.
 long long bst_plane_bytes(int h, int w, int c);
 
+// Bytes of op o's unpooled output at o->pre (P x Q x K fp16, no ring); 0 without a pool.
+long long bst_pre_bytes(const bst_op *o);
+
 // 1 when the chain can run in one CTA per image on g's device (else 0 and
 // why): every op's shape, weights (16-channel groups), regions and the
 // chain's shared memory; ops[0]'s input is x, the last op's output is y.

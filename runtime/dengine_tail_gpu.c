@@ -98,12 +98,11 @@ static void dt_regions(const deploy_plan *p, const detail_conv *cv, detail *t) {
     for (int k = 0; k < t->n; k++) {
         off[k] = dt_place(p, cv, t->n, off, k);
         if (off[k] + dt_plane(p, cv[k].out) > t->smem) t->smem = off[k] + dt_plane(p, cv[k].out);
-        const spconv_desc *d = &p->ops[cv[k].op].desc;
-        if (d->pool_k > 1 && (long long)d->P * d->Q * d->K * 2 > pre) pre = (long long)d->P * d->Q * d->K * 2;
+        if (bst_pre_bytes(&t->ops[k]) > pre) pre = bst_pre_bytes(&t->ops[k]);
     }
     const long long pre_at = (t->smem + 15) / 16 * 16;
     if (pre) t->smem = pre_at + pre;
-    for (int k = 0; k < t->n; k++) t->ops[k].pre = p->ops[cv[k].op].desc.pool_k > 1 ? (int)pre_at : 0;
+    for (int k = 0; k < t->n; k++) t->ops[k].pre = bst_pre_bytes(&t->ops[k]) ? (int)pre_at : 0;
     for (int k = 0; k < t->n; k++) {
         int src = -1, rsrc = -1;  // the convs whose outputs this one reads (-1: the chain's input)
         for (int j = 0; j < k; j++) {

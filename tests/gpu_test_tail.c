@@ -23,9 +23,6 @@
 #include "tests/check.h"
 #include "tests/tail_cases.h"
 
-#define MAXOPS TAIL_MAXOPS
-typedef tail_spec spec;
-
 #define GUARD_EL 64  // poisoned elements after y
 
 // A chain on the host and the device.
@@ -33,13 +30,13 @@ typedef struct {
     gpu_ctx *g;
     sc_err *err;
     int nops, n;
-    bsc_layer L[MAXOPS];
-    bst_w w[MAXOPS];
-    float *bias[MAXOPS];    // device
-    bst_op ops[MAXOPS];
-    bsconv_gpu *b[MAXOPS];  // the one-layer kernels
-    const spec *sp;
-    void *x, *y, *ybuf[MAXOPS];
+    bsc_layer L[TAIL_MAXOPS];
+    bst_w w[TAIL_MAXOPS];
+    float *bias[TAIL_MAXOPS];    // device
+    bst_op ops[TAIL_MAXOPS];
+    bsconv_gpu *b[TAIL_MAXOPS];  // the one-layer kernels
+    const tail_spec *sp;
+    void *x, *y, *ybuf[TAIL_MAXOPS];
     size_t ny;
 } chain;
 
@@ -74,11 +71,11 @@ static int get16(const void *d, size_t n, float *h) {
 
 // Builds chain c of n images from specs sp (nops of them) at block sparsity
 // spars (op 2 with an empty block row when empty); 0 or -1.
-static int chain_make(chain *c, const spec *sp, int nops, int n, double spars, int empty, uint64_t seed) {
+static int chain_make(chain *c, const tail_spec *sp, int nops, int n, double spars, int empty, uint64_t seed) {
     c->sp = sp, c->nops = nops, c->n = n;
     tail_layers_make(c->L, sp, nops, n, spars, empty, seed);
     for (int k = 0; k < nops; k++) {
-        const spec *s = &sp[k];
+        const tail_spec *s = &sp[k];
         bsconv_hpack h;
         SC_TRY(bsconv_hpack_build(&c->L[k].s, &c->L[k].w, &h, c->err));
         const int rc = bst_gpu_upload(c->g, &c->L[k].s, &h, &c->w[k], c->err);
@@ -116,7 +113,7 @@ static int run_tail(void *arg, sc_err *err) {
 static int run_layers(void *arg, sc_err *err) {
     chain *c = arg;
     for (int k = 0; k < c->nops; k++) {
-        const spec *s = &c->sp[k];
+        const tail_spec *s = &c->sp[k];
         SC_TRY(bsconv_gpu_run(c->g, c->b[k], s->src < 0 ? c->x : c->ybuf[s->src], s->rsrc < 0 ? NULL : c->ybuf[s->rsrc],
                               c->ybuf[k], err));
     }
@@ -150,7 +147,7 @@ static int open_gpu(tctx *t, gpu_ctx *g) {
 }
 
 // Makes a chain, runs the tail kernel and checks it; 0 when it passed (c kept for timing).
-static int tail_check(tctx *t, gpu_ctx *g, chain *c, const char *what, const spec *sp, int nops, int n, double spars,
+static int tail_check(tctx *t, gpu_ctx *g, chain *c, const char *what, const tail_spec *sp, int nops, int n, double spars,
                       int empty, uint64_t seed) {
     static sc_err err;
     memset(&err, 0, sizeof err), memset(c, 0, sizeof *c);
@@ -177,7 +174,7 @@ static int tail_check(tctx *t, gpu_ctx *g, chain *c, const char *what, const spe
 static void test_tail(tctx *t) {
     gpu_ctx g;
     if (open_gpu(t, &g)) return;
-    const struct { const spec *sp; int nops, n; double spars; int empty; const char *what; } cs[] = {
+    const struct { const tail_spec *sp; int nops, n; double spars; int empty; const char *what; } cs[] = {
         {R18_L4, 5, 3, 0.5, 0, "layer4"},       {R18_L4, 5, 2, 0.95, 1, "layer4"}, {R18_L4, 5, 1, 0.99, 0, "layer4"},
         {R18_L4, 5, 2, 0.0, 0, "layer4"},       {R18_TAIL, 10, 3, 0.9, 1, "layer3+4"},
         {R18_TAIL, 5, 2, 0.95, 0, "layer3"},    {R18_TAIL, 10, 1, 0.0, 0, "layer3+4"},
@@ -207,7 +204,7 @@ static int best_variant(chain *c, int k, double *ms) {
 }
 
 // One chain at batch 128: the tail kernel against the one-layer launches on their fastest variants.
-static void time_chain(tctx *t, gpu_ctx *g, const char *what, const spec *sp, int nops, double spars) {
+static void time_chain(tctx *t, gpu_ctx *g, const char *what, const tail_spec *sp, int nops, double spars) {
     chain c;
     if (tail_check(t, g, &c, what, sp, nops, 128, spars, 0, 77)) {
         chain_free(&c);

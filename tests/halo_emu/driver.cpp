@@ -198,6 +198,15 @@ static std::vector<uint16_t> to16(float *h, size_t n, gpu_dtype dt, size_t extra
     return v;
 }
 
+// The emulated GPU: an H100's shared memory, EMU_SMS SMs (default 132; few:
+// persistent CTAs walk many tiles).
+static gpu_ctx emu_gpu() {
+    gpu_ctx g = {};
+    g.dev.sms = getenv("EMU_SMS") ? atoi(getenv("EMU_SMS")) : 132;
+    g.dev.smem_block_optin = 232448, g.dev.smem_block = 49152;
+    return g;
+}
+
 // Case c on halo variant hv (direct: direct variant hv) in dt, hybrid with a
 // remainder of density rem when rem > 0: 1 pass, 0 fail, 2 the variant does not run it.
 static int run(const bsc_case *c, uint64_t seed, int hv, gpu_dtype dt, bool direct, double rem = 0.0) {
@@ -214,9 +223,7 @@ static int run(const bsc_case *c, uint64_t seed, int hv, gpu_dtype dt, bool dire
     }
     bsconv_hpack h;
     bsh_gpu d;
-    gpu_ctx g = {};
-    g.dev.sms = getenv("EMU_SMS") ? atoi(getenv("EMU_SMS")) : 132;  // few: persistent CTAs walk many tiles
-    g.dev.smem_block_optin = 232448, g.dev.smem_block = 49152;
+    const gpu_ctx g = emu_gpu();
     int rc = 2;
     uint32_t *codes = NULL;
     const bool applies = direct ? bsconv_direct_applies(&L.s, &L.w, NULL, 0) : bsconv_halo_applies(&L.s, &L.w, NULL, 0);
@@ -266,8 +273,7 @@ static int run_tail(const char *what, const tail_spec *sp, int nops, int n, doub
     bst_w w[TAIL_MAXOPS] = {};
     bst_op ops[TAIL_MAXOPS];
     sc_err err = {{0}};
-    gpu_ctx g = {};
-    g.dev.sms = 132, g.dev.smem_block_optin = 232448, g.dev.smem_block = 49152;
+    const gpu_ctx g = emu_gpu();
     tail_layers_make(L, sp, nops, n, spars, empty, seed);
     for (int k = 0; k < nops; k++) {
         bsconv_hpack h;
