@@ -60,6 +60,10 @@ int dengine_op_sparse(const dengine *e, int i);
 // alternating rounds that kept it); NAN otherwise.
 void dengine_tail_ms(const dengine *e, double *with_ms, double *without_ms);
 
+// Mixed fp16 plans without a kept tail: why, in words ("" when no tail
+// was looked for, or one is kept).
+const char *dengine_tail_note(const dengine *e);
+
 // Runs m <= n images; logits (m, classes) fp32 when not NULL.
 int dengine_forward(dengine *e, int m, const uint8_t *images, float *logits, sc_err *err);
 

@@ -23,6 +23,7 @@
 #define DE_MAX_PLANS 12
 #define DE_CONFIRM_ROUNDS 3  // alternating whole-graph measurements per sparse op
 #define DE_CONFIRM_REPEAT 20 // replays per measurement
+#define DE_TAIL_CANDIDATES 48 // chains the tail search builds and times at most
 
 typedef enum { EO_SMALL = 0, EO_CONV, EO_LINEAR, EO_NONE } eng_kind;
 
@@ -69,6 +70,7 @@ struct dengine {
     int tail_lo, tail_hi;
     int tail_on, tail_parked;  // whether the forward runs the tail (de_park saves it)
     double tail_ms[2];         // the forward with the tail and without it (medians), when tried
+    char tail_note[512];       // mixed fp16 plans without a kept tail: why ("": no search)
     cudaGraphExec_t graph;
 };
 
@@ -702,45 +704,92 @@ static void de_unpark(dengine *e, const de_path *saved) {
 
 // --- the tail ----------------------------------------------------------------------------
 
-// Finds the chain the tail kernel would take (detail_find): the engine's view of each op.
-static void de_tail_find(dengine *e) {
+// Builds the chains the tail kernel takes (detail_find_all) into t, at most
+// max, with the engine's view of each op; their count (why: when none).
+static int de_tail_find(dengine *e, detail **t, int *lo, int *hi, int max, sc_err *why) {
     const int nops = e->p->nops;
     detail_op *v = calloc((size_t)nops + 1, sizeof *v);
-    if (!v) return;  // no tail: the engine runs as it is
+    if (!v) return sc_fail(why, "out of memory"), 0;  // no tail: the engine runs as it is
     for (int i = 0; i < nops; i++) {
         const eng_op *o = &e->ops[i];
         v[i].kind = o->kind == EO_CONV ? 1 : o->kind == EO_NONE && e->p->ops[i].kind == DOP_ADD ? 2 : 0;
         v[i].c = (detail_conv){i, e->p->ops[i].in, o->res, o->out, o->relu};
     }
-    e->tail = detail_find(&e->g, e->p, v, &e->tail_lo, &e->tail_hi);
+    const int n = detail_find_all(&e->g, e->p, v, t, lo, hi, max, why);
     free(v);
+    return n;
 }
 
-// Mixed fp16 plans: runs a chain of small-plane block-sparse convs as one
-// tail launch when it matches the engine's output of the chain (fp16
-// tolerance 3e-2 of the largest) and the whole forward measures faster
-// with it (alternating rounds), or always where it matches (forced).
+// Makes chain k of the candidates the engine's tail (on: whether the forward runs it).
+static void de_tail_set(dengine *e, detail *t, int lo, int hi, int on) {
+    e->tail = t, e->tail_lo = lo, e->tail_hi = hi, e->tail_on = on;
+}
+
+// Drops (frees) the candidates that do not match the engine's output of
+// their chain (fp16 tolerance 3e-2 of the largest); *n: the count left
+// (why: the last miss).
+static int de_tail_check(dengine *e, detail **t, int *lo, int *hi, int *n, sc_err *why, sc_err *err) {
+    int kept = 0, rc = 0;
+    for (int k = 0; k < *n; k++) {
+        double rel = INFINITY;
+        int in, out;
+        detail_io(t[k], &in, &out);
+        if (!rc) rc = detail_run(&e->g, t[k], e->n, e->t[in], e->check, err);
+        if (!rc) rc = de_half_relerr(e, e->check, e->t[out], de_elems(e, out), &rel, err);
+        if (!rc && rel <= 3e-2) t[kept] = t[k], lo[kept] = lo[k], hi[kept] = hi[k], kept++;
+        else {
+            if (!rc) sc_fail(why, "%s-%s: output off by %.3g of the largest", e->p->ops[lo[k]].name,
+                             e->p->ops[hi[k] - 1].name, rel);
+            detail_free(t[k]);
+        }
+    }
+    *n = kept;
+    return rc;
+}
+
+// Times the whole forward without a tail (ms[0]) and with each candidate
+// (ms[1 + k]), each the median of DE_CONFIRM_ROUNDS alternating rounds.
+static int de_tail_time(dengine *e, detail **t, int *lo, int *hi, int n, int repeat, double *ms, sc_err *err) {
+    double *r = malloc((size_t)(n + 1) * DE_CONFIRM_ROUNDS * sizeof *r);
+    if (!r) return sc_fail(err, "out of memory");
+    int rc = 0;
+    for (int k = 0; !rc && k < DE_CONFIRM_ROUNDS; k++)
+        for (int c = 0; !rc && c <= n; c++) {
+            if (c) de_tail_set(e, t[c - 1], lo[c - 1], hi[c - 1], 1);
+            else de_tail_set(e, NULL, 0, 0, 0);
+            rc = de_graph_ms(e, repeat, &r[c * DE_CONFIRM_ROUNDS + k], err);
+        }
+    for (int c = 0; !rc && c <= n; c++) ms[c] = sc_median(&r[c * DE_CONFIRM_ROUNDS], DE_CONFIRM_ROUNDS);
+    de_tail_set(e, NULL, 0, 0, 0);
+    free(r);
+    return rc;
+}
+
+// Mixed fp16 plans: tries every chain of small-plane block-sparse convs
+// the tail kernel takes as one launch; keeps the one whose whole forward
+// measures fastest when it beats the forward without a tail (forced: the
+// longest of the first run that matches). e->tail_note says why none was kept.
 static int de_try_tail(dengine *e, int repeat, sc_err *err) {
     if (e->dt != GDT_F16) return 0;
-    de_tail_find(e);
-    if (!e->tail) return 0;
-    double rel = INFINITY, with[DE_CONFIRM_ROUNDS], without[DE_CONFIRM_ROUNDS];
-    int in, out;
-    detail_io(e->tail, &in, &out);
-    SC_TRY(detail_run(&e->g, e->tail, e->n, e->t[in], e->check, err));
-    SC_TRY(de_half_relerr(e, e->check, e->t[out], de_elems(e, out), &rel, err));
-    int keep = rel <= 3e-2;
-    for (int k = 0; keep && k < DE_CONFIRM_ROUNDS; k++) {
-        e->tail_on = 1;
-        SC_TRY(de_graph_ms(e, repeat, &with[k], err));
-        e->tail_on = 0;
-        SC_TRY(de_graph_ms(e, repeat, &without[k], err));
-    }
-    e->tail_ms[0] = keep ? sc_median(with, DE_CONFIRM_ROUNDS) : NAN;
-    e->tail_ms[1] = keep ? sc_median(without, DE_CONFIRM_ROUNDS) : NAN;
-    e->tail_on = keep && (e->mixed == 2 || e->tail_ms[0] < e->tail_ms[1]);
-    if (!e->tail_on) detail_free(e->tail), e->tail = NULL;
-    return 0;
+    detail *t[DE_TAIL_CANDIDATES];
+    int lo[DE_TAIL_CANDIDATES], hi[DE_TAIL_CANDIDATES];
+    double ms[DE_TAIL_CANDIDATES + 1];
+    sc_err why = {{0}};
+    int n = de_tail_find(e, t, lo, hi, DE_TAIL_CANDIDATES, &why);
+    int rc = de_tail_check(e, t, lo, hi, &n, &why, err);
+    if (!rc && n) rc = de_tail_time(e, t, lo, hi, n, repeat, ms, err);
+    int best = -1;
+    for (int k = 0; !rc && k < (e->mixed == 2 ? 1 : n); k++)
+        if (best < 0 || ms[1 + k] < ms[1 + best]) best = k;
+    const int keep = best >= 0 && (e->mixed == 2 || ms[1 + best] < ms[0]);
+    if (best >= 0 && !keep)
+        snprintf(e->tail_note, sizeof e->tail_note, "the fastest chain, %s-%s, %.4f ms against %.4f ms without (%d tried)",
+                 e->p->ops[lo[best]].name, e->p->ops[hi[best] - 1].name, ms[1 + best], ms[0], n);
+    else if (best < 0) snprintf(e->tail_note, sizeof e->tail_note, "%s", why.msg);
+    for (int k = 0; k < n; k++)
+        if (k != best || !keep) detail_free(t[k]);
+    if (keep) de_tail_set(e, t[best], lo[best], hi[best], 1), e->tail_ms[0] = ms[1 + best], e->tail_ms[1] = ms[0];
+    return rc;
 }
 
 // --- public API ---------------------------------------------------------------------------
@@ -792,6 +841,9 @@ static int de_in_tail(const dengine *e, int i) {
 void dengine_tail_ms(const dengine *e, double *with_ms, double *without_ms) {
     *with_ms = e->tail_on ? e->tail_ms[0] : NAN, *without_ms = e->tail_on ? e->tail_ms[1] : NAN;
 }
+
+// Why the mixed plan keeps no tail ("": one is kept, or none was looked for).
+const char *dengine_tail_note(const dengine *e) { return e->tail_on ? "" : e->tail_note; }
 
 // Which sparse path runs op i: 0 none (dense), 1 the direct sparse kernel, 2 the block-sparse one, 3 the tail.
 int dengine_op_sparse(const dengine *e, int i) {

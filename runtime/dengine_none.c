@@ -28,6 +28,9 @@ int dengine_op_sparse(const dengine *e, int i) { return 0; }
 // No tail without an engine.
 void dengine_tail_ms(const dengine *e, double *with_ms, double *without_ms) { *with_ms = *without_ms = NAN; }
 
+// No tail without an engine.
+const char *dengine_tail_note(const dengine *e) { return ""; }
+
 // Nothing to free.
 void dengine_free(dengine *e) { (void)e; }
 

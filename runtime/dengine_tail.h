@@ -35,12 +35,14 @@ typedef struct {
     detail_conv c;
 } detail_op;
 
-// Finds the first run of ops of kinds 1 and 2 (ops[0 .. p->nops)) holding a
-// chain the kernel takes: its convs 16x8 block-sparse on at most 64 output
-// pixels, not reading the plan's input, no output but the last read after
-// the run; from the run's earliest conv that gives such a chain. The ops
-// [*lo, *hi) it covers; NULL when there is none.
-detail *detail_find(const gpu_ctx *g, const deploy_plan *p, const detail_op *ops, int *lo, int *hi);
+// Builds every chain the kernel takes, at most max: ranges [lo[k], hi[k])
+// of a run of ops of kinds 1 and 2 (ops[0 .. p->nops)), from a conv, whose
+// convs are 16x8 block-sparse on at most 64 output pixels, do not read the
+// plan's input, and whose outputs but the last are not read after the
+// range; longest first within each run. Their count into t[]; when none,
+// why says the last reason a range was refused.
+int detail_find_all(const gpu_ctx *g, const deploy_plan *p, const detail_op *ops, detail **t, int *lo, int *hi,
+                    int max, sc_err *why);
 
 // The tensors the chain reads (the first conv's input) and writes (the last conv's output).
 void detail_io(const detail *t, int *in, int *out);

@@ -183,25 +183,44 @@ static int dt_convs(const deploy_plan *p, const detail_op *ops, int lo, int hi, 
     return n >= 2 ? n : -1;
 }
 
-// Finds the first run of chainable ops that the kernel takes, from its earliest conv.
-detail *detail_find(const gpu_ctx *g, const deploy_plan *p, const detail_op *ops, int *lo, int *hi) {
-    for (int a = 0; a < p->nops; a++) {
+// 1 when ops [l, h) of the run [a, b) may form a chain: from a conv, not
+// ending between a conv and the add fused into it.
+static int dt_range_ok(const detail_op *ops, int l, int h, int b) {
+    return ops[l].kind == 1 && (h == b || ops[h].kind != 2);
+}
+
+// Builds the chain of ops [l, h) (NULL: none, why in err).
+static detail *dt_try(const gpu_ctx *g, const deploy_plan *p, const detail_op *ops, int l, int h, sc_err *err) {
+    detail_conv cv[BST_MAX_OPS];
+    const int n = dt_convs(p, ops, l, h, cv);
+    if (n < 2) {
+        sc_fail(err, "%s-%s: fewer than two convs, too many, or an inner output read later", p->ops[l].name,
+                p->ops[h - 1].name);
+        return NULL;
+    }
+    return detail_create(g, p, cv, n, err);
+}
+
+// Builds every chain the kernel takes into t[0 .. max), longest first within each run of chainable ops.
+int detail_find_all(const gpu_ctx *g, const deploy_plan *p, const detail_op *ops, detail **t, int *lo, int *hi,
+                    int max, sc_err *why) {
+    int found = 0;
+    sc_fail(why, "no run of two or more 16x8 block-sparse convs on at most 64 output pixels");
+    for (int a = 0; a < p->nops && found < max; a++) {
         if (!dt_op(p, ops, a)) continue;
         int b = a;
         while (b < p->nops && dt_op(p, ops, b)) b++;
-        for (int l = a; l < b; l++) {
-            detail_conv cv[BST_MAX_OPS];
-            const int n = ops[l].kind == 1 ? dt_convs(p, ops, l, b, cv) : -1;
-            sc_err why = {{0}};
-            detail *t = n >= 2 ? detail_create(g, p, cv, n, &why) : NULL;
-            if (t) {
-                *lo = l, *hi = b;
-                return t;
+        for (int len = b - a; len >= 2; len--)
+            for (int l = a; l + len <= b && found < max; l++) {
+                if (!dt_range_ok(ops, l, l + len, b)) continue;
+                sc_err e = {{0}};
+                detail *c = dt_try(g, p, ops, l, l + len, &e);
+                if (c) t[found] = c, lo[found] = l, hi[found] = l + len, found++;
+                else if (!found) *why = e;
             }
-        }
         a = b;
     }
-    return NULL;
+    return found;
 }
 
 // The chain's input and output tensors.

@@ -532,6 +532,7 @@ static int engine_layer_times(const deploy_run *d, const dengine *e, deploy_engi
         er->op_path[i] = (signed char)dengine_op_sparse(e, i);
     }
     dengine_tail_ms(e, &er->tail_ms, &er->tail_off_ms);
+    snprintf(er->tail_note, sizeof er->tail_note, "%s", dengine_tail_note(e));
     return 0;
 }
 

@@ -325,6 +325,8 @@ static void rep_summary_mixed_layers(FILE *f, const deploy_plan *p, const deploy
         fprintf(f, "  the layers marked tail run in one launch, not on the path timed in their row: the whole "
                    "forward takes %.4f ms with it, %.4f ms with them on their one-layer paths (%.2fx)\n",
                 m->tail_ms, m->tail_off_ms, m->tail_off_ms / m->tail_ms);
+    else if (m->tail_note[0])
+        fprintf(f, "  no tail launch (a chain of small-plane block-sparse convs in one kernel): %s\n", m->tail_note);
 }
 
 // Prints the dense engine's lines (one per precision that ran).
@@ -632,6 +634,7 @@ static void rep_json_engines(json_writer *j, const deploy_plan *p, const deploy_
     json_object_begin(j, "tail");  // the whole forward with the tail launch and without it (null: no tail)
     json_add_number(j, "batch_ms", rep_has_tail(m) ? m->tail_ms : NAN);
     json_add_number(j, "without_batch_ms", rep_has_tail(m) ? m->tail_off_ms : NAN);
+    json_add_string(j, "note", rep_has_tail(m) ? "" : m->tail_note);  // why there is none
     json_object_end(j);
     rep_json_engine_check(j, m);
     json_add_int(j, "sparse_layers", m->nsparse);

@@ -50,6 +50,7 @@ typedef struct {
                                  // with the op sparse, for the ops faster sparse alone (NAN: other)
     double tail_ms, tail_off_ms;  // mixed plan with a tail launch: the whole forward with it and with
                                   // its convs on their one-layer paths (NAN or 0: no tail)
+    char tail_note[512];          // mixed plan without a tail launch: why ("": none looked for)
     double ab_ms, ab_dense_ms;   // mixed plan: the plan and its own all-cuDNN forward timed in
     double ab_lat_ms, ab_dense_lat_ms;  // alternating rounds (dengine_time_vs_dense), batch and 1
     double pdl_ms[DE_PDL_MODES];      // mixed plan: by launch mode (dengine_time_pdl: plain, dependent

@@ -6,6 +6,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 typedef struct {
     const char *suite;
@@ -13,6 +14,7 @@ typedef struct {
     int passed, failed, skipped;
     int bad;      // the current test failed
     int skip;     // the current test asked to be skipped
+    const char *only;  // when set, only the tests whose names contain it run
 } tctx;
 
 // Fails the current test with a message when cond is false (keeps running).
@@ -43,6 +45,7 @@ typedef struct {
 // Runs one test function void fn(tctx *).
 #define RUN(t, fn)                                                                       \
     do {                                                                                 \
+        if ((t)->only && !strstr(#fn, (t)->only)) break;                                 \
         (t)->test = #fn;                                                                 \
         (t)->bad = 0;                                                                    \
         (t)->skip = 0;                                                                   \

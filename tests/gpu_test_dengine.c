@@ -400,8 +400,9 @@ static void test_twins(tctx *t) {
     tdm_fixture_free(&f);
 }
 
-int main(void) {
-    tctx t = {.suite = "gpu_test_dengine"};
+// Runs every test, or those whose names contain argv[1].
+int main(int argc, char **argv) {
+    tctx t = {.suite = "gpu_test_dengine", .only = argc > 1 ? argv[1] : NULL};
     RUN(&t, test_lenet);
     RUN(&t, test_residual);
     RUN(&t, test_residual_unfused);

@@ -179,7 +179,8 @@ static void test_tail(tctx *t) {
         {R18_L4, 5, 2, 0.0, 0, "layer4"},       {R18_TAIL, 10, 3, 0.9, 1, "layer3+4"},
         {R18_TAIL, 5, 2, 0.95, 0, "layer3"},    {R18_TAIL, 10, 1, 0.0, 0, "layer3+4"},
         {VGG_TAIL, 9, 3, 0.9, 1, "vgg16 conv5-13"}, {VGG_TAIL, 3, 2, 0.5, 0, "vgg16 conv5-7"},
-        {VGG_TAIL, 9, 1, 0.0, 0, "vgg16 conv5-13"}, {VGG_TAIL, 6, 2, 0.99, 1, "vgg16 conv5-10"}};
+        {VGG_TAIL, 9, 1, 0.0, 0, "vgg16 conv5-13"}, {VGG_TAIL, 6, 2, 0.99, 1, "vgg16 conv5-10"},
+        {VGG_LATE, 6, 3, 0.9, 1, "vgg16 conv8-13"}};
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         chain c;
         tail_check(t, &g, &c, cs[i].what, cs[i].sp, cs[i].nops, cs[i].n, cs[i].spars, cs[i].empty, 31 + i);
@@ -225,7 +226,7 @@ static void time_chain(tctx *t, gpu_ctx *g, const char *what, const tail_spec *s
     chain_free(&c);
 }
 
-// resnet18's layer4 and layer3+4 and vgg16's conv5-13 at batch 128 and 90%, 95% and 98% block sparsity.
+// resnet18's layer4 and layer3+4 and vgg16's conv5-13, conv5-7 and conv8-13 at batch 128 and 90%, 95% and 98% block sparsity.
 static void test_tail_time(tctx *t) {
     gpu_ctx g;
     if (open_gpu(t, &g)) return;
@@ -234,6 +235,8 @@ static void test_tail_time(tctx *t) {
         time_chain(t, &g, "resnet18 layer4", R18_L4, 5, sp[i]);
         time_chain(t, &g, "resnet18 layer3+4", R18_TAIL, 10, sp[i]);
         time_chain(t, &g, "vgg16 conv5-13", VGG_TAIL, 9, sp[i]);
+        time_chain(t, &g, "vgg16 conv5-7", VGG_TAIL, 3, sp[i]);
+        time_chain(t, &g, "vgg16 conv8-13", VGG_LATE, 6, sp[i]);
     }
     gpu_ctx_free(&g);
 }

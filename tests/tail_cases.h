@@ -44,6 +44,12 @@ static const tail_spec VGG_TAIL[9] = {
     {512, 2, 512, 3, 1, 1, 5, -1, 0, 51200, -1, 0, 0},       {512, 2, 512, 3, 1, 1, 6, -1, 51200, 0, -1, 0, 0},
     {512, 2, 512, 3, 1, 1, 7, -1, 0, 51200, -1, 2, 102400}};
 
+// vgg16's conv8-13 alone (4x4x256 in, 1x1x512 out): a 2x2 max-pool after conv10 and conv13.
+static const tail_spec VGG_LATE[6] = {
+    {256, 4, 512, 3, 1, 1, -1, -1, 0, 36864, -1, 0, 0},      {512, 4, 512, 3, 1, 1, 0, -1, 36864, 0, -1, 0, 0},
+    {512, 4, 512, 3, 1, 1, 1, -1, 0, 36864, -1, 2, 73728},   {512, 2, 512, 3, 1, 1, 2, -1, 36864, 0, -1, 0, 0},
+    {512, 2, 512, 3, 1, 1, 3, -1, 0, 36864, -1, 0, 0},       {512, 2, 512, 3, 1, 1, 4, -1, 36864, 0, -1, 2, 73728}};
+
 // Rounds n host floats to fp16 values in place.
 static inline void tail_round16(float *h, size_t n) {
     for (size_t i = 0; i < n; i++) h[i] = half_to_float(half_from_float(h[i]));

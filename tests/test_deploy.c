@@ -395,6 +395,17 @@ static void test_report_tflops(tctx *t) {
     read_text(fx.path, text, sizeof text);
     CHECK(t, strstr(text, "0.8000 ms with it, 1.0000 ms with them on their one-layer paths (1.25x)"),
           "no tail line in: %.600s", strstr(text, "per layer") ? strstr(text, "per layer") : text);
+    m->tail_ms = NAN;  // no tail kept: the engine's reason, in the text and the JSON
+    snprintf(m->tail_note, sizeof m->tail_note, "the fastest chain, c2-c3, 1.1 ms against 1.0 ms without (3 tried)");
+    f = fopen(fx.path, "w");
+    if (f) deploy_report_summary(f, p, &fx.r), fclose(f);
+    read_text(fx.path, text, sizeof text);
+    CHECK(t, strstr(text, "no tail launch (a chain of small-plane block-sparse convs in one kernel): the fastest chain"),
+          "no tail note in: %.600s", strstr(text, "per layer") ? strstr(text, "per layer") : text);
+    json_init(&j);
+    deploy_report_json(&j, p, &fx.r);
+    CHECK(t, json_text(&j) && strstr(json_text(&j), "\"note\": \"the fastest chain, c2-c3"), "no tail note in the JSON");
+    json_free(&j);
     report_fixture_free(&fx);
 }
 

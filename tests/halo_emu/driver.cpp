@@ -345,6 +345,7 @@ int main(int argc, char **argv) {
         n[run_tail("resnet18 layer3+4", R18_TAIL, 10, 1, 0.9, 0, 32)]++;
         n[run_tail("vgg16 conv5-13", VGG_TAIL, 9, 2, 0.9, 1, 33)]++;
         n[run_tail("vgg16 conv5-7", VGG_TAIL, 3, 1, 0.5, 0, 34)]++;
+        n[run_tail("vgg16 conv8-13", VGG_LATE, 6, 2, 0.9, 1, 35)]++;
     }
     printf("halo, direct and tail emulation (%d case-variant pairs the variant does not run): %d passed, %d failed, 0 skipped\n",
            n[2], n[1], n[0]);
