@@ -66,8 +66,7 @@ struct dengine {
     float *h_logits;      // (n, classes) pinned host
     void *ws;             // workspace of the tuned plans, one region per conv
     size_t ws_bytes;
-    detail *tail;         // mixed plans: ops [tail_lo, tail_hi) as one tail-kernel launch, when kept
-    int tail_lo, tail_hi;
+    detail_chain tail;    // mixed plans: ops [tail.lo, tail.hi) as one tail-kernel launch, when kept
     int tail_on, tail_parked;  // whether the forward runs the tail (de_park saves it)
     double tail_ms[2];         // the forward with the tail and without it (medians), when tried
     char tail_note[512];       // mixed fp16 plans without a kept tail: why ("": no search)
@@ -551,11 +550,11 @@ static int de_enqueue(dengine *e, void *ws, size_t ws_max, int repeat, sc_err *e
     SC_TRY(nhwc_normalize_gpu(&e->g, e->dt, e->n, nt->in_h, nt->in_w, e->cs[p->input], e->d_img,
                               nt->in_mean, nt->in_std, e->t[p->input], err));
     for (int i = 0; i < p->nops; i++) {
-        if (e->tail_on && i == e->tail_lo) {
+        if (e->tail_on && i == e->tail.lo) {
             int in, out;
-            detail_io(e->tail, &in, &out);
-            SC_TRY(detail_run(&e->g, e->tail, e->n, e->t[in], e->t[out], err));
-            i = e->tail_hi - 1;
+            detail_io(e->tail.t, &in, &out);
+            SC_TRY(detail_run(&e->g, e->tail.t, e->n, e->t[in], e->t[out], err));
+            i = e->tail.hi - 1;
             continue;
         }
         SC_TRY(de_op_run(e, i, ws, ws_max, repeat, err));
@@ -643,7 +642,7 @@ static int de_graph_ab(dengine *e, int lo, int hi, int repeat, double *sparse_ms
     double a[DE_CONFIRM_ROUNDS], b[DE_CONFIRM_ROUNDS];
     int rc = saved ? 0 : sc_fail(err, "out of memory");
     for (int i = lo; !rc && i < hi; i++) saved[i - lo] = (de_path){e->ops[i].sp, e->ops[i].bs};
-    const int tail = e->tail_on, in_range = e->tail && lo < e->tail_hi && e->tail_lo < hi;
+    const int tail = e->tail_on, in_range = e->tail.t && lo < e->tail.hi && e->tail.lo < hi;
     for (int k = 0; !rc && k < DE_CONFIRM_ROUNDS; k++) {
         rc = de_graph_ms(e, repeat, &a[k], err);
         for (int i = lo; i < hi; i++) e->ops[i].sp = NULL, e->ops[i].bs = NULL;
@@ -689,7 +688,7 @@ static int de_confirm_sparse(dengine *e, int repeat, sc_err *err) {
 // (on NULL: none) running sparse; de_unpark puts them all back.
 static void de_park(dengine *e, const unsigned char *on, de_path *saved) {
     e->tail_parked = e->tail_on;
-    e->tail_on = e->tail_on && on && on[e->tail_lo];
+    e->tail_on = e->tail_on && on && on[e->tail.lo];
     for (int i = 0; i < e->p->nops; i++) {
         saved[i] = (de_path){e->ops[i].sp, e->ops[i].bs};
         if (!on || !on[i]) e->ops[i].sp = NULL, e->ops[i].bs = NULL;
@@ -704,9 +703,9 @@ static void de_unpark(dengine *e, const de_path *saved) {
 
 // --- the tail ----------------------------------------------------------------------------
 
-// Builds the chains the tail kernel takes (detail_find_all) into t, at most
+// Builds the chains the tail kernel takes (detail_find_all) into c, at most
 // max, with the engine's view of each op; their count (why: when none).
-static int de_tail_find(dengine *e, detail **t, int *lo, int *hi, int max, sc_err *why) {
+static int de_tail_find(dengine *e, detail_chain *c, int max, sc_err *why) {
     const int nops = e->p->nops;
     detail_op *v = calloc((size_t)nops + 1, sizeof *v);
     if (!v) return sc_fail(why, "out of memory"), 0;  // no tail: the engine runs as it is
@@ -715,32 +714,27 @@ static int de_tail_find(dengine *e, detail **t, int *lo, int *hi, int max, sc_er
         v[i].kind = o->kind == EO_CONV ? 1 : o->kind == EO_NONE && e->p->ops[i].kind == DOP_ADD ? 2 : 0;
         v[i].c = (detail_conv){i, e->p->ops[i].in, o->res, o->out, o->relu};
     }
-    const int n = detail_find_all(&e->g, e->p, v, t, lo, hi, max, why);
+    const int n = detail_find_all(&e->g, e->p, v, c, max, why);
     free(v);
     return n;
-}
-
-// Makes chain k of the candidates the engine's tail (on: whether the forward runs it).
-static void de_tail_set(dengine *e, detail *t, int lo, int hi, int on) {
-    e->tail = t, e->tail_lo = lo, e->tail_hi = hi, e->tail_on = on;
 }
 
 // Drops (frees) the candidates that do not match the engine's output of
 // their chain (fp16 tolerance 3e-2 of the largest); *n: the count left
 // (why: the last miss).
-static int de_tail_check(dengine *e, detail **t, int *lo, int *hi, int *n, sc_err *why, sc_err *err) {
+static int de_tail_check(dengine *e, detail_chain *c, int *n, sc_err *why, sc_err *err) {
     int kept = 0, rc = 0;
     for (int k = 0; k < *n; k++) {
         double rel = INFINITY;
         int in, out;
-        detail_io(t[k], &in, &out);
-        if (!rc) rc = detail_run(&e->g, t[k], e->n, e->t[in], e->check, err);
+        detail_io(c[k].t, &in, &out);
+        if (!rc) rc = detail_run(&e->g, c[k].t, e->n, e->t[in], e->check, err);
         if (!rc) rc = de_half_relerr(e, e->check, e->t[out], de_elems(e, out), &rel, err);
-        if (!rc && rel <= 3e-2) t[kept] = t[k], lo[kept] = lo[k], hi[kept] = hi[k], kept++;
+        if (!rc && rel <= 3e-2) c[kept++] = c[k];
         else {
-            if (!rc) sc_fail(why, "%s-%s: output off by %.3g of the largest", e->p->ops[lo[k]].name,
-                             e->p->ops[hi[k] - 1].name, rel);
-            detail_free(t[k]);
+            if (!rc) sc_fail(why, "%s-%s: output off by %.3g of the largest", e->p->ops[c[k].lo].name,
+                             e->p->ops[c[k].hi - 1].name, rel);
+            detail_free(c[k].t);
         }
     }
     *n = kept;
@@ -749,18 +743,17 @@ static int de_tail_check(dengine *e, detail **t, int *lo, int *hi, int *n, sc_er
 
 // Times the whole forward without a tail (ms[0]) and with each candidate
 // (ms[1 + k]), each the median of DE_CONFIRM_ROUNDS alternating rounds.
-static int de_tail_time(dengine *e, detail **t, int *lo, int *hi, int n, int repeat, double *ms, sc_err *err) {
+static int de_tail_time(dengine *e, const detail_chain *c, int n, int repeat, double *ms, sc_err *err) {
     double *r = malloc((size_t)(n + 1) * DE_CONFIRM_ROUNDS * sizeof *r);
     if (!r) return sc_fail(err, "out of memory");
     int rc = 0;
     for (int k = 0; !rc && k < DE_CONFIRM_ROUNDS; k++)
-        for (int c = 0; !rc && c <= n; c++) {
-            if (c) de_tail_set(e, t[c - 1], lo[c - 1], hi[c - 1], 1);
-            else de_tail_set(e, NULL, 0, 0, 0);
-            rc = de_graph_ms(e, repeat, &r[c * DE_CONFIRM_ROUNDS + k], err);
+        for (int j = 0; !rc && j <= n; j++) {
+            e->tail = j ? c[j - 1] : (detail_chain){NULL, 0, 0}, e->tail_on = j > 0;
+            rc = de_graph_ms(e, repeat, &r[j * DE_CONFIRM_ROUNDS + k], err);
         }
-    for (int c = 0; !rc && c <= n; c++) ms[c] = sc_median(&r[c * DE_CONFIRM_ROUNDS], DE_CONFIRM_ROUNDS);
-    de_tail_set(e, NULL, 0, 0, 0);
+    for (int j = 0; !rc && j <= n; j++) ms[j] = sc_median(&r[j * DE_CONFIRM_ROUNDS], DE_CONFIRM_ROUNDS);
+    e->tail = (detail_chain){NULL, 0, 0}, e->tail_on = 0;
     free(r);
     return rc;
 }
@@ -771,24 +764,14 @@ static int de_tail_time(dengine *e, detail **t, int *lo, int *hi, int n, int rep
 // longest of the first run that matches). e->tail_note says why none was kept.
 static int de_try_tail(dengine *e, int repeat, sc_err *err) {
     if (e->dt != GDT_F16) return 0;
-    detail *t[DE_TAIL_CANDIDATES];
-    int lo[DE_TAIL_CANDIDATES], hi[DE_TAIL_CANDIDATES];
+    detail_chain c[DE_TAIL_CANDIDATES];
     double ms[DE_TAIL_CANDIDATES + 1];
     sc_err why = {{0}};
-    int n = de_tail_find(e, t, lo, hi, DE_TAIL_CANDIDATES, &why);
-    int rc = de_tail_check(e, t, lo, hi, &n, &why, err);
-    if (!rc && n) rc = de_tail_time(e, t, lo, hi, n, repeat, ms, err);
-    int best = -1;
-    for (int k = 0; !rc && k < (e->mixed == 2 ? 1 : n); k++)
-        if (best < 0 || ms[1 + k] < ms[1 + best]) best = k;
-    const int keep = best >= 0 && (e->mixed == 2 || ms[1 + best] < ms[0]);
-    if (best >= 0 && !keep)
-        snprintf(e->tail_note, sizeof e->tail_note, "the fastest chain, %s-%s, %.4f ms against %.4f ms without (%d tried)",
-                 e->p->ops[lo[best]].name, e->p->ops[hi[best] - 1].name, ms[1 + best], ms[0], n);
-    else if (best < 0) snprintf(e->tail_note, sizeof e->tail_note, "%s", why.msg);
-    for (int k = 0; k < n; k++)
-        if (k != best || !keep) detail_free(t[k]);
-    if (keep) de_tail_set(e, t[best], lo[best], hi[best], 1), e->tail_ms[0] = ms[1 + best], e->tail_ms[1] = ms[0];
+    int n = de_tail_find(e, c, DE_TAIL_CANDIDATES, &why);
+    int rc = de_tail_check(e, c, &n, &why, err);
+    if (!rc && n) rc = de_tail_time(e, c, n, repeat, ms, err);
+    const int k = detail_pick(e->p, c, n, rc ? NULL : ms, e->mixed == 2, why.msg, e->tail_note, sizeof e->tail_note);
+    if (k >= 0) e->tail = c[k], e->tail_on = 1, e->tail_ms[0] = ms[1 + k], e->tail_ms[1] = ms[0];
     return rc;
 }
 
@@ -834,7 +817,7 @@ dengine *dengine_create_mixed(const deploy_plan *p, int n, const uint8_t *images
 
 // 1 when conv op i runs inside the tail launch.
 static int de_in_tail(const dengine *e, int i) {
-    return e->tail_on && i >= e->tail_lo && i < e->tail_hi && e->ops[i].kind == EO_CONV;
+    return e->tail_on && i >= e->tail.lo && i < e->tail.hi && e->ops[i].kind == EO_CONV;
 }
 
 // The whole forward with the kept tail and without it (NAN: no tail runs).
@@ -855,7 +838,7 @@ void dengine_free(dengine *e) {
     if (!e) return;
     if (e->g.stream) cudaStreamSynchronize(e->g.stream);
     if (e->graph) cudaGraphExecDestroy(e->graph);
-    detail_free(e->tail);
+    detail_free(e->tail.t);
     for (int i = 0; e->ops && i < e->p->nops; i++) {
         eng_op *o = &e->ops[i];
         fconv_gpu_free(o->fc), flinear_gpu_free(o->fl), desparse_free(o->sp), debs_free(o->bs);
@@ -1007,8 +990,8 @@ void dengine_op_describe(const dengine *e, int i, char *buf, size_t len) {
     const eng_op *o = &e->ops[i];
     if (de_in_tail(e, i)) {
         int k = 0;  // the conv's place in the chain
-        for (int j = e->tail_lo; j < i; j++) k += e->ops[j].kind == EO_CONV;
-        detail_describe(e->tail, k, buf, len);
+        for (int j = e->tail.lo; j < i; j++) k += e->ops[j].kind == EO_CONV;
+        detail_describe(e->tail.t, k, buf, len);
     } else if (o->sp) desparse_describe(o->sp, buf, len);
     else if (o->bs) debs_describe(o->bs, buf, len);
     else if (o->fc) fconv_gpu_describe(o->fc, buf, len);

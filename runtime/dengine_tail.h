@@ -35,14 +35,28 @@ typedef struct {
     detail_conv c;
 } detail_op;
 
-// Builds every chain the kernel takes, at most max: ranges [lo[k], hi[k])
-// of a run of ops of kinds 1 and 2 (ops[0 .. p->nops)), from a conv, whose
+// A built chain and the plan ops [lo, hi) it covers.
+typedef struct {
+    detail *t;
+    int lo, hi;
+} detail_chain;
+
+// Builds every chain the kernel takes into c[], at most max: ranges of a
+// run of ops of kinds 1 and 2 (ops[0 .. p->nops)), from a conv, whose
 // convs are 16x8 block-sparse on at most 64 output pixels, do not read the
 // plan's input, and whose outputs but the last are not read after the
-// range; longest first within each run. Their count into t[]; when none,
-// why says the last reason a range was refused.
-int detail_find_all(const gpu_ctx *g, const deploy_plan *p, const detail_op *ops, detail **t, int *lo, int *hi,
-                    int max, sc_err *why);
+// range; longest first within each run. Their count; when none, why says
+// the last reason a range was refused.
+int detail_find_all(const gpu_ctx *g, const deploy_plan *p, const detail_op *ops, detail_chain *c, int max,
+                    sc_err *why);
+
+// The chain to keep of c[0 .. n) from the whole forward's times without a
+// tail (ms[0]) and with each (ms[1 + k]): the fastest when it beats ms[0]
+// (forced: c[0]); its index, the others freed, or -1 with every one freed
+// and note (len bytes) saying why (why: the reason there are none; ms
+// NULL: the timing failed, nothing kept).
+int detail_pick(const deploy_plan *p, const detail_chain *c, int n, const double *ms, int forced, const char *why,
+                char *note, size_t len);
 
 // The tensors the chain reads (the first conv's input) and writes (the last conv's output).
 void detail_io(const detail *t, int *in, int *out);

@@ -201,9 +201,9 @@ static detail *dt_try(const gpu_ctx *g, const deploy_plan *p, const detail_op *o
     return detail_create(g, p, cv, n, err);
 }
 
-// Builds every chain the kernel takes into t[0 .. max), longest first within each run of chainable ops.
-int detail_find_all(const gpu_ctx *g, const deploy_plan *p, const detail_op *ops, detail **t, int *lo, int *hi,
-                    int max, sc_err *why) {
+// Builds every chain the kernel takes into c[0 .. max), longest first within each run of chainable ops.
+int detail_find_all(const gpu_ctx *g, const deploy_plan *p, const detail_op *ops, detail_chain *c, int max,
+                    sc_err *why) {
     int found = 0;
     sc_fail(why, "no run of two or more 16x8 block-sparse convs on at most 64 output pixels");
     for (int a = 0; a < p->nops && found < max; a++) {
@@ -214,13 +214,29 @@ int detail_find_all(const gpu_ctx *g, const deploy_plan *p, const detail_op *ops
             for (int l = a; l + len <= b && found < max; l++) {
                 if (!dt_range_ok(ops, l, l + len, b)) continue;
                 sc_err e = {{0}};
-                detail *c = dt_try(g, p, ops, l, l + len, &e);
-                if (c) t[found] = c, lo[found] = l, hi[found] = l + len, found++;
+                detail *t = dt_try(g, p, ops, l, l + len, &e);
+                if (t) c[found++] = (detail_chain){t, l, l + len};
                 else if (!found) *why = e;
             }
         a = b;
     }
     return found;
+}
+
+// Picks the chain to keep (see the header).
+int detail_pick(const deploy_plan *p, const detail_chain *c, int n, const double *ms, int forced, const char *why,
+                char *note, size_t len) {
+    int best = n && ms ? 0 : -1;
+    for (int k = 1; best >= 0 && !forced && k < n; k++)
+        if (ms[1 + k] < ms[1 + best]) best = k;
+    const int keep = best >= 0 && (forced || ms[1 + best] < ms[0]);
+    if (best < 0) snprintf(note, len, "%s", why);
+    else if (!keep)
+        snprintf(note, len, "the fastest chain, %s-%s, %.4f ms against %.4f ms without (%d tried)",
+                 p->ops[c[best].lo].name, p->ops[c[best].hi - 1].name, ms[1 + best], ms[0], n);
+    for (int k = 0; k < n; k++)
+        if (k != best || !keep) detail_free(c[k].t);
+    return keep ? best : -1;
 }
 
 // The chain's input and output tensors.

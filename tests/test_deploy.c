@@ -11,6 +11,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "runtime/dengine_tail.h"
 #include "runtime/deploy_plan.h"
 #include "runtime/deploy_report.h"
 #include "runtime/exec.h"
@@ -437,6 +438,34 @@ static int report_fixture_ready(tctx *t, report_fixture *fx) {
     return -1;
 }
 
+// The tail chain the engine keeps from its timings (detail_pick; chains
+// without GPU memory): the fastest that beats the forward without one, the
+// first when forced, none with the reason when none beats it, the timing
+// failed or there was none.
+static void test_tail_pick(tctx *t) {
+#ifdef SC_HAVE_CUDA
+    report_fixture fx;
+    if (report_fixture_ready(t, &fx)) return;
+    const deploy_plan *p = fx.p;
+    const detail_chain c[3] = {{NULL, 0, 3}, {NULL, 1, 3}, {NULL, 0, 2}};
+    const double faster[4] = {1.0, 0.9, 0.8, 0.95}, slower[4] = {1.0, 1.1, 1.2, 1.05};
+    char note[256] = "", want[256];
+    CHECK(t, detail_pick(p, c, 3, faster, 0, "none", note, sizeof note) == 1 && !note[0], "not the fastest: %s", note);
+    CHECK(t, detail_pick(p, c, 3, slower, 1, "none", note, sizeof note) == 0 && !note[0], "forced: not the first");
+    CHECK(t, detail_pick(p, c, 3, slower, 0, "none", note, sizeof note) == -1, "kept a slower chain");
+    snprintf(want, sizeof want, "the fastest chain, %s-%s, 1.0500 ms against 1.0000 ms without (3 tried)",
+             p->ops[0].name, p->ops[1].name);
+    CHECK(t, strcmp(note, want) == 0, "note '%s', want '%s'", note, want);
+    CHECK(t, detail_pick(p, c, 3, NULL, 0, "timing failed", note, sizeof note) == -1 && !strcmp(note, "timing failed"),
+          "kept a chain without timings: %s", note);
+    CHECK(t, detail_pick(p, c, 0, faster, 0, "no run", note, sizeof note) == -1 && !strcmp(note, "no run"),
+          "kept a chain of none: %s", note);
+    report_fixture_free(&fx);
+#else
+    SKIP(t, "a build without CUDA has no tail kernel");
+#endif
+}
+
 // The closing result: the fastest plan (the mixed plan here, not the slower
 // sparse plan) against the fastest dense engine (TF32 here, not fp16); when
 // the engine is faster, the line says to run it and the speedup is below 1.
@@ -552,6 +581,7 @@ int main(void) {
     RUN(&t, test_report);
     RUN(&t, test_report_tflops);
     RUN(&t, test_report_result);
+    RUN(&t, test_tail_pick);
     RUN(&t, test_report_plan_stopped);
     RUN(&t, test_chart_write_error);
     RUN(&t, test_count_correct);
