@@ -9,6 +9,8 @@
 # makes the markdown table.
 #   MODELS="resnet18 vgg16" PATTERNS="unstructured 8x1 16x8 2:4" SPARSITIES="0.9 0.95" \
 #       bench/pattern_table.sh
+# A pattern written MODEL/SPEC (e.g. "resnet18/layer3=16x8,layer4=16x8", a
+# per-layer pattern) is a job of MODEL only.
 # A sparsity written with a trailing 'u' (e.g. 0.95u) is every layer at least
 # that sparse (--min-layer-sparsity), not the weights' allocation; UNIFORM
 # lists such jobs as PATTERN@SPARSITY (e.g. "16x8@0.95u"), beside the grid.
@@ -44,7 +46,7 @@ run_job() {
     local j=$1 model pat sp alloc=()
     case $j in torch-*) torch_job "${j#torch-}"; return ;; esac
     IFS=- read -r model pat sp <<<"$j"
-    pat=${pat/of/:}
+    pat=${pat//of/:}
     case $sp in *u) sp=${sp%u}; alloc=(--min-layer-sparsity "$sp") ;; esac
     $B/prune --from "$sdir/$model.h5" --target-sparsity "$sp" "${alloc[@]}" --pattern "$pat" --seed "$seed" --lr 0.2 \
         --sched onecycle --warmup 0.1 --batches "$batches" --iterations "$it" --population "$pop" --quiet \
@@ -94,7 +96,10 @@ wait
 for m in "${models[@]}"; do [ -f "$sdir/$m.h5" ] || { echo "training $m failed: $(tail -n 3 "$work/logs/train-$m.log")" >&2; exit 1; }; done
 jobs=()
 for m in "${models[@]}"; do  # each model's PyTorch job right after its own: a run cut short has whole models
-    for p in "${patterns[@]}"; do for s in "${sparsities[@]}"; do jobs+=("$m-${p/:/of}-$s"); done; done
+    for p in "${patterns[@]}"; do
+        case $p in */*) [ "${p%%/*}" = "$m" ] || continue; p=${p#*/} ;; esac
+        for s in "${sparsities[@]}"; do jobs+=("$m-${p//:/of}-$s"); done
+    done
     for u in "${uniform[@]}"; do p=${u%@*}; jobs+=("$m-${p/:/of}-${u#*@}"); done
     jobs+=("torch-$m")
 done

@@ -35,7 +35,7 @@ typedef struct {
     char precision[8];   // "fp16" or "fp32"
     char plan[24];       // the plan timed: LAT_PLAN_MIXED or LAT_PLAN_LAYER (lat_plan_for)
     char build[48];      // the toolkit build that timed it (SC_BUILD_ID; "unknown" in older files)
-    char pattern[32];    // the layers' pattern the grid's masks were raised on (sc_pattern_format;
+    char pattern[SC_PATTERN_TEXT];    // the layers' pattern the grid's masks were raised on (sc_pattern_format;
                          // "unknown" in older files)
 } lat_key;
 

@@ -132,7 +132,7 @@ static void auto_set(prune_run *r) {
     prune_auto_run run = {.on_gpu = r->dev == DEV_GPU, .fp16 = r->prec == PREC_FP16,
                           .evolve = !strcmp(o->method, "evolve"), .from = o->from != NULL,
                           .sparsity_given = o->target_given || o->min_layer > 0 || o->layer_floor,
-                          .hybrid = p.rem > 0.0};
+                          .hybrid = sc_pattern_has_hybrid(&p)};
     prune_auto_resolve(&run, &o->objective, &o->pattern);
     o->objective_auto = !strcmp(obj, "auto"), o->pattern_auto = !strcmp(pat, "auto");
     if (o->objective_auto || o->pattern_auto)
@@ -287,6 +287,18 @@ static int cfg_set(prune_run *r, sc_err *err) {
     return 0;
 }
 
+// Checks that every per-layer prefix of --pattern names a prunable layer; its errors are bad usage.
+static int pattern_names_set(prune_run *r, sc_err *err) {
+    r->usage = 1;
+    if (sc_pattern_check_names(&r->cfg.pattern, r->nt, err)) {
+        char msg[sizeof err->msg];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        return sc_fail(err, "--pattern: %s", msg);
+    }
+    r->usage = 0;
+    return 0;
+}
+
 // Resolves --layer-floor against the net's prunable layers into r->floors
 // and checks that they fit the target; its errors are bad usage.
 static int floors_set(prune_run *r, sc_err *err) {
@@ -368,8 +380,10 @@ static int paths_set(prune_run *r, sc_err *err) {
 // pattern and what the grid masks come from: the seed from scratch, else the
 // --from file's CRC-32 and length; 0 when that file cannot be read.
 static int shared_tag(const prune_run *r, char *out, size_t n) {
+    char pat[80];
+    sc_pattern_tag(&r->cfg.pattern, pat, sizeof pat);
     if (!r->o.from) {
-        snprintf(out, n, "%s-%s-seed%llu", r->o.dataset, r->o.pattern, (unsigned long long)r->o.c.seed);
+        snprintf(out, n, "%s-%s-seed%llu", r->o.dataset, pat, (unsigned long long)r->o.c.seed);
         return 1;
     }
     sc_err e = {0};
@@ -378,7 +392,7 @@ static int shared_tag(const prune_run *r, char *out, size_t n) {
     int fd = open(r->from, O_RDONLY);
     int ok = fd >= 0 && !sc_fd_crc32(fd, 0, r->from, &crc, &len, &e);
     if (fd >= 0) close(fd);
-    if (ok) snprintf(out, n, "%s-%s-from%08x-%llu", r->o.dataset, r->o.pattern, (unsigned)crc, len);
+    if (ok) snprintf(out, n, "%s-%s-from%08x-%llu", r->o.dataset, pat, (unsigned)crc, len);
     return ok;
 }
 
@@ -406,7 +420,7 @@ static int latency_set(prune_run *r, sc_err *err) {
     if (strcmp(r->o.objective, "latency")) return 0;
     r->usage = 1;
     if (r->cfg.method != PM_EVOLVE) return sc_fail(err, "--objective latency: needs --method evolve");
-    if (r->cfg.pattern.rem > 0.0)
+    if (sc_pattern_has_hybrid(&r->cfg.pattern))
         return sc_fail(err, "--objective latency: the latency tables do not time hybrid layers (pattern %s) yet "
                        "(use --objective sparsity)", r->o.pattern);
     r->usage = 0;
@@ -718,7 +732,7 @@ static int prune_tool(prune_run *r, int argc, char **argv) {
     int rc = gpu_select(r, &err) || device_pick(r, &err);
     if (!rc) auto_set(r);
     rc = rc || data_and_net(r, &err) || cfg_set(r, &err) ||
-             floors_set(r, &err) || paths_set(r, &err) || latency_set(r, &err);
+             pattern_names_set(r, &err) || floors_set(r, &err) || paths_set(r, &err) || latency_set(r, &err);
     if (!rc && !r->config && !(r->config = cli_args_join(argc, argv, prune_transient))) rc = sc_fail(&err, "out of memory");
     if (!rc) {
         r->ex = exec_create(r->nt, r->dev, r->prec, r->cfg.hp.batch, &err);

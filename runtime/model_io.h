@@ -9,6 +9,7 @@
 
 #include "error.h"
 #include "net.h"
+#include "pattern.h"
 #include "rng.h"
 
 typedef struct {
@@ -24,7 +25,7 @@ typedef struct {
     double val_accuracy;     // percent, < 0 when unknown
     double test_accuracy;    // percent, < 0 when unknown
     float *momentum;         // (nparam) optimizer momentum, or NULL (owned)
-    char pattern[32];        // the masks' sparsity pattern (runtime/pattern.h: "16x8",
+    char pattern[SC_PATTERN_TEXT];  // the masks' sparsity pattern (runtime/pattern.h: "16x8",
                              // "2:4"); "" = unstructured. Root attribute `pattern`.
 } model_meta;
 

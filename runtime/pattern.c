@@ -3,6 +3,7 @@
 #include "pattern.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,10 +38,10 @@ static double parse_share(const char *s) {
     return *end == '\0' && f > 0.0 && f < 1.0 ? f : -1.0;
 }
 
-// Parses a pattern string.
-int sc_pattern_parse(const char *s, sc_pattern *p, sc_err *err) {
+// Parses one pattern (no prefix) into p.
+static int parse_one(const char *s, sc_pattern_one *p, sc_err *err) {
     memset(p, 0, sizeof *p);
-    if (!s || !strcmp(s, "unstructured")) return 0;
+    if (!strcmp(s, "unstructured")) return 0;
     if (strchr(s, ':')) {
         p->kind = PAT_NM;
         if (parse_pair(s, ':', 1, 32, &p->n, &p->m) || p->n >= p->m)
@@ -59,16 +60,142 @@ int sc_pattern_parse(const char *s, sc_pattern *p, sc_err *err) {
     return 0;
 }
 
-// Canonical text of a pattern.
-void sc_pattern_format(const sc_pattern *p, char *out, size_t len) {
+// Sets the pattern of the layers no rule names.
+static void set_default(sc_pattern *p, const sc_pattern_one *d) {
+    p->kind = d->kind, p->k = d->k, p->c = d->c, p->n = d->n, p->m = d->m, p->rem = d->rem;
+}
+
+// The pattern of the layers no rule names.
+static sc_pattern_one get_default(const sc_pattern *p) {
+    return (sc_pattern_one){.kind = p->kind, .k = p->k, .c = p->c, .n = p->n, .m = p->m, .rem = p->rem};
+}
+
+// Parses one PREFIX=P item of a per-layer pattern into a new rule of p.
+static int parse_rule(char *item, char *eq, sc_pattern *p, sc_err *err) {
+    size_t plen = (size_t)(eq - item);
+    if (plen == 0 || plen >= SC_PATTERN_PREFIX)
+        return sc_fail(err, "item '%s': the prefix must have 1 to %d characters", item, SC_PATTERN_PREFIX - 1);
+    if (p->nrules == SC_PATTERN_RULES) return sc_fail(err, "more than %d prefixes (%s)", SC_PATTERN_RULES, item);
+    *eq = '\0';
+    for (int i = 0; i < p->nrules; i++)
+        if (!strcmp(p->prefix[i], item)) return sc_fail(err, "prefix '%s' given twice", item);
+    memcpy(p->prefix[p->nrules], item, plen + 1);
+    if (parse_one(eq + 1, &p->rule[p->nrules], NULL))
+        return sc_fail(err, "item '%s=%s': not unstructured, KxC, KxC+F or N:M", item, eq + 1);
+    p->nrules++;
+    return 0;
+}
+
+// Parses a per-layer list: PREFIX=P items and at most one bare P.
+static int parse_list(const char *s, sc_pattern *p, sc_err *err) {
+    char buf[SC_PATTERN_TEXT];
+    if (strlen(s) >= sizeof buf) return sc_fail(err, "longer than %d characters (%.60s...)", SC_PATTERN_TEXT - 1, s);
+    snprintf(buf, sizeof buf, "%s", s);
+    int bare = 0;
+    for (char *item = buf, *next; item; item = next) {
+        next = strchr(item, ',');
+        if (next) *next++ = '\0';
+        if (!*item) return sc_fail(err, "empty item in '%s'", s);
+        char *eq = strchr(item, '=');
+        if (eq) {
+            SC_TRY(parse_rule(item, eq, p, err));
+            continue;
+        }
+        if (bare++) return sc_fail(err, "more than one item without a prefix in '%s'", s);
+        sc_pattern_one d;
+        SC_TRY(parse_one(item, &d, err));
+        set_default(p, &d);
+    }
+    return 0;
+}
+
+// Parses a pattern string.
+int sc_pattern_parse(const char *s, sc_pattern *p, sc_err *err) {
+    memset(p, 0, sizeof *p);
+    if (!s) return 0;
+    if (strchr(s, ',') || strchr(s, '=')) return parse_list(s, p, err);
+    sc_pattern_one d;
+    SC_TRY(parse_one(s, &d, err));
+    set_default(p, &d);
+    return 0;
+}
+
+// Canonical text of one pattern.
+static void format_one(const sc_pattern_one *p, char *out, size_t len) {
     if (p->kind == PAT_BLOCK && p->rem > 0.0) snprintf(out, len, "%dx%d+%g", p->k, p->c, p->rem);
     else if (p->kind == PAT_BLOCK) snprintf(out, len, "%dx%d", p->k, p->c);
     else if (p->kind == PAT_NM) snprintf(out, len, "%d:%d", p->n, p->m);
     else snprintf(out, len, "unstructured");
 }
 
-// True for the unstructured pattern.
-int sc_pattern_is_unstructured(const sc_pattern *p) { return p->kind == PAT_UNSTRUCTURED; }
+// Canonical text of a pattern: the rules in their order, then the other layers' pattern unless unstructured.
+void sc_pattern_format(const sc_pattern *p, char *out, size_t len) {
+    const sc_pattern_one d = get_default(p);
+    if (len == 0) return;
+    if (!p->nrules) {
+        format_one(&d, out, len);
+        return;
+    }
+    size_t o = 0;
+    out[0] = '\0';
+    char one[32];
+    for (int i = 0; i <= p->nrules && o < len; i++) {
+        if (i == p->nrules && d.kind == PAT_UNSTRUCTURED) break;
+        format_one(i < p->nrules ? &p->rule[i] : &d, one, sizeof one);
+        int w = i < p->nrules ? snprintf(out + o, len - o, "%s%s=%s", i ? "," : "", p->prefix[i], one)
+                              : snprintf(out + o, len - o, ",%s", one);
+        o += w > 0 ? (size_t)w : 0;
+    }
+}
+
+// True when every layer is unstructured under p.
+int sc_pattern_is_unstructured(const sc_pattern *p) {
+    for (int i = 0; i < p->nrules; i++)
+        if (p->rule[i].kind != PAT_UNSTRUCTURED) return 0;
+    return p->kind == PAT_UNSTRUCTURED;
+}
+
+// True when some layer is on a hybrid KxC+F pattern.
+int sc_pattern_has_hybrid(const sc_pattern *p) {
+    for (int i = 0; i < p->nrules; i++)
+        if (p->rule[i].rem > 0.0) return 1;
+    return p->rem > 0.0;
+}
+
+// A short name of p for file names.
+void sc_pattern_tag(const sc_pattern *p, char *out, size_t len) {
+    char text[SC_PATTERN_TEXT];
+    sc_pattern_format(p, text, sizeof text);
+    if (!p->nrules) {
+        snprintf(out, len, "%s", text);
+        return;
+    }
+    uint32_t h = 2166136261u;  // FNV-1a
+    for (const char *c = text; *c; c++) h = (h ^ (uint8_t)*c) * 16777619u;
+    snprintf(out, len, "perlayer-%08x", (unsigned)h);
+}
+
+// Index of the rule with the longest prefix of name; -1 when none.
+static int rule_of(const sc_pattern *p, const char *name) {
+    int best = -1;
+    size_t blen = 0;
+    for (int i = 0; i < p->nrules; i++) {
+        size_t len = strlen(p->prefix[i]);
+        if (len > blen && !strncmp(name, p->prefix[i], len)) best = i, blen = len;
+    }
+    return best;
+}
+
+// Fails naming a rule whose prefix starts no prunable tensor's name.
+int sc_pattern_check_names(const sc_pattern *p, const net *nt, sc_err *err) {
+    for (int i = 0; i < p->nrules; i++) {
+        int hit = 0;
+        for (int t = 0; t < nt->ntensors && !hit; t++)
+            hit = nt->tensors[t].prunable && !strncmp(nt->tensors[t].name, p->prefix[i], strlen(p->prefix[i]));
+        if (!hit) return sc_fail(err, "prefix '%s' matches no prunable layer", p->prefix[i]);
+    }
+    return 0;
+}
 
 // --- geometry -----------------------------------------------------------------
 
@@ -93,8 +220,10 @@ static void geom_unstructured(sc_pattern_geom *g, size_t count, int fallback) {
 }
 
 // Geometry of tensor t under p.
-void sc_pattern_geom_of(const sc_pattern *p, const net *nt, int t, sc_pattern_geom *g) {
+void sc_pattern_geom_of(const sc_pattern *pat, const net *nt, int t, sc_pattern_geom *g) {
     const ptensor *w = &nt->tensors[t];
+    const int r = rule_of(pat, w->name);
+    const sc_pattern_one d = get_default(pat), *p = r >= 0 ? &pat->rule[r] : &d;
     memset(g, 0, sizeof *g);
     g->K = w->dims[0];
     g->C = w->ndim > 1 ? w->dims[1] : 1;
@@ -126,8 +255,8 @@ void sc_pattern_geom_of(const sc_pattern *p, const net *nt, int t, sc_pattern_ge
 
 // Text of a layer's own pattern.
 void sc_pattern_geom_format(const sc_pattern_geom *g, char *out, size_t len) {
-    sc_pattern p = {.kind = g->kind, .k = g->kb, .c = g->cb, .n = g->n, .m = g->m, .rem = g->rem};
-    sc_pattern_format(&p, out, len);
+    sc_pattern_one p = {.kind = g->kind, .k = g->kb, .c = g->cb, .n = g->n, .m = g->m, .rem = g->rem};
+    format_one(&p, out, len);
 }
 
 // --- units --------------------------------------------------------------------

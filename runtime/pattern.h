@@ -13,9 +13,13 @@
 //   N:M           at most N kept of every M consecutive input channels at
 //                 one (k, r, s); a layer whose C is not a multiple of M
 //                 stays unstructured.
+// Per layer: "PREFIX=P,...[,P]" puts each weight tensor whose name starts
+// with PREFIX on P (the longest matching PREFIX wins) and every other layer
+// on the bare P (unstructured when none is given), e.g.
+// "layer3=16x8,layer4=16x8": blocks only where a block kernel can pay.
 // A pattern is a property of the masks only: weights (K, C, R, S) keep their
 // layout; the model file records the pattern (root attribute `pattern`), and
-// each layer's geometry follows from it and the layer's shape.
+// each layer's geometry follows from it, the layer's name and its shape.
 #ifndef SC_PATTERN_H
 #define SC_PATTERN_H
 
@@ -26,11 +30,28 @@
 
 typedef enum { PAT_UNSTRUCTURED = 0, PAT_BLOCK = 1, PAT_NM = 2 } sc_pattern_kind;
 
+// Most per-layer rules in one pattern, the longest prefix, the longest text.
+#define SC_PATTERN_RULES 16
+#define SC_PATTERN_PREFIX 48
+#define SC_PATTERN_TEXT 512
+
+// One pattern, as one layer is pruned on it.
 typedef struct {
     sc_pattern_kind kind;
     int k, c;    // PAT_BLOCK: block of k output x c input channels
     int n, m;    // PAT_NM: at most n kept of every m input channels
     double rem;  // PAT_BLOCK: share of a layer's kept weights allowed outside whole blocks (0: none)
+} sc_pattern_one;
+
+// A network's pattern: one for every layer, or per-layer rules by name.
+typedef struct {
+    sc_pattern_kind kind;  // the layers no rule names: as sc_pattern_one
+    int k, c;
+    int n, m;
+    double rem;
+    int nrules;                                     // rules (0: every layer on the fields above)
+    char prefix[SC_PATTERN_RULES][SC_PATTERN_PREFIX];  // tensor-name prefixes
+    sc_pattern_one rule[SC_PATTERN_RULES];          // their patterns
 } sc_pattern;
 
 // One weight tensor under a pattern: its own block (after the fallbacks)
@@ -48,17 +69,30 @@ typedef struct {
 } sc_pattern_geom;
 
 // Parses "unstructured", "KxC" (1 <= K, C <= 256, K * C >= 2), "KxC+F"
-// (0 < F < 1, a decimal fraction) or "N:M" (1 <= N < M <= 32); fails with a
-// message naming the string.
+// (0 < F < 1, a decimal fraction) or "N:M" (1 <= N < M <= 32), or a
+// comma-separated list of PREFIX=P items and at most one bare P (the other
+// layers' pattern); fails with a message naming the string or the item.
 int sc_pattern_parse(const char *s, sc_pattern *p, sc_err *err);
 
-// Canonical text of a pattern ("unstructured", "16x8", "16x8+0.2", "2:4") into out.
+// Canonical text of a pattern ("unstructured", "16x8", "16x8+0.2", "2:4",
+// "layer3=16x8,layer4=16x8") into out.
 void sc_pattern_format(const sc_pattern *p, char *out, size_t len);
 
-// True for the unstructured pattern.
+// True when every layer is unstructured under p.
 int sc_pattern_is_unstructured(const sc_pattern *p);
 
-// The geometry of conv/linear weight tensor t of nt under pattern p.
+// True when some layer is on a hybrid KxC+F pattern.
+int sc_pattern_has_hybrid(const sc_pattern *p);
+
+// A short name of p for file names: its text, or "perlayer-" and a hash of
+// the text when it has rules.
+void sc_pattern_tag(const sc_pattern *p, char *out, size_t len);
+
+// Fails naming the first rule whose prefix starts no prunable tensor's name of nt.
+int sc_pattern_check_names(const sc_pattern *p, const net *nt, sc_err *err);
+
+// The geometry of conv/linear weight tensor t of nt under pattern p (the
+// rule of the longest prefix of its name, else p's own fields).
 void sc_pattern_geom_of(const sc_pattern *p, const net *nt, int t, sc_pattern_geom *g);
 
 // Text of a layer's own pattern ("16x8", "4x8", "2:4", "unstructured") into out.

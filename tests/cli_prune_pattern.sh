@@ -14,13 +14,15 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 PR="$BIN/prune --device cpu --quiet --data-dir $T/data --runs $T/runs"
 TINY="--model lenet --population 3 --iterations 4 --batches 2 --batch 32 --val-size 200 --scan-images 64 --target-sparsity 0.8"
 
-# pattern_off FILE PATTERN: weights of the file's pruned layers off PATTERN
+# pattern_off FILE PATTERN [LAYER...]: weights of the file's pruned layers (or
+# the LAYERs) off PATTERN
 # (KxC with K, C narrowed to the gcd with the layer's channels; KxC+F: the
 # weights outside whole blocks past floor(F x kept); N:M on layers whose C is a
 # multiple of M), from h5dump's text of /masks.
 pattern_off() {
-    local f=$1 p=$2 total=0 name
-    for name in conv2 fc1 fc2 fc3; do
+    local f=$1 p=$2 total=0 name layers=(conv2 fc1 fc2 fc3)
+    [ $# -gt 2 ] && layers=("${@:3}")
+    for name in "${layers[@]}"; do
         local n
         n=$(h5dump -y -w 0 -d "/masks/$name.weight" "$f" | awk -v pat="$p" '
             function gcd(a, b) { while (b) { t = a % b; a = b; b = t } return a }
@@ -147,6 +149,25 @@ for k in val_accuracy_before val_accuracy_projected weights_off_pattern_before; 
 done
 grep -qE '^re-pruned onto 4x2: val [0-9.]+% \(start.*-> [0-9.]+% \(projected.*-> [0-9.]+% \(fine-tuned' "$T/r.out" \
     && ok "re-pruning reports its cost" || bad "re-pruning reports its cost" "$(grep re-pruned "$T/r.out")"
+
+# --- per-layer patterns ---------------------------------------------------------------------
+for p in "fc=4x2,2:4,16x8" "fc1=4x2,fc1=2:4" "=4x2" "fc1=" "fc1=4x2,"; do
+    expect_fail "bad per-layer pattern '$p'" 2 '^prune: --pattern: ' $PR --pattern "$p" synthetic
+done
+expect_fail "a prefix that names no layer" 2 "^prune: --pattern: prefix 'conv9' matches no prunable layer" \
+    $PR $TINY --method gmp --pattern "conv9=4x2" synthetic
+$PR $TINY --method gmp --pattern "fc=4x2,fc3=unstructured,fc2=2:4" -o "$T/pl.h5" --json "$T/pl.json" synthetic \
+    >"$T/pl.out" 2>&1 || bad "gmp per-layer" "failed: $(tail -n 2 "$T/pl.out")"
+offb=$(pattern_off "$T/pl.h5" 4x2 fc1); offn=$(pattern_off "$T/pl.h5" 2:4 fc2); offu=$(pattern_off "$T/pl.h5" 4x2 fc3 conv2)
+[ "$offb" = 0 ] && [ "$offn" = 0 ] && [ "$offu" -gt 0 ] \
+    && ok "per-layer pattern: fc1 on 4x2, fc2 on 2:4, fc3 (a longer prefix) and conv2 (none) unstructured" \
+    || bad "per-layer pattern on the masks" "fc1 $offb off 4x2, fc2 $offn off 2:4, fc3 and conv2 $offu off 4x2"
+[ "$(attr_pattern "$T/pl.h5")" = "fc=4x2,fc3=unstructured,fc2=2:4" ] && ok "per-layer: file records the pattern" \
+    || bad "per-layer attribute" "$(attr_pattern "$T/pl.h5")"
+$BIN/export --quiet -o "$T/pl.sparse.h5" "$T/pl.h5" >"$T/ple.out" 2>&1 || bad "export per-layer" "$(tail -n 2 "$T/ple.out")"
+enc=$(for l in fc1 fc2 fc3; do h5dump -a "/layers/$l/encoding-type" "$T/pl.sparse.h5" 2>/dev/null | sed -n 's/.*(0): "\(.*\)".*/\1/p'; done | tr '\n' ' ')
+[ "$enc" = "bsr_matrix csr_matrix csr_matrix " ] && ok "per-layer export: BSR for the block layer only" \
+    || bad "per-layer export encodings" "$enc"
 
 # --- quantize keeps the pattern ------------------------------------------------------------
 $BIN/quantize --device cpu --quiet --data-dir "$T/data" --centroids 16 --kmeans-weight none \

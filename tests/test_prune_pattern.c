@@ -364,6 +364,49 @@ static void test_project_nm(tctx *t) {
 
 // The pattern round-trips through a model file as its root attribute; a
 // file without one reads as unstructured ("").
+// Per-layer patterns: parse and print back, each tensor on the rule of the
+// longest prefix of its name (else the bare pattern), hybrid and unstructured
+// tests over every rule, a file-name tag, and names checked against the net.
+static void test_per_layer(tctx *t) {
+    net *nt = lenet_random(t, 3);
+    if (!nt) return;
+    sc_pattern p;
+    sc_err err = {0};
+    char back[SC_PATTERN_TEXT], tag[80];
+    const char *in = "fc=4x2,fc3=unstructured,fc2=2:4,16x1";
+    CHECK(t, sc_pattern_parse(in, &p, &err) == 0 && p.nrules == 3, "%s: %s", in, err.msg);
+    sc_pattern_format(&p, back, sizeof back);
+    CHECK(t, !strcmp(back, in), "printed as %s", back);
+    const char *name[] = {"conv2.weight", "fc1.weight", "fc2.weight", "fc3.weight"};
+    const sc_pattern_kind want[] = {PAT_BLOCK, PAT_BLOCK, PAT_NM, PAT_UNSTRUCTURED};
+    const int wkb[] = {16, 4, 1, 1};
+    for (int i = 0; i < 4; i++) {
+        sc_pattern_geom g;
+        sc_pattern_geom_of(&p, nt, net_tensor_find(nt, name[i]), &g);
+        CHECK(t, g.kind == want[i] && g.kb == wkb[i], "%s: kind %d kb %d", name[i], (int)g.kind, g.kb);
+    }
+    CHECK(t, !sc_pattern_is_unstructured(&p) && !sc_pattern_has_hybrid(&p), "kind tests");
+    CHECK(t, sc_pattern_check_names(&p, nt, &err) == 0, "%s", err.msg);
+    sc_pattern_tag(&p, tag, sizeof tag);
+    CHECK(t, !strncmp(tag, "perlayer-", 9) && strlen(tag) == 17 && !strchr(tag, ','), "tag %s", tag);
+    CHECK(t, sc_pattern_parse("fc1=unstructured", &p, NULL) == 0 && sc_pattern_is_unstructured(&p), "all unstructured");
+    sc_pattern_format(&p, back, sizeof back);
+    CHECK(t, !strcmp(back, "fc1=unstructured"), "printed as %s", back);
+    CHECK(t, sc_pattern_parse("fc2=16x8+0.2", &p, NULL) == 0 && sc_pattern_has_hybrid(&p), "hybrid rule");
+    CHECK(t, sc_pattern_parse("conv9=16x8", &p, NULL) == 0 && sc_pattern_check_names(&p, nt, &err) != 0 &&
+                 strstr(err.msg, "conv9"), "unknown prefix accepted: %s", err.msg);
+    CHECK(t, sc_pattern_parse("conv1=16x8", &p, NULL) == 0 && sc_pattern_check_names(&p, nt, &err) != 0,
+          "a prefix naming only the unpruned first conv accepted");
+    const char *bad[] = {"fc=4x2,fc=2:4", "fc=4x2,16x8,2:4", "fc=", "=4x2", "fc=4x2,", ",16x8", "fc=4y2"};
+    for (int i = 0; i < 7; i++) CHECK(t, sc_pattern_parse(bad[i], &p, &err) != 0, "accepted '%s'", bad[i]);
+    char many[SC_PATTERN_TEXT] = "";
+    for (int i = 0; i <= SC_PATTERN_RULES; i++)
+        snprintf(many + strlen(many), sizeof many - strlen(many), "%sl%d=4x2", i ? "," : "", i);
+    CHECK(t, sc_pattern_parse(many, &p, &err) != 0 && strstr(err.msg, "more than"), "%d rules: %s",
+          SC_PATTERN_RULES + 1, err.msg);
+    net_free(nt);
+}
+
 static void test_model_attribute(tctx *t) {
     net *nt = lenet_random(t, 2);
     if (!nt) return;
@@ -374,12 +417,16 @@ static void test_model_attribute(tctx *t) {
     model_meta m, back;
     sc_err err = {0};
     model_meta_init(&m);
-    snprintf(m.pattern, sizeof m.pattern, "16x8");
-    CHECK(t, model_save(path, nt, &m, &err) == 0, "%s", err.msg);
-    net *b = model_load(path, &back, &err);
-    CHECK(t, b && !strcmp(back.pattern, "16x8"), "read back '%s' %s", b ? back.pattern : "", err.msg);
-    net_free(b);
-    model_meta_free(&back);
+    const char *text[] = {"16x8", "conv2=16x8,fc1=2:4,fc2=4x2+0.25,fc3=unstructured,8x1"};
+    net *b = NULL;
+    for (int i = 0; i < 2; i++) {
+        snprintf(m.pattern, sizeof m.pattern, "%s", text[i]);
+        CHECK(t, model_save(path, nt, &m, &err) == 0, "%s", err.msg);
+        b = model_load(path, &back, &err);
+        CHECK(t, b && !strcmp(back.pattern, text[i]), "read back '%s' %s", b ? back.pattern : "", err.msg);
+        net_free(b);
+        model_meta_free(&back);
+    }
     m.pattern[0] = 0;
     CHECK(t, model_save(path, nt, &m, &err) == 0, "%s", err.msg);
     b = model_load(path, &back, &err);
@@ -404,6 +451,7 @@ int main(void) {
     RUN(&t, test_unstructured_same);
     RUN(&t, test_project);
     RUN(&t, test_project_nm);
+    RUN(&t, test_per_layer);
     RUN(&t, test_model_attribute);
     return check_finish(&t);
 }
