@@ -81,13 +81,13 @@ def markdown(rows):
 
 def verdicts(rows):
     """Per row against the unstructured row of its model and sparsity (the weights' allocation, also for a
-    uniform row, target 'Xu'): accuracy gap and the speedup bars."""
+    uniform row, target 'Xu', and a row with floors, 'Xf'): accuracy gap and the speedup bars."""
     base = {(r["model"], r["target"]): r for r in rows if r["pattern"] == "unstructured"}
     out = []
     for r in rows:
-        if r["pattern"] == "unstructured" and not r["target"].endswith("u"):
+        if r["pattern"] == "unstructured" and not r["target"].endswith(("u", "f")):
             continue
-        u = base.get((r["model"], r["target"].rstrip("u")))
+        u = base.get((r["model"], r["target"].rstrip("uf")))
         gap = r["test"] - u["test"] if u and r["test"] is not None and u["test"] is not None else None
         fast = [v for v in (r["x_engine"], r["x_pt"]) if v is not None]
         fast1 = [v for v in (r["x_engine1"], r["x_pt1"]) if v is not None]

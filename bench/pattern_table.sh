@@ -9,6 +9,10 @@
 # makes the markdown table.
 #   MODELS="resnet18 vgg16" PATTERNS="unstructured 8x1 16x8 2:4" SPARSITIES="0.9 0.95" \
 #       bench/pattern_table.sh
+# A sparsity written with a trailing 'f' (e.g. 0.95f) adds the per-layer
+# floors FLOORS_<MODEL> (prune --layer-floor; e.g. FLOORS_vgg16=
+# "conv2=0.85,conv3=0.85,conv4=0.85,conv5=0.85"): the large planes held where
+# the block kernels beat cuDNN, the rest by the weights.
 # A pattern written MODEL/SPEC (e.g. "resnet18/layer3=16x8,layer4=16x8", a
 # per-layer pattern) is a job of MODEL only.
 # A sparsity written with a trailing 'u' (e.g. 0.95u) is every layer at least
@@ -47,7 +51,10 @@ run_job() {
     case $j in torch-*) torch_job "${j#torch-}"; return ;; esac
     IFS=- read -r model pat sp <<<"$j"
     pat=${pat//of/:}
-    case $sp in *u) sp=${sp%u}; alloc=(--min-layer-sparsity "$sp") ;; esac
+    case $sp in
+        *u) sp=${sp%u}; alloc=(--min-layer-sparsity "$sp") ;;
+        *f) sp=${sp%f}; local fv="FLOORS_$model"; alloc=(--layer-floor "${!fv:?$j needs $fv}") ;;
+    esac
     $B/prune --from "$sdir/$model.h5" --target-sparsity "$sp" "${alloc[@]}" --pattern "$pat" --seed "$seed" --lr 0.2 \
         --sched onecycle --warmup 0.1 --batches "$batches" --iterations "$it" --population "$pop" --quiet \
         --runs "$work/runs" -o "$work/$j.h5" --json "$work/json/prune-$j.json" "$ds" || return 1
