@@ -21,17 +21,12 @@ from tablelib import dense_engine, fmt, load, num, ratio
 PATTERN_ORDER = ["unstructured", "8x1", "16x1", "16x8", "16x8+0.2", "2of4"]
 
 
-
-
-
-
 def torch_ms(d, batch):
     """PyTorch's fp16 CUDA-graph milliseconds at batch (dense_pytorch.py's rows), or None."""
     for r in (d or {}).get("rows", []):
         if r.get("precision") == "fp16" and r.get("batch") == batch:
             return num(r.get("graph_ms"))
     return None
-
 
 
 def row(d, tag):
@@ -42,7 +37,7 @@ def row(d, tag):
     torch = load(os.path.join(d, f"torch-{model}.json"))
     mixed = dep.get("mixed_fp16") or {}
     eng = dense_engine(dep)
-    r = dict(model=model, pattern=pat.replace("of", ":"), target=sp, sparsity=num(p.get("sparsity")),
+    r = dict(model=model, pattern=p.get("pattern") or pat.replace("of", ":"), target=sp, sparsity=num(p.get("sparsity")),
              mac_sparsity=num(p.get("mac_sparsity")),
              val=num(p.get("val_accuracy")), test=num(p.get("test_accuracy")),
              engine_test=num(mixed.get("test_accuracy")), ms=num(mixed.get("batch_ms")),

@@ -14,7 +14,9 @@
 # "conv2=0.85,conv3=0.85,conv4=0.85,conv5=0.85"): the large planes held where
 # the block kernels beat cuDNN, the rest by the weights.
 # A pattern written MODEL/SPEC (e.g. "resnet18/layer3=16x8,layer4=16x8", a
-# per-layer pattern) is a job of MODEL only.
+# per-layer pattern) is a job of MODEL only; a per-layer pattern's jobs and
+# files are named "layers" and a checksum of it (WORK/patterns.txt; the table
+# shows the pattern itself), since '=' and ',' do not travel in file names.
 # A sparsity written with a trailing 'u' (e.g. 0.95u) is every layer at least
 # that sparse (--min-layer-sparsity), not the weights' allocation; UNIFORM
 # lists such jobs as PATTERN@SPARSITY (e.g. "16x8@0.95u"), beside the grid.
@@ -45,12 +47,32 @@ for t in $B/train $B/prune $B/export $B/deploy; do [ -x "$t" ] || { echo "missin
 ngpu=$(gq_gpus)
 [ "${ngpu:-0}" -ge 1 ] || ngpu=1
 
+# pattern_tag P: P as a job name's part (':' written 'of'; a per-layer P as
+# "layers" and its checksum, recorded in $work/patterns.txt).
+pattern_tag() {
+    case $1 in
+        *=*) local t; t="layers$(printf %s "$1" | cksum | cut -d' ' -f1)"
+             grep -q "^$t " "$work/patterns.txt" 2>/dev/null || echo "$t $1" >>"$work/patterns.txt"
+             echo "$t" ;;
+        *) echo "${1//:/of}" ;;
+    esac
+}
+
+# pattern_of TAG: the pattern a job name's part stands for (pattern_tag's inverse).
+pattern_of() {
+    case $1 in
+        layers*) awk -v t="$1" '$1 == t { print $2 }' "$work/patterns.txt" ;;
+        *) echo "${1//of/:}" ;;
+    esac
+}
+
 # run_job JOB: MODEL-PATTERN-SPARSITY (prune, export, deploy) or torch-MODEL.
 run_job() {
     local j=$1 model pat sp alloc=()
     case $j in torch-*) torch_job "${j#torch-}"; return ;; esac
     IFS=- read -r model pat sp <<<"$j"
-    pat=${pat//of/:}
+    pat=$(pattern_of "$pat")
+    [ -n "$pat" ] || { echo "no pattern recorded for $j" >&2; return 1; }
     case $sp in
         *u) sp=${sp%u}; alloc=(--min-layer-sparsity "$sp") ;;
         *f) sp=${sp%f}; local fv="FLOORS_$model"; alloc=(--layer-floor "${!fv:?$j needs $fv}") ;;
@@ -105,9 +127,9 @@ jobs=()
 for m in "${models[@]}"; do  # each model's PyTorch job right after its own: a run cut short has whole models
     for p in "${patterns[@]}"; do
         case $p in */*) [ "${p%%/*}" = "$m" ] || continue; p=${p#*/} ;; esac
-        for s in "${sparsities[@]}"; do jobs+=("$m-${p//:/of}-$s"); done
+        for s in "${sparsities[@]}"; do jobs+=("$m-$(pattern_tag "$p")-$s"); done
     done
-    for u in "${uniform[@]}"; do p=${u%@*}; jobs+=("$m-${p/:/of}-${u#*@}"); done
+    for u in "${uniform[@]}"; do p=${u%@*}; jobs+=("$m-$(pattern_tag "$p")-${u#*@}"); done
     jobs+=("torch-$m")
 done
 echo "pattern_table: ${#jobs[@]} jobs on $ngpu GPU(s), work in $work"
