@@ -5,7 +5,9 @@
 # mask on its pattern (checked here from the model file with h5dump and awk,
 # independently of the C code: every KxC block all kept or all pruned, at most
 # N kept per N:M group), the file records the pattern, a stopped and resumed
-# run keeps it bitwise; re-pruning an unstructured model onto a pattern keeps
+# run keeps it bitwise; per-layer patterns (PREFIX=P,...) put each layer on its
+# own pattern, checked the same way, and export writes BSR only for the block
+# layers; re-pruning an unstructured model onto a pattern keeps
 # its sparsity and reports the cost; quantize keeps masks and pattern.
 cd "$(dirname "$0")/.." || exit 1
 . tests/lib.sh
@@ -164,6 +166,11 @@ offb=$(pattern_off "$T/pl.h5" 4x2 fc1); offn=$(pattern_off "$T/pl.h5" 2:4 fc2); 
     || bad "per-layer pattern on the masks" "fc1 $offb off 4x2, fc2 $offn off 2:4, fc3 and conv2 $offu off 4x2"
 [ "$(attr_pattern "$T/pl.h5")" = "fc=4x2,fc3=unstructured,fc2=2:4" ] && ok "per-layer: file records the pattern" \
     || bad "per-layer attribute" "$(attr_pattern "$T/pl.h5")"
+PLA="$TINY --pattern fc=4x2,fc3=unstructured --finetune 1 --seed 3"
+$PR $PLA -o "$T/pla.h5" synthetic >/dev/null 2>&1 && $PR $PLA --stop-after 2 -o "$T/plb.h5" synthetic >/dev/null 2>&1 \
+    && $BIN/prune --device cpu --quiet --data-dir "$T/data" --resume -o "$T/plb.h5" >/dev/null 2>&1 \
+    && h5diff -q "$T/pla.h5" "$T/plb.h5" /masks /masks && h5diff -q "$T/pla.h5" "$T/plb.h5" /params /params \
+    && ok "per-layer pattern: a stopped and resumed run gives the same bits" || bad "per-layer resume" "differs or failed"
 $BIN/export --quiet -o "$T/pl.sparse.h5" "$T/pl.h5" >"$T/ple.out" 2>&1 || bad "export per-layer" "$(tail -n 2 "$T/ple.out")"
 enc=$(for l in fc1 fc2 fc3; do h5dump -a "/layers/$l/encoding-type" "$T/pl.sparse.h5" 2>/dev/null | sed -n 's/.*(0): "\(.*\)".*/\1/p'; done | tr '\n' ' ')
 [ "$enc" = "bsr_matrix csr_matrix csr_matrix " ] && ok "per-layer export: BSR for the block layer only" \
