@@ -56,7 +56,7 @@ typedef struct {
      "runs such layers dense) or N:M (N kept of every M input channels, e.g. 2:4);\n"        \
      "per layer: PREFIX=P[,PREFIX=P...][,P], each layer on the P of the longest PREFIX its\n" \
      "tensor name starts with, else the bare P (default unstructured), e.g.\n"              \
-     "layer3=16x8,layer4=16x8: blocks only where the block kernels beat dense;\n"           \
+     "layer3=16x8,layer4=16x8 (blocks on those layers only, the rest unstructured);\n"     \
      "--from a model pruned off P: re-prunes it onto P at its sparsity, then\n"              \
      "fine-tunes (auto: " PRUNE_AUTO_PATTERN " for a latency run at fp16 from scratch, whose\n" \
      "sparse kernels are the block ones; else unstructured)"},                                  \
