@@ -69,27 +69,13 @@ void prune_floor_spec_free(prune_floor_spec *fs) {
 // Longest-prefix match of every prunable layer's name.
 int prune_floor_resolve(const prune_floor_spec *fs, const net *nt, const prune_layers *pl,
                         double dflt, double *floor, sc_err *err) {
-    int used[fs->n > 0 ? fs->n : 1];
-    memset(used, 0, sizeof used);
+    const char *const *pfx = (const char *const *)fs->prefix;
     for (int l = 0; l < pl->n; l++) {
-        const char *name = nt->tensors[pl->tensor[l]].name;
-        int best = -1;
-        size_t blen = 0;
-        for (int k = 0; k < fs->n; k++) {
-            size_t len = strlen(fs->prefix[k]);
-            if (strncmp(name, fs->prefix[k], len)) continue;
-            used[k] = 1;  // it matches, even where a longer prefix wins
-            if (best >= 0 && len <= blen) continue;
-            best = k;
-            blen = len;
-        }
+        const int best = net_prefix_longest(nt->tensors[pl->tensor[l]].name, pfx, fs->n);
         floor[l] = best >= 0 ? fs->value[best] : dflt;
     }
-    for (int k = 0; k < fs->n; k++)
-        if (!used[k])
-            return sc_fail(err, "prefix '%s' matches no prunable layer of %s", fs->prefix[k],
-                           nt->arch);
-    return 0;
+    const int k = net_prefix_unmatched(nt, pfx, fs->n);
+    return k < 0 ? 0 : sc_fail(err, "prefix '%s' matches no prunable layer of %s", fs->prefix[k], nt->arch);
 }
 
 // Share of the prunable weights the floors prune.

@@ -287,14 +287,17 @@ static int cfg_set(prune_run *r, sc_err *err) {
     return 0;
 }
 
+// Puts the option's name before err's message; returns -1.
+static int opt_fail(sc_err *err, const char *opt) {
+    char msg[sizeof err->msg];
+    snprintf(msg, sizeof msg, "%s", err->msg);
+    return sc_fail(err, "%s: %s", opt, msg);
+}
+
 // Checks that every per-layer prefix of --pattern names a prunable layer; its errors are bad usage.
 static int pattern_names_set(prune_run *r, sc_err *err) {
     r->usage = 1;
-    if (sc_pattern_check_names(&r->cfg.pattern, r->nt, err)) {
-        char msg[sizeof err->msg];
-        snprintf(msg, sizeof msg, "%s", err->msg);
-        return sc_fail(err, "--pattern: %s", msg);
-    }
+    if (sc_pattern_check_names(&r->cfg.pattern, r->nt, err)) return opt_fail(err, "--pattern");
     r->usage = 0;
     return 0;
 }
@@ -313,11 +316,7 @@ static int floors_set(prune_run *r, sc_err *err) {
     if (!rc) rc = prune_floor_budget(&pl, r->floors, r->cfg.target, err);
     prune_layers_free(&pl);
     prune_floor_spec_free(&fs);
-    if (rc) {
-        char msg[sizeof err->msg];
-        snprintf(msg, sizeof msg, "%s", err->msg);
-        return sc_fail(err, "--layer-floor: %s", msg);
-    }
+    if (rc) return opt_fail(err, "--layer-floor");
     r->cfg.layer_floor = r->floors;
     r->usage = 0;
     return 0;

@@ -329,6 +329,28 @@ int net_tensor_find(const net *nt, const char *name) {
     return -1;
 }
 
+// The longest prefix of name among prefix[0 .. n).
+int net_prefix_longest(const char *name, const char *const *prefix, int n) {
+    int best = -1;
+    size_t blen = 0;
+    for (int k = 0; k < n; k++) {
+        size_t len = strlen(prefix[k]);
+        if (len > blen && !strncmp(name, prefix[k], len)) best = k, blen = len;
+    }
+    return best;
+}
+
+// The first prefix that starts no prunable tensor's name.
+int net_prefix_unmatched(const net *nt, const char *const *prefix, int n) {
+    for (int k = 0; k < n; k++) {
+        int hit = 0;
+        for (int t = 0; t < nt->ntensors && !hit; t++)
+            hit = nt->tensors[t].prunable && !strncmp(nt->tensors[t].name, prefix[k], strlen(prefix[k]));
+        if (!hit) return k;
+    }
+    return -1;
+}
+
 // Pointer to a tensor's values.
 float *net_tensor_data(const net *nt, int t) {
     const ptensor *p = &nt->tensors[t];

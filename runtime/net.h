@@ -106,6 +106,14 @@ void net_free(net *nt);
 // Index of the tensor with that name, or -1.
 int net_tensor_find(const net *nt, const char *name);
 
+// Per-layer options by name prefix (--layer-floor, per-layer --pattern):
+// the index of the longest of prefix[0 .. n) that name starts with, -1 when none.
+int net_prefix_longest(const char *name, const char *const *prefix, int n);
+
+// The index of the first of prefix[0 .. n) that starts no prunable tensor's
+// name of nt, -1 when each starts one.
+int net_prefix_unmatched(const net *nt, const char *const *prefix, int n);
+
 // Pointer to a tensor's data (in param or buf) and, for trainable ones, its mask.
 float *net_tensor_data(const net *nt, int t);
 float *net_tensor_mask(const net *nt, int t);

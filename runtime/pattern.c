@@ -60,16 +60,6 @@ static int parse_one(const char *s, sc_pattern_one *p, sc_err *err) {
     return 0;
 }
 
-// Sets the pattern of the layers no rule names.
-static void set_default(sc_pattern *p, const sc_pattern_one *d) {
-    p->kind = d->kind, p->k = d->k, p->c = d->c, p->n = d->n, p->m = d->m, p->rem = d->rem;
-}
-
-// The pattern of the layers no rule names.
-static sc_pattern_one get_default(const sc_pattern *p) {
-    return (sc_pattern_one){.kind = p->kind, .k = p->k, .c = p->c, .n = p->n, .m = p->m, .rem = p->rem};
-}
-
 // Parses one PREFIX=P item of a per-layer pattern into a new rule of p.
 static int parse_rule(char *item, char *eq, sc_pattern *p, sc_err *err) {
     size_t plen = (size_t)(eq - item);
@@ -102,9 +92,7 @@ static int parse_list(const char *s, sc_pattern *p, sc_err *err) {
             continue;
         }
         if (bare++) return sc_fail(err, "more than one item without a prefix in '%s'", s);
-        sc_pattern_one d;
-        SC_TRY(parse_one(item, &d, err));
-        set_default(p, &d);
+        SC_TRY(parse_one(item, &p->dflt, err));
     }
     return 0;
 }
@@ -114,10 +102,7 @@ int sc_pattern_parse(const char *s, sc_pattern *p, sc_err *err) {
     memset(p, 0, sizeof *p);
     if (!s) return 0;
     if (strchr(s, ',') || strchr(s, '=')) return parse_list(s, p, err);
-    sc_pattern_one d;
-    SC_TRY(parse_one(s, &d, err));
-    set_default(p, &d);
-    return 0;
+    return parse_one(s, &p->dflt, err);
 }
 
 // Canonical text of one pattern.
@@ -130,36 +115,34 @@ static void format_one(const sc_pattern_one *p, char *out, size_t len) {
 
 // Canonical text of a pattern: the rules in their order, then the other layers' pattern unless unstructured.
 void sc_pattern_format(const sc_pattern *p, char *out, size_t len) {
-    const sc_pattern_one d = get_default(p);
-    if (len == 0) return;
     if (!p->nrules) {
-        format_one(&d, out, len);
+        format_one(&p->dflt, out, len);
         return;
     }
-    size_t o = 0;
-    out[0] = '\0';
     char one[32];
-    for (int i = 0; i <= p->nrules && o < len; i++) {
-        if (i == p->nrules && d.kind == PAT_UNSTRUCTURED) break;
-        format_one(i < p->nrules ? &p->rule[i] : &d, one, sizeof one);
-        int w = i < p->nrules ? snprintf(out + o, len - o, "%s%s=%s", i ? "," : "", p->prefix[i], one)
-                              : snprintf(out + o, len - o, ",%s", one);
+    size_t o = 0;
+    for (int i = 0; i < p->nrules && o < len; i++) {
+        format_one(&p->rule[i], one, sizeof one);
+        int w = snprintf(out + o, len - o, "%s%s=%s", i ? "," : "", p->prefix[i], one);
         o += w > 0 ? (size_t)w : 0;
     }
+    if (p->dflt.kind == PAT_UNSTRUCTURED || o >= len) return;
+    format_one(&p->dflt, one, sizeof one);
+    snprintf(out + o, len - o, ",%s", one);
 }
 
 // True when every layer is unstructured under p.
 int sc_pattern_is_unstructured(const sc_pattern *p) {
     for (int i = 0; i < p->nrules; i++)
         if (p->rule[i].kind != PAT_UNSTRUCTURED) return 0;
-    return p->kind == PAT_UNSTRUCTURED;
+    return p->dflt.kind == PAT_UNSTRUCTURED;
 }
 
 // True when some layer is on a hybrid KxC+F pattern.
 int sc_pattern_has_hybrid(const sc_pattern *p) {
     for (int i = 0; i < p->nrules; i++)
         if (p->rule[i].rem > 0.0) return 1;
-    return p->rem > 0.0;
+    return p->dflt.rem > 0.0;
 }
 
 // A short name of p for file names.
@@ -175,26 +158,17 @@ void sc_pattern_tag(const sc_pattern *p, char *out, size_t len) {
     snprintf(out, len, "perlayer-%08x", (unsigned)h);
 }
 
-// Index of the rule with the longest prefix of name; -1 when none.
-static int rule_of(const sc_pattern *p, const char *name) {
-    int best = -1;
-    size_t blen = 0;
-    for (int i = 0; i < p->nrules; i++) {
-        size_t len = strlen(p->prefix[i]);
-        if (len > blen && !strncmp(name, p->prefix[i], len)) best = i, blen = len;
-    }
-    return best;
+// The prefixes of p's rules as an array of strings.
+static void rule_prefixes(const sc_pattern *p, const char **out) {
+    for (int i = 0; i < p->nrules; i++) out[i] = p->prefix[i];
 }
 
 // Fails naming a rule whose prefix starts no prunable tensor's name.
 int sc_pattern_check_names(const sc_pattern *p, const net *nt, sc_err *err) {
-    for (int i = 0; i < p->nrules; i++) {
-        int hit = 0;
-        for (int t = 0; t < nt->ntensors && !hit; t++)
-            hit = nt->tensors[t].prunable && !strncmp(nt->tensors[t].name, p->prefix[i], strlen(p->prefix[i]));
-        if (!hit) return sc_fail(err, "prefix '%s' matches no prunable layer", p->prefix[i]);
-    }
-    return 0;
+    const char *pfx[SC_PATTERN_RULES];
+    rule_prefixes(p, pfx);
+    const int k = net_prefix_unmatched(nt, pfx, p->nrules);
+    return k < 0 ? 0 : sc_fail(err, "prefix '%s' matches no prunable layer", p->prefix[k]);
 }
 
 // --- geometry -----------------------------------------------------------------
@@ -222,8 +196,10 @@ static void geom_unstructured(sc_pattern_geom *g, size_t count, int fallback) {
 // Geometry of tensor t under p.
 void sc_pattern_geom_of(const sc_pattern *pat, const net *nt, int t, sc_pattern_geom *g) {
     const ptensor *w = &nt->tensors[t];
-    const int r = rule_of(pat, w->name);
-    const sc_pattern_one d = get_default(pat), *p = r >= 0 ? &pat->rule[r] : &d;
+    const char *pfx[SC_PATTERN_RULES];
+    rule_prefixes(pat, pfx);
+    const int r = net_prefix_longest(w->name, pfx, pat->nrules);
+    const sc_pattern_one *p = r >= 0 ? &pat->rule[r] : &pat->dflt;
     memset(g, 0, sizeof *g);
     g->K = w->dims[0];
     g->C = w->ndim > 1 ? w->dims[1] : 1;

@@ -45,13 +45,10 @@ typedef struct {
 
 // A network's pattern: one for every layer, or per-layer rules by name.
 typedef struct {
-    sc_pattern_kind kind;  // the layers no rule names: as sc_pattern_one
-    int k, c;
-    int n, m;
-    double rem;
-    int nrules;                                     // rules (0: every layer on the fields above)
+    sc_pattern_one dflt;                               // the layers no rule names
+    int nrules;                                        // rules (0: every layer on dflt)
     char prefix[SC_PATTERN_RULES][SC_PATTERN_PREFIX];  // tensor-name prefixes
-    sc_pattern_one rule[SC_PATTERN_RULES];          // their patterns
+    sc_pattern_one rule[SC_PATTERN_RULES];             // their patterns
 } sc_pattern;
 
 // One weight tensor under a pattern: its own block (after the fallbacks)

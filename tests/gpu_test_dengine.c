@@ -186,7 +186,7 @@ static int bs_fixture(tctx *t, tdm_fixture *f, const char *desc, int h, int w, c
     for (int i = 0, n = 0; i < f->nt->nlayers; i++)
         if (f->nt->layers[i].kind == LK_CONV || f->nt->layers[i].kind == LK_LINEAR)
             tex_block_prune(f->nt, f->nt->layers[i].weight, &p, 0.4f, n++ == 2 ? BP_EMPTY_ROW : BP_RANDOM, &g);
-    for (int i = 0; p.rem > 0.0 && i < f->nt->nlayers; i++) {  // a hybrid pattern: 5% singles beside the blocks
+    for (int i = 0; p.dflt.rem > 0.0 && i < f->nt->nlayers; i++) {  // a hybrid pattern: 5% singles beside the blocks
         if (f->nt->layers[i].kind != LK_CONV && f->nt->layers[i].kind != LK_LINEAR) continue;
         const int wt = f->nt->layers[i].weight;
         float *w = net_tensor_data(f->nt, wt), *mk = net_tensor_mask(f->nt, wt);

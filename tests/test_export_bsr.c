@@ -179,11 +179,11 @@ static void compare_exports(tctx *t, const char *what, net *nt, const sc_pattern
     if (!mb || !mc) goto done;
     CHECK(t, info.bsr_layers == mb->nlayers && !info.bsr_notice[0], "%s: %d BSR layers of %d (%s)", what,
           info.bsr_layers, mb->nlayers, info.bsr_notice);
-    CHECK(t, file_version(a) == (p->rem > 0 ? 4 : 3) && file_version(b) == 2, "%s: versions %d (BSR), %d (CSR)",
+    CHECK(t, file_version(a) == (p->dflt.rem > 0 ? 4 : 3) && file_version(b) == 2, "%s: versions %d (BSR), %d (CSR)",
           what, file_version(a), file_version(b));
     long nrem = 0;
     for (int i = 0; i < mb->nlayers; i++) nrem += mb->layers[i].bsr.nrem;
-    CHECK(t, (nrem > 0) == (p->rem > 0), "%s: %ld singles in the remainders", what, nrem);
+    CHECK(t, (nrem > 0) == (p->dflt.rem > 0), "%s: %ld singles in the remainders", what, nrem);
     for (int i = 0; i < mc->nlayers; i++) CHECK(t, mc->layers[i].bsr.kb == 0, "%s: --bsr off wrote BSR", what);
     check_blocks(t, what, nt, mb, p);
     if (same_layout) CHECK(t, tex_same_layout(mb, mc), "%s: BSR layout differs from CSR's", what);

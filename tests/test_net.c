@@ -70,6 +70,25 @@ static void test_prunable(tctx *t) {
     net_free(nt);
 }
 
+// Name prefixes: the longest that a name starts with wins ("conv1" also
+// starts "conv10"); a prefix of only the unpruned first conv, or of nothing,
+// is unmatched.
+static void test_prefixes(tctx *t) {
+    sc_err err = {0};
+    net *nt = net_create("vgg16", 3, 32, 32, 10, &err);
+    if (!nt) { CHECK(t, 0, "%s", err.msg); return; }
+    const char *p[] = {"conv1", "conv10", "conv", "fc"};
+    CHECK(t, net_prefix_longest("conv10.weight", p, 4) == 1, "conv10");
+    CHECK(t, net_prefix_longest("conv11.weight", p, 4) == 0, "conv11");
+    CHECK(t, net_prefix_longest("conv5.weight", p, 4) == 2, "conv5");
+    CHECK(t, net_prefix_longest("bn1.gamma", p, 4) == -1, "bn1");
+    CHECK(t, net_prefix_unmatched(nt, p, 4) == -1, "all match");
+    const char *q[] = {"conv2", "conv1.", "layer"};
+    CHECK(t, net_prefix_unmatched(nt, q, 3) == 1, "conv1. (unpruned) matched");
+    CHECK(t, net_prefix_unmatched(nt, q + 2, 1) == 0, "layer matched");
+    net_free(nt);
+}
+
 // Shapes of a custom description with stride, padding and pooling.
 static void test_shapes(tctx *t) {
     sc_err err = {0};
@@ -159,6 +178,7 @@ int main(void) {
     RUN(&t, test_param_counts);
     RUN(&t, test_resnet_wiring);
     RUN(&t, test_prunable);
+    RUN(&t, test_prefixes);
     RUN(&t, test_shapes);
     RUN(&t, test_bad_desc);
     RUN(&t, test_init);

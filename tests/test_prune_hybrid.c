@@ -24,14 +24,14 @@ static void test_parse(tctx *t) {
         sc_pattern p;
         char back[32];
         sc_err err = {0};
-        CHECK(t, sc_pattern_parse(good[i], &p, &err) == 0 && p.kind == PAT_BLOCK && p.rem > 0.0, "%s: %s",
+        CHECK(t, sc_pattern_parse(good[i], &p, &err) == 0 && p.dflt.kind == PAT_BLOCK && p.dflt.rem > 0.0, "%s: %s",
               good[i], err.msg);
         sc_pattern_format(&p, back, sizeof back);
         CHECK(t, !strcmp(back, good[i]), "%s printed as %s", good[i], back);
     }
     sc_pattern p;
-    CHECK(t, sc_pattern_parse("16x8+0.2", &p, NULL) == 0 && p.k == 16 && p.c == 8 && p.rem == 0.2, "16x8+0.2");
-    CHECK(t, sc_pattern_parse("16x8", &p, NULL) == 0 && p.rem == 0.0, "16x8 has a share");
+    CHECK(t, sc_pattern_parse("16x8+0.2", &p, NULL) == 0 && p.dflt.k == 16 && p.dflt.c == 8 && p.dflt.rem == 0.2, "16x8+0.2");
+    CHECK(t, sc_pattern_parse("16x8", &p, NULL) == 0 && p.dflt.rem == 0.0, "16x8 has a share");
     const char *bad[] = {"16x8+", "16x8+0", "16x8+1", "16x8+1.5", "16x8+-0.1", "16x8++0.1", "2:4+0.2",
                          "16x8+0.2 ", "+0.2", "16x8+ 0.2", "16x8+abc", "1x1+0.2", "16x8+0.2+0.1"};
     for (int i = 0; i < 13; i++) {

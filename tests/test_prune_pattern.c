@@ -54,8 +54,8 @@ static void test_parse_good(tctx *t) {
         CHECK(t, !strcmp(back, in[i]), "%s printed as %s", in[i], back);
     }
     sc_pattern p;
-    CHECK(t, sc_pattern_parse("16x8", &p, NULL) == 0 && p.kind == PAT_BLOCK && p.k == 16 && p.c == 8, "16x8");
-    CHECK(t, sc_pattern_parse("2:4", &p, NULL) == 0 && p.kind == PAT_NM && p.n == 2 && p.m == 4, "2:4");
+    CHECK(t, sc_pattern_parse("16x8", &p, NULL) == 0 && p.dflt.kind == PAT_BLOCK && p.dflt.k == 16 && p.dflt.c == 8, "16x8");
+    CHECK(t, sc_pattern_parse("2:4", &p, NULL) == 0 && p.dflt.kind == PAT_NM && p.dflt.n == 2 && p.dflt.m == 4, "2:4");
 }
 
 // Bad pattern strings are refused with a message naming them.
