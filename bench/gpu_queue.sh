@@ -7,6 +7,10 @@
 # two scripts started side by side share the GPUs instead of doubling up, and a
 # command that takes a GPU's lock (gq_claim) keeps the queues off it. GPU_IDS
 # (e.g. "2,3") limits the GPUs a script may claim (default: all of nvidia-smi's).
+# GQ_SLOTS (default 1) lets that many jobs share a GPU (slot S > 0 of GPU G is
+# the lock gpuG.S): for work that is not timed, e.g. prune runs that leave the
+# GPU idle between small kernels. Timed work runs with GQ_SLOTS=1 after such a
+# run has ended (a one-slot claim does not wait for the other slots).
 #
 #   . bench/gpu_queue.sh
 #   gq_run WORK NGPU SUMMARY_FN RUN_FN JOB...
@@ -54,28 +58,32 @@ gq_ids() {
     seq 0 $(( ${n:-0} > 1 ? n - 1 : 0 ))
 }
 
-# gq_claim OWNER: waits for a GPU of gq_ids whose lock it can take (a lock whose
-# owner process has died is taken over), records OWNER (a pid) in it, prints its index.
+# gq_claim OWNER: waits for a GPU slot of gq_ids whose lock it can take (a lock
+# whose owner process has died is taken over), records OWNER (a pid) in it,
+# prints the lock's name: the GPU's index, then '.' and the slot for a slot > 0.
 gq_claim() {
-    local d=${GQ_LOCKS:-/tmp/gq-locks} own=$1 i
+    local d=${GQ_LOCKS:-/tmp/gq-locks} own=$1 i s l
     mkdir -p "$d"
     while :; do
-        for i in $(gq_ids); do
-            if mkdir "$d/gpu$i" 2>/dev/null; then echo "$own" >"$d/gpu$i/pid"; echo "$i"; return 0; fi
-            kill -0 "$(cat "$d/gpu$i/pid" 2>/dev/null)" 2>/dev/null || rm -rf "$d/gpu$i"
+        for s in $(seq 0 $((${GQ_SLOTS:-1} - 1))); do
+            for i in $(gq_ids); do
+                l=$i; [ "$s" = 0 ] || l=$i.$s
+                if mkdir "$d/gpu$l" 2>/dev/null; then echo "$own" >"$d/gpu$l/pid"; echo "$l"; return 0; fi
+                kill -0 "$(cat "$d/gpu$l/pid" 2>/dev/null)" 2>/dev/null || rm -rf "$d/gpu$l"
+            done
         done
         sleep 1
     done
 }
 
-# gq_release G: gives GPU G's lock back.
+# gq_release L: gives the GPU lock L (gq_claim's name) back.
 gq_release() { rm -rf "${GQ_LOCKS:-/tmp/gq-locks}/gpu$1"; }
 
 # gq_on_gpu CMD...: runs CMD on a GPU it claims for the time, then gives it back.
 gq_on_gpu() {
     local me=$BASHPID g rc
     g=$(gq_claim "$me")
-    CUDA_VISIBLE_DEVICES=$g "$@" && rc=0 || rc=$?
+    CUDA_VISIBLE_DEVICES=${g%.*} "$@" && rc=0 || rc=$?
     gq_release "$g"
     return $rc
 }
@@ -89,7 +97,7 @@ gq_worker() {
         g=$(gq_claim "$me")
         t0=$(date +%s)
         echo "[worker $n, gpu $g] $j started"
-        CUDA_VISIBLE_DEVICES=$g OMP_NUM_THREADS=$th "$fn" "$j" >"$w/logs/$j.log" 2>&1 && rc=0 || rc=$?
+        CUDA_VISIBLE_DEVICES=${g%.*} OMP_NUM_THREADS=$th "$fn" "$j" >"$w/logs/$j.log" 2>&1 && rc=0 || rc=$?
         gq_release "$g"
         [ $rc -eq 0 ] && touch "$w/done/$j"
         echo "$j gpu=$g rc=$rc seconds=$(($(date +%s) - t0))" >>"$w/logs/jobs.txt"
@@ -104,7 +112,8 @@ gq_running() {
     return 1
 }
 
-# gq_run WORK NGPU SUMMARY_FN RUN_FN JOB...: the jobs not done yet over NGPU workers.
+# gq_run WORK NGPU SUMMARY_FN RUN_FN JOB...: the jobs not done yet over NGPU
+# workers (with GQ_SLOTS, NGPU x GQ_SLOTS of them).
 gq_run() {
     local w=$1 ngpu=$2 summary=$3 fn=$4 j g th early=0 pids=()
     shift 4
@@ -117,6 +126,7 @@ gq_run() {
     done
     echo 0 >"$w/q.next"
     echo "# $(date -u +%FT%TZ) jobs: $*" >>"$w/logs/jobs.txt"
+    ngpu=$((ngpu * ${GQ_SLOTS:-1}))
     th=$(($(nproc) / ngpu))
     [ "$th" -ge 1 ] || th=1
     for ((g = 0; g < ngpu; g++)); do gq_worker "$g" "$w" "$th" "$fn" & pids+=($!); done

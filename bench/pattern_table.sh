@@ -19,15 +19,19 @@
 # shows the pattern itself), since '=' and ',' do not travel in file names.
 # A sparsity written with a trailing 'u' (e.g. 0.95u) is every layer at least
 # that sparse (--min-layer-sparsity), not the weights' allocation; UNIFORM
-# lists such jobs as PATTERN@SPARSITY (e.g. "16x8@0.95u"), beside the grid.
-# Jobs, one per GPU at a time (bench/gpu_queue.sh): MODEL-PATTERN-SPARSITY
-# (prune, export, deploy; ':' of N:M written 'of') and torch-MODEL (PyTorch
-# on the first finished export of MODEL). Resumable: WORK keeps the models and
+# lists such jobs as PATTERN@SPARSITY (e.g. "16x8@0.95u", or "16x8@0.95f"
+# for floors), beside the grid.
+# Jobs (bench/gpu_queue.sh), in two rounds: prune-MODEL-PATTERN-SPARSITY
+# (prune and export; ':' of N:M written 'of'), PRUNES_PER_GPU of them per GPU
+# at a time (nothing of theirs is timed); when all have ended,
+# MODEL-PATTERN-SPARSITY (deploy) and torch-MODEL (PyTorch on one export of
+# MODEL), one per GPU at a time. Resumable: WORK keeps the models and
 # the jobs done, so the same command on the same (warm) machine goes on where
 # the last call stopped; DEADLINE seconds in (540) the table so far goes to
 # OUT while the jobs go on. About 2 min of prune and 1-2 min of deploy per job
 # on an H100/H200: 16 jobs take ~8-10 min on four GPUs.
-# Env (defaults): MODELS, PATTERNS, SPARSITIES as above; UNIFORM (none); ITER (48) POP (8)
+# Env (defaults): MODELS, PATTERNS, SPARSITIES as above; UNIFORM (none);
+# PRUNES_PER_GPU (1); ITER (48) POP (8)
 # BATCHES (10) SEED (1); WORK (/root/pattern); OUT (bench/out:
 # pattern-table.md and pattern-table.tar.gz); DATASET (cifar100); START_DIR
 # (/root: START_DIR/MODEL.h5 is the start model, trained with train's
@@ -39,7 +43,7 @@ cd "$(dirname "$0")/.."
 B=build/bin; ds=${DATASET:-cifar100}; out=${OUT:-bench/out}; work=${WORK:-/root/pattern}
 read -ra models <<<"${MODELS:-resnet18 vgg16}"; read -ra patterns <<<"${PATTERNS:-unstructured 8x1 16x8 2:4}"
 read -ra sparsities <<<"${SPARSITIES:-0.9 0.95}"; read -ra uniform <<<"${UNIFORM:-}"; read -ra train_args <<<"${TRAIN_ARGS:-}"
-it=${ITER:-48}; pop=${POP:-8}; batches=${BATCHES:-10}; seed=${SEED:-1}; sdir=${START_DIR:-/root}
+pper=${PRUNES_PER_GPU:-1}; it=${ITER:-48}; pop=${POP:-8}; batches=${BATCHES:-10}; seed=${SEED:-1}; sdir=${START_DIR:-/root}
 deploy_args=${DEPLOY_ARGS:---precision fp16 --engine fp16}
 mkdir -p "$out" "$work/logs" "$work/json"
 gq_data "$ds" || exit 1
@@ -66,10 +70,9 @@ pattern_of() {
     esac
 }
 
-# run_job JOB: MODEL-PATTERN-SPARSITY (prune, export, deploy) or torch-MODEL.
-run_job() {
-    local j=$1 model pat sp alloc=()
-    case $j in torch-*) torch_job "${j#torch-}"; return ;; esac
+# prune_job prune-JOB: JOB's prune and export (JOB: MODEL-PATTERN-SPARSITY).
+prune_job() {
+    local j=${1#prune-} model pat sp alloc=()
     IFS=- read -r model pat sp <<<"$j"
     pat=$(pattern_of "$pat")
     [ -n "$pat" ] || { echo "no pattern recorded for $j" >&2; return 1; }
@@ -80,29 +83,32 @@ run_job() {
     $B/prune --from "$sdir/$model.h5" --target-sparsity "$sp" "${alloc[@]}" --pattern "$pat" --seed "$seed" --lr 0.2 \
         --sched onecycle --warmup 0.1 --batches "$batches" --iterations "$it" --population "$pop" --quiet \
         --runs "$work/runs" -o "$work/$j.h5" --json "$work/json/prune-$j.json" "$ds" || return 1
-    $B/export --quiet "$work/$j.h5" -o "$work/$j.csr.h5" --json "$work/json/export-$j.json" || return 1
+    $B/export --quiet "$work/$j.h5" -o "$work/$j.csr.h5" --json "$work/json/export-$j.json"
+}
+
+# run_job JOB: JOB's deploy (its export from prune_job) or, for torch-MODEL, PyTorch's.
+run_job() {
+    local j=$1
+    case $j in torch-*) torch_job "${j#torch-}"; return ;; esac
+    [ -f "$work/$j.csr.h5" ] || { echo "no export $work/$j.csr.h5 (its prune failed?)" >&2; return 1; }
     # shellcheck disable=SC2086
     $B/deploy --quiet $deploy_args --chart none --json "$work/json/deploy-$j.json" "$work/$j.csr.h5" "$ds"
 }
 
-# torch_job MODEL: PyTorch's dense network on the weights of MODEL's first finished export
-# (waits up to 15 min for one; dense, so any of them gives the same times).
+# torch_job MODEL: PyTorch's dense network on the weights of one of MODEL's
+# exports (dense, so any of them gives the same times).
 torch_job() {
-    local model=$1 f t0=$SECONDS data=data/cifar-100-binary
+    local model=$1 f data=data/cifar-100-binary
     if [ "$ds" != cifar100 ]; then  # timing only: random test images (their accuracy means nothing)
         data=$work/random-test; mkdir -p "$data"
         [ -s "$data/test.bin" ] || head -c $((3074 * 10000)) /dev/urandom >"$data/test.bin"
     fi
-    while :; do
-        for f in "$work/done/$model"-*; do
-            [ -e "$f" ] || continue
-            python3 bench/dense_pytorch.py "$work/$(basename "$f").csr.h5" --data "$data" \
-                --json "$work/json/torch-$model.json"
-            return
-        done
-        [ $((SECONDS - t0)) -lt 900 ] || { echo "no finished export of $model"; return 1; }
-        sleep 5
+    for f in "$work/$model"-*.csr.h5; do
+        [ -e "$f" ] || break
+        python3 bench/dense_pytorch.py "$f" --data "$data" --json "$work/json/torch-$model.json"
+        return
     done
+    echo "no export of $model"; return 1
 }
 
 # summarise: the JSON summaries and logs (tarball) and the markdown table into $out.
@@ -132,6 +138,9 @@ for m in "${models[@]}"; do  # each model's PyTorch job right after its own: a r
     for u in "${uniform[@]}"; do p=${u%@*}; jobs+=("$m-$(pattern_tag "$p")-${u#*@}"); done
     jobs+=("torch-$m")
 done
-echo "pattern_table: ${#jobs[@]} jobs on $ngpu GPU(s), work in $work"
+pjobs=()
+for j in "${jobs[@]}"; do case $j in torch-*) ;; *) pjobs+=("prune-$j") ;; esac; done
+echo "pattern_table: ${#pjobs[@]} prunes, $pper per GPU, then ${#jobs[@]} deploys one per GPU, on $ngpu GPU(s), work in $work"
+GQ_SLOTS=$pper gq_run "$work" "$ngpu" summarise prune_job "${pjobs[@]}"
 gq_run "$work" "$ngpu" summarise run_job "${jobs[@]}"
 cat "$out/pattern-table.md"
