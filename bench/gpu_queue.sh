@@ -16,7 +16,10 @@
 #   gq_run WORK NGPU SUMMARY_FN RUN_FN JOB...
 #
 # RUN_FN JOB runs one job with CUDA_VISIBLE_DEVICES set and OMP_NUM_THREADS =
-# cores / NGPU, its output in WORK/logs/JOB.log. A job that returns 0 is
+# all cores for one worker, else cores / (2 x workers) (a whole share
+# oversubscribed the cores: two prunes at 16 threads each on 32 cores took
+# 150 s, at 8 threads 65-70 s; alone, 8 to 32 threads ran alike), its output
+# in WORK/logs/JOB.log. A job that returns 0 is
 # marked done (WORK/done/JOB) and skipped by later calls (REDO=1 runs every
 # job again), so a run longer than one device call goes on when the same
 # command runs again on the same machine. Past DEADLINE seconds of the
@@ -127,7 +130,7 @@ gq_run() {
     echo 0 >"$w/q.next"
     echo "# $(date -u +%FT%TZ) jobs: $*" >>"$w/logs/jobs.txt"
     ngpu=$((ngpu * ${GQ_SLOTS:-1}))
-    th=$(($(nproc) / ngpu))
+    th=$(($(nproc) / ngpu / (ngpu > 1 ? 2 : 1)))
     [ "$th" -ge 1 ] || th=1
     for ((g = 0; g < ngpu; g++)); do gq_worker "$g" "$w" "$th" "$fn" & pids+=($!); done
     while gq_running "${pids[@]}"; do
