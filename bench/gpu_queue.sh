@@ -118,7 +118,7 @@ gq_running() {
 # gq_run WORK NGPU SUMMARY_FN RUN_FN JOB...: the jobs not done yet over NGPU
 # workers (with GQ_SLOTS, NGPU x GQ_SLOTS of them).
 gq_run() {
-    local w=$1 ngpu=$2 summary=$3 fn=$4 j g th early=0 pids=()
+    local w=$1 ngpu=$2 summary=$3 fn=$4 j g th nw early=0 pids=()
     shift 4
     mkdir -p "$w/logs" "$w/done"
     rm -rf "$w/q.lock"
@@ -129,10 +129,10 @@ gq_run() {
     done
     echo 0 >"$w/q.next"
     echo "# $(date -u +%FT%TZ) jobs: $*" >>"$w/logs/jobs.txt"
-    ngpu=$((ngpu * ${GQ_SLOTS:-1}))
-    th=$(($(nproc) / ngpu / (ngpu > 1 ? 2 : 1)))
+    nw=$((ngpu * ${GQ_SLOTS:-1}))
+    th=$(($(nproc) / nw / (nw > 1 ? 2 : 1)))
     [ "$th" -ge 1 ] || th=1
-    for ((g = 0; g < ngpu; g++)); do gq_worker "$g" "$w" "$th" "$fn" & pids+=($!); done
+    for ((g = 0; g < nw; g++)); do gq_worker "$g" "$w" "$th" "$fn" & pids+=($!); done
     while gq_running "${pids[@]}"; do
         if [ $early = 0 ] && [ "$SECONDS" -ge "${DEADLINE:-540}" ]; then
             echo "gpu_queue: ${DEADLINE:-540} s passed: saving what is done (jobs go on)"

@@ -7,13 +7,17 @@ deploy-...json) with validation / test top-1, deploy's mixed fp16 plan at batch
 graph of the same weights (torch-MODEL.json, bench/dense_pytorch.py) and the
 speedups against both; then, per model and sparsity, how far each pattern's
 test top-1 is from the unstructured model's and whether the 1.5x / 1.3x
-speedups of the acceptance hold.
+speedups of the acceptance hold. A job of several seeds (target written
+0.95s2, bench/pattern_table.sh SEEDS) is judged against the unstructured model
+of its own seed, and each pattern and target then gets its mean, best and
+worst gap over the seeds.
 
 Usage: bench/pattern_table.py DIR
 """
 import glob
 import os
 import re
+import statistics
 import sys
 
 from tablelib import dense_engine, fmt, load, num, ratio
@@ -29,6 +33,12 @@ def torch_ms(d, batch):
     return None
 
 
+def split_target(target):
+    """(target without its seed, seed or None): '0.95fs2' -> ('0.95f', '2')."""
+    m = re.fullmatch(r"(.*?)s([0-9]+)", target)
+    return (m.group(1), m.group(2)) if m else (target, None)
+
+
 def row(d, tag):
     """One job's figures (None where absent)."""
     model, pat, sp = tag.split("-", 2)
@@ -37,7 +47,9 @@ def row(d, tag):
     torch = load(os.path.join(d, f"torch-{model}.json"))
     mixed = dep.get("mixed_fp16") or {}
     eng = dense_engine(dep)
-    r = dict(model=model, pattern=p.get("pattern") or pat.replace("of", ":"), target=sp, sparsity=num(p.get("sparsity")),
+    target, seed = split_target(sp)
+    r = dict(model=model, pattern=p.get("pattern") or pat.replace("of", ":"), target=target, seed=seed,
+             sparsity=num(p.get("sparsity")),
              mac_sparsity=num(p.get("mac_sparsity")),
              val=num(p.get("val_accuracy")), test=num(p.get("test_accuracy")),
              engine_test=num(mixed.get("test_accuracy")), ms=num(mixed.get("batch_ms")),
@@ -50,12 +62,14 @@ def row(d, tag):
 
 
 def tags(d):
-    """Job tags with a prune summary in d, by model, sparsity, then PATTERN_ORDER."""
+    """Job tags with a prune summary in d, by model, sparsity, seed, allocation, then PATTERN_ORDER."""
     found = [re.sub(r"^prune-(.*)\.json$", r"\1", os.path.basename(p)) for p in glob.glob(os.path.join(d, "prune-*.json"))]
 
     def key(t):
         m, p, s = t.split("-", 2)
-        return (m, s, PATTERN_ORDER.index(p) if p in PATTERN_ORDER else len(PATTERN_ORDER), p)
+        target, seed = split_target(s)
+        return (m, target.rstrip("uf"), int(seed or 0), target,
+                PATTERN_ORDER.index(p) if p in PATTERN_ORDER else len(PATTERN_ORDER), p)
     return sorted((t for t in found if t.count("-") >= 2), key=key)
 
 
@@ -64,7 +78,8 @@ def markdown(rows):
            "| mixed b128 / b1 ms | dense engine b128 / b1 ms | PyTorch graph b128 / b1 ms | x engine b128 / b1 "
            "| x PyTorch b128 / b1 | sparse convs |", "|" + "---|" * 12]
     for r in rows:
-        out.append(f"| {r['model']} | {r['pattern']} | {r['target']} | {fmt(r['sparsity'], '.4f')} / "
+        target = r["target"] + (f" seed {r['seed']}" if r["seed"] else "")
+        out.append(f"| {r['model']} | {r['pattern']} | {target} | {fmt(r['sparsity'], '.4f')} / "
                    f"{fmt(r['mac_sparsity'], '.4f')} "
                    f"| {fmt(r['val'], '.2f')} / {fmt(r['test'], '.2f')} | {fmt(r['engine_test'], '.2f')} "
                    f"| {fmt(r['ms'], '.4f')} / {fmt(r['ms1'], '.4f')} | {fmt(r['dense'], '.4f')} / {fmt(r['dense1'], '.4f')} "
@@ -74,24 +89,57 @@ def markdown(rows):
     return out
 
 
+def gap(r, base):
+    """r's test top-1 minus that of the unstructured row of its model, sparsity (the weights' allocation,
+    also for a uniform row, target 'Xu', and a row with floors, 'Xf') and seed, or None."""
+    u = base.get((r["model"], r["target"].rstrip("uf"), r["seed"]))
+    return r["test"] - u["test"] if u and r["test"] is not None and u["test"] is not None else None
+
+
+def judged(rows):
+    """The rows judged against unstructured (all but the unstructured rows of the weights' allocation) and
+    the unstructured rows by (model, target, seed)."""
+    base = {(r["model"], r["target"], r["seed"]): r for r in rows if r["pattern"] == "unstructured"}
+    return [r for r in rows if r["pattern"] != "unstructured" or r["target"].endswith(("u", "f"))], base
+
+
 def verdicts(rows):
-    """Per row against the unstructured row of its model and sparsity (the weights' allocation, also for a
-    uniform row, target 'Xu', and a row with floors, 'Xf'): accuracy gap and the speedup bars."""
-    base = {(r["model"], r["target"]): r for r in rows if r["pattern"] == "unstructured"}
+    """Per row against the unstructured row of its model, sparsity and seed: accuracy gap and the speedup bars."""
+    todo, base = judged(rows)
     out = []
-    for r in rows:
-        if r["pattern"] == "unstructured" and not r["target"].endswith(("u", "f")):
-            continue
-        u = base.get((r["model"], r["target"].rstrip("uf")))
-        gap = r["test"] - u["test"] if u and r["test"] is not None and u["test"] is not None else None
+    for r in todo:
+        g = gap(r, base)
         fast = [v for v in (r["x_engine"], r["x_pt"]) if v is not None]
         fast1 = [v for v in (r["x_engine1"], r["x_pt1"]) if v is not None]
         b128 = "?" if len(fast) < 2 else ("yes" if min(fast) >= 1.5 else "no")
         b1 = "?" if len(fast1) < 2 else ("yes" if min(fast1) >= 1.3 else "no")
-        acc = "?" if gap is None else ("yes" if gap >= -1.0 else "no")
-        out.append(f"- {r['model']} {r['pattern']} at {r['target']}: test top-1 {fmt(gap, '+.2f')} vs unstructured "
+        acc = "?" if g is None else ("yes" if g >= -1.0 else "no")
+        seed = f" seed {r['seed']}" if r["seed"] else ""
+        out.append(f"- {r['model']} {r['pattern']} at {r['target']}{seed}: test top-1 {fmt(g, '+.2f')} vs unstructured "
                    f"(within 1 point: {acc}); batch 128 >= 1.5x over engine and PyTorch: {b128}; "
                    f"batch 1 >= 1.3x: {b1}")
+    return out
+
+
+def over_seeds(rows):
+    """Per model, pattern and target measured with two or more seeds: the mean, best and worst test gap to
+    unstructured (each seed against its own) and the mean batch-128 speedup over the engine."""
+    todo, base = judged(rows)
+    groups = {}
+    for r in todo:
+        g = gap(r, base)
+        if r["seed"] is not None and g is not None:
+            groups.setdefault((r["model"], r["pattern"], r["target"]), []).append((g, r["x_engine"]))
+    out = []
+    for (model, pattern, target), v in groups.items():
+        if len(v) < 2:
+            continue
+        gaps = [g for g, _ in v]
+        xs = [x for _, x in v if x is not None]
+        mean = statistics.mean(gaps)
+        out.append(f"- {model} {pattern} at {target}, {len(v)} seeds: test top-1 {mean:+.2f} on average vs unstructured "
+                   f"(best {max(gaps):+.2f}, worst {min(gaps):+.2f}; within 1 point on average: "
+                   f"{'yes' if mean >= -1.0 else 'no'}); batch 128 x engine {fmt(statistics.mean(xs) if xs else None, '.2f')}x")
     return out
 
 
@@ -106,6 +154,10 @@ def main():
     print("\n".join(markdown(rows)))
     print("\nAgainst the unstructured model of the same model and sparsity (acceptance bars; '?': not measured):")
     print("\n".join(verdicts(rows)) or "- no pattern rows")
+    seeds = over_seeds(rows)
+    if seeds:
+        print("\nOver the seeds:")
+        print("\n".join(seeds))
     return 0
 
 

@@ -30,8 +30,12 @@
 # the last call stopped; DEADLINE seconds in (540) the table so far goes to
 # OUT while the jobs go on. About 2 min of prune and 1-2 min of deploy per job
 # on an H100/H200: 16 jobs take ~8-10 min on four GPUs.
+# SEEDS="1 2 3 4" repeats every job with each seed (job names end in sN;
+# the table then adds each pattern's mean gap to unstructured over the
+# seeds): one seed can mislead by half a point either way. NODEPLOY=1 stops
+# after the prunes (accuracy only).
 # Env (defaults): MODELS, PATTERNS, SPARSITIES as above; UNIFORM (none);
-# PRUNES_PER_GPU (1); ITER (48) POP (8)
+# SEEDS (SEED); NODEPLOY (0); PRUNES_PER_GPU (1); ITER (48) POP (8)
 # BATCHES (10) SEED (1); WORK (/root/pattern); OUT (bench/out:
 # pattern-table.md and pattern-table.tar.gz); DATASET (cifar100); START_DIR
 # (/root: START_DIR/MODEL.h5 is the start model, trained with train's
@@ -43,7 +47,9 @@ cd "$(dirname "$0")/.."
 B=build/bin; ds=${DATASET:-cifar100}; out=${OUT:-bench/out}; work=${WORK:-/root/pattern}
 read -ra models <<<"${MODELS:-resnet18 vgg16}"; read -ra patterns <<<"${PATTERNS:-unstructured 8x1 16x8 2:4}"
 read -ra sparsities <<<"${SPARSITIES:-0.9 0.95}"; read -ra uniform <<<"${UNIFORM:-}"; read -ra train_args <<<"${TRAIN_ARGS:-}"
-pper=${PRUNES_PER_GPU:-1}; it=${ITER:-48}; pop=${POP:-8}; batches=${BATCHES:-10}; seed=${SEED:-1}; sdir=${START_DIR:-/root}
+pper=${PRUNES_PER_GPU:-1}; it=${ITER:-48}; pop=${POP:-8}; batches=${BATCHES:-10}; sdir=${START_DIR:-/root}
+read -ra seeds <<<"${SEEDS:-${SEED:-1}}"
+for sd in "${seeds[@]}"; do [[ $sd =~ ^[0-9]+$ ]] || { echo "SEEDS: $sd is not a number" >&2; exit 2; }; done
 deploy_args=${DEPLOY_ARGS:---precision fp16 --engine fp16}
 mkdir -p "$out" "$work/logs" "$work/json"
 gq_data "$ds" || exit 1
@@ -70,10 +76,11 @@ pattern_of() {
     esac
 }
 
-# prune_job prune-JOB: JOB's prune and export (JOB: MODEL-PATTERN-SPARSITY).
+# prune_job prune-JOB: JOB's prune and export (JOB: MODEL-PATTERN-SPARSITY[sSEED]).
 prune_job() {
-    local j=${1#prune-} model pat sp alloc=()
+    local j=${1#prune-} model pat sp seed=${seeds[0]} alloc=()
     IFS=- read -r model pat sp <<<"$j"
+    if [[ $sp =~ ^(.*)s([0-9]+)$ ]]; then sp=${BASH_REMATCH[1]}; seed=${BASH_REMATCH[2]}; fi
     pat=$(pattern_of "$pat")
     [ -n "$pat" ] || { echo "no pattern recorded for $j" >&2; return 1; }
     case $sp in
@@ -116,8 +123,8 @@ summarise() {
     tar czf "$out/pattern-table.tar.gz" -C "$work" json logs
     {
         python3 bench/pattern_table.py "$work/json"
-        printf '\nJobs (%s GPUs, %s iterations x %s batches, population %s, seed %s):\n' "$ngpu" "$it" "$batches" \
-            "$pop" "$seed"
+        printf '\nJobs (%s GPUs, %s iterations x %s batches, population %s, seeds %s):\n' "$ngpu" "$it" "$batches" \
+            "$pop" "${seeds[*]}"
         sed 's/^/- /' "$work/logs/jobs.txt"
     } >"$out/pattern-table.md"
 }
@@ -129,18 +136,23 @@ for m in "${models[@]}"; do  # the start models, trained at once, each on a GPU 
 done
 wait
 for m in "${models[@]}"; do [ -f "$sdir/$m.h5" ] || { echo "training $m failed: $(tail -n 3 "$work/logs/train-$m.log")" >&2; exit 1; }; done
+# seed_tag SEED: a job name's seed suffix (none with one seed).
+seed_tag() { if [ "${#seeds[@]}" -gt 1 ]; then echo "s$1"; fi; }
+
 jobs=()
 for m in "${models[@]}"; do  # each model's PyTorch job right after its own: a run cut short has whole models
-    for p in "${patterns[@]}"; do
-        case $p in */*) [ "${p%%/*}" = "$m" ] || continue; p=${p#*/} ;; esac
-        for s in "${sparsities[@]}"; do jobs+=("$m-$(pattern_tag "$p")-$s"); done
+    for sd in "${seeds[@]}"; do
+        for p in "${patterns[@]}"; do
+            case $p in */*) [ "${p%%/*}" = "$m" ] || continue; p=${p#*/} ;; esac
+            for s in "${sparsities[@]}"; do jobs+=("$m-$(pattern_tag "$p")-$s$(seed_tag "$sd")"); done
+        done
+        for u in "${uniform[@]}"; do p=${u%@*}; jobs+=("$m-$(pattern_tag "$p")-${u#*@}$(seed_tag "$sd")"); done
     done
-    for u in "${uniform[@]}"; do p=${u%@*}; jobs+=("$m-$(pattern_tag "$p")-${u#*@}"); done
     jobs+=("torch-$m")
 done
 pjobs=()
 for j in "${jobs[@]}"; do case $j in torch-*) ;; *) pjobs+=("prune-$j") ;; esac; done
 echo "pattern_table: ${#pjobs[@]} prunes, $pper per GPU, then ${#jobs[@]} deploys one per GPU, on $ngpu GPU(s), work in $work"
 GQ_SLOTS=$pper gq_run "$work" "$ngpu" summarise prune_job "${pjobs[@]}"
-gq_run "$work" "$ngpu" summarise run_job "${jobs[@]}"
+[ "${NODEPLOY:-0}" = 1 ] || gq_run "$work" "$ngpu" summarise run_job "${jobs[@]}"
 cat "$out/pattern-table.md"
