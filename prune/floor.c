@@ -7,51 +7,32 @@
 
 // --- parsing ------------------------------------------------------------------
 
-// Adds one PREFIX=X item (len characters at item) to fs.
-static int item_add(prune_floor_spec *fs, const char *item, size_t len, sc_err *err) {
-    if (len == 0) return sc_fail(err, "empty item (a stray comma?)");
-    const char *eq = memchr(item, '=', len);
-    if (!eq) return sc_fail(err, "no '=' in item '%.*s' (want PREFIX=X)", (int)len, item);
-    size_t plen = (size_t)(eq - item), vlen = len - plen - 1;
-    if (plen == 0) return sc_fail(err, "empty prefix in item '%.*s'", (int)len, item);
-    char num[64];
-    if (vlen == 0 || vlen >= sizeof num)
-        return sc_fail(err, "not a number in item '%.*s'", (int)len, item);
-    memcpy(num, eq + 1, vlen);
-    num[vlen] = 0;
+// Adds one PREFIX=X item (net_prefix_items' callback) to the prune_floor_spec ctx.
+static int item_add(void *ctx, const char *prefix, size_t plen, const char *value, sc_err *err) {
+    prune_floor_spec *fs = ctx;
     char *end;
-    double v = strtod(num, &end);
-    if (end == num || *end)
-        return sc_fail(err, "not a number in item '%.*s'", (int)len, item);
+    double v = strtod(value, &end);
+    if (!*value || end == value || *end)
+        return sc_fail(err, "not a number in item '%.*s=%s'", (int)plen, prefix, value);
     if (!(v >= 0.0 && v <= PRUNE_FLOOR_MAX))
-        return sc_fail(err, "floor outside [0, %g] in item '%.*s'", PRUNE_FLOOR_MAX, (int)len, item);
-    for (int k = 0; k < fs->n; k++)
-        if (strlen(fs->prefix[k]) == plen && !strncmp(fs->prefix[k], item, plen))
-            return sc_fail(err, "duplicate prefix '%.*s'", (int)plen, item);
+        return sc_fail(err, "floor outside [0, %g] in item '%.*s=%s'", PRUNE_FLOOR_MAX, (int)plen, prefix, value);
     char **p = realloc(fs->prefix, (size_t)(fs->n + 1) * sizeof *p);
     if (p) fs->prefix = p;
     double *x = realloc(fs->value, (size_t)(fs->n + 1) * sizeof *x);
     if (x) fs->value = x;
-    char *name = p && x ? strndup(item, plen) : NULL;
+    char *name = p && x ? strndup(prefix, plen) : NULL;
     if (!name) return sc_fail(err, "out of memory");
     fs->prefix[fs->n] = name;
     fs->value[fs->n++] = v;
     return 0;
 }
 
-// Splits SPEC at commas into items.
+// Parses SPEC's items (net_prefix_items: no bare item).
 int prune_floor_parse(const char *spec, prune_floor_spec *fs, sc_err *err) {
     memset(fs, 0, sizeof *fs);
-    if (!spec || !*spec) return sc_fail(err, "empty SPEC (want PREFIX=X[,PREFIX=X...])");
-    for (const char *p = spec;;) {
-        const char *c = strchr(p, ',');
-        size_t len = c ? (size_t)(c - p) : strlen(p);
-        if (item_add(fs, p, len, err)) {
-            prune_floor_spec_free(fs);
-            return -1;
-        }
-        if (!c) break;
-        p = c + 1;
+    if (net_prefix_items(spec, 0, item_add, fs, err)) {
+        prune_floor_spec_free(fs);
+        return -1;
     }
     return 0;
 }

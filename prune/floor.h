@@ -22,7 +22,7 @@ typedef struct {
 
 // Parses SPEC into fs; fails (message naming the item) on an item without
 // '=', an empty prefix, a value that is not a number or outside [0,
-// PRUNE_FLOOR_MAX], a duplicate prefix or an empty SPEC.
+// PRUNE_FLOOR_MAX], a prefix given twice or an empty SPEC (net_prefix_items).
 int prune_floor_parse(const char *spec, prune_floor_spec *fs, sc_err *err);
 // Frees what prune_floor_parse allocated and zeroes fs.
 void prune_floor_spec_free(prune_floor_spec *fs);

@@ -351,6 +351,43 @@ int net_prefix_unmatched(const net *nt, const char *const *prefix, int n) {
     return -1;
 }
 
+// 1 when the prefix of item (plen characters) is also that of an earlier
+// item of list (items before end).
+static int prefix_seen(const char *list, const char *end, const char *item, size_t plen) {
+    for (const char *p = list; p < end;) {
+        const char *c = strchr(p, ','), *eq = strchr(p, '=');
+        if (eq && (!c || eq < c) && (size_t)(eq - p) == plen && !strncmp(p, item, plen)) return 1;
+        if (!c) break;
+        p = c + 1;
+    }
+    return 0;
+}
+
+// Splits a per-layer list at commas and checks each item's shape before fn.
+int net_prefix_items(const char *spec, int bare, net_prefix_item_fn fn, void *ctx, sc_err *err) {
+    if (!spec || !*spec) return sc_fail(err, "empty list (want PREFIX=X[,PREFIX=X...])");
+    if (strlen(spec) >= NET_PREFIX_TEXT)
+        return sc_fail(err, "longer than %d characters (%.60s...)", NET_PREFIX_TEXT - 1, spec);
+    char buf[NET_PREFIX_TEXT];
+    int bares = 0;
+    for (const char *p = spec;;) {
+        const char *c = strchr(p, ',');
+        size_t len = c ? (size_t)(c - p) : strlen(p);
+        if (len == 0) return sc_fail(err, "empty item in '%s' (a stray comma?)", spec);
+        memcpy(buf, p, len);
+        buf[len] = '\0';
+        char *eq = strchr(buf, '=');
+        if (!eq && !bare) return sc_fail(err, "no '=' in item '%s' (want PREFIX=X)", buf);
+        if (!eq && bares++) return sc_fail(err, "more than one item without a prefix in '%s'", spec);
+        if (eq == buf) return sc_fail(err, "empty prefix in item '%s'", buf);
+        size_t plen = eq ? (size_t)(eq - buf) : 0;
+        if (eq && prefix_seen(spec, p, p, plen)) return sc_fail(err, "prefix '%.*s' given twice", (int)plen, p);
+        SC_TRY(fn(ctx, eq ? p : NULL, plen, eq ? eq + 1 : buf, err));
+        if (!c) return 0;
+        p = c + 1;
+    }
+}
+
 // Pointer to a tensor's values.
 float *net_tensor_data(const net *nt, int t) {
     const ptensor *p = &nt->tensors[t];

@@ -114,6 +114,19 @@ int net_prefix_longest(const char *name, const char *const *prefix, int n);
 // name of nt, -1 when each starts one.
 int net_prefix_unmatched(const net *nt, const char *const *prefix, int n);
 
+// One item of a per-layer list: PREFIX=VALUE (prefix, plen > 0) or, where
+// bare items are allowed, VALUE alone (prefix NULL, plen 0); value is
+// NUL-terminated. 0 or -1 (with a message in err).
+typedef int (*net_prefix_item_fn)(void *ctx, const char *prefix, size_t plen, const char *value,
+                                  sc_err *err);
+
+// Splits spec (PREFIX=VALUE[,PREFIX=VALUE...], at most NET_PREFIX_TEXT - 1
+// characters) at commas and hands each item to fn in order; fails naming the
+// item on an empty spec or item, an empty prefix, a prefix given twice, more
+// than one bare item, or, with bare 0, any bare item.
+#define NET_PREFIX_TEXT 512
+int net_prefix_items(const char *spec, int bare, net_prefix_item_fn fn, void *ctx, sc_err *err);
+
 // Pointer to a tensor's data (in param or buf) and, for trainable ones, its mask.
 float *net_tensor_data(const net *nt, int t);
 float *net_tensor_mask(const net *nt, int t);

@@ -60,40 +60,21 @@ static int parse_one(const char *s, sc_pattern_one *p, sc_err *err) {
     return 0;
 }
 
-// Parses one PREFIX=P item of a per-layer pattern into a new rule of p.
-static int parse_rule(char *item, char *eq, sc_pattern *p, sc_err *err) {
-    size_t plen = (size_t)(eq - item);
-    if (plen == 0 || plen >= SC_PATTERN_PREFIX)
-        return sc_fail(err, "item '%s': the prefix must have 1 to %d characters", item, SC_PATTERN_PREFIX - 1);
-    if (p->nrules == SC_PATTERN_RULES) return sc_fail(err, "more than %d prefixes (%s)", SC_PATTERN_RULES, item);
-    *eq = '\0';
-    for (int i = 0; i < p->nrules; i++)
-        if (!strcmp(p->prefix[i], item)) return sc_fail(err, "prefix '%s' given twice", item);
-    memcpy(p->prefix[p->nrules], item, plen + 1);
-    if (parse_one(eq + 1, &p->rule[p->nrules], NULL))
-        return sc_fail(err, "item '%s=%s': not unstructured, KxC, KxC+F or N:M", item, eq + 1);
+// Parses one item of a per-layer pattern (net_prefix_items' callback): a
+// PREFIX=P rule of the sc_pattern ctx, or the bare P of its default.
+static int parse_item(void *ctx, const char *prefix, size_t plen, const char *value, sc_err *err) {
+    sc_pattern *p = ctx;
+    if (!prefix) return parse_one(value, &p->dflt, err);
+    if (plen >= SC_PATTERN_PREFIX)
+        return sc_fail(err, "item '%.*s=%s': the prefix must have 1 to %d characters", (int)plen, prefix, value,
+                       SC_PATTERN_PREFIX - 1);
+    if (p->nrules == SC_PATTERN_RULES)
+        return sc_fail(err, "more than %d prefixes (%.*s)", SC_PATTERN_RULES, (int)plen, prefix);
+    memcpy(p->prefix[p->nrules], prefix, plen);
+    p->prefix[p->nrules][plen] = '\0';
+    if (parse_one(value, &p->rule[p->nrules], NULL))
+        return sc_fail(err, "item '%.*s=%s': not unstructured, KxC, KxC+F or N:M", (int)plen, prefix, value);
     p->nrules++;
-    return 0;
-}
-
-// Parses a per-layer list: PREFIX=P items and at most one bare P.
-static int parse_list(const char *s, sc_pattern *p, sc_err *err) {
-    char buf[SC_PATTERN_TEXT];
-    if (strlen(s) >= sizeof buf) return sc_fail(err, "longer than %d characters (%.60s...)", SC_PATTERN_TEXT - 1, s);
-    snprintf(buf, sizeof buf, "%s", s);
-    int bare = 0;
-    for (char *item = buf, *next; item; item = next) {
-        next = strchr(item, ',');
-        if (next) *next++ = '\0';
-        if (!*item) return sc_fail(err, "empty item in '%s'", s);
-        char *eq = strchr(item, '=');
-        if (eq) {
-            SC_TRY(parse_rule(item, eq, p, err));
-            continue;
-        }
-        if (bare++) return sc_fail(err, "more than one item without a prefix in '%s'", s);
-        SC_TRY(parse_one(item, &p->dflt, err));
-    }
     return 0;
 }
 
@@ -101,7 +82,7 @@ static int parse_list(const char *s, sc_pattern *p, sc_err *err) {
 int sc_pattern_parse(const char *s, sc_pattern *p, sc_err *err) {
     memset(p, 0, sizeof *p);
     if (!s) return 0;
-    if (strchr(s, ',') || strchr(s, '=')) return parse_list(s, p, err);
+    if (strchr(s, ',') || strchr(s, '=')) return net_prefix_items(s, 1, parse_item, p, err);
     return parse_one(s, &p->dflt, err);
 }
 

@@ -33,7 +33,7 @@ typedef enum { PAT_UNSTRUCTURED = 0, PAT_BLOCK = 1, PAT_NM = 2 } sc_pattern_kind
 // Most per-layer rules in one pattern, the longest prefix, the longest text.
 #define SC_PATTERN_RULES 16
 #define SC_PATTERN_PREFIX 48
-#define SC_PATTERN_TEXT 512
+#define SC_PATTERN_TEXT NET_PREFIX_TEXT
 
 // One pattern, as one layer is pruned on it.
 typedef struct {

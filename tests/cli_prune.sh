@@ -132,7 +132,7 @@ expect_fail "layer floor empty prefix" 2 '^prune: --layer-floor: empty prefix' $
 expect_fail "layer floor not a number" 2 '^prune: --layer-floor: not a number' $LFB --layer-floor fc1=x synthetic
 expect_fail "layer floor above 0.995" 2 '^prune: --layer-floor: floor outside' $LFB --layer-floor fc1=0.999 synthetic
 expect_fail "layer floor negative" 2 '^prune: --layer-floor: floor outside' $LFB --layer-floor fc1=-0.1 synthetic
-expect_fail "layer floor duplicate" 2 "^prune: --layer-floor: duplicate prefix 'fc1'" $LFB --layer-floor fc1=0.5,fc1=0.6 synthetic
+expect_fail "layer floor duplicate" 2 "^prune: --layer-floor: prefix 'fc1' given twice" $LFB --layer-floor fc1=0.5,fc1=0.6 synthetic
 expect_fail "layer floor no such layer" 2 "^prune: --layer-floor: prefix 'conv1' matches no prunable layer" \
     $LFB --layer-floor conv2=0.9,conv1=0.5 synthetic
 expect_fail "layer floor over budget" 2 '^prune: --layer-floor: .*need an overall sparsity of at least 0.7750' \

@@ -89,6 +89,41 @@ static void test_prefixes(tctx *t) {
     net_free(nt);
 }
 
+// net_prefix_items' callback: appends "prefix|value;" (prefix "-" for a bare item) to the char[256] ctx.
+static int record_item(void *ctx, const char *prefix, size_t plen, const char *value, sc_err *err) {
+    char *out = ctx;
+    size_t n = strlen(out);
+    snprintf(out + n, 256 - n, "%.*s|%s;", prefix ? (int)plen : 1, prefix ? prefix : "-", value);
+    return strcmp(value, "stop") ? 0 : sc_fail(err, "stopped at %s", value);
+}
+
+// The per-layer list splitter: items in order, bare items where allowed, and
+// each malformed list refused with its own message.
+static void test_prefix_items(tctx *t) {
+    sc_err err = {0};
+    char got[256] = "";
+    CHECK(t, net_prefix_items("layer1=0.9,layer1.0=a,16x8", 1, record_item, got, &err) == 0, "%s", err.msg);
+    CHECK(t, !strcmp(got, "layer1|0.9;layer1.0|a;-|16x8;"), "items: %s", got);
+    const char *bad[] = {"", "a=1,", ",a=1", "a=1,,b=2", "=1", "a=1,a=2", "x,y", "b=1,c=stop"};
+    const char *why[] = {"empty list", "empty item", "empty item", "empty item", "empty prefix",
+                         "prefix 'a' given twice", "more than one item", "stopped at stop"};
+    for (int k = 0; k < 8; k++) {
+        got[0] = 0;
+        CHECK(t, net_prefix_items(bad[k], 1, record_item, got, &err) != 0 && strstr(err.msg, why[k]),
+              "'%s' accepted or wrong message (%s)", bad[k], err.msg);
+    }
+    got[0] = 0;
+    CHECK(t, net_prefix_items("a=1,b", 0, record_item, got, &err) != 0 && strstr(err.msg, "no '=' in item 'b'"),
+          "a bare item where none may be: %s", err.msg);
+    CHECK(t, net_prefix_items("ab=1,a=2", 0, record_item, got, &err) == 0, "a prefix of another: %s", err.msg);
+    char longer[NET_PREFIX_TEXT + 8];
+    memset(longer, 'a', sizeof longer - 1);
+    longer[sizeof longer - 1] = 0;
+    longer[1] = '=';
+    CHECK(t, net_prefix_items(longer, 0, record_item, got, &err) != 0 && strstr(err.msg, "longer than"),
+          "an over-long list: %s", err.msg);
+}
+
 // Shapes of a custom description with stride, padding and pooling.
 static void test_shapes(tctx *t) {
     sc_err err = {0};
@@ -179,6 +214,7 @@ int main(void) {
     RUN(&t, test_resnet_wiring);
     RUN(&t, test_prunable);
     RUN(&t, test_prefixes);
+    RUN(&t, test_prefix_items);
     RUN(&t, test_shapes);
     RUN(&t, test_bad_desc);
     RUN(&t, test_init);

@@ -307,7 +307,7 @@ static void test_floor_spec(tctx *t) {
     const char *bad[] = {"layer1", "=0.5", "a=", "a=x", "a=0.5x", "a=1", "a=-0.1", "a=0.996",
                          "a=0.1,a=0.2", "a=0.1,", "", "a=0.1,,b=0.2", "a=nan"};
     const char *why[] = {"'='", "empty prefix", "number", "number", "number", "outside", "outside",
-                         "outside", "duplicate", "empty item", "empty", "empty item", "outside"};
+                         "outside", "twice", "empty item", "empty", "empty item", "outside"};
     for (int k = 0; k < (int)(sizeof bad / sizeof *bad); k++) {
         err.msg[0] = 0;
         CHECK(t, prune_floor_parse(bad[k], &fs, &err) != 0 && strstr(err.msg, why[k]),
