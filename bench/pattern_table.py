@@ -7,7 +7,10 @@ deploy-...json) with validation / test top-1, deploy's mixed fp16 plan at batch
 graph of the same weights (torch-MODEL.json, bench/dense_pytorch.py) and the
 speedups against both; then, per model and sparsity, how far each pattern's
 test top-1 is from the unstructured model's and whether the 1.5x / 1.3x
-speedups of the acceptance hold. A job of several seeds (target written
+speedups of the acceptance hold, whether every block-sparse layer at >= 90%
+runs faster than its cuDNN conv alone (deploy's per-layer times; rows of one
+KxC pattern), and how deploy's accuracy compares with prune's and the CPU
+reference's. A job of several seeds (target written
 0.95s2, bench/pattern_table.sh SEEDS) is judged against the unstructured model
 of its own seed, and each pattern and target then gets its mean, best and
 worst gap over the seeds.
@@ -39,6 +42,23 @@ def split_target(target):
     return (m.group(1), m.group(2)) if m else (target, None)
 
 
+def layer_bar(dep, pattern):
+    """(block layers at >= 90%, the slowest one's name, its cuDNN / block-kernel time ratio) from deploy's
+    per-layer times, for a row whose every pruned layer has the block pattern (KxC); None otherwise."""
+    if not re.fullmatch(r"[0-9]+x[0-9]+", pattern or ""):
+        return None
+    sp = {l.get("name"): num(l.get("sparsity")) for l in dep.get("layers", [])}
+    n, worst = 0, None
+    for l in (dep.get("mixed_fp16") or {}).get("layers", []):
+        x = ratio(num(l.get("cudnn_ms")), num(l.get("sparse_ms")))
+        if (sp.get(l.get("name")) or 0) < 0.9 or x is None:
+            continue
+        n += 1
+        if worst is None or x < worst[1]:
+            worst = (l.get("name"), x)
+    return (n, *worst) if worst else (0, None, None)
+
+
 def row(d, tag):
     """One job's figures (None where absent)."""
     model, pat, sp = tag.split("-", 2)
@@ -55,7 +75,9 @@ def row(d, tag):
              engine_test=num(mixed.get("test_accuracy")), ms=num(mixed.get("batch_ms")),
              ms1=num(mixed.get("batch1_ms")), dense=num(eng.get("batch_ms")), dense1=num(eng.get("batch1_ms")),
              pt=torch_ms(torch, dep.get("batch") or 128), pt1=torch_ms(torch, 1),
-             block_layers=mixed.get("sparse_layers"))
+             block_layers=mixed.get("sparse_layers"), agree=mixed.get("cpu_agreement_images"),
+             compared=mixed.get("cpu_compared_images"))
+    r["layer_bar"] = layer_bar(dep, r["pattern"]) if dep else None
     r["x_engine"], r["x_engine1"] = ratio(r["dense"], r["ms"]), ratio(r["dense1"], r["ms1"])
     r["x_pt"], r["x_pt1"] = ratio(r["pt"], r["ms"]), ratio(r["pt1"], r["ms1"])
     return r
@@ -117,8 +139,27 @@ def verdicts(rows):
         seed = f" seed {r['seed']}" if r["seed"] else ""
         out.append(f"- {r['model']} {r['pattern']} at {r['target']}{seed}: test top-1 {fmt(g, '+.2f')} vs unstructured "
                    f"(within 1 point: {acc}); batch 128 >= 1.5x over engine and PyTorch: {b128}; "
-                   f"batch 1 >= 1.3x: {b1}")
+                   f"batch 1 >= 1.3x: {b1}{layer_words(r['layer_bar'])}{deploy_words(r)}")
     return out
+
+
+def layer_words(bar):
+    """The per-layer bar in words ('' when not judged)."""
+    if bar is None:
+        return ""
+    n, name, x = bar
+    if n == 0:
+        return "; no block layer at >= 90%"
+    return (f"; block layers at >= 90%: {n}, each faster than its cuDNN conv: {'yes' if x > 1.0 else 'no'} "
+            f"(slowest {name} {x:.2f}x)")
+
+
+def deploy_words(r):
+    """deploy's test top-1 against prune's and its top-1 agreement with the CPU reference ('' without them)."""
+    if r["engine_test"] is None or r["test"] is None:
+        return ""
+    cpu = f", top-1 = CPU on {r['agree']} of {r['compared']}" if r["compared"] else ""
+    return f"; deploy test {r['engine_test'] - r['test']:+.2f} vs prune{cpu}"
 
 
 def over_seeds(rows):

@@ -3,7 +3,8 @@
 # judged against the unstructured row of its own seed (not another seed's),
 # a floors row ('0.95f') against unstructured at 0.95, and a pattern measured
 # with several seeds gets its mean, best and worst gap; a table of one seed
-# has no such summary.
+# has no such summary; the per-layer bar counts only layers at >= 90% and
+# names the slowest; deploy's accuracy is set against prune's and the CPU's.
 cd "$(dirname "$0")/.." || exit 1
 . tests/lib.sh
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
@@ -28,4 +29,15 @@ prune "$T/one" m-16x8-0.95 69.2
 out=$("$PY" bench/pattern_table.py "$T/one" 2>&1)
 grep -qF -- "- m 16x8 at 0.95: test top-1 -0.80 vs unstructured (within 1 point: yes)" <<<"$out" \
     && ! grep -q "Over the seeds" <<<"$out" && ok "one seed: a gap per row, no summary over seeds" || bad "one seed" "$out"
+cat >"$T/one/deploy-m-16x8-0.95.json" <<'J'
+{"layers": [{"name": "a", "sparsity": 0.95}, {"name": "b", "sparsity": 0.5}, {"name": "c", "sparsity": 0.92}],
+ "mixed_fp16": {"test_accuracy": 69.25, "cpu_agreement_images": 998, "cpu_compared_images": 1000,
+  "layers": [{"name": "a", "cudnn_ms": 0.02, "sparse_ms": 0.01}, {"name": "b", "cudnn_ms": 0.01, "sparse_ms": 0.05},
+             {"name": "c", "cudnn_ms": 0.02, "sparse_ms": 0.025}]}}
+J
+out=$("$PY" bench/pattern_table.py "$T/one" 2>&1)
+grep -qF "block layers at >= 90%: 2, each faster than its cuDNN conv: no (slowest c 0.80x)" <<<"$out" \
+    && ok "the per-layer bar: layers at >= 90% only, the slowest named" || bad "per-layer bar" "$out"
+grep -qF "deploy test +0.05 vs prune, top-1 = CPU on 998 of 1000" <<<"$out" && ok "deploy's accuracy against prune's and the CPU's" \
+    || bad "deploy's accuracy" "$out"
 summary
