@@ -28,8 +28,9 @@
 # MODEL), one per GPU at a time. Resumable: WORK keeps the models and
 # the jobs done, so the same command on the same (warm) machine goes on where
 # the last call stopped; DEADLINE seconds in (540) the table so far goes to
-# OUT while the jobs go on. About 2 min of prune and 1-2 min of deploy per job
-# on an H100/H200: 16 jobs take ~8-10 min on four GPUs.
+# OUT while the jobs go on. On two H200s (2026-11-28) a prune took 65-70 s
+# alone on its GPU and 96-181 s three to a GPU, a deploy 20-130 s: 18 jobs
+# took 6 min of prunes (PRUNES_PER_GPU=3) and 9 min of deploys.
 # SEEDS="1 2 3 4" repeats every job with each seed (job names end in sN;
 # the table then adds each pattern's mean gap to unstructured over the
 # seeds): one seed can mislead by half a point either way. NODEPLOY=1 stops
