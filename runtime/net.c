@@ -351,10 +351,10 @@ int net_prefix_unmatched(const net *nt, const char *const *prefix, int n) {
     return -1;
 }
 
-// 1 when the prefix of item (plen characters) is also that of an earlier
-// item of list (items before end).
-static int prefix_seen(const char *list, const char *end, const char *item, size_t plen) {
-    for (const char *p = list; p < end;) {
+// 1 when the prefix of item (its first plen characters) is also that of an
+// earlier item of list (item points into list).
+static int prefix_seen(const char *list, const char *item, size_t plen) {
+    for (const char *p = list; p < item;) {
         const char *c = strchr(p, ','), *eq = strchr(p, '=');
         if (eq && (!c || eq < c) && (size_t)(eq - p) == plen && !strncmp(p, item, plen)) return 1;
         if (!c) break;
@@ -381,7 +381,7 @@ int net_prefix_items(const char *spec, int bare, net_prefix_item_fn fn, void *ct
         if (!eq && bares++) return sc_fail(err, "more than one item without a prefix in '%s'", spec);
         if (eq == buf) return sc_fail(err, "empty prefix in item '%s'", buf);
         size_t plen = eq ? (size_t)(eq - buf) : 0;
-        if (eq && prefix_seen(spec, p, p, plen)) return sc_fail(err, "prefix '%.*s' given twice", (int)plen, p);
+        if (eq && prefix_seen(spec, p, plen)) return sc_fail(err, "prefix '%.*s' given twice", (int)plen, p);
         SC_TRY(fn(ctx, eq ? p : NULL, plen, eq ? eq + 1 : buf, err));
         if (!c) return 0;
         p = c + 1;

@@ -89,7 +89,7 @@ void sc_pattern_tag(const sc_pattern *p, char *out, size_t len);
 int sc_pattern_check_names(const sc_pattern *p, const net *nt, sc_err *err);
 
 // The geometry of conv/linear weight tensor t of nt under pattern p (the
-// rule of the longest prefix of its name, else p's own fields).
+// rule of the longest prefix of its name, else p->dflt).
 void sc_pattern_geom_of(const sc_pattern *p, const net *nt, int t, sc_pattern_geom *g);
 
 // Text of a layer's own pattern ("16x8", "4x8", "2:4", "unstructured") into out.

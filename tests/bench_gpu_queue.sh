@@ -41,18 +41,19 @@ gq_run "$T/w" 3 none job A B C >"$T/control" 2>&1
 b_after_a "$T/control" && bad "control" "B claimed after A without GQ_READY: $(cat "$T/control")" \
     || ok "without GQ_READY B holds a GPU while it waits (the test can tell)"
 
-# slot J: a job that counts the jobs running beside it (most seen in $T/most) and records its GPU.
+# slot J: a job that records how many jobs run beside it (one line each in $T/seen) and its GPU.
 slot() {
     mkdir -p "$T/running"; touch "$T/running/$1"
-    local n; n=$(find "$T/running" -type f | wc -l)
-    [ "$n" -le "$(cat "$T/most" 2>/dev/null || echo 0)" ] || echo "$n" >"$T/most"
-    sleep 1.5; rm -f "$T/running/$1"
+    sleep 1; find "$T/running" -type f | wc -l >>"$T/seen"
+    sleep 0.5; rm -f "$T/running/$1"
     echo "$CUDA_VISIBLE_DEVICES" >>"$T/slot-gpus"
 }
+# most: the most jobs any slot job saw at once.
+most() { sort -n "$T/seen" | tail -n 1; }
 GQ_SLOTS=2 gq_run "$T/s2" 2 none slot P Q R S >"$T/slots" 2>&1
-[ "$(cat "$T/most")" = 4 ] && [ "$(sort -u "$T/slot-gpus" | tr '\n' ' ')" = "0 1 " ] \
-    && ok "GQ_SLOTS=2: four jobs at once on GPUs 0 and 1" || bad "slots" "most $(cat "$T/most"), GPUs $(cat "$T/slot-gpus")"
-rm -f "$T/most" "$T/slot-gpus"
+[ "$(most)" = 4 ] && [ "$(sort -u "$T/slot-gpus" | tr '\n' ' ')" = "0 1 " ] \
+    && ok "GQ_SLOTS=2: four jobs at once on GPUs 0 and 1" || bad "slots" "most $(most), GPUs $(cat "$T/slot-gpus")"
+rm -f "$T/seen" "$T/slot-gpus"
 gq_run "$T/s1" 2 none slot P Q R S >"$T/slots1" 2>&1
-[ "$(cat "$T/most")" = 2 ] && ok "one slot: two jobs at once (the test can tell)" || bad "one slot" "most $(cat "$T/most")"
+[ "$(most)" = 2 ] && ok "one slot: two jobs at once (the test can tell)" || bad "one slot" "most $(most)"
 summary

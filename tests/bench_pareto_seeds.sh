@@ -8,8 +8,7 @@
 cd "$(dirname "$0")/.." || exit 1
 . tests/lib.sh
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
-PY=${PY:-/usr/bin/python3}
-if [ ! -x "$PY" ]; then echo "skip: no $PY"; SKIP=1; summary; exit; fi
+need_python
 # run DIR TAG TEST_TOP1 MS: one run's prune and deploy summaries.
 run() {
     mkdir -p "$1"

@@ -6,8 +6,7 @@
 cd "$(dirname "$0")/.." || exit 1
 . tests/lib.sh
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
-PY=${PY:-/usr/bin/python3}
-if [ ! -x "$PY" ]; then echo "skip: no $PY"; SKIP=1; summary; exit; fi
+need_python
 mkdir -p "$T/json" "$T/logs"
 echo '{"test_accuracy": 65.0, "layers": []}' >"$T/json/prune-F1.json"
 echo '{"test_accuracy": 66.5, "layers": [], "latency": {"target_ms": 0.2, "dense_predicted_ms": 0.3}}' \

@@ -8,8 +8,7 @@
 cd "$(dirname "$0")/.." || exit 1
 . tests/lib.sh
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
-PY=${PY:-/usr/bin/python3}
-if [ ! -x "$PY" ]; then echo "skip: no $PY"; SKIP=1; summary; exit; fi
+need_python
 mkdir -p "$T/seeds" "$T/one"
 # prune DIR TAG TEST: a prune summary with that test top-1.
 prune() { echo "{\"test_accuracy\": $3, \"val_accuracy\": $3}" >"$1/prune-$2.json"; }

@@ -37,6 +37,13 @@ py_check() {
     else bad "$1" "$out"; fi
 }
 
+# need_python: PY (default /usr/bin/python3) for a test of a bench script;
+# when it is missing the whole test is a skip (summary, exit).
+need_python() {
+    PY=${PY:-/usr/bin/python3}
+    if [ ! -x "$PY" ]; then echo "skip: no $PY"; SKIP=1; summary; exit; fi
+}
+
 # summary: print the closing line and return the status.
 summary() {
     echo "$(basename "$0"): $PASS passed, $FAIL failed, $SKIP skipped"
