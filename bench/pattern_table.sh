@@ -20,7 +20,8 @@
 # A sparsity written with a trailing 'u' (e.g. 0.95u) is every layer at least
 # that sparse (--min-layer-sparsity), not the weights' allocation; UNIFORM
 # lists such jobs as PATTERN@SPARSITY (e.g. "16x8@0.95u", or "16x8@0.95f"
-# for floors), beside the grid.
+# for floors; a MODEL/SPEC pattern as above, e.g.
+# "vgg16/conv2=16x8,conv3=16x8,8x1@0.95f"), beside the grid.
 # Jobs (bench/gpu_queue.sh), in two rounds: prune-MODEL-PATTERN-SPARSITY
 # (prune and export; ':' of N:M written 'of'), PRUNES_PER_GPU of them per GPU
 # at a time (nothing of theirs is timed); when all have ended,
@@ -147,7 +148,11 @@ for m in "${models[@]}"; do  # each model's PyTorch job right after its own: a r
             case $p in */*) [ "${p%%/*}" = "$m" ] || continue; p=${p#*/} ;; esac
             for s in "${sparsities[@]}"; do jobs+=("$m-$(pattern_tag "$p")-$s$(seed_tag "$sd")"); done
         done
-        for u in "${uniform[@]}"; do p=${u%@*}; jobs+=("$m-$(pattern_tag "$p")-${u#*@}$(seed_tag "$sd")"); done
+        for u in "${uniform[@]}"; do
+            p=${u%@*}
+            case $p in */*) [ "${p%%/*}" = "$m" ] || continue; p=${p#*/} ;; esac
+            jobs+=("$m-$(pattern_tag "$p")-${u#*@}$(seed_tag "$sd")")
+        done
     done
     jobs+=("torch-$m")
 done
