@@ -9,6 +9,7 @@
 #include "kernels/bsconv_direct_gpu.h"
 #include "kernels/bsconv_gpu.h"
 #include "kernels/bsconv_halo_gpu.h"
+#include "kernels/bsconv_vec_gpu.h"
 #include "kernels/device_gpu.h"
 #include "kernels/nhwc_ops_gpu.h"
 #include "kernels/ptx_gpu.h"
@@ -16,7 +17,8 @@
 using namespace nvcuda;
 
 static_assert(BSCONV_DIRECT_FIRST == BSCONV_GATHER_VARIANTS + BSH_VARIANTS, "halo variants follow the gather ones");
-static_assert(BSCONV_GPU_VARIANTS == BSCONV_DIRECT_FIRST + BSD_VARIANTS, "direct variants follow the halo ones");
+static_assert(BSCONV_VEC_FIRST == BSCONV_DIRECT_FIRST + BSD_VARIANTS, "direct variants follow the halo ones");
+static_assert(BSCONV_GPU_VARIANTS == BSCONV_VEC_FIRST + BSV_VARIANTS, "vector variants follow the direct ones");
 
 #define BSK_WARPS 4                 // warps per CTA
 #define BSK_THREADS (BSK_WARPS * 32)
@@ -39,6 +41,9 @@ struct bsconv_gpu {
     bsh_gpu h;                             // the halo kernel's weights
     uint32_t *dcodes;                      // device: the direct kernel's unit codes (NULL: it does not apply)
     char no_direct[120];                   // why not
+    int vk;                                // 1: the vector kernel applies (v uploaded)
+    char no_vec[120];                      // else why not
+    bsv_gpu v;                             // the vector kernel's weights
     bsconv_group *grp;                     // device (ngroups)
     uint32_t *cols;                        // device (ncols)
     void *vals;                            // device (ncols * np) of dt, fragment order
@@ -339,7 +344,9 @@ extern "C" int bsconv_gpu_run(const gpu_ctx *g, const bsconv_gpu *b, const void 
     if (z && b->win > 1) return sc_fail(err, "block-sparse conv: no residual with a pool");
     a.H = s->H, a.W = s->W, a.C = s->C, a.K = s->K, a.Po = b->Po, a.Qo = b->Qo, a.win = b->win;
     a.stride = s->stride, a.pad = s->pad, a.relu = s->relu;
-    if (b->variant >= BSCONV_DIRECT_FIRST && bsk_al4(x) && bsk_al4(y) && bsk_al4(z))
+    if (b->variant >= BSCONV_VEC_FIRST && bsk_al16(x) && bsk_al4(y) && bsk_al4(z))
+        return bsv_gpu_run(g, s, &b->v, b->dt, b->variant - BSCONV_VEC_FIRST, b->bias, x, z, y, err);
+    if (b->variant >= BSCONV_DIRECT_FIRST && b->variant < BSCONV_VEC_FIRST && bsk_al4(x) && bsk_al4(y) && bsk_al4(z))
         return bsd_gpu_run(g, s, &b->h, b->dcodes, b->dt, b->variant - BSCONV_DIRECT_FIRST, b->bias, x, z, y, err);
     if (b->variant >= BSCONV_GATHER_VARIANTS && b->variant < BSCONV_DIRECT_FIRST && bsk_al16(x) && bsk_al4(y) &&
         bsk_al4(z))
@@ -359,6 +366,12 @@ extern "C" int bsconv_gpu_run(const gpu_ctx *g, const bsconv_gpu *b, const void 
 extern "C" int bsconv_gpu_set_variant(const gpu_ctx *g, bsconv_gpu *b, int v, sc_err *err) {
     if (v < 0 || v >= BSCONV_GPU_VARIANTS)
         return sc_fail(err, "block-sparse conv: variant %d (0 to %d)", v, BSCONV_GPU_VARIANTS - 1);
+    if (v >= BSCONV_VEC_FIRST) {
+        if (!b->vk) return sc_fail(err, "block-sparse conv: no vector kernel: %s", b->no_vec);
+        SC_TRY(bsv_gpu_prepare(g, &b->s, b->dt, v - BSCONV_VEC_FIRST, err));
+        b->variant = v;
+        return 0;
+    }
     if (v >= BSCONV_DIRECT_FIRST) {
         if (!b->dcodes) return sc_fail(err, "block-sparse conv: no direct kernel: %s", b->no_direct);
         b->variant = v;
@@ -395,10 +408,13 @@ extern "C" int bsconv_gpu_variant_usable(const gpu_ctx *g, const bsconv_gpu *b, 
     return ok;
 }
 
-// The first halo variant that runs the layer, else the larger gather tile
-// when it still gives every SM two CTAs, else the smaller one.
+// The first halo variant that runs the layer, else the first vector one,
+// else the larger gather tile when it still gives every SM two CTAs, else
+// the smaller one.
 static int bsk_pick_variant(const gpu_ctx *g, const bsconv_gpu *b) {
     for (int v = BSCONV_GATHER_VARIANTS; b->halo && v < BSCONV_DIRECT_FIRST; v++)
+        if (bsconv_gpu_variant_usable(g, b, v, NULL, 0)) return v;
+    for (int v = BSCONV_VEC_FIRST; b->vk && v < BSCONV_GPU_VARIANTS; v++)
         if (bsconv_gpu_variant_usable(g, b, v, NULL, 0)) return v;
     const long long npq = (long long)b->s.n * b->Po * b->Qo * b->win * b->win;
     const long long rows = 2LL * BSK_WARPS * BSK_FM;
@@ -469,6 +485,18 @@ static int bsk_halo_create(const gpu_ctx *g, bsconv_gpu *b, const bsconv_shape *
     return rc;
 }
 
+// Builds and uploads the vector kernel's weights when that kernel applies.
+static int bsk_vec_create(const gpu_ctx *g, bsconv_gpu *b, const bsconv_shape *s, const bsconv_bsr *w,
+                          sc_err *err) {
+    if (!bsconv_vec_applies(s, w, b->no_vec, sizeof b->no_vec)) return 0;
+    bsconv_vpack p;
+    SC_TRY(bsconv_vpack_build(s, w, &p, err));
+    const int rc = bsv_gpu_upload(g, &p, b->dt, &b->v, err);
+    bsconv_vpack_free(&p);
+    b->vk = rc == 0;
+    return rc;
+}
+
 // Packs and uploads a layer.
 extern "C" bsconv_gpu *bsconv_gpu_create(const gpu_ctx *g, const bsconv_shape *s,
                                          const bsconv_bsr *w, const float *bias, gpu_dtype dt,
@@ -495,6 +523,7 @@ extern "C" bsconv_gpu *bsconv_gpu_create(const gpu_ctx *g, const bsconv_shape *s
                                : bsk_upload(g, b, &p, bias, err);
     bsconv_packed_free(&p);
     if (!rc) rc = bsk_halo_create(g, b, s, w, err);
+    if (!rc) rc = bsk_vec_create(g, b, s, w, err);
     if (!rc) rc = bsconv_gpu_set_variant(g, b, bsk_pick_variant(g, b), err);
     if (rc) {
         bsconv_gpu_free(b);
@@ -510,6 +539,15 @@ extern "C" double bsconv_gpu_macs(const bsconv_gpu *b) {
 
 // One line describing the layer.
 extern "C" void bsconv_gpu_describe(const bsconv_gpu *b, char *buf, size_t len) {
+    if (b->variant >= BSCONV_VEC_FIRST) {
+        const int v = b->variant - BSCONV_VEC_FIRST;
+        bsv_geom geo;
+        bsconv_vgeom_of(&b->s, bsv_tile_rows(v), &geo);
+        snprintf(buf, len, "block %dx%d, %d blocks, vector kernel: %d groups of 8 channels, %d k-steps, %s, tile %d "
+                 "image(s) x %d x %d pixels x %d groups per CTA", b->kb, b->cb, b->nblocks, b->v.ng, b->v.nsteps,
+                 b->dt == GDT_BF16 ? "bf16" : "fp16", geo.ti, geo.tr, geo.tq, BSV_WARPS * bsv_groups_per_warp(v));
+        return;
+    }
     if (b->variant >= BSCONV_DIRECT_FIRST) {
         const int v = b->variant - BSCONV_DIRECT_FIRST;
         const int ks = bsd_unit_share(v);
@@ -553,5 +591,6 @@ extern "C" void bsconv_gpu_free(bsconv_gpu *b) {
     cudaFree(b->bias);
     bsh_gpu_free(&b->h);
     cudaFree(b->dcodes);
+    bsv_gpu_free(&b->v);
     free(b);
 }

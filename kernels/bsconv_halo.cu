@@ -613,22 +613,16 @@ extern "C" int bsh_gpu_run(const gpu_ctx *g, const bsconv_shape *s, const bsh_gp
 
 // --- upload -------------------------------------------------------------------------------
 
-// A device copy of n bytes of h at *dst (at least 16 bytes allocated).
-static int bsh_put(void **dst, const void *h, size_t n, sc_err *err) {
-    cudaCheck(err, cudaMalloc(dst, n ? n : 16));
-    return n ? gpu_upload(*dst, h, n, err) : 0;
-}
-
 // Uploads h's remainder (none: nothing), its weights narrowed to dt.
 static int bsh_rem_upload(const gpu_ctx *g, const bsconv_hpack *h, gpu_dtype dt, bsh_gpu *d, sc_err *err) {
     d->nrem = h->nrem;
     if (!h->nrem) return 0;
     const size_t ns = (size_t)h->ngroups * h->nchunks * h->np + 1, n = (size_t)h->nrem;
-    SC_TRY(bsh_put((void **)&d->rstart, h->rstart, ns * sizeof *h->rstart, err));
-    SC_TRY(bsh_put((void **)&d->rcode, h->rcode, n * sizeof *h->rcode, err));
+    SC_TRY(gpu_new_upload((void **)&d->rstart, h->rstart, ns * sizeof *h->rstart, err));
+    SC_TRY(gpu_new_upload((void **)&d->rcode, h->rcode, n * sizeof *h->rcode, err));
     cudaCheck(err, cudaMalloc(&d->rvals, n * 2));
     float *tmp = NULL;
-    int rc = bsh_put((void **)&tmp, h->rvals, n * sizeof *h->rvals, err);
+    int rc = gpu_new_upload((void **)&tmp, h->rvals, n * sizeof *h->rvals, err);
     if (!rc) rc = nhwc_from_f32_gpu(g, dt, n, tmp, d->rvals, err);
     const cudaError_t e = cudaStreamSynchronize(g->stream);
     cudaFree(tmp);
@@ -644,13 +638,13 @@ extern "C" int bsh_gpu_upload(const gpu_ctx *g, const bsconv_hpack *h, gpu_dtype
     d->full = 1;
     for (int g = 0; g < h->ngroups; g++) d->full &= h->nk[g] == h->np && h->k0[g] == g * h->np;
     const size_t ng = (size_t)h->ngroups, nv = (size_t)h->nunits * h->nf * BSH_FRAG_VALS;
-    SC_TRY(bsh_put((void **)&d->k0, h->k0, ng * sizeof *h->k0, err));
-    SC_TRY(bsh_put((void **)&d->nk, h->nk, ng * sizeof *h->nk, err));
-    SC_TRY(bsh_put((void **)&d->ustart, h->ustart, (ng * h->nchunks + 1) * sizeof *h->ustart, err));
-    SC_TRY(bsh_put((void **)&d->units, h->units, ((size_t)h->nunits + 1) * sizeof *h->units, err));
+    SC_TRY(gpu_new_upload((void **)&d->k0, h->k0, ng * sizeof *h->k0, err));
+    SC_TRY(gpu_new_upload((void **)&d->nk, h->nk, ng * sizeof *h->nk, err));
+    SC_TRY(gpu_new_upload((void **)&d->ustart, h->ustart, (ng * h->nchunks + 1) * sizeof *h->ustart, err));
+    SC_TRY(gpu_new_upload((void **)&d->units, h->units, ((size_t)h->nunits + 1) * sizeof *h->units, err));
     float *tmp = NULL;
     cudaCheck(err, cudaMalloc(&d->vals, nv ? nv * 2 : 16));
-    int rc = nv ? bsh_put((void **)&tmp, h->vals, nv * sizeof *h->vals, err) : 0;
+    int rc = nv ? gpu_new_upload((void **)&tmp, h->vals, nv * sizeof *h->vals, err) : 0;
     if (!rc && nv) rc = nhwc_from_f32_gpu(g, dt, nv, tmp, d->vals, err);
     const cudaError_t e = cudaStreamSynchronize(g->stream);
     cudaFree(tmp);

@@ -75,6 +75,12 @@ extern "C" int gpu_upload(void *dst, const void *src, size_t bytes, sc_err *err)
     return 0;
 }
 
+// *dst = a new device buffer (16 bytes when bytes is 0) holding src[0, bytes).
+extern "C" int gpu_new_upload(void **dst, const void *src, size_t bytes, sc_err *err) {
+    cudaCheck(err, cudaMalloc(dst, bytes ? bytes : 16));
+    return gpu_upload(*dst, src, bytes, err);
+}
+
 // dst = src element by element.
 template <typename S, typename D>
 __global__ void convert_kernel(size_t n, const S *src, D *dst) {

@@ -106,6 +106,10 @@ void gpu_ctx_free(gpu_ctx *g);
 // non-blocking stream (every gpu_ctx's) do not wait for it.
 int gpu_upload(void *dst, const void *src, size_t bytes, sc_err *err);
 
+// *dst = a new device buffer (16 bytes when bytes is 0) holding src[0,
+// bytes), complete on return; the caller frees it (also on failure).
+int gpu_new_upload(void **dst, const void *src, size_t bytes, sc_err *err);
+
 // dst (n) [ddt] = src (n) [sdt], converted through fp32 (fp32, fp16, bf16; rounds to nearest).
 int gpu_convert(const gpu_ctx *g, size_t n, gpu_dtype sdt, const void *src, gpu_dtype ddt,
                 void *dst, sc_err *err);

@@ -564,6 +564,14 @@ static void hybrid_split(double sp, double f, double *block_sp, double *density)
     *density = (1.0 - sp) * f / *block_sp;
 }
 
+// The block KxC of the environment's BLOCK (e.g. "8x1") into c, when set and well formed.
+static void block_from_env(bsc_case *c) {
+    const char *b = getenv("BLOCK");
+    int kb, cb;
+    char end;
+    if (b && sscanf(b, "%dx%d%c", &kb, &cb, &end) == 2 && kb > 0 && cb > 0) c->kb = kb, c->cb = cb;
+}
+
 // The --time mode: resnet18's and vgg16's layer shapes at batch 128 (three
 // with a residual add), blocks 16x8 at 90% and 95% and the hybrid 16x8+0.2
 // at 95% (and 8x1 on the first), fp16 (and bf16 on the first);
@@ -588,6 +596,7 @@ static void time_all(tctx *t, env *e, const char *only, double only_sp, int only
             const gpu_dtype dt = d ? GDT_BF16 : GDT_F16;
             const time_shape *h = &SH[i];
             bsc_case c = {128, h->C, h->HW, h->HW, h->K, h->R, h->R, h->stride, h->pad, 16, 8, 0.0, 0, 1, h->res, 1, h->pool};
+            if (only) block_from_env(&c);
             printf("layer %s: n 128, C %d, %dx%d, K %d, %dx%d, stride %d%s%s\n", h->name, h->C, h->HW, h->HW, h->K,
                    h->R, h->R, h->stride, h->pool ? ", 2x2 max pool (dense: without)" : "",
                    h->res ? ", residual add" : "");
@@ -623,7 +632,8 @@ int main(int argc, char **argv) {
         (argc >= 5 && timing && (only_v < -1 || only_v >= BSCONV_GPU_VARIANTS)) || !(only_f >= 0.0 && only_f < 1.0)) {
         fprintf(stderr, "usage: gpu_test_bsconv [--time [LAYER [SPARSITY [V [F]]]] | --variant V]  (LAYER e.g. "
                         "r18-64x32, SPARSITY in (0, 1); V: kernel variant V only, 0 to %d, -1 every one; F in [0, 1): "
-                        "a hybrid layer whose single weights are that share of the kept ones)\n",
+                        "a hybrid layer whose single weights are that share of the kept ones; BLOCK=KxC in the environment: "
+                        "LAYER's blocks, 16x8 when unset)\n",
                 BSCONV_GPU_VARIANTS - 1);
         return 2;
     }

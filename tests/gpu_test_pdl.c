@@ -34,10 +34,10 @@ typedef struct {
     size_t n;           // elements per buffer
 } chain;
 
-// A kernel variant for layer k that mixes the gather, halo and direct kernels
-// (the layer's own pick where the wanted one does not run it).
+// A kernel variant for layer k that mixes the gather, halo, direct and vector
+// kernels (the layer's own pick where the wanted one does not run it).
 static int chain_variant(chain *c, int k) {
-    const int want[NL] = {0, -1, 3, BSCONV_GPU_VARIANTS - 1};
+    const int want[NL] = {0, -1, BSCONV_VEC_FIRST - 1, BSCONV_GPU_VARIANTS - 1};
     if (want[k] >= 0 && bsconv_gpu_variant_usable(&c->g, c->b[k], want[k], NULL, 0)) return want[k];
     return bsconv_gpu_variant(c->b[k]);
 }

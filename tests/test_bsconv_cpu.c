@@ -18,6 +18,7 @@
 #include "kernels/bsconv.h"
 #include "kernels/bsconv_direct.h"
 #include "kernels/bsconv_halo.h"
+#include "kernels/bsconv_vec.h"
 #include "tests/bsconv_cases.h"
 #include "tests/check.h"
 
@@ -48,14 +49,28 @@ static const bsc_case CASES[] = {
     {4, 16, 3, 3, 8, 1, 1, 1, 0, 8, 16, 0.0, 0, 1, 0, 1, 0},    // cb 16, dense
     {2, 32, 13, 11, 16, 3, 3, 2, 1, 16, 8, 0.5, 0, 1, 0, 0, 2}, // stride 2 and a pool
     {3, 24, 9, 11, 16, 1, 1, 2, 0, 8, 8, 0.5, 0, 1, 1, 0, 0},   // 1x1 stride 2, odd plane, residual
+    {2, 32, 9, 9, 24, 3, 3, 1, 1, 8, 1, 0.9, 1, 1, 1, 1, 0},    // 8x1, an empty row, residual
+    {1, 16, 10, 6, 16, 3, 3, 1, 1, 8, 2, 0.5, 0, 1, 0, 1, 2},   // 8x2 and a 2x2 pool
+    {5, 8, 3, 2, 40, 3, 3, 1, 1, 8, 1, 0.99, 0, 0, 1, 0, 0},    // a tiny plane, many images per tile
 };
 #define NCASES ((int)(sizeof CASES / sizeof CASES[0]))
 
 // Which walk a comparison runs: the reference, the gather kernel's packed
 // layout, the halo kernel's loops with 32-, 64- or 128-pixel tiles, then
 // 32-pixel tiles with the chunks split in two and in one slice per chunk,
-// and the direct kernel's loops.
-enum { WALK_REF, WALK_PACKED, WALK_HALO32, WALK_HALO64, WALK_HALO128, WALK_SPLIT2, WALK_SPLITALL, WALK_DIRECT };
+// the direct kernel's loops, and the vector kernel's with 16-, 32- or 64-pixel tiles.
+enum { WALK_REF, WALK_PACKED, WALK_HALO32, WALK_HALO64, WALK_HALO128, WALK_SPLIT2, WALK_SPLITALL, WALK_DIRECT,
+       WALK_VEC16, WALK_VEC32, WALK_VEC64 };
+
+// The vector kernel's loops with tiles of at most tm pixels; 1 when the kernel does not apply.
+static int run_vec(const bsc_layer *L, int tm, float *y, sc_err *err) {
+    if (!bsconv_vec_applies(&L->s, &L->w, NULL, 0)) return 1;
+    bsconv_vpack p;
+    SC_TRY(bsconv_vpack_build(&L->s, &L->w, &p, err));
+    const int rc = bsconv_vec_forward_cpu(&L->s, &p, tm, L->bias, L->x, L->z, y, err);
+    bsconv_vpack_free(&p);
+    return rc;
+}
 
 // The direct kernel's loops; 1 when the kernel does not apply.
 static int run_direct(const bsc_layer *L, float *y, sc_err *err) {
@@ -87,6 +102,7 @@ static int run_walk(const bsc_layer *L, int walk, float *y, sc_err *err) {
         return 0;
     }
     if (walk == WALK_DIRECT) return run_direct(L, y, err);
+    if (walk >= WALK_VEC16) return run_vec(L, 16 << (walk - WALK_VEC16), y, err);
     if (walk == WALK_SPLIT2 || walk == WALK_SPLITALL) return run_halo(L, 32, walk == WALK_SPLIT2 ? 2 : 0, y, err);
     if (walk >= WALK_HALO32) return run_halo(L, 32 << (walk - WALK_HALO32), 1, y, err);
     bsconv_packed pk;
@@ -172,6 +188,48 @@ static void test_direct_vs_dense(tctx *t) {
     int n = 0;
     check_walk(t, WALK_DIRECT, &n);
     CHECK(t, n == 11, "the direct walk ran %d cases (11 apply)", n);
+}
+
+// The vector kernel's loops, in C, against the dense conv, three tile sizes;
+// the kernel applies to the cases with blocks of 8k output channels, C a
+// multiple of 8 and no 4x4 pool.
+static void test_vec_vs_dense(tctx *t) {
+    for (int w = WALK_VEC16; w <= WALK_VEC64; w++) {
+        int n = 0;
+        check_walk(t, w, &n);
+        CHECK(t, n == 18, "the vector walk ran %d cases (18 apply)", n);
+    }
+}
+
+// The vector tiles cover the y plane: over all tiles and rows, each y pixel
+// is written by exactly pool^2 rows (a whole window), rows stay within tm and
+// every read of a row's window (any tap, any channel) stays in the window.
+static void test_vec_tiles(tctx *t) {
+    const bsconv_shape shapes[] = {
+        {128, 64, 32, 32, 64, 3, 3, 1, 1, 1, 0}, {128, 64, 32, 32, 128, 3, 3, 2, 1, 1, 0},
+        {128, 512, 4, 4, 512, 3, 3, 1, 1, 1, 0}, {7, 24, 9, 11, 16, 3, 3, 1, 1, 1, 2},
+        {5, 16, 2, 3, 8, 3, 3, 1, 1, 0, 2},      {3, 8, 13, 7, 8, 1, 1, 2, 0, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int tm = 16; tm <= 64; tm *= 2) {
+            bsv_geom g;
+            bsconv_vgeom_of(&shapes[i], tm, &g);
+            const size_t ny = (size_t)g.n * g.Po * g.Qo;
+            int *hits = calloc(ny, sizeof *hits), bad = g.tm > tm || g.tm < 1;
+            const long long win = (long long)g.ti * g.hr * g.hw * g.ldc;
+            const uint32_t last = (uint32_t)(g.C - 1) | (uint32_t)(g.S - 1) << 16 | (uint32_t)(g.R - 1) << 24;
+            for (int tt = 0; tt < g.nti * g.ntr * g.ntq; tt++)
+                for (int m = 0; m < tm; m++) {
+                    int base, out;
+                    bsv_row(&g, tt, m, &base, &out);
+                    if (out < 0) continue;
+                    hits[out]++;
+                    bad |= m >= g.tm || base + bsv_off(&g, last) >= win;
+                }
+            for (size_t o = 0; o < ny; o++) bad |= hits[o] != g.pool * g.pool;
+            CHECK(t, !bad, "shape %zu, tiles of %d: a y pixel missed or written twice, or a read past the window", i, tm);
+            free(hits);
+        }
 }
 
 // The direct codes keep each unit's tap and put its chunk into the channel:
@@ -415,6 +473,8 @@ int main(void) {
     RUN(&t, test_halo_split_vs_dense);
     RUN(&t, test_direct_vs_dense);
     RUN(&t, test_direct_codes);
+    RUN(&t, test_vec_vs_dense);
+    RUN(&t, test_vec_tiles);
     RUN(&t, test_split_range);
     RUN(&t, test_halo_tiles);
     RUN(&t, test_pack_layout);

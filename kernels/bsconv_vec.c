@@ -1,0 +1,146 @@
+// The vector layout of the block-sparse convolution: applicability, tile
+// geometry, packing and the plain-C walk of the kernel (kernels/bsconv_vec.h).
+#include "kernels/bsconv_vec.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// 1 when the vector kernel can compute the layer, else 0 and why.
+int bsconv_vec_applies(const bsconv_shape *s, const bsconv_bsr *w, char *why, int len) {
+    const char *no = NULL;
+    int P, Q;
+    bsconv_out_size(s, &P, &Q);
+    if (w->kb % BSV_NG) no = "the block's output channels are not a multiple of 8";
+    else if (s->C % 8) no = "the input channels are not a multiple of 8";
+    else if (w->rem_indptr) no = "a hybrid layer's single weights run on the halo kernel only";
+    else if (s->pool > 2) no = "a pool wider than 2x2";
+    else if ((long long)s->n * s->H * s->W * s->C > INT_MAX || (long long)s->n * P * Q * s->K > INT_MAX)
+        no = "x or y past 31-bit indices";
+    if (no && why) snprintf(why, (size_t)len, "%s", no);
+    return !no;
+}
+
+// Largest multiple of m (>= m) at most v, or v itself when m is 1.
+static int down_to(int v, int m) { return v < m ? m : v / m * m; }
+
+// The geometry of layer s with tiles of at most tm_max pixel rows.
+void bsconv_vgeom_of(const bsconv_shape *s, int tm_max, bsv_geom *g) {
+    memset(g, 0, sizeof *g);
+    g->n = s->n, g->H = s->H, g->W = s->W, g->C = s->C, g->R = s->R, g->S = s->S;
+    g->stride = s->stride, g->pad = s->pad;
+    bsconv_out_size(s, &g->P, &g->Q);
+    bsconv_y_size(s, &g->Po, &g->Qo);
+    g->pool = s->pool == 2 ? 2 : 1;
+    g->cp = g->pool == 2 ? g->Po * 2 : g->P, g->cq = g->pool == 2 ? g->Qo * 2 : g->Q;
+    const int k = g->pool;  // tile sides are multiples of the pool, so no window straddles two tiles
+    g->tq = down_to(g->cq < tm_max / k ? g->cq : tm_max / k, k);
+    g->tr = down_to(g->cp < tm_max / g->tq ? g->cp : tm_max / g->tq, k);
+    g->ti = g->tr >= g->cp && g->tq >= g->cq ? tm_max / (g->tr * g->tq) : 1;
+    if (g->ti < 1) g->ti = 1;
+    if (g->ti > g->n) g->ti = g->n;
+    g->tm = g->ti * g->tr * g->tq;
+    g->hr = (g->tr - 1) * g->stride + g->R, g->hw = (g->tq - 1) * g->stride + g->S, g->ldc = g->C + 8;
+    g->nti = (g->n + g->ti - 1) / g->ti, g->ntr = (g->cp + g->tr - 1) / g->tr, g->ntq = (g->cq + g->tq - 1) / g->tq;
+}
+
+// Bytes of shared memory a CTA of geometry g needs.
+long long bsconv_vec_smem(const bsv_geom *g) {
+    return BSV_TABLE_BYTES + (long long)g->ti * g->hr * g->hw * g->ldc * 2;
+}
+
+// Frees the packed arrays.
+void bsconv_vpack_free(bsconv_vpack *p) {
+    free(p->gstart);
+    free(p->codes);
+    free(p->vals);
+    memset(p, 0, sizeof *p);
+}
+
+// Fills group g's k-steps from step st: the columns of block row i, channel slice j.
+static void pack_group(const bsconv_shape *s, const bsconv_bsr *w, int i, int j, int st, bsconv_vpack *p) {
+    int col = 0;
+    for (int b = w->indptr[i]; b < w->indptr[i + 1]; b++)
+        for (int cc = 0; cc < w->cb; cc++, col++) {
+            const int kc = w->indices[b] * w->cb + cc, tap = kc / s->C, c = kc % s->C;
+            const int step = st + col / BSV_KSTEP, k = col % BSV_KSTEP;
+            p->codes[step * BSV_KSTEP + k] = (uint32_t)c | (uint32_t)(tap % s->S) << 16 | (uint32_t)(tap / s->S) << 24;
+            for (int n = 0; n < BSV_NG; n++) {  // lane 4n + k % 8 / 2 holds (k, n) as element k % 2 + 2 (k / 8)
+                const int lane = n * 4 + (k % 8) / 2, e = (k & 1) + 2 * (k / 8);
+                p->vals[((size_t)step * 32 + lane) * 4 + e] = w->data[((size_t)b * w->kb + j * BSV_NG + n) * w->cb + cc];
+            }
+        }
+}
+
+// Builds the vector weights of a layer the kernel applies to.
+int bsconv_vpack_build(const bsconv_shape *s, const bsconv_bsr *w, bsconv_vpack *p, sc_err *err) {
+    memset(p, 0, sizeof *p);
+    SC_TRY(bsconv_check(s, w, err));
+    char why[120];
+    if (!bsconv_vec_applies(s, w, why, sizeof why)) return sc_fail(err, "block-sparse conv: vector kernel: %s", why);
+    const int per = w->kb / BSV_NG;
+    p->ng = s->K / BSV_NG;
+    p->gstart = calloc((size_t)p->ng + 1, sizeof *p->gstart);
+    if (!p->gstart) return sc_fail(err, "block-sparse conv: out of memory");
+    for (int g = 0; g < p->ng; g++) {
+        const int i = g / per, cols = (w->indptr[i + 1] - w->indptr[i]) * w->cb;
+        p->gstart[g + 1] = p->gstart[g] + (cols + BSV_KSTEP - 1) / BSV_KSTEP;
+    }
+    p->nsteps = p->gstart[p->ng];
+    p->codes = calloc((size_t)p->nsteps * BSV_KSTEP + 1, sizeof *p->codes);
+    p->vals = calloc((size_t)p->nsteps * 128 + 1, sizeof *p->vals);
+    if (!p->codes || !p->vals) {
+        bsconv_vpack_free(p);
+        return sc_fail(err, "block-sparse conv: out of memory");
+    }
+    for (int g = 0; g < p->ng; g++) pack_group(s, w, g / per, g % per, p->gstart[g], p);
+    return 0;
+}
+
+// Stages tile t's window of x into win (zeros outside the image), as the kernel does.
+static void walk_stage(const bsv_geom *g, int t, const float *x, float *win) {
+    const int npos = g->ti * g->hr * g->hw;
+    for (int pos = 0; pos < npos; pos++) {
+        const long long src = bsv_src(g, t, pos);
+        for (int c = 0; c < g->ldc; c++) win[(size_t)pos * g->ldc + c] = src >= 0 && c < g->C ? x[src + c] : 0.0f;
+    }
+}
+
+// Group gi's sum for the pixel at window base `base`, channel n of the group.
+static float walk_sum(const bsv_geom *g, const bsconv_vpack *p, int gi, int n, const float *win, int base) {
+    float acc = 0.0f;
+    for (int st = p->gstart[gi]; st < p->gstart[gi + 1]; st++)
+        for (int k = 0; k < BSV_KSTEP; k++) {
+            const int lane = n * 4 + (k % 8) / 2, e = (k & 1) + 2 * (k / 8);
+            acc += p->vals[((size_t)st * 32 + lane) * 4 + e] * win[base + bsv_off(g, p->codes[st * BSV_KSTEP + k])];
+        }
+    return acc;
+}
+
+// Runs the kernel's loops in plain C at tile size tm_max.
+int bsconv_vec_forward_cpu(const bsconv_shape *s, const bsconv_vpack *p, int tm_max, const float *bias,
+                           const float *x, const float *z, float *y, sc_err *err) {
+    bsv_geom g;
+    bsconv_vgeom_of(s, tm_max, &g);
+    float *win = malloc((size_t)(bsconv_vec_smem(&g) - BSV_TABLE_BYTES) / 2 * sizeof *win);
+    if (!win) return sc_fail(err, "block-sparse conv: out of memory");
+    const int ntiles = g.nti * g.ntr * g.ntq;
+    for (int t = 0; t < ntiles; t++) {
+        walk_stage(&g, t, x, win);
+        for (int m = 0; m < g.tm; m++) {
+            int base, out;
+            bsv_row(&g, t, m, &base, &out);
+            if (out < 0) continue;
+            for (int gi = 0; gi < p->ng; gi++)
+                for (int n = 0; n < BSV_NG; n++) {
+                    const int k = gi * BSV_NG + n;
+                    const size_t o = (size_t)out * s->K + k;
+                    const float v = bsconv_epi_cpu(s, walk_sum(&g, p, gi, n, win, base), bias, z, o, k);
+                    y[o] = g.pool == 2 && m % 4 ? (v > y[o] ? v : y[o]) : v;  // a window's first row writes
+                }
+        }
+    }
+    free(win);
+    return 0;
+}

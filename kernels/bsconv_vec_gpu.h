@@ -1,0 +1,53 @@
+// The vector kernel of the block-sparse convolution on the device
+// (kernels/bsconv_vec.h has the layout; kernels/bsconv.cu picks between it
+// and the other kernels per variant). GPU builds only.
+#ifndef SC_KERNELS_BSCONV_VEC_GPU_H
+#define SC_KERNELS_BSCONV_VEC_GPU_H
+
+#ifdef SC_HAVE_CUDA
+
+#include "kernels/common_gpu.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+#include "kernels/bsconv_vec.h"
+
+// Variants: tiles of at most 64, 32 or 16 pixel rows (v / 2), each of the
+// CTA's BSV_WARPS warps taking 1 or 4 groups of 8 output channels (v % 2):
+// more groups per CTA stage the window fewer times, fewer give more CTAs.
+#define BSV_VARIANTS 6
+#define BSV_WARPS 4
+
+// The layer's packed weights on the device.
+typedef struct {
+    int ng, nsteps;
+    int32_t *gstart, *k0, *nk;  // device (ng + 1), (ng), (ng): group g is channels 8g .. 8g + 7
+    uint32_t *codes;            // device (nsteps * 16)
+    void *vals;                 // device (nsteps * 128) of the layer's dtype
+} bsv_gpu;
+
+// Uploads p, the weights narrowed to dt on the device (complete on return). 0 or -1.
+int bsv_gpu_upload(const gpu_ctx *g, const bsconv_vpack *p, gpu_dtype dt, bsv_gpu *d, sc_err *err);
+
+// Frees the device arrays (a zeroed struct is fine).
+void bsv_gpu_free(bsv_gpu *d);
+
+// Pixel rows per tile (at most) and groups per warp of variant v.
+int bsv_tile_rows(int v);
+int bsv_groups_per_warp(int v);
+
+// Checks that variant v runs layer s on g's device (shared memory) and allows it. 0 or -1.
+int bsv_gpu_prepare(const gpu_ctx *g, const bsconv_shape *s, gpu_dtype dt, int v, sc_err *err);
+
+// Queues y = pool(act(conv(x) + bias [+ z])) with variant v (prepared) on
+// g's stream; x 16-byte aligned, y and z 4-byte aligned.
+int bsv_gpu_run(const gpu_ctx *g, const bsconv_shape *s, const bsv_gpu *d, gpu_dtype dt, int v,
+                const float *bias, const void *x, const void *z, void *y, sc_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif  // SC_HAVE_CUDA
+#endif
