@@ -29,12 +29,12 @@ nvidia-smi -L >/dev/null 2>&1 || { echo "kernel_profile: no GPU here; nothing pr
 [ -x "$gtb" ] || { echo "kernel_profile: no $gtb (build it: make CUDA_ARCH=90 $gtb)" >&2; exit 1; }
 mkdir -p "$out"; tag=$out/profile-$layer-$sp-v$v; [ "$f" = 0 ] || tag=$tag-f$f
 if ! ncu --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-        --section MemoryWorkloadAnalysis --section SchedulerStats -k 'regex:bs[hkdt]_kernel' -s "$skip" -c 1 \
+        --section MemoryWorkloadAnalysis --section SchedulerStats -k 'regex:bs[hkdtv]_kernel' -s "$skip" -c 1 \
         -f -o "$tag" "${run[@]}" >"$tag.log" 2>&1 || [ ! -s "$tag.ncu-rep" ]; then
     echo "kernel_profile: ncu failed; the end of $tag.log:" >&2; tail -n 5 "$tag.log" >&2; exit 1
 fi
 ncu -i "$tag.ncu-rep" --page details >"$tag.txt" 2>&1
-grep -E 'bs[hkdt]_kernel|Duration|Throughput|Registers Per Thread|Occupancy|Grid Size|Block Size|Shared Memory Config|Warp Cycles Per Issued|No Eligible' "$tag.txt" | head -n 30
+grep -E 'bs[hkdtv]_kernel|Duration|Throughput|Registers Per Thread|Occupancy|Grid Size|Block Size|Shared Memory Config|Warp Cycles Per Issued|No Eligible' "$tag.txt" | head -n 30
 echo "largest stall reasons (warp cycles per issued instruction):"
 ncu -i "$tag.ncu-rep" --page raw 2>/dev/null | awk '/smsp__average_warps_issue_stalled_.*_per_issue_active.ratio/ {
     n = $1; sub(/^smsp__average_warps_issue_stalled_/, "", n); sub(/_per_issue_active.ratio$/, "", n); print $NF, n }' |
