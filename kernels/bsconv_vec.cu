@@ -30,13 +30,30 @@ struct bsv_args {
 
 // Stages tile t's window into win: each position's C channels by 16-byte
 // copies at a stride of ldc elements, zeros outside the image and the batch.
+// Warp w takes window rows w, w + BSV_WARPS, ... (one image row each, whose
+// hw positions are contiguous in x); its lanes walk the row's 16-byte slots
+// 32 at a time by additions only (position xx, slot j; a division per slot
+// was most of a nearly empty layer's time).
 __device__ __forceinline__ void bsv_stage(const bsv_args &a, int t, uint16_t *win) {
     const uint16_t *x = (const uint16_t *)a.x;
-    const int slots = a.g.C >> 3, n = a.g.ti * a.g.hr * a.g.hw * slots;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const int pos = i / slots, j = i - pos * slots;
-        const long long src = bsv_src(&a.g, t, pos);
-        ptx_cp16(win + (size_t)pos * a.g.ldc + j * 8, src >= 0 ? x + src + j * 8 : x, src >= 0);
+    const int lane = threadIdx.x & 31, slots = a.g.C >> 3, dq = 32 / slots, dj = 32 % slots;
+    const int rows = a.g.ti * a.g.hr, rowlen = a.g.hw * slots;
+    const long long rowc = (long long)a.g.W * a.g.C;  // elements of an image row
+    int img0, p0, q0;
+    bsv_tile(&a.g, t, &img0, &p0, &q0);
+    for (int row = threadIdx.x >> 5; row < rows; row += BSV_WARPS) {
+        const int ii = row / a.g.hr, img = img0 + ii, h = p0 * a.g.stride - a.g.pad + row - ii * a.g.hr;
+        const bool rin = img < a.g.n && h >= 0 && h < a.g.H;
+        const uint16_t *xr = x + ((long long)(rin ? img : 0) * a.g.H + (rin ? h : 0)) * rowc;
+        uint16_t *wr = win + (size_t)row * a.g.hw * a.g.ldc;
+        long long e = (long long)(q0 * a.g.stride - a.g.pad) * a.g.C + lane * 8;  // element in the image row
+        int xx = lane / slots, j = lane % slots;
+        for (int i = lane; i < rowlen; i += 32) {
+            const bool in = rin && e >= 0 && e < rowc;
+            ptx_cp16(wr + xx * a.g.ldc + j * 8, in ? xr + e : x, in);
+            e += 256, xx += dq, j += dj;
+            if (j >= slots) j -= slots, xx++;
+        }
     }
     ptx_cp_commit();
     ptx_cp_wait<0>();
@@ -71,25 +88,19 @@ __device__ __forceinline__ void bsv_group(const bsv_args &a, int g, int lane, co
 template <typename T, int MT, bool POOL>
 __global__ void __launch_bounds__(BSV_WARPS * 32) bsv_kernel(bsv_args a) {
     extern __shared__ __align__(16) unsigned char bsv_sm[];
-    int *tout = reinterpret_cast<int *>(bsv_sm);
+    int *tout = reinterpret_cast<int *>(bsv_sm), *tbase = tout + BSV_TM_MAX;
     uint16_t *win = reinterpret_cast<uint16_t *>(bsv_sm + BSV_TABLE_BYTES);
     const int lane = threadIdx.x & 31, t = (int)blockIdx.x;
     if (a.dep_early) ptx_dep_launch();  // else after the groups, below
-    for (int i = threadIdx.x; i < MT * 16; i += blockDim.x) {
-        int b;
-        bsv_row(&a.g, t, i, &b, tout + i);
-    }
+    if (threadIdx.x < MT * 16) bsv_row(&a.g, t, threadIdx.x, tbase + threadIdx.x, tout + threadIdx.x);
+    ptx_dep_wait();  // x and z belong to earlier kernels; the weights are the layer's own
+    bsv_stage(a, t, win);
+    __syncthreads();
     int base[MT][2];
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            int o;
-            bsv_row(&a.g, t, mt * 16 + (lane >> 2) + h * 8, &base[mt][h], &o);
-        }
-    ptx_dep_wait();  // x and z belong to earlier kernels; the weights are the layer's own
-    bsv_stage(a, t, win);
-    __syncthreads();
+        for (int h = 0; h < 2; h++) base[mt][h] = tbase[mt * 16 + (lane >> 2) + h * 8];
     const int g1 = min(a.ng, ((int)blockIdx.y + 1) * a.gpc);
     for (int g = (int)blockIdx.y * a.gpc + (int)(threadIdx.x >> 5); g < g1; g += BSV_WARPS) {
         float acc[MT][1][4];

@@ -39,8 +39,8 @@
 #define BSV_KSTEP 16
 // Largest tile in pixel rows (four 16-row slices).
 #define BSV_TM_MAX 64
-// Bytes ahead of the window in shared memory: the tile's y-pixel table.
-#define BSV_TABLE_BYTES (BSV_TM_MAX * 4)
+// Bytes ahead of the window in shared memory: the tile's y-pixel and window-base tables.
+#define BSV_TABLE_BYTES (BSV_TM_MAX * 8)
 
 // The weights of a layer in k-steps. Group g (output channels 8g .. 8g + 7)
 // has k-steps gstart[g] .. gstart[g + 1] - 1, each 16 of its non-zero
