@@ -1,5 +1,5 @@
-// A CPU emulation of the halo, direct and tail kernels of the block-sparse conv
-// (kernels/bsconv_halo.cu, kernels/bsconv_direct.cu and kernels/bsconv_tail.cu, built as host C++ by
+// A CPU emulation of the halo, direct, vector and tail kernels of the block-sparse conv
+// (kernels/bsconv_halo.cu, kernels/bsconv_direct.cu, kernels/bsconv_vec.cu and kernels/bsconv_tail.cu, built as host C++ by
 // tests/halo_emu.sh with prelude.h): one host thread per CUDA thread, CTAs one after another, a
 // barrier per CTA and per warp; cp.async queued per thread and done at
 // wait_group; ldmatrix and mma.sync (m16n8k16, m16n8k8) as warp-collective
@@ -8,7 +8,7 @@
 // wrappers make is checked against the launch's dynamic size, 4 KB of
 // canary after it catch plain stores past it, and the outputs carry a
 // poisoned guard zone. It runs the GPU test's cases (bsc_gpu_case) on the
-// halo and direct variants against the CPU reference with the GPU test's tolerance:
+// halo, direct and vector variants against the CPU reference with the GPU test's tolerance:
 // index math and buffers; barrier order only partly (a copy lands at its
 // thread's wait_group); not what nvcc makes of the code, timing or the
 // hardware's faults.
@@ -24,6 +24,7 @@
 #include "kernels/bsconv_direct_gpu.h"
 #include "kernels/bsconv_halo_gpu.h"
 #include "kernels/bsconv_tail_gpu.h"
+#include "kernels/bsconv_vec_gpu.h"
 #include "kernels/nhwc_ops_gpu.h"
 extern "C" {
 #include "kernels/bsconv.h"
@@ -143,6 +144,7 @@ void emu_mma(float *d, const uint32_t *a, const uint32_t *b, int k16, int bf16) 
 void emu_run_halo(const void *fn, void **args);
 void emu_run_direct(const void *fn, void **args);
 void emu_run_tail(const void *fn, void **args);
+void emu_run_vec(const void *fn, void **args);
 static void (*emu_run_cta)(const void *fn, void **args) = emu_run_halo;  // the file of the kernel launched next
 cudaError_t emu_launch(const void *fn, dim3 grid, dim3 block, void **args, size_t smem) {
     const size_t canary = 4096;
@@ -181,6 +183,10 @@ cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaFuncSetAttribute(const void *, enum cudaFuncAttribute, int) { return cudaSuccess; }
 const char *cudaGetErrorString(cudaError_t) { return "emulated error"; }
 int gpu_upload(void *dst, const void *src, size_t n, sc_err *) { memcpy(dst, src, n); return 0; }
+int gpu_new_upload(void **dst, const void *src, size_t n, sc_err *e) {
+    cudaMalloc(dst, n ? n : 16);
+    return gpu_upload(*dst, src, n, e);
+}
 int nhwc_from_f32_gpu(const gpu_ctx *, gpu_dtype dt, size_t n, const float *x, void *y, sc_err *) {
     for (size_t i = 0; i < n; i++)
         if (dt == GDT_BF16) ((__nv_bfloat16 *)y)[i] = __float2bfloat16_rn(x[i]);
@@ -207,9 +213,32 @@ static gpu_ctx emu_gpu() {
     return g;
 }
 
-// Case c on halo variant hv (direct: direct variant hv) in dt, hybrid with a
+// Which kernel a variant number of main's list names: halo v >= 0, direct -1 - v, vector -100 - v.
+enum kind { K_HALO, K_DIRECT, K_VEC };
+static kind kind_of(int v) { return v >= 0 ? K_HALO : v > -100 ? K_DIRECT : K_VEC; }
+static int variant_of(int v) { return v >= 0 ? v : v > -100 ? -1 - v : -100 - v; }
+
+// Runs layer L on vector variant v in dt (x, z, y as the GPU would hold them): 0, or -1 when the
+// variant does not run the layer (nothing written), 2 when the kernel does not apply.
+static int run_vec(const bsc_layer &L, int v, gpu_dtype dt, const uint16_t *x, const uint16_t *z, uint16_t *y) {
+    if (!bsconv_vec_applies(&L.s, &L.w, NULL, 0)) return 2;
+    const gpu_ctx g = emu_gpu();
+    sc_err err = {{0}};
+    bsconv_vpack p;
+    bsv_gpu d;
+    if (bsconv_vpack_build(&L.s, &L.w, &p, &err) || bsv_gpu_upload(&g, &p, dt, &d, &err)) { printf("upload: %s\n", err.msg); exit(1); }
+    bsconv_vpack_free(&p);
+    emu_run_cta = emu_run_vec;
+    int rc = bsv_gpu_prepare(&g, &L.s, dt, v, &err) == 0 ? 0 : -1;
+    if (!rc) bsv_gpu_run(&g, &L.s, &d, dt, v, L.bias, x, z, y, &err);
+    bsv_gpu_free(&d);
+    return rc;
+}
+
+// Case c on halo variant hv (direct: direct variant hv; vector: vector variant hv) in dt, hybrid with a
 // remainder of density rem when rem > 0: 1 pass, 0 fail, 2 the variant does not run it.
-static int run(const bsc_case *c, uint64_t seed, int hv, gpu_dtype dt, bool direct, double rem = 0.0) {
+static int run(const bsc_case *c, uint64_t seed, int hv, gpu_dtype dt, kind k, double rem = 0.0) {
+    const bool direct = k == K_DIRECT;
     bsc_layer L;
     sc_err err = {{0}};
     char name[200];
@@ -221,24 +250,27 @@ static int run(const bsc_case *c, uint64_t seed, int hv, gpu_dtype dt, bool dire
         to16(L.rem_data, (size_t)L.rem_indptr[c->K], dt);
         snprintf(name + strlen(name), sizeof name - strlen(name), " rem %d", L.rem_indptr[c->K]);
     }
-    bsconv_hpack h;
-    bsh_gpu d;
+    bsconv_hpack h = {};  // (zeroed: freeing them is fine when the vector kernel leaves them unused)
+    bsh_gpu d = {};
     const gpu_ctx g = emu_gpu();
     int rc = 2;
     uint32_t *codes = NULL;
-    const bool applies = direct ? bsconv_direct_applies(&L.s, &L.w, NULL, 0) : bsconv_halo_applies(&L.s, &L.w, NULL, 0);
-    if (applies && bsconv_hpack_build(&L.s, &L.w, &h, &err) == 0) {
-        if (bsh_gpu_upload(&g, &h, dt, &d, &err) || bsh_gpu_split_alloc(&g, &L.s, &d, &err) ||
-            (direct && bsd_gpu_upload(&h, &codes, &err))) { printf("upload: %s\n", err.msg); exit(1); }
+    const bool applies = k == K_VEC ? bsconv_vec_applies(&L.s, &L.w, NULL, 0)
+                         : direct ? bsconv_direct_applies(&L.s, &L.w, NULL, 0) : bsconv_halo_applies(&L.s, &L.w, NULL, 0);
+    if (applies && (k == K_VEC || bsconv_hpack_build(&L.s, &L.w, &h, &err) == 0)) {
+        if (k != K_VEC && (bsh_gpu_upload(&g, &h, dt, &d, &err) || bsh_gpu_split_alloc(&g, &L.s, &d, &err) ||
+                           (direct && bsd_gpu_upload(&h, &codes, &err)))) { printf("upload: %s\n", err.msg); exit(1); }
         emu_run_cta = direct ? emu_run_direct : emu_run_halo;
-        if (direct || bsh_gpu_prepare(&g, &L.s, &d, dt, hv, &err) == 0) {  // every direct variant runs every layer
-            std::vector<uint16_t> x = to16(L.x, L.nx, dt), z, y((L.ny + 64), 0xFFFF);
-            if (L.z) z = to16(L.z, L.ny, dt);
-            for (int rep = 0; rep < 2; rep++) {  // twice, as the GPU test: the split counters reset
-                std::fill(y.begin(), y.end(), 0xFFFF);
-                if (direct) bsd_gpu_run(&g, &L.s, &d, codes, dt, hv, L.bias, x.data(), L.z ? z.data() : NULL, y.data(), &err);
-                else bsh_gpu_run(&g, &L.s, &d, dt, hv, L.bias, x.data(), L.z ? z.data() : NULL, y.data(), &err);
-            }
+        std::vector<uint16_t> x = to16(L.x, L.nx, dt), z, y((L.ny + 64), 0xFFFF);
+        if (L.z) z = to16(L.z, L.ny, dt);
+        bool runs = k == K_VEC || direct || bsh_gpu_prepare(&g, &L.s, &d, dt, hv, &err) == 0;  // every direct variant runs every layer
+        for (int rep = 0; runs && rep < 2; rep++) {  // twice, as the GPU test: the split counters reset
+            std::fill(y.begin(), y.end(), 0xFFFF);
+            if (k == K_VEC) runs = run_vec(L, hv, dt, x.data(), L.z ? z.data() : NULL, y.data()) == 0;
+            else if (direct) bsd_gpu_run(&g, &L.s, &d, codes, dt, hv, L.bias, x.data(), L.z ? z.data() : NULL, y.data(), &err);
+            else bsh_gpu_run(&g, &L.s, &d, dt, hv, L.bias, x.data(), L.z ? z.data() : NULL, y.data(), &err);
+        }
+        if (runs) {
             std::vector<float> got(L.ny + 1), want(L.ny + 1);
             std::vector<double> wantd(L.ny + 1), scale(L.ny + 1);
             for (size_t i = 0; i < L.ny; i++) got[i] = half_of(y[i], 0, dt == GDT_BF16);
@@ -254,7 +286,8 @@ static int run(const bsc_case *c, uint64_t seed, int hv, gpu_dtype dt, bool dire
                                        1.01 * (dt == GDT_BF16 ? 1.0 / 256 : 1.0 / 2048), 5e-5, &at);
             rc = w <= 1.0 && guard;
             printf("%s %s %s %d %s: worst %.3g (y[%zu] = %g, want %g)%s\n", rc ? "ok  " : "FAIL",
-                   dt == GDT_BF16 ? "bf16" : "fp16", direct ? "direct" : "halo", hv, name, w, at, got[at], want[at], guard ? "" : " guard overwritten");
+                   dt == GDT_BF16 ? "bf16" : "fp16", k == K_VEC ? "vector" : direct ? "direct" : "halo", hv, name, w, at,
+                   got[at], want[at], guard ? "" : " guard overwritten");
             fflush(stdout);
         }
         bsh_gpu_free(&d);
@@ -313,14 +346,16 @@ static int run_tail(const char *what, const tail_spec *sp, int nops, int n, doub
 int main(int argc, char **argv) {
     std::vector<int> vs;
     int shape = -1;
-    bool tail_only = false;
+    bool tail_only = false, vec_only = false;
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "-s") && i + 1 < argc) shape = atoi(argv[++i]);
         else if (!strcmp(argv[i], "tail")) tail_only = true;
+        else if (!strcmp(argv[i], "vec")) vec_only = true;
         else vs.push_back(atoi(argv[i]));
-    const bool all = vs.empty() && !tail_only;  // then the direct variants too, as -1 - v
+    const bool all = vs.empty() && !tail_only && !vec_only;  // then the direct and vector variants too
     if (all) for (int v = 0; v < BSH_VARIANTS; v++) vs.push_back(v);
     if (all) for (int v = 0; v < BSD_VARIANTS; v++) vs.push_back(-1 - v);
+    if (all || vec_only) for (int v = 0; v < BSV_VARIANTS; v++) vs.push_back(-100 - v);
     int n[3] = {0, 0, 0};
     const bool full = getenv("EMU_FULL") && atoi(getenv("EMU_FULL"));  // else sparsities 0.5 and 0.95 in fp16
     for (int v : vs)
@@ -328,7 +363,7 @@ int main(int argc, char **argv) {
             for (int pi = full ? 0 : 1; pi < (full ? BSC_GPU_SPARSITIES : 3) && (shape < 0 || si == shape); pi++) {
                 const bsc_case c = bsc_gpu_case(si, pi);
                 for (int dt = 0; dt < (full ? 2 : 1); dt++)
-                    n[run(&c, 1000 + 10 * si + pi, v < 0 ? -1 - v : v, dt ? GDT_BF16 : GDT_F16, v < 0)]++;
+                    n[run(&c, 1000 + 10 * si + pi, variant_of(v), dt ? GDT_BF16 : GDT_F16, kind_of(v))]++;
             }
     // Hybrid layers (blocks plus single weights): the halo variants that take a
     // remainder; the others and the direct kernel refuse it (counted as not run).
@@ -337,7 +372,7 @@ int main(int argc, char **argv) {
             for (int pi = full ? 0 : 2; pi < (full ? BSC_GPU_SPARSITIES : 3) && (shape < 0 || si == shape); pi++) {
                 const bsc_case c = bsc_gpu_case(si, pi);
                 for (int dt = 0; dt < (full ? 2 : 1); dt++)
-                    n[run(&c, 2000 + 10 * si + pi, v < 0 ? -1 - v : v, dt ? GDT_BF16 : GDT_F16, v < 0, 0.03)]++;
+                    n[run(&c, 2000 + 10 * si + pi, variant_of(v), dt ? GDT_BF16 : GDT_F16, kind_of(v), 0.03)]++;
             }
     // The tail kernel on gpu_test_tail's chains (sparse ones: each emulated CTA is 1,024 threads).
     if (all || tail_only) {
@@ -347,7 +382,7 @@ int main(int argc, char **argv) {
         n[run_tail("vgg16 conv5-7", VGG_TAIL, 3, 1, 0.5, 0, 34)]++;
         n[run_tail("vgg16 conv8-13", VGG_LATE, 6, 2, 0.9, 1, 35)]++;
     }
-    printf("halo, direct and tail emulation (%d case-variant pairs the variant does not run): %d passed, %d failed, 0 skipped\n",
+    printf("halo, direct, vector and tail emulation (%d case-variant pairs the variant does not run): %d passed, %d failed, 0 skipped\n",
            n[2], n[1], n[0]);
     return n[0] != 0;
 }
