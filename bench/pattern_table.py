@@ -111,11 +111,11 @@ def markdown(rows):
     return out
 
 
-def gap(r, base):
-    """r's test top-1 minus that of the unstructured row of its model, sparsity (the weights' allocation,
-    also for a uniform row, target 'Xu', and a row with floors, 'Xf') and seed, or None."""
+def gap(r, base, key="test"):
+    """r's test (key 'val': validation) top-1 minus that of the unstructured row of its model, sparsity (the
+    weights' allocation, also for a uniform row, target 'Xu', and a row with floors, 'Xf') and seed, or None."""
     u = base.get((r["model"], r["target"].rstrip("uf"), r["seed"]))
-    return r["test"] - u["test"] if u and r["test"] is not None and u["test"] is not None else None
+    return r[key] - u[key] if u and r[key] is not None and u[key] is not None else None
 
 
 def judged(rows):
@@ -164,23 +164,26 @@ def deploy_words(r):
 
 def over_seeds(rows):
     """Per model, pattern and target measured with two or more seeds: the mean, best and worst test gap to
-    unstructured (each seed against its own) and the mean batch-128 speedup over the engine."""
+    unstructured (each seed against its own), the mean validation gap (which choices are made on) and the
+    mean batch-128 speedup over the engine."""
     todo, base = judged(rows)
     groups = {}
     for r in todo:
         g = gap(r, base)
         if r["seed"] is not None and g is not None:
-            groups.setdefault((r["model"], r["pattern"], r["target"]), []).append((g, r["x_engine"]))
+            groups.setdefault((r["model"], r["pattern"], r["target"]), []).append((g, r["x_engine"], gap(r, base, "val")))
     out = []
     for (model, pattern, target), v in groups.items():
         if len(v) < 2:
             continue
-        gaps = [g for g, _ in v]
-        xs = [x for _, x in v if x is not None]
+        gaps = [g for g, _, _ in v]
+        xs = [x for _, x, _ in v if x is not None]
+        vals = [w for _, _, w in v if w is not None]
         mean = statistics.mean(gaps)
         out.append(f"- {model} {pattern} at {target}, {len(v)} seeds: test top-1 {mean:+.2f} on average vs unstructured "
                    f"(best {max(gaps):+.2f}, worst {min(gaps):+.2f}; within 1 point on average: "
-                   f"{'yes' if mean >= -1.0 else 'no'}); batch 128 x engine {fmt(statistics.mean(xs) if xs else None, '.2f')}x")
+                   f"{'yes' if mean >= -1.0 else 'no'}; validation {fmt(statistics.mean(vals) if vals else None, '+.2f')} "
+                   f"on average); batch 128 x engine {fmt(statistics.mean(xs) if xs else None, '.2f')}x")
     return out
 
 
