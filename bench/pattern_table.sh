@@ -138,6 +138,15 @@ for m in "${models[@]}"; do  # the start models, trained at once, each on a GPU 
 done
 wait
 for m in "${models[@]}"; do [ -f "$sdir/$m.h5" ] || { echo "training $m failed: $(tail -n 3 "$work/logs/train-$m.log")" >&2; exit 1; }; done
+# model_pattern MODEL P: P as MODEL's pattern (of MODEL/SPEC, SPEC when the
+# model is MODEL, else nothing and status 1).
+model_pattern() {
+    case $2 in
+        */*) [ "${2%%/*}" = "$1" ] && echo "${2#*/}" ;;
+        *) echo "$2" ;;
+    esac
+}
+
 # seed_tag SEED: a job name's seed suffix (none with one seed).
 seed_tag() { if [ "${#seeds[@]}" -gt 1 ]; then echo "s$1"; fi; }
 
@@ -145,12 +154,11 @@ jobs=()
 for m in "${models[@]}"; do  # each model's PyTorch job right after its own: a run cut short has whole models
     for sd in "${seeds[@]}"; do
         for p in "${patterns[@]}"; do
-            case $p in */*) [ "${p%%/*}" = "$m" ] || continue; p=${p#*/} ;; esac
+            p=$(model_pattern "$m" "$p") || continue
             for s in "${sparsities[@]}"; do jobs+=("$m-$(pattern_tag "$p")-$s$(seed_tag "$sd")"); done
         done
         for u in "${uniform[@]}"; do
-            p=${u%@*}
-            case $p in */*) [ "${p%%/*}" = "$m" ] || continue; p=${p#*/} ;; esac
+            p=$(model_pattern "$m" "${u%@*}") || continue
             jobs+=("$m-$(pattern_tag "$p")-${u#*@}$(seed_tag "$sd")")
         done
     done

@@ -176,7 +176,7 @@ __global__ void __launch_bounds__(BSD_WARPS * 32) bsd_kernel(bsd_args a) {
     ptx_dep_launch();
     if (!bsd_reduce<MF, NF, KS>(warp, lane, acc)) return;
     __syncwarp();
-    bsh_epilogue<T, MF, NF, POOL>(a, tout[warp], g, lane, acc);
+    bsh_epilogue<T, MF, NF, POOL>(a, tout[warp], __ldg(a.k0 + g), __ldg(a.nk + g), lane, acc);
 }
 
 // --- variants and launch ------------------------------------------------------------------

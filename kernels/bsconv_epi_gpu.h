@@ -1,11 +1,10 @@
 // The register epilogue of the tensor-core block-sparse convolutions (CUDA
-// sources only): the halo kernel (kernels/bsconv_halo.cu) and the direct
-// kernel (kernels/bsconv_direct.cu) leave their sums in m16n8 accumulator
-// fragments, rows = output pixels, columns = output channels, and write them
-// through these functions. A is the kernel's argument struct: it must have
-// z, y (device pointers of element type T), bias, k0, nk (the groups' first
-// channel and channel count), K and relu. (C++ only: tests/halo_emu.sh also
-// builds it as host code.)
+// sources only): the halo, direct and vector kernels (kernels/bsconv_halo.cu,
+// kernels/bsconv_direct.cu, kernels/bsconv_vec.cu) leave their sums in m16n8
+// accumulator fragments, rows = output pixels, columns = output channels, and
+// write them through these functions. A is the kernel's argument struct: it
+// must have z, y (device pointers of element type T), bias, K and relu.
+// (C++ only: tests/halo_emu.sh also builds it as host code.)
 #ifndef SC_KERNELS_BSCONV_EPI_GPU_H
 #define SC_KERNELS_BSCONV_EPI_GPU_H
 
@@ -74,15 +73,16 @@ __device__ __forceinline__ void bsh_bias(const A &a, int k, int nk, float2 *bias
                                        : make_float2(0.0f, 0.0f);
 }
 
-// Writes the warp's accumulators of group g: fragment (mf, f) holds rows
-// mf * 16 + lane / 4 (+ 8) and channels f * 8 + 2 (lane % 4) + {0, 1}; the bias
+// Writes the warp's accumulators of the group of nk channels from k0:
+// fragment (mf, f) holds rows mf * 16 + lane / 4 (+ 8) and channels k0 + f *
+// 8 + 2 (lane % 4) + {0, 1}; the bias
 // is read once per channel pair and the y pixel once per row. With POOL,
 // the max over each window's 4 rows (lanes 4 and 8 apart) is stored by its
 // first lane.
 template <typename T, int MF, int NF, bool POOL, typename A>
-__device__ __forceinline__ void bsh_epilogue(const A &a, const int *out, int g, int lane,
+__device__ __forceinline__ void bsh_epilogue(const A &a, const int *out, int k0, int nk, int lane,
                                              float (*acc)[NF][4]) {
-    const int nk = __ldg(a.nk + g), k = __ldg(a.k0 + g) + (lane & 3) * 2;
+    const int k = k0 + (lane & 3) * 2;
     float2 bias[NF];
     bsh_bias<NF>(a, k, nk, bias);
     if (!POOL && a.z) bsh_add_residual<T, MF, NF>(a, out, k, nk, lane, acc);

@@ -399,7 +399,7 @@ __global__ void __launch_bounds__(256) bsh_kernel(bsh_args a) {
         if (!bsh_split_total<MF, NF>(a, acc)) return;
     if constexpr (STAGE && !POOL && !SPLIT && !RES)
         if (a.stage) return bsh_stage_store<T, MF, NF>(a, tout, row0, g, lane, acc);  // the whole CTA
-    if (g < a.ngroups) bsh_epilogue<T, MF, NF, POOL>(a, tout + row0, g, lane, acc);
+    if (g < a.ngroups) bsh_epilogue<T, MF, NF, POOL>(a, tout + row0, __ldg(a.k0 + g), __ldg(a.nk + g), lane, acc);
 }
 
 // --- variants and launch ------------------------------------------------------------------
@@ -620,14 +620,7 @@ static int bsh_rem_upload(const gpu_ctx *g, const bsconv_hpack *h, gpu_dtype dt,
     const size_t ns = (size_t)h->ngroups * h->nchunks * h->np + 1, n = (size_t)h->nrem;
     SC_TRY(gpu_new_upload((void **)&d->rstart, h->rstart, ns * sizeof *h->rstart, err));
     SC_TRY(gpu_new_upload((void **)&d->rcode, h->rcode, n * sizeof *h->rcode, err));
-    cudaCheck(err, cudaMalloc(&d->rvals, n * 2));
-    float *tmp = NULL;
-    int rc = gpu_new_upload((void **)&tmp, h->rvals, n * sizeof *h->rvals, err);
-    if (!rc) rc = nhwc_from_f32_gpu(g, dt, n, tmp, d->rvals, err);
-    const cudaError_t e = cudaStreamSynchronize(g->stream);
-    cudaFree(tmp);
-    if (!rc && e != cudaSuccess) rc = sc_fail(err, "block-sparse conv: uploading the remainder: %s", cudaGetErrorString(e));
-    return rc;
+    return nhwc_new_from_host_f32(g, dt, n, h->rvals, &d->rvals, err);
 }
 
 // Uploads h, the weights narrowed to dt on the device.
@@ -642,14 +635,8 @@ extern "C" int bsh_gpu_upload(const gpu_ctx *g, const bsconv_hpack *h, gpu_dtype
     SC_TRY(gpu_new_upload((void **)&d->nk, h->nk, ng * sizeof *h->nk, err));
     SC_TRY(gpu_new_upload((void **)&d->ustart, h->ustart, (ng * h->nchunks + 1) * sizeof *h->ustart, err));
     SC_TRY(gpu_new_upload((void **)&d->units, h->units, ((size_t)h->nunits + 1) * sizeof *h->units, err));
-    float *tmp = NULL;
-    cudaCheck(err, cudaMalloc(&d->vals, nv ? nv * 2 : 16));
-    int rc = nv ? gpu_new_upload((void **)&tmp, h->vals, nv * sizeof *h->vals, err) : 0;
-    if (!rc && nv) rc = nhwc_from_f32_gpu(g, dt, nv, tmp, d->vals, err);
-    const cudaError_t e = cudaStreamSynchronize(g->stream);
-    cudaFree(tmp);
-    if (!rc && e != cudaSuccess) rc = sc_fail(err, "block-sparse conv: uploading: %s", cudaGetErrorString(e));
-    return rc ? rc : bsh_rem_upload(g, h, dt, d, err);
+    SC_TRY(nhwc_new_from_host_f32(g, dt, nv, h->vals, &d->vals, err));
+    return bsh_rem_upload(g, h, dt, d, err);
 }
 
 // Frees the device arrays.

@@ -58,6 +58,12 @@ void bsconv_vpack_free(bsconv_vpack *p) {
     memset(p, 0, sizeof *p);
 }
 
+// Index in vals of the weight of column k (0-15) of k-step st, channel n of
+// the group: the element k % 2 + 2 (k / 8) of lane 4n + k % 8 / 2.
+static size_t bsv_val_at(int st, int k, int n) {
+    return ((size_t)st * 32 + n * 4 + (k % 8) / 2) * 4 + (k & 1) + 2 * (k / 8);
+}
+
 // Fills group g's k-steps from step st: the columns of block row i, channel slice j.
 static void pack_group(const bsconv_shape *s, const bsconv_bsr *w, int i, int j, int st, bsconv_vpack *p) {
     int col = 0;
@@ -66,10 +72,8 @@ static void pack_group(const bsconv_shape *s, const bsconv_bsr *w, int i, int j,
             const int kc = w->indices[b] * w->cb + cc, tap = kc / s->C, c = kc % s->C;
             const int step = st + col / BSV_KSTEP, k = col % BSV_KSTEP;
             p->codes[step * BSV_KSTEP + k] = (uint32_t)c | (uint32_t)(tap % s->S) << 16 | (uint32_t)(tap / s->S) << 24;
-            for (int n = 0; n < BSV_NG; n++) {  // lane 4n + k % 8 / 2 holds (k, n) as element k % 2 + 2 (k / 8)
-                const int lane = n * 4 + (k % 8) / 2, e = (k & 1) + 2 * (k / 8);
-                p->vals[((size_t)step * 32 + lane) * 4 + e] = w->data[((size_t)b * w->kb + j * BSV_NG + n) * w->cb + cc];
-            }
+            for (int n = 0; n < BSV_NG; n++)
+                p->vals[bsv_val_at(step, k, n)] = w->data[((size_t)b * w->kb + j * BSV_NG + n) * w->cb + cc];
         }
 }
 
@@ -98,11 +102,22 @@ int bsconv_vpack_build(const bsconv_shape *s, const bsconv_bsr *w, bsconv_vpack 
     return 0;
 }
 
+// Window position pos of tile t: the input pixel it holds, as an element
+// offset of x (channel 0), or -1 for zeros (outside the image or the batch).
+static long long walk_src(const bsv_geom *g, int t, int pos) {
+    int img0, p0, q0;
+    bsv_tile(g, t, &img0, &p0, &q0);
+    const int ii = pos / (g->hr * g->hw), yy = pos / g->hw % g->hr, xx = pos % g->hw;
+    const int img = img0 + ii, h = p0 * g->stride - g->pad + yy, w = q0 * g->stride - g->pad + xx;
+    if (img >= g->n || h < 0 || h >= g->H || w < 0 || w >= g->W) return -1;
+    return (((long long)img * g->H + h) * g->W + w) * g->C;
+}
+
 // Stages tile t's window of x into win (zeros outside the image), as the kernel does.
 static void walk_stage(const bsv_geom *g, int t, const float *x, float *win) {
     const int npos = g->ti * g->hr * g->hw;
     for (int pos = 0; pos < npos; pos++) {
-        const long long src = bsv_src(g, t, pos);
+        const long long src = walk_src(g, t, pos);
         for (int c = 0; c < g->ldc; c++) win[(size_t)pos * g->ldc + c] = src >= 0 && c < g->C ? x[src + c] : 0.0f;
     }
 }
@@ -111,10 +126,8 @@ static void walk_stage(const bsv_geom *g, int t, const float *x, float *win) {
 static float walk_sum(const bsv_geom *g, const bsconv_vpack *p, int gi, int n, const float *win, int base) {
     float acc = 0.0f;
     for (int st = p->gstart[gi]; st < p->gstart[gi + 1]; st++)
-        for (int k = 0; k < BSV_KSTEP; k++) {
-            const int lane = n * 4 + (k % 8) / 2, e = (k & 1) + 2 * (k / 8);
-            acc += p->vals[((size_t)st * 32 + lane) * 4 + e] * win[base + bsv_off(g, p->codes[st * BSV_KSTEP + k])];
-        }
+        for (int k = 0; k < BSV_KSTEP; k++)
+            acc += p->vals[bsv_val_at(st, k, n)] * win[base + bsv_off(g, p->codes[st * BSV_KSTEP + k])];
     return acc;
 }
 

@@ -15,12 +15,12 @@
 #include "kernels/nhwc_ops_gpu.h"
 #include "kernels/ptx_gpu.h"
 
-// What the kernel reads (passed by value); the epilogue reads z, y, bias, k0, nk, K, relu.
+// What the kernel reads (passed by value); the epilogue reads z, y, bias, K, relu.
 struct bsv_args {
     const void *x, *z;
     void *y;
     const float *bias;
-    const int32_t *k0, *nk, *gstart;
+    const int32_t *gstart;
     const uint32_t *codes;
     const uint2 *vals;
     bsv_geom g;
@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(BSV_WARPS * 32) bsv_kernel(bsv_args a) {
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) acc[mt][0][0] = acc[mt][0][1] = acc[mt][0][2] = acc[mt][0][3] = 0.0f;
         bsv_group<T, MT>(a, g, lane, win, base, acc);
-        bsh_epilogue<T, MT, 1, POOL>(a, tout, g, lane, acc);
+        bsh_epilogue<T, MT, 1, POOL>(a, tout, g * BSV_NG, BSV_NG, lane, acc);
     }
     ptx_dep_launch();
 }
@@ -159,7 +159,7 @@ extern "C" int bsv_gpu_prepare(const gpu_ctx *g, const bsconv_shape *s, gpu_dtyp
 extern "C" int bsv_gpu_run(const gpu_ctx *g, const bsconv_shape *s, const bsv_gpu *d, gpu_dtype dt, int v,
                            const float *bias, const void *x, const void *z, void *y, sc_err *err) {
     bsv_args a;
-    a.x = x, a.z = z, a.y = y, a.bias = bias, a.k0 = d->k0, a.nk = d->nk, a.gstart = d->gstart;
+    a.x = x, a.z = z, a.y = y, a.bias = bias, a.gstart = d->gstart;
     a.codes = d->codes, a.vals = (const uint2 *)d->vals;
     bsconv_vgeom_of(s, BSV_V[v].tm, &a.g);
     a.K = s->K, a.relu = s->relu, a.ng = d->ng, a.gpc = BSV_WARPS * BSV_V[v].gpw, a.dep_early = g->pdl == 2;
@@ -173,28 +173,13 @@ extern "C" int bsv_gpu_run(const gpu_ctx *g, const bsconv_shape *s, const bsv_gp
 extern "C" int bsv_gpu_upload(const gpu_ctx *g, const bsconv_vpack *p, gpu_dtype dt, bsv_gpu *d, sc_err *err) {
     memset(d, 0, sizeof *d);
     d->ng = p->ng, d->nsteps = p->nsteps;
-    const size_t ng = (size_t)p->ng, nv = (size_t)p->nsteps * 128;
-    int32_t *kk = (int32_t *)malloc(2 * ng * sizeof *kk + 1);
-    if (!kk) return sc_fail(err, "block-sparse conv: out of memory");
-    for (size_t i = 0; i < ng; i++) kk[i] = (int32_t)i * BSV_NG, kk[ng + i] = BSV_NG;
-    int rc = gpu_new_upload((void **)&d->k0, kk, ng * sizeof *kk, err);
-    if (!rc) rc = gpu_new_upload((void **)&d->nk, kk + ng, ng * sizeof *kk, err);
-    free(kk);
-    SC_TRY(rc);
-    SC_TRY(gpu_new_upload((void **)&d->gstart, p->gstart, (ng + 1) * sizeof *p->gstart, err));
+    SC_TRY(gpu_new_upload((void **)&d->gstart, p->gstart, ((size_t)p->ng + 1) * sizeof *p->gstart, err));
     SC_TRY(gpu_new_upload((void **)&d->codes, p->codes, ((size_t)p->nsteps * BSV_KSTEP + 1) * sizeof *p->codes, err));
-    float *tmp = NULL;
-    cudaCheck(err, cudaMalloc(&d->vals, nv ? nv * 2 : 16));
-    rc = nv ? gpu_new_upload((void **)&tmp, p->vals, nv * sizeof *p->vals, err) : 0;
-    if (!rc && nv) rc = nhwc_from_f32_gpu(g, dt, nv, tmp, d->vals, err);
-    const cudaError_t e = cudaStreamSynchronize(g->stream);
-    cudaFree(tmp);
-    if (!rc && e != cudaSuccess) rc = sc_fail(err, "block-sparse conv: uploading: %s", cudaGetErrorString(e));
-    return rc;
+    return nhwc_new_from_host_f32(g, dt, (size_t)p->nsteps * 128, p->vals, &d->vals, err);
 }
 
 // Frees the device arrays.
 extern "C" void bsv_gpu_free(bsv_gpu *d) {
-    cudaFree(d->gstart), cudaFree(d->k0), cudaFree(d->nk), cudaFree(d->codes), cudaFree(d->vals);
+    cudaFree(d->gstart), cudaFree(d->codes), cudaFree(d->vals);
     memset(d, 0, sizeof *d);
 }

@@ -13,8 +13,10 @@
 // A CTA owns a tile of output pixels (ti images x tr conv rows x tq conv
 // columns, at most 64) and stages the tile's whole input window (all C
 // channels, zeros outside the image) in shared memory once, by 16-byte
-// copies, each window position padded to C + 8 channels so that the 8
-// pixel rows of a fragment fall in different banks. Its warps then take the
+// copies, each window position padded to C + 8 channels (16-byte aligned;
+// 8 consecutive positions then start in different bank groups when C % 16 ==
+// 0, but the 4 columns a load reads, and rows that wrap into the next window
+// row, still meet in banks). Its warps then take the
 // CTA's groups in turn: per k-step of 16 columns a lane reads the codes of
 // its 4 columns and its B fragment (the group's 16 x 8 weights, packed in
 // fragment order), and for each 16-row slice of the tile builds its A
@@ -126,17 +128,6 @@ BSH_HD void bsv_row(const bsv_geom *g, int t, int m, int *base, int *out) {
     }
     *base = ((ii * g->hr + rr * g->stride) * g->hw + qq * g->stride) * g->ldc;
     *out = g->pool == 2 ? (img * g->Po + p / 2) * g->Qo + q / 2 : (img * g->P + p) * g->Q + q;
-}
-
-// Window position pos of tile t: the input pixel it holds, as an element
-// offset of x (channel 0), or -1 for zeros (outside the image or the batch).
-BSH_HD long long bsv_src(const bsv_geom *g, int t, int pos) {
-    int img0, p0, q0;
-    bsv_tile(g, t, &img0, &p0, &q0);
-    const int ii = pos / (g->hr * g->hw), yy = pos / g->hw % g->hr, xx = pos % g->hw;
-    const int img = img0 + ii, h = p0 * g->stride - g->pad + yy, w = q0 * g->stride - g->pad + xx;
-    if (img >= g->n || h < 0 || h >= g->H || w < 0 || w >= g->W) return -1;
-    return (((long long)img * g->H + h) * g->W + w) * g->C;
 }
 
 #endif

@@ -22,7 +22,7 @@ extern "C" {
 // The layer's packed weights on the device.
 typedef struct {
     int ng, nsteps;
-    int32_t *gstart, *k0, *nk;  // device (ng + 1), (ng), (ng): group g is channels 8g .. 8g + 7
+    int32_t *gstart;            // device (ng + 1): group g is channels 8g .. 8g + 7
     uint32_t *codes;            // device (nsteps * 16)
     void *vals;                 // device (nsteps * 128) of the layer's dtype
 } bsv_gpu;

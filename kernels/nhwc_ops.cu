@@ -204,6 +204,19 @@ extern "C" int nhwc_from_f32_gpu(const gpu_ctx *g, gpu_dtype dt, size_t count, c
     return 0;
 }
 
+// A new device array of dt narrowed from host fp32 (through an fp32 device copy).
+extern "C" int nhwc_new_from_host_f32(const gpu_ctx *g, gpu_dtype dt, size_t count, const float *x, void **y,
+                                      sc_err *err) {
+    cudaCheck(err, cudaMalloc(y, count * gpu_dtype_size(dt) + 16));
+    float *tmp = NULL;
+    int rc = count ? gpu_new_upload((void **)&tmp, x, count * sizeof *x, err) : 0;
+    if (!rc && count) rc = nhwc_from_f32_gpu(g, dt, count, tmp, *y, err);
+    const cudaError_t e = cudaStreamSynchronize(g->stream);
+    cudaFree(tmp);
+    if (!rc && e != cudaSuccess) rc = sc_fail(err, "uploading %zu values: %s", count, cudaGetErrorString(e));
+    return rc;
+}
+
 // NHWC to bordered NCHW.
 extern "C" int nhwc_to_bordered_gpu(const gpu_ctx *g, gpu_dtype dt, int n, int h, int w, int c,
                                     int cx, const void *x, int b, void *y, sc_err *err) {

@@ -57,6 +57,12 @@ int nhwc_to_f32_gpu(const gpu_ctx *g, gpu_dtype dt, size_t count, const void *x,
 int nhwc_from_f32_gpu(const gpu_ctx *g, gpu_dtype dt, size_t count, const float *x, void *y,
                       sc_err *err);
 
+// *y = a new device array of count values of type dt (16 bytes more, so never
+// empty) narrowed from the host fp32 array x on g's stream, complete on
+// return; the caller frees *y, also on failure. 0 or -1.
+int nhwc_new_from_host_f32(const gpu_ctx *g, gpu_dtype dt, size_t count, const float *x, void **y,
+                           sc_err *err);
+
 // --- layout conversions for kernels that work on bordered NCHW ---------------------
 
 // y interior (n, c, h + 2b, w + 2b) = channels [0, c) of x (n, h, w, cx),

@@ -192,19 +192,10 @@ static int de_buffers(dengine *e, sc_err *err) {
 
 // Uploads count fp32 values as a device array of the engine's storage type.
 static void *de_upload(dengine *e, const float *h, size_t count, sc_err *err) {
-    float *tmp = NULL;
     void *d = NULL;
-    if (cudaMalloc((void **)&tmp, count * sizeof(float) + 4) != cudaSuccess ||
-        cudaMalloc(&d, count * e->esz + 4) != cudaSuccess ||
-        gpu_upload(tmp, h, count * sizeof(float), err) ||
-        nhwc_from_f32_gpu(&e->g, e->dt, count, tmp, d, err) ||
-        cudaStreamSynchronize(e->g.stream) != cudaSuccess) {
-        if (!err->msg[0]) sc_fail(err, "uploading %zu weights: %s", count, cudaGetErrorString(cudaGetLastError()));
-        cudaFree(tmp), cudaFree(d);
-        return NULL;
-    }
-    cudaFree(tmp);
-    return d;
+    if (!nhwc_new_from_host_f32(&e->g, e->dt, count, h, &d, err)) return d;
+    cudaFree(d);
+    return NULL;
 }
 
 // Dense weights of conv op i reordered to (K, R, S, Cs) with zero channels

@@ -193,6 +193,10 @@ int nhwc_from_f32_gpu(const gpu_ctx *, gpu_dtype dt, size_t n, const float *x, v
         else ((__half *)y)[i] = __float2half_rn(x[i]);
     return 0;
 }
+int nhwc_new_from_host_f32(const gpu_ctx *g, gpu_dtype dt, size_t n, const float *x, void **y, sc_err *e) {
+    cudaMalloc(y, n * 2 + 16);  // the kernels emulated here store 16-bit values
+    return nhwc_from_f32_gpu(g, dt, n, x, *y, e);
+}
 }
 
 // --- the cases --------------------------------------------------------------------------
@@ -218,10 +222,9 @@ enum kind { K_HALO, K_DIRECT, K_VEC };
 static kind kind_of(int v) { return v >= 0 ? K_HALO : v > -100 ? K_DIRECT : K_VEC; }
 static int variant_of(int v) { return v >= 0 ? v : v > -100 ? -1 - v : -100 - v; }
 
-// Runs layer L on vector variant v in dt (x, z, y as the GPU would hold them): 0, or -1 when the
-// variant does not run the layer (nothing written), 2 when the kernel does not apply.
+// Runs layer L (one the vector kernel applies to) on vector variant v in dt (x, z, y as the GPU
+// would hold them): 0, or -1 when the variant does not run the layer (nothing written).
 static int run_vec(const bsc_layer &L, int v, gpu_dtype dt, const uint16_t *x, const uint16_t *z, uint16_t *y) {
-    if (!bsconv_vec_applies(&L.s, &L.w, NULL, 0)) return 2;
     const gpu_ctx g = emu_gpu();
     sc_err err = {{0}};
     bsconv_vpack p;
