@@ -3,7 +3,8 @@
 // stages its tile's whole input window in shared memory, then each warp
 // multiplies its groups of 8 output channels, building every A fragment by
 // two-byte shared loads at the group's own columns, and writes them through
-// the halo kernel's register epilogue.
+// shared memory as 16-byte rows (the halo kernel's register epilogue where
+// a 2x2 pool follows or y is not 16-byte aligned).
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,63 +60,147 @@ __device__ __forceinline__ void bsv_stage(const bsv_args &a, int t, uint16_t *wi
     ptx_cp_wait<0>();
 }
 
-// acc += group g's k-steps for the warp's MT 16-row slices (window bases base).
-template <typename T, int MT>
-__device__ __forceinline__ void bsv_group(const bsv_args &a, int g, int lane, const uint16_t *win,
-                                          const int (*base)[2], float (*acc)[1][4]) {
-    const int s1 = __ldg(a.gstart + g + 1), c = lane & 3;
-    for (int st = __ldg(a.gstart + g); st < s1; st++) {
-        const uint2 lo = __ldg(reinterpret_cast<const uint2 *>(a.codes + st * BSV_KSTEP) + c);
-        const uint2 hi = __ldg(reinterpret_cast<const uint2 *>(a.codes + st * BSV_KSTEP + 8) + c);
-        const uint2 bw = __ldg(a.vals + st * 32 + lane);
-        const int o0 = bsv_off(&a.g, lo.x), o1 = bsv_off(&a.g, lo.y), o2 = bsv_off(&a.g, hi.x), o3 = bsv_off(&a.g, hi.y);
+// acc[.][j] += group g's k-steps for the warp's MT 16-row slices (rows:
+// each slice's two row pointers into the window). A lane multiplies 4
+// columns per k-step; the next k-step's codes and weights load while this
+// one multiplies (the last step loads itself again, so no load leaves the
+// layer's arrays).
+template <typename T, int MT, int G>
+__device__ __forceinline__ void bsv_group(const bsv_args &a, int g, int j, int lane,
+                                          const unsigned char *const (*rows)[2], float (*acc)[G][4]) {
+    const int s0 = __ldg(a.gstart + g), s1 = __ldg(a.gstart + g + 1), c = lane & 3;
+    if (s0 >= s1) return;
+    const uint2 *codes = reinterpret_cast<const uint2 *>(a.codes);
+    uint2 lo = __ldg(codes + s0 * 8 + c), hi = __ldg(codes + s0 * 8 + 4 + c), bw = __ldg(a.vals + s0 * 32 + lane);
+    for (int st = s0; st < s1; st++) {
+        const int sn = min(st + 1, s1 - 1);
+        const uint2 nlo = __ldg(codes + sn * 8 + c), nhi = __ldg(codes + sn * 8 + 4 + c),
+                    nbw = __ldg(a.vals + sn * 32 + lane);
+        // byte offsets of the lane's 4 columns from a pixel's window base
+        const int o0 = bsv_off(&a.g, lo.x) * 2, o1 = bsv_off(&a.g, lo.y) * 2;
+        const int o2 = bsv_off(&a.g, hi.x) * 2, o3 = bsv_off(&a.g, hi.y) * 2;
         const uint32_t b[2] = {bw.x, bw.y};
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
-            const uint16_t *r0 = win + base[mt][0], *r1 = win + base[mt][1];
+            const unsigned char *r0 = rows[mt][0], *r1 = rows[mt][1];
             uint32_t af[4];
-            af[0] = (uint32_t)r0[o0] | (uint32_t)r0[o1] << 16;
-            af[1] = (uint32_t)r1[o0] | (uint32_t)r1[o1] << 16;
-            af[2] = (uint32_t)r0[o2] | (uint32_t)r0[o3] << 16;
-            af[3] = (uint32_t)r1[o2] | (uint32_t)r1[o3] << 16;
-            ptx_mma16816<T>(acc[mt][0], af, b);
+            af[0] = (uint32_t) * (const uint16_t *)(r0 + o0) | (uint32_t) * (const uint16_t *)(r0 + o1) << 16;
+            af[1] = (uint32_t) * (const uint16_t *)(r1 + o0) | (uint32_t) * (const uint16_t *)(r1 + o1) << 16;
+            af[2] = (uint32_t) * (const uint16_t *)(r0 + o2) | (uint32_t) * (const uint16_t *)(r0 + o3) << 16;
+            af[3] = (uint32_t) * (const uint16_t *)(r1 + o2) | (uint32_t) * (const uint16_t *)(r1 + o3) << 16;
+            ptx_mma16816<T>(acc[mt][j], af, b);
         }
+        lo = nlo, hi = nhi, bw = nbw;
     }
 }
 
-// One CTA: tile blockIdx.x (MT 16-row slices) x groups of blockIdx.y, warp
-// w taking the CTA's groups w, w + BSV_WARPS, ...
-template <typename T, int MT, bool POOL>
+// Bytes between staged rows of the epilogue through shared memory: the
+// CTA's kn channels as floats and 32 bytes of padding (a warp's stores of 8
+// rows then fall on two wavefronts, the fewest their 256 bytes take).
+__host__ __device__ __forceinline__ int bsv_stage_pitch(int kn) { return kn * 4 + 32; }
+
+// Adds 8 channels of residual (16-bit, packed in zz) to v.
+template <typename T> __device__ __forceinline__ void bsv_add8(float *v, uint4 zz) {
+    const uint32_t w[4] = {zz.x, zz.y, zz.z, zz.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 f = bsh_unpack2<T>(w[i]);
+        v[2 * i] += f.x, v[2 * i + 1] += f.y;
+    }
+}
+
+// Writes the 8 channels v (ReLU when relu) as 16-bit values at y + o (16-byte aligned).
+template <typename T> __device__ __forceinline__ void bsv_put8(const bsv_args &a, size_t o, float *v) {
+    __align__(16) T h[8];
+#pragma unroll
+    for (int i = 0; i < 8; i += 2) {
+        if (a.relu) v[i] = fmaxf(v[i], 0.0f), v[i + 1] = fmaxf(v[i + 1], 0.0f);
+        bsh_st2(h + i, v[i], v[i + 1]);
+    }
+    *reinterpret_cast<uint4 *>((T *)a.y + o) = *reinterpret_cast<const uint4 *>(h);
+}
+
+// The epilogue through shared memory (no pool; y and z 16-byte aligned;
+// every thread of the CTA calls it): each warp writes its sums plus the
+// bias as floats into a tile of tm rows x the CTA's channels over the
+// window, then the threads take whole 8-channel pieces of each row: add the
+// residual by one 16-byte load, ReLU, round once to 16 bits and store 16
+// bytes, so a warp stores contiguous runs instead of 8 pixels' 16-byte pieces.
+template <typename T, int MT, int G>
+__device__ __forceinline__ void bsv_stage_store(const bsv_args &a, const int *tout, int gw, int lane,
+                                                float (*acc)[G][4], unsigned char *stg) {
+    const int kb = (int)blockIdx.y * a.gpc * BSV_NG, kn = min(a.gpc * BSV_NG, a.K - kb), pitch = bsv_stage_pitch(kn);
+    __syncthreads();  // every warp is done with the window
+#pragma unroll
+    for (int j = 0; j < G; j++) {
+        if (gw + j >= a.ng) break;
+        const int k = (gw + j) * BSV_NG + (lane & 3) * 2;
+        const float2 bias = a.bias ? make_float2(__ldg(a.bias + k), __ldg(a.bias + k + 1)) : make_float2(0.0f, 0.0f);
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                float2 *p = reinterpret_cast<float2 *>(stg + (mt * 16 + (lane >> 2) + h * 8) * pitch + (k - kb) * 4);
+                *p = make_float2(acc[mt][j][h * 2] + bias.x, acc[mt][j][h * 2 + 1] + bias.y);
+            }
+    }
+    __syncthreads();
+    const int pieces = kn / BSV_NG, nq = a.g.tm * pieces;
+    for (int q = threadIdx.x; q < nq; q += blockDim.x) {
+        const int i = q / pieces, p = q - i * pieces, pix = tout[i];
+        if (pix < 0) continue;
+        const float4 *s = reinterpret_cast<const float4 *>(stg + i * pitch + p * 32);
+        const float4 u = s[0], w = s[1];
+        float v[8] = {u.x, u.y, u.z, u.w, w.x, w.y, w.z, w.w};
+        const size_t o = (size_t)pix * a.K + kb + p * BSV_NG;
+        if (a.z) bsv_add8<T>(v, __ldg(reinterpret_cast<const uint4 *>((const T *)a.z + o)));
+        bsv_put8<T>(a, o, v);
+    }
+}
+
+// One CTA: tile blockIdx.x (MT 16-row slices) x the CTA's a.gpc groups from
+// blockIdx.y * a.gpc, warp w holding the sums of G consecutive groups of
+// them at once. EPI: 0 the register epilogue, 1 with the 2x2 pool, 2
+// through shared memory (bsv_stage_store).
+template <typename T, int MT, int G, int EPI>
 __global__ void __launch_bounds__(BSV_WARPS * 32) bsv_kernel(bsv_args a) {
     extern __shared__ __align__(16) unsigned char bsv_sm[];
     int *tout = reinterpret_cast<int *>(bsv_sm), *tbase = tout + BSV_TM_MAX;
-    uint16_t *win = reinterpret_cast<uint16_t *>(bsv_sm + BSV_TABLE_BYTES);
+    unsigned char *win = bsv_sm + BSV_TABLE_BYTES;
     const int lane = threadIdx.x & 31, t = (int)blockIdx.x;
-    if (a.dep_early) ptx_dep_launch();  // else after the groups, below
+    if (a.dep_early) ptx_dep_launch();  // else at the end, below
     if (threadIdx.x < MT * 16) bsv_row(&a.g, t, threadIdx.x, tbase + threadIdx.x, tout + threadIdx.x);
     ptx_dep_wait();  // x and z belong to earlier kernels; the weights are the layer's own
-    bsv_stage(a, t, win);
+    bsv_stage(a, t, reinterpret_cast<uint16_t *>(win));
     __syncthreads();
-    int base[MT][2];
+    const unsigned char *rows[MT][2];
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int h = 0; h < 2; h++) base[mt][h] = tbase[mt * 16 + (lane >> 2) + h * 8];
-    const int g1 = min(a.ng, ((int)blockIdx.y + 1) * a.gpc);
-    for (int g = (int)blockIdx.y * a.gpc + (int)(threadIdx.x >> 5); g < g1; g += BSV_WARPS) {
-        float acc[MT][1][4];
+        for (int h = 0; h < 2; h++) rows[mt][h] = win + tbase[mt * 16 + (lane >> 2) + h * 8] * 2;
+    const int gw = (int)blockIdx.y * a.gpc + (int)(threadIdx.x >> 5) * G;  // the warp's first group
+    float acc[MT][G][4];
 #pragma unroll
-        for (int mt = 0; mt < MT; mt++) acc[mt][0][0] = acc[mt][0][1] = acc[mt][0][2] = acc[mt][0][3] = 0.0f;
-        bsv_group<T, MT>(a, g, lane, win, base, acc);
-        bsh_epilogue<T, MT, 1, POOL>(a, tout, g * BSV_NG, BSV_NG, lane, acc);
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int j = 0; j < G; j++) acc[mt][j][0] = acc[mt][j][1] = acc[mt][j][2] = acc[mt][j][3] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < G; j++)
+        if (gw + j < a.ng) bsv_group<T, MT, G>(a, gw + j, j, lane, rows, acc);
+    if (EPI == 2) {
+        bsv_stage_store<T, MT, G>(a, tout, gw, lane, acc, win);
+    } else if (gw < a.ng) {
+        const int nk = min(G, a.ng - gw) * BSV_NG;
+        bsh_epilogue<T, MT, G, EPI == 1>(a, tout, gw * BSV_NG, nk, lane, acc);
     }
     ptx_dep_launch();
 }
 
 // --- variants and launch ------------------------------------------------------------------
 
-// Variant v: pixel rows per tile (at most) and groups per warp.
-static const struct { int tm, gpw; } BSV_V[BSV_VARIANTS] = {{64, 1}, {64, 4}, {32, 1}, {32, 4}, {16, 1}, {16, 4}};
+// Variant v: pixel rows per tile (at most) and groups per warp, each warp
+// holding G groups' sums at once (MT x G <= 8 fragments).
+static const struct { int tm, gpw; } BSV_V[BSV_VARIANTS] = {{64, 1}, {64, 2}, {32, 2}, {32, 4}, {16, 4}, {16, 8}};
 
 // Pixel rows per tile (at most) of variant v.
 extern "C" int bsv_tile_rows(int v) { return BSV_V[v].tm; }
@@ -123,20 +208,40 @@ extern "C" int bsv_tile_rows(int v) { return BSV_V[v].tm; }
 // Groups per warp of variant v.
 extern "C" int bsv_groups_per_warp(int v) { return BSV_V[v].gpw; }
 
-// The kernel of element type T with mt slices, with or without the pool.
-template <typename T> static void *bsv_fn_t(int mt, bool pool) {
-    switch (mt) {
-    case 4: return pool ? (void *)bsv_kernel<T, 4, true> : (void *)bsv_kernel<T, 4, false>;
-    case 2: return pool ? (void *)bsv_kernel<T, 2, true> : (void *)bsv_kernel<T, 2, false>;
-    default: return pool ? (void *)bsv_kernel<T, 1, true> : (void *)bsv_kernel<T, 1, false>;
+// The kernel of element type T with mt slices and g groups per warp, epilogue epi.
+template <typename T, int EPI> static void *bsv_fn_e(int mt, int g) {
+    switch (mt * 16 + g) {
+    case 4 * 16 + 1: return (void *)bsv_kernel<T, 4, 1, EPI>;
+    case 4 * 16 + 2: return (void *)bsv_kernel<T, 4, 2, EPI>;
+    case 2 * 16 + 2: return (void *)bsv_kernel<T, 2, 2, EPI>;
+    case 2 * 16 + 4: return (void *)bsv_kernel<T, 2, 4, EPI>;
+    case 1 * 16 + 4: return (void *)bsv_kernel<T, 1, 4, EPI>;
+    default: return (void *)bsv_kernel<T, 1, 8, EPI>;
     }
 }
 
-// The kernel of variant v for layer s in dt.
-static void *bsv_fn(const bsconv_shape *s, gpu_dtype dt, int v) {
-    const int mt = BSV_V[v].tm / 16;
-    const bool pool = s->pool == 2;
-    return dt == GDT_BF16 ? bsv_fn_t<__nv_bfloat16>(mt, pool) : bsv_fn_t<__half>(mt, pool);
+// The kernel of variant v for layer s in dt with epilogue epi (bsv_kernel's EPI).
+static void *bsv_fn(gpu_dtype dt, int v, int epi) {
+    const int mt = BSV_V[v].tm / 16, g = BSV_V[v].gpw;
+    if (dt == GDT_BF16)
+        return epi == 2 ? bsv_fn_e<__nv_bfloat16, 2>(mt, g) : epi ? bsv_fn_e<__nv_bfloat16, 1>(mt, g)
+                                                               : bsv_fn_e<__nv_bfloat16, 0>(mt, g);
+    return epi == 2 ? bsv_fn_e<__half, 2>(mt, g) : epi ? bsv_fn_e<__half, 1>(mt, g) : bsv_fn_e<__half, 0>(mt, g);
+}
+
+// The epilogue variant v runs layer s with: the pool's, else through shared
+// memory when y and z are 16-byte aligned, else the register one.
+static int bsv_epi(const bsconv_shape *s, const void *y, const void *z) {
+    if (s->pool == 2) return 1;
+    return ((uintptr_t)y & 15) == 0 && ((uintptr_t)z & 15) == 0 ? 2 : 0;
+}
+
+// Bytes of dynamic shared memory of variant v on geometry geo: the tables
+// and the window, or the staged tile over it when that is larger.
+static long long bsv_smem_bytes(const bsconv_shape *s, const bsv_geom *geo, int v) {
+    const long long win = bsconv_vec_smem(geo), kn = BSV_WARPS * BSV_V[v].gpw * BSV_NG;
+    const long long stg = BSV_TABLE_BYTES + (long long)BSV_V[v].tm * bsv_stage_pitch((int)(kn < s->K ? kn : s->K));
+    return s->pool == 2 || win >= stg ? win : stg;
 }
 
 // Checks that variant v runs the layer and allows its shared memory.
@@ -144,14 +249,15 @@ extern "C" int bsv_gpu_prepare(const gpu_ctx *g, const bsconv_shape *s, gpu_dtyp
     if (v < 0 || v >= BSV_VARIANTS) return sc_fail(err, "block-sparse conv: vector variant %d", v);
     bsv_geom geo;
     bsconv_vgeom_of(s, BSV_V[v].tm, &geo);
-    const long long bytes = bsconv_vec_smem(&geo), tiles = (long long)geo.nti * geo.ntr * geo.ntq;
+    const long long bytes = bsv_smem_bytes(s, &geo, v), tiles = (long long)geo.nti * geo.ntr * geo.ntq;
     if (bytes > g->dev.smem_block_optin)
         return sc_fail(err, "block-sparse conv: the vector kernel's window needs %lld bytes of shared memory (%d)",
                        bytes, g->dev.smem_block_optin);
     if (tiles > INT_MAX) return sc_fail(err, "block-sparse conv: %lld tiles", tiles);
-    // The limit belongs to the kernel, which other layers share: the device's opt-in maximum.
-    cudaCheck(err, cudaFuncSetAttribute(bsv_fn(s, dt, v), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        g->dev.smem_block_optin));
+    // The limit belongs to the kernels, which other layers share: the device's opt-in maximum.
+    for (int epi = 0; epi < 3; epi++)
+        cudaCheck(err, cudaFuncSetAttribute(bsv_fn(dt, v, epi), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            g->dev.smem_block_optin));
     return 0;
 }
 
@@ -164,8 +270,10 @@ extern "C" int bsv_gpu_run(const gpu_ctx *g, const bsconv_shape *s, const bsv_gp
     bsconv_vgeom_of(s, BSV_V[v].tm, &a.g);
     a.K = s->K, a.relu = s->relu, a.ng = d->ng, a.gpc = BSV_WARPS * BSV_V[v].gpw, a.dep_early = g->pdl == 2;
     const dim3 grid((unsigned)(a.g.nti * a.g.ntr * a.g.ntq), (unsigned)((a.ng + a.gpc - 1) / a.gpc));
+    const int epi = bsv_epi(s, y, z);
+    const size_t smem = (size_t)(epi == 2 ? bsv_smem_bytes(s, &a.g, v) : bsconv_vec_smem(&a.g));
     void *args[] = {&a};
-    cudaCheck(err, sc_launch(g, bsv_fn(s, dt, v), grid, dim3(BSV_WARPS * 32), (size_t)bsconv_vec_smem(&a.g), args));
+    cudaCheck(err, sc_launch(g, bsv_fn(dt, v, epi), grid, dim3(BSV_WARPS * 32), smem, args));
     return 0;
 }
 

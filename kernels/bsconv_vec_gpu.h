@@ -13,11 +13,12 @@ extern "C" {
 #endif
 #include "kernels/bsconv_vec.h"
 
-// Variants: tiles of at most 64, 32 or 16 pixel rows (v / 2), each of the
-// CTA's BSV_WARPS warps taking 1 or 4 groups of 8 output channels (v % 2):
-// more groups per CTA stage the window fewer times, fewer give more CTAs.
+// Variants: tiles of at most 64, 32 or 16 pixel rows, each of the CTA's
+// BSV_WARPS warps holding the sums of 1 to 8 groups of 8 output channels at
+// once (64: 1 or 2, 32: 2 or 4, 16: 4 or 8): more groups per CTA stage the
+// window fewer times, fewer give more CTAs.
 #define BSV_VARIANTS 6
-#define BSV_WARPS 4
+#define BSV_WARPS 8
 
 // The layer's packed weights on the device.
 typedef struct {
