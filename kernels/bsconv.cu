@@ -542,7 +542,7 @@ extern "C" void bsconv_gpu_describe(const bsconv_gpu *b, char *buf, size_t len) 
     if (b->variant >= BSCONV_VEC_FIRST) {
         const int v = b->variant - BSCONV_VEC_FIRST;
         bsv_geom geo;
-        bsconv_vgeom_of(&b->s, bsv_tile_rows(v), &geo);
+        bsv_gpu_geom(&b->s, v, &geo);
         snprintf(buf, len, "block %dx%d, %d blocks, vector kernel: %d groups of 8 channels, %d k-steps, %s, tile %d "
                  "image(s) x %d x %d pixels x %d groups per CTA", b->kb, b->cb, b->nblocks, b->v.ng, b->v.nsteps,
                  b->dt == GDT_BF16 ? "bf16" : "fp16", geo.ti, geo.tr, geo.tq, BSV_WARPS * bsv_groups_per_warp(v));

@@ -19,10 +19,11 @@
 // operands straight from x and the weights, several unit pairs ahead, with no
 // shared-memory window and no barrier.
 //
-// The vector kernel (variants 21-26, kernels/bsconv_vec.h) for blocks of 8
+// The vector kernel (variants 21-28, kernels/bsconv_vec.h) for blocks of 8
 // output channels of any width, above all 8x1: a CTA stages its tile's whole
 // input window, and each warp builds its MMA operands by two-byte shared
-// loads at its group's own non-zero columns.
+// loads at its group's own non-zero columns, or (27-28) transposes the
+// window so that one ldmatrix.trans loads a whole operand.
 //
 // The gather kernel (variants 0-3), for every layer: an implicit GEMM over
 // the non-zero columns only: bsconv_gpu_create packs
@@ -73,16 +74,17 @@ bsconv_gpu *bsconv_gpu_create(const gpu_ctx *g, const bsconv_shape *s, const bsc
 // stored as whole rows (bsh_variant_get); create picks the first halo variant that
 // runs the layer. Variants 18 to 20 run the direct kernel with 64 pixels of
 // one group per CTA, or 16 or 32 pixels whose units the CTA's four warps
-// share (bsconv_direct_gpu.h). Variants 21 to 26 run the vector kernel
+// share (bsconv_direct_gpu.h). Variants 21 to 28 run the vector kernel
 // (blocks of 8 output channels, e.g. 8x1; kernels/bsconv_vec.h) with tiles
-// of 64, 32 or 16 pixels and 4 or 16 groups per CTA (bsconv_vec_gpu.h);
+// of 64, 32 or 16 pixels and 64 to 512 channels per CTA, 27-28 with the
+// window transposed (bsconv_vec_gpu.h);
 // create picks the first that runs the layer when no halo variant does.
 // run falls back to the gather kernel (same tile) when x (halo, vector:
 // 16-byte; direct: 4-byte), y or z is not 4-byte aligned.
 #define BSCONV_GATHER_VARIANTS 4
 #define BSCONV_DIRECT_FIRST 18
 #define BSCONV_VEC_FIRST 21
-#define BSCONV_GPU_VARIANTS 27
+#define BSCONV_GPU_VARIANTS 29
 int bsconv_gpu_set_variant(const gpu_ctx *g, bsconv_gpu *b, int v, sc_err *err);
 int bsconv_gpu_variant(const bsconv_gpu *b);
 

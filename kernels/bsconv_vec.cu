@@ -27,6 +27,7 @@ struct bsv_args {
     bsv_geom g;
     int K, relu, ng, gpc;  // gpc: groups per CTA (blockIdx.y takes groups [y gpc, (y + 1) gpc))
     int dep_early;         // 1: the next kernel may start from this one's start (gpu_ctx.pdl 2)
+    int tt_off;            // transposed variants: bytes from the window to the transposed window
 };
 
 // Stages tile t's window into win: each position's C channels by 16-byte
@@ -145,9 +146,13 @@ __device__ __forceinline__ void bsv_stage_store(const bsv_args &a, const int *to
             }
     }
     __syncthreads();
-    const int pieces = kn / BSV_NG, nq = a.g.tm * pieces;
-    for (int q = threadIdx.x; q < nq; q += blockDim.x) {
-        const int i = q / pieces, p = q - i * pieces, pix = tout[i];
+    // Piece q is row q / pieces; where pieces divides the CTA (64 to 512
+    // channels), a thread keeps one piece index and steps rows: no division per piece.
+    const int pieces = kn / BSV_NG, nq = a.g.tm * pieces, whole = (int)blockDim.x % pieces == 0;
+    const int p0 = whole ? (int)threadIdx.x % pieces : 0, di = whole ? (int)blockDim.x / pieces : 0;
+    for (int q = threadIdx.x, i = whole ? (int)threadIdx.x / pieces : 0; q < nq; q += blockDim.x, i += di) {
+        if (!whole) i = q / pieces;
+        const int p = whole ? p0 : q - i * pieces, pix = tout[i];
         if (pix < 0) continue;
         const float4 *s = reinterpret_cast<const float4 *>(stg + i * pitch + p * 32);
         const float4 u = s[0], w = s[1];
@@ -196,19 +201,131 @@ __global__ void __launch_bounds__(BSV_WARPS * 32) bsv_kernel(bsv_args a) {
     ptx_dep_launch();
 }
 
+// --- the transposed window (variants BSV_T_FIRST..) -------------------------------------
+//
+// Tiles of tr x 8 output pixels of one image. After the window is staged as
+// above, it is transposed into Tt: row (s C + c) hrp + h holds channel c of
+// the 8 input columns q stride + s (q = 0..7) of window row h, 16 bytes (hrp,
+// the rows per (s, c), is odd, so 8 consecutive channels' rows start in
+// different bank groups). The 8 pixels of a tile row at column (r, s, c) of
+// the filter are then one 16-byte row of Tt, and an ldmatrix.x4.trans loads a
+// whole A fragment (16 pixels x 16 columns): one shared load per MMA
+// instead of eight two-byte ones.
+
+// Rows of Tt per (s, c): the window's rows, made odd.
+__host__ __device__ __forceinline__ int bsvt_hrp(const bsv_geom *g) { return g->hr | 1; }
+
+// Transposes the staged window win (positions x ldc channels) into tt: warp
+// w takes the (h, s) pairs w, w + BSV_WARPS, ... (stepped by additions: a
+// division per unit was most of the kernel's instructions), and per pair and
+// 32-channel block one ldmatrix.x4.trans reads positions (h, q stride + s),
+// q = lane % 8, at channels 8 (lane / 8) of the block; each lane stores 4
+// bytes per matrix: channel 8 i + lane / 4, columns 2 (lane % 4) and 2 (lane % 4) + 1.
+__device__ __forceinline__ void bsvt_transpose(const bsv_args &a, const unsigned char *win, unsigned char *tt) {
+    const int lane = threadIdx.x & 31, S = a.g.S, hrp = bsvt_hrp(&a.g), nb = a.g.C >> 5, warp = threadIdx.x >> 5;
+    const int ds = BSV_WARPS % S, dh = BSV_WARPS / S;
+    const uint32_t w0 = (uint32_t)__cvta_generic_to_shared(win) +
+                        (uint32_t)((((lane & 7) * a.g.stride) * a.g.ldc + (lane >> 3) * 8) * 2);
+    const int crow = hrp * 16 * 8;  // bytes from channel c's rows to channel c + 8's
+    unsigned char *t1 = tt + ((lane >> 2) * hrp) * 16 + (lane & 3) * 4;
+    for (int h = warp / S, s = warp % S; h < a.g.hr; s += ds, h += dh) {
+        if (s >= S) s -= S, h++;
+        if (h >= a.g.hr) break;
+        const uint32_t src = w0 + (uint32_t)((h * a.g.hw + s) * a.g.ldc * 2);
+        unsigned char *dst = t1 + (s * a.g.C * hrp + h) * 16;
+        for (int cb = 0; cb < nb; cb++, dst += 4 * crow) {
+            uint32_t r[4];
+            ptx_ldmatrix_x4_trans(src + (uint32_t)(cb * 64), r);
+#pragma unroll
+            for (int i = 0; i < 4; i++) *reinterpret_cast<uint32_t *>(dst + i * crow) = r[i];
+        }
+    }
+}
+
+// acc[.][j] += group g's k-steps from the transposed window at shared
+// address t0: lane l names column (l % 8) + 8 (l / 16) of each k-step for
+// pixel row (l / 8) % 2 of every slice; the next step loads while this one multiplies.
+template <typename T, int MT, int G>
+__device__ __forceinline__ void bsvt_group(const bsv_args &a, int g, int j, int lane, uint32_t t0, float (*acc)[G][4]) {
+    const int s0 = __ldg(a.gstart + g), s1 = __ldg(a.gstart + g + 1), k = (lane & 7) + (lane >> 4) * 8;
+    if (s0 >= s1) return;
+    const int hrp = bsvt_hrp(&a.g), C = a.g.C, rs = 2 * a.g.stride * 16;  // bytes from one slice to the next
+    const uint32_t tl = t0 + (uint32_t)(((lane >> 3) & 1) * a.g.stride * 16);
+    uint32_t code = __ldg(a.codes + s0 * BSV_KSTEP + k);
+    uint2 bw = __ldg(a.vals + s0 * 32 + lane);
+    for (int st = s0; st < s1; st++) {
+        const int sn = min(st + 1, s1 - 1);
+        const uint32_t ncode = __ldg(a.codes + sn * BSV_KSTEP + k);
+        const uint2 nbw = __ldg(a.vals + sn * 32 + lane);
+        const int rho = ((int)(code >> 16 & 255u) * C + (int)(code & 0xFFFFu)) * hrp + (int)(code >> 24);
+        const uint32_t ad = tl + (uint32_t)(rho * 16);
+        const uint32_t b[2] = {bw.x, bw.y};
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            uint32_t af[4];
+            ptx_ldmatrix_x4_trans(ad + (uint32_t)(mt * rs), af);
+            ptx_mma16816<T>(acc[mt][j], af, b);
+        }
+        code = ncode, bw = nbw;
+    }
+}
+
+// One CTA of the transposed window: tile blockIdx.x (tr x 8 pixels, MT
+// slices of two tile rows) x the CTA's a.gpc groups, as bsv_kernel; EPI 0
+// the register epilogue, 2 through shared memory (no pool here).
+template <typename T, int MT, int G, int EPI>
+__global__ void __launch_bounds__(BSV_WARPS * 32) bsvt_kernel(bsv_args a) {
+    extern __shared__ __align__(16) unsigned char bsv_sm[];
+    int *tout = reinterpret_cast<int *>(bsv_sm), *tbase = tout + BSV_TM_MAX;
+    unsigned char *win = bsv_sm + BSV_TABLE_BYTES, *tt = win + a.tt_off;
+    const int lane = threadIdx.x & 31, t = (int)blockIdx.x;
+    if (a.dep_early) ptx_dep_launch();  // else at the end, below
+    if (threadIdx.x < MT * 16) bsv_row(&a.g, t, threadIdx.x, tbase + threadIdx.x, tout + threadIdx.x);
+    ptx_dep_wait();  // x and z belong to earlier kernels; the weights are the layer's own
+    bsv_stage(a, t, reinterpret_cast<uint16_t *>(win));
+    __syncthreads();
+    bsvt_transpose(a, win, tt);
+    __syncthreads();
+    const int gw = (int)blockIdx.y * a.gpc + (int)(threadIdx.x >> 5) * G;  // the warp's first group
+    const uint32_t t0 = (uint32_t)__cvta_generic_to_shared(tt);
+    float acc[MT][G][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int j = 0; j < G; j++) acc[mt][j][0] = acc[mt][j][1] = acc[mt][j][2] = acc[mt][j][3] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < G; j++)
+        if (gw + j < a.ng) bsvt_group<T, MT, G>(a, gw + j, j, lane, t0, acc);
+    if (EPI == 2) {
+        bsv_stage_store<T, MT, G>(a, tout, gw, lane, acc, win);
+    } else if (gw < a.ng) {
+        bsh_epilogue<T, MT, G, false>(a, tout, gw * BSV_NG, min(G, a.ng - gw) * BSV_NG, lane, acc);
+    }
+    ptx_dep_launch();
+}
+
 // --- variants and launch ------------------------------------------------------------------
 
-// Variant v: pixel rows per tile (at most) and groups per warp, each warp
-// holding G groups' sums at once (MT x G <= 8 fragments).
-static const struct { int tm, gpw; } BSV_V[BSV_VARIANTS] = {{64, 1}, {64, 2}, {32, 2}, {32, 4}, {16, 4}, {16, 8}};
-
-// Pixel rows per tile (at most) of variant v.
-extern "C" int bsv_tile_rows(int v) { return BSV_V[v].tm; }
+// Variant v: pixel rows per tile (at most), groups per warp (each warp
+// holding G groups' sums at once, MT x G <= 8 fragments) and whether the
+// window is transposed (bsvt_kernel: tiles of tm / 8 x 8 pixels).
+static const struct { int tm, gpw, tp; } BSV_V[BSV_VARIANTS] = {
+    {64, 1, 0}, {64, 2, 0}, {32, 2, 0}, {32, 4, 0}, {16, 4, 0}, {16, 8, 0}, {64, 1, 1}, {64, 2, 1}};
 
 // Groups per warp of variant v.
 extern "C" int bsv_groups_per_warp(int v) { return BSV_V[v].gpw; }
 
-// The kernel of element type T with mt slices and g groups per warp, epilogue epi.
+// The geometry of layer s on variant v: the layout's (bsconv_vgeom_of), or
+// for a transposed variant tiles of one image's tm / 8 rows x 8 columns.
+extern "C" void bsv_gpu_geom(const bsconv_shape *s, int v, bsv_geom *g) {
+    bsconv_vgeom_of(s, BSV_V[v].tm, g);
+    if (!BSV_V[v].tp) return;
+    g->ti = 1, g->tr = BSV_V[v].tm / 8, g->tq = 8, g->tm = g->tr * g->tq;
+    g->hr = (g->tr - 1) * g->stride + g->R, g->hw = (g->tq - 1) * g->stride + g->S;
+    g->nti = g->n, g->ntr = (g->cp + g->tr - 1) / g->tr, g->ntq = (g->cq + g->tq - 1) / g->tq;
+}
+
+// The kernel of element type T with mt slices and g groups per warp, epilogue EPI.
 template <typename T, int EPI> static void *bsv_fn_e(int mt, int g) {
     switch (mt * 16 + g) {
     case 4 * 16 + 1: return (void *)bsv_kernel<T, 4, 1, EPI>;
@@ -220,13 +337,21 @@ template <typename T, int EPI> static void *bsv_fn_e(int mt, int g) {
     }
 }
 
-// The kernel of variant v for layer s in dt with epilogue epi (bsv_kernel's EPI).
-static void *bsv_fn(gpu_dtype dt, int v, int epi) {
+// The transposed kernel of element type T with g groups per warp (4 slices), epilogue EPI (0 or 2).
+template <typename T, int EPI> static void *bsvt_fn_e(int g) {
+    return g == 2 ? (void *)bsvt_kernel<T, 4, 2, EPI> : (void *)bsvt_kernel<T, 4, 1, EPI>;
+}
+
+// The kernel of variant v in dt with epilogue epi (bsv_kernel's EPI).
+template <typename T> static void *bsv_fn_t(int v, int epi) {
     const int mt = BSV_V[v].tm / 16, g = BSV_V[v].gpw;
-    if (dt == GDT_BF16)
-        return epi == 2 ? bsv_fn_e<__nv_bfloat16, 2>(mt, g) : epi ? bsv_fn_e<__nv_bfloat16, 1>(mt, g)
-                                                               : bsv_fn_e<__nv_bfloat16, 0>(mt, g);
-    return epi == 2 ? bsv_fn_e<__half, 2>(mt, g) : epi ? bsv_fn_e<__half, 1>(mt, g) : bsv_fn_e<__half, 0>(mt, g);
+    if (BSV_V[v].tp) return epi == 2 ? bsvt_fn_e<T, 2>(g) : bsvt_fn_e<T, 0>(g);
+    return epi == 2 ? bsv_fn_e<T, 2>(mt, g) : epi ? bsv_fn_e<T, 1>(mt, g) : bsv_fn_e<T, 0>(mt, g);
+}
+
+// The kernel of variant v in dt with epilogue epi.
+static void *bsv_fn(gpu_dtype dt, int v, int epi) {
+    return dt == GDT_BF16 ? bsv_fn_t<__nv_bfloat16>(v, epi) : bsv_fn_t<__half>(v, epi);
 }
 
 // The epilogue variant v runs layer s with: the pool's, else through shared
@@ -236,19 +361,37 @@ static int bsv_epi(const bsconv_shape *s, const void *y, const void *z) {
     return ((uintptr_t)y & 15) == 0 && ((uintptr_t)z & 15) == 0 ? 2 : 0;
 }
 
-// Bytes of dynamic shared memory of variant v on geometry geo: the tables
-// and the window, or the staged tile over it when that is larger.
+// Bytes from the window to the transposed window (0: none) of variant v on geometry geo.
+static long long bsv_tt_off(const bsv_geom *geo, int v) {
+    return BSV_V[v].tp ? (bsconv_vec_smem(geo) - BSV_TABLE_BYTES + 15) / 16 * 16 : 0;
+}
+
+// Bytes of dynamic shared memory of variant v on geometry geo: the tables,
+// the window and the transposed window, or the staged tile over them when that is larger.
 static long long bsv_smem_bytes(const bsconv_shape *s, const bsv_geom *geo, int v) {
-    const long long win = bsconv_vec_smem(geo), kn = BSV_WARPS * BSV_V[v].gpw * BSV_NG;
+    long long win = bsconv_vec_smem(geo);
+    if (BSV_V[v].tp) win = BSV_TABLE_BYTES + bsv_tt_off(geo, v) + (long long)geo->S * geo->C * bsvt_hrp(geo) * 16;
+    const long long kn = BSV_WARPS * BSV_V[v].gpw * BSV_NG;
     const long long stg = BSV_TABLE_BYTES + (long long)BSV_V[v].tm * bsv_stage_pitch((int)(kn < s->K ? kn : s->K));
     return s->pool == 2 || win >= stg ? win : stg;
+}
+
+// Why variant v cannot run layer s (NULL: it can), besides shared memory.
+static const char *bsv_refuse(const bsconv_shape *s, const bsv_geom *geo, int v) {
+    if (!BSV_V[v].tp) return NULL;
+    if (s->pool == 2) return "the transposed window takes no pool";
+    if (s->C % 32) return "the transposed window needs a multiple of 32 input channels";
+    if (geo->cq < 8) return "the transposed window needs 8 output columns";
+    return NULL;
 }
 
 // Checks that variant v runs the layer and allows its shared memory.
 extern "C" int bsv_gpu_prepare(const gpu_ctx *g, const bsconv_shape *s, gpu_dtype dt, int v, sc_err *err) {
     if (v < 0 || v >= BSV_VARIANTS) return sc_fail(err, "block-sparse conv: vector variant %d", v);
     bsv_geom geo;
-    bsconv_vgeom_of(s, BSV_V[v].tm, &geo);
+    bsv_gpu_geom(s, v, &geo);
+    const char *no = bsv_refuse(s, &geo, v);
+    if (no) return sc_fail(err, "block-sparse conv: vector variant %d: %s", v, no);
     const long long bytes = bsv_smem_bytes(s, &geo, v), tiles = (long long)geo.nti * geo.ntr * geo.ntq;
     if (bytes > g->dev.smem_block_optin)
         return sc_fail(err, "block-sparse conv: the vector kernel's window needs %lld bytes of shared memory (%d)",
@@ -267,13 +410,14 @@ extern "C" int bsv_gpu_run(const gpu_ctx *g, const bsconv_shape *s, const bsv_gp
     bsv_args a;
     a.x = x, a.z = z, a.y = y, a.bias = bias, a.gstart = d->gstart;
     a.codes = d->codes, a.vals = (const uint2 *)d->vals;
-    bsconv_vgeom_of(s, BSV_V[v].tm, &a.g);
+    bsv_gpu_geom(s, v, &a.g);
     a.K = s->K, a.relu = s->relu, a.ng = d->ng, a.gpc = BSV_WARPS * BSV_V[v].gpw, a.dep_early = g->pdl == 2;
+    a.tt_off = (int)bsv_tt_off(&a.g, v);
     const dim3 grid((unsigned)(a.g.nti * a.g.ntr * a.g.ntq), (unsigned)((a.ng + a.gpc - 1) / a.gpc));
     const int epi = bsv_epi(s, y, z);
-    const size_t smem = (size_t)(epi == 2 ? bsv_smem_bytes(s, &a.g, v) : bsconv_vec_smem(&a.g));
     void *args[] = {&a};
-    cudaCheck(err, sc_launch(g, bsv_fn(dt, v, epi), grid, dim3(BSV_WARPS * 32), smem, args));
+    cudaCheck(err, sc_launch(g, bsv_fn(dt, v, epi), grid, dim3(BSV_WARPS * 32), (size_t)bsv_smem_bytes(s, &a.g, v),
+                             args));
     return 0;
 }
 

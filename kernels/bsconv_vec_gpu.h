@@ -16,8 +16,10 @@ extern "C" {
 // Variants: tiles of at most 64, 32 or 16 pixel rows, each of the CTA's
 // BSV_WARPS warps holding the sums of 1 to 8 groups of 8 output channels at
 // once (64: 1 or 2, 32: 2 or 4, 16: 4 or 8): more groups per CTA stage the
-// window fewer times, fewer give more CTAs.
-#define BSV_VARIANTS 6
+// window fewer times, fewer give more CTAs. Variants 6 and 7: the window
+// transposed, tiles of 8 x 8 pixels, 1 or 2 groups per warp (no pool; a
+// multiple of 32 input channels; at least 8 output columns).
+#define BSV_VARIANTS 8
 #define BSV_WARPS 8
 
 // The layer's packed weights on the device.
@@ -34,9 +36,11 @@ int bsv_gpu_upload(const gpu_ctx *g, const bsconv_vpack *p, gpu_dtype dt, bsv_gp
 // Frees the device arrays (a zeroed struct is fine).
 void bsv_gpu_free(bsv_gpu *d);
 
-// Pixel rows per tile (at most) and groups per warp of variant v.
-int bsv_tile_rows(int v);
+// Groups per warp of variant v.
 int bsv_groups_per_warp(int v);
+
+// The tile geometry of layer s on variant v.
+void bsv_gpu_geom(const bsconv_shape *s, int v, bsv_geom *g);
 
 // Checks that variant v runs layer s on g's device (shared memory) and allows it. 0 or -1.
 int bsv_gpu_prepare(const gpu_ctx *g, const bsconv_shape *s, gpu_dtype dt, int v, sc_err *err);

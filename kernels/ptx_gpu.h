@@ -76,6 +76,15 @@ __device__ __forceinline__ void ptx_ldmatrix_x4(uint32_t addr, uint32_t *a) {
                  : "r"(addr));
 }
 
+// Four 8x8 16-bit matrices transposed: lane l gives the shared address of
+// row l % 8 of matrix l / 8 and receives, per matrix, its rows 2 (l % 4) and
+// 2 (l % 4) + 1 at column l / 4.
+__device__ __forceinline__ void ptx_ldmatrix_x4_trans(uint32_t addr, uint32_t *a) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+                 : "r"(addr));
+}
+
 // Two 8x8 16-bit matrices; lanes 0-15 give the row addresses.
 __device__ __forceinline__ void ptx_ldmatrix_x2(uint32_t addr, uint32_t *a) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"

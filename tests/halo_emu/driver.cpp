@@ -114,6 +114,19 @@ static void ldmatrix(uint32_t addr, uint32_t *a, int nmat) {
     warp_sync();
 }
 void ptx_ldmatrix_x4(uint32_t addr, uint32_t *a) { ldmatrix(addr, a, 4); }
+// The transposed form: per matrix, rows 2 (l % 4) and 2 (l % 4) + 1 at column l / 4.
+void ptx_ldmatrix_x4_trans(uint32_t addr, uint32_t *a) {
+    const int w = threadIdx.x / 32, l = threadIdx.x % 32;
+    if ((size_t)addr + 16 > emu_dyn || addr % 16) emu_fault("ldmatrix row address", addr);
+    addr_buf[w][l] = addr;
+    warp_sync();
+    for (int i = 0; i < 4; i++) {
+        uint16_t e[2];
+        for (int h = 0; h < 2; h++) memcpy(&e[h], emu_smem + addr_buf[w][8 * i + 2 * (l % 4) + h] + 2 * (l / 4), 2);
+        a[i] = (uint32_t)e[0] | (uint32_t)e[1] << 16;
+    }
+    warp_sync();
+}
 void ptx_ldmatrix_x2(uint32_t addr, uint32_t *a) { ldmatrix(addr, a, 2); }
 // Element e (0 low, 1 high) of a register holding two 16-bit values, as a float.
 static float half_of(uint32_t r, int e, int bf16) {

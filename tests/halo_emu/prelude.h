@@ -42,6 +42,7 @@ template <int N> inline void ptx_cp_wait() { emu_cp_wait(N); }
 inline void ptx_cp_wait_n(int n) { emu_cp_wait(n < 7 ? n : 7); }
 void ptx_ldmatrix_x4(uint32_t addr, uint32_t *a);
 void ptx_ldmatrix_x2(uint32_t addr, uint32_t *a);
+void ptx_ldmatrix_x4_trans(uint32_t addr, uint32_t *a);
 void emu_mma(float *d, const uint32_t *a, const uint32_t *b, int k16, int bf16);
 template <typename T> inline void ptx_mma16816(float *d, const uint32_t *a, const uint32_t *b) {
     emu_mma(d, a, b, 1, sizeof(T) == 2 && !std::is_same<T, __half>::value);
