@@ -163,45 +163,7 @@ __device__ __forceinline__ void bsv_stage_store(const bsv_args &a, const int *to
     }
 }
 
-// One CTA: tile blockIdx.x (MT 16-row slices) x the CTA's a.gpc groups from
-// blockIdx.y * a.gpc, warp w holding the sums of G consecutive groups of
-// them at once. EPI: 0 the register epilogue, 1 with the 2x2 pool, 2
-// through shared memory (bsv_stage_store).
-template <typename T, int MT, int G, int EPI>
-__global__ void __launch_bounds__(BSV_WARPS * 32) bsv_kernel(bsv_args a) {
-    extern __shared__ __align__(16) unsigned char bsv_sm[];
-    int *tout = reinterpret_cast<int *>(bsv_sm), *tbase = tout + BSV_TM_MAX;
-    unsigned char *win = bsv_sm + BSV_TABLE_BYTES;
-    const int lane = threadIdx.x & 31, t = (int)blockIdx.x;
-    if (a.dep_early) ptx_dep_launch();  // else at the end, below
-    if (threadIdx.x < MT * 16) bsv_row(&a.g, t, threadIdx.x, tbase + threadIdx.x, tout + threadIdx.x);
-    ptx_dep_wait();  // x and z belong to earlier kernels; the weights are the layer's own
-    bsv_stage(a, t, reinterpret_cast<uint16_t *>(win));
-    __syncthreads();
-    const unsigned char *rows[MT][2];
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) rows[mt][h] = win + tbase[mt * 16 + (lane >> 2) + h * 8] * 2;
-    const int gw = (int)blockIdx.y * a.gpc + (int)(threadIdx.x >> 5) * G;  // the warp's first group
-    float acc[MT][G][4];
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int j = 0; j < G; j++) acc[mt][j][0] = acc[mt][j][1] = acc[mt][j][2] = acc[mt][j][3] = 0.0f;
-#pragma unroll
-    for (int j = 0; j < G; j++)
-        if (gw + j < a.ng) bsv_group<T, MT, G>(a, gw + j, j, lane, rows, acc);
-    if (EPI == 2) {
-        bsv_stage_store<T, MT, G>(a, tout, gw, lane, acc, win);
-    } else if (gw < a.ng) {
-        const int nk = min(G, a.ng - gw) * BSV_NG;
-        bsh_epilogue<T, MT, G, EPI == 1>(a, tout, gw * BSV_NG, nk, lane, acc);
-    }
-    ptx_dep_launch();
-}
-
-// --- the transposed window (variants BSV_T_FIRST..) -------------------------------------
+// --- the transposed window (variants 6-7) ---------------------------------------------------
 //
 // Tiles of tr x 8 output pixels of one image. After the window is staged as
 // above, it is transposed into Tt: row (s C + c) hrp + h holds channel c of
@@ -270,11 +232,15 @@ __device__ __forceinline__ void bsvt_group(const bsv_args &a, int g, int j, int 
     }
 }
 
-// One CTA of the transposed window: tile blockIdx.x (tr x 8 pixels, MT
-// slices of two tile rows) x the CTA's a.gpc groups, as bsv_kernel; EPI 0
-// the register epilogue, 2 through shared memory (no pool here).
-template <typename T, int MT, int G, int EPI>
-__global__ void __launch_bounds__(BSV_WARPS * 32) bsvt_kernel(bsv_args a) {
+// --- the kernel ----------------------------------------------------------------------------
+
+// One CTA: tile blockIdx.x (MT 16-row slices) x the CTA's a.gpc groups from
+// blockIdx.y * a.gpc, warp w holding the sums of G consecutive groups of
+// them at once. TP: the window transposed first (the layout above: tiles
+// of tr x 8 pixels, no pool). EPI: 0 the register epilogue, 1 with the 2x2
+// pool, 2 through shared memory (bsv_stage_store).
+template <typename T, int MT, int G, int EPI, bool TP>
+__global__ void __launch_bounds__(BSV_WARPS * 32) bsv_kernel(bsv_args a) {
     extern __shared__ __align__(16) unsigned char bsv_sm[];
     int *tout = reinterpret_cast<int *>(bsv_sm), *tbase = tout + BSV_TM_MAX;
     unsigned char *win = bsv_sm + BSV_TABLE_BYTES, *tt = win + a.tt_off;
@@ -284,22 +250,36 @@ __global__ void __launch_bounds__(BSV_WARPS * 32) bsvt_kernel(bsv_args a) {
     ptx_dep_wait();  // x and z belong to earlier kernels; the weights are the layer's own
     bsv_stage(a, t, reinterpret_cast<uint16_t *>(win));
     __syncthreads();
-    bsvt_transpose(a, win, tt);
-    __syncthreads();
+    if (TP) {
+        bsvt_transpose(a, win, tt);
+        __syncthreads();
+    }
     const int gw = (int)blockIdx.y * a.gpc + (int)(threadIdx.x >> 5) * G;  // the warp's first group
-    const uint32_t t0 = (uint32_t)__cvta_generic_to_shared(tt);
     float acc[MT][G][4];
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
         for (int j = 0; j < G; j++) acc[mt][j][0] = acc[mt][j][1] = acc[mt][j][2] = acc[mt][j][3] = 0.0f;
+    if (TP) {
+        const uint32_t t0 = (uint32_t)__cvta_generic_to_shared(tt);
 #pragma unroll
-    for (int j = 0; j < G; j++)
-        if (gw + j < a.ng) bsvt_group<T, MT, G>(a, gw + j, j, lane, t0, acc);
+        for (int j = 0; j < G; j++)
+            if (gw + j < a.ng) bsvt_group<T, MT, G>(a, gw + j, j, lane, t0, acc);
+    } else {
+        const unsigned char *rows[MT][2];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) rows[mt][h] = win + tbase[mt * 16 + (lane >> 2) + h * 8] * 2;
+#pragma unroll
+        for (int j = 0; j < G; j++)
+            if (gw + j < a.ng) bsv_group<T, MT, G>(a, gw + j, j, lane, rows, acc);
+    }
     if (EPI == 2) {
         bsv_stage_store<T, MT, G>(a, tout, gw, lane, acc, win);
     } else if (gw < a.ng) {
-        bsh_epilogue<T, MT, G, false>(a, tout, gw * BSV_NG, min(G, a.ng - gw) * BSV_NG, lane, acc);
+        const int nk = min(G, a.ng - gw) * BSV_NG;
+        bsh_epilogue<T, MT, G, EPI == 1>(a, tout, gw * BSV_NG, nk, lane, acc);
     }
     ptx_dep_launch();
 }
@@ -308,7 +288,7 @@ __global__ void __launch_bounds__(BSV_WARPS * 32) bsvt_kernel(bsv_args a) {
 
 // Variant v: pixel rows per tile (at most), groups per warp (each warp
 // holding G groups' sums at once, MT x G <= 8 fragments) and whether the
-// window is transposed (bsvt_kernel: tiles of tm / 8 x 8 pixels).
+// window is transposed (bsv_kernel's TP: tiles of tm / 8 x 8 pixels).
 static const struct { int tm, gpw, tp; } BSV_V[BSV_VARIANTS] = {
     {64, 1, 0}, {64, 2, 0}, {32, 2, 0}, {32, 4, 0}, {16, 4, 0}, {16, 8, 0}, {64, 1, 1}, {64, 2, 1}};
 
@@ -328,18 +308,18 @@ extern "C" void bsv_gpu_geom(const bsconv_shape *s, int v, bsv_geom *g) {
 // The kernel of element type T with mt slices and g groups per warp, epilogue EPI.
 template <typename T, int EPI> static void *bsv_fn_e(int mt, int g) {
     switch (mt * 16 + g) {
-    case 4 * 16 + 1: return (void *)bsv_kernel<T, 4, 1, EPI>;
-    case 4 * 16 + 2: return (void *)bsv_kernel<T, 4, 2, EPI>;
-    case 2 * 16 + 2: return (void *)bsv_kernel<T, 2, 2, EPI>;
-    case 2 * 16 + 4: return (void *)bsv_kernel<T, 2, 4, EPI>;
-    case 1 * 16 + 4: return (void *)bsv_kernel<T, 1, 4, EPI>;
-    default: return (void *)bsv_kernel<T, 1, 8, EPI>;
+    case 4 * 16 + 1: return (void *)bsv_kernel<T, 4, 1, EPI, false>;
+    case 4 * 16 + 2: return (void *)bsv_kernel<T, 4, 2, EPI, false>;
+    case 2 * 16 + 2: return (void *)bsv_kernel<T, 2, 2, EPI, false>;
+    case 2 * 16 + 4: return (void *)bsv_kernel<T, 2, 4, EPI, false>;
+    case 1 * 16 + 4: return (void *)bsv_kernel<T, 1, 4, EPI, false>;
+    default: return (void *)bsv_kernel<T, 1, 8, EPI, false>;
     }
 }
 
-// The transposed kernel of element type T with g groups per warp (4 slices), epilogue EPI (0 or 2).
+// The transposed-window kernel of element type T with g groups per warp (4 slices), epilogue EPI (0 or 2).
 template <typename T, int EPI> static void *bsvt_fn_e(int g) {
-    return g == 2 ? (void *)bsvt_kernel<T, 4, 2, EPI> : (void *)bsvt_kernel<T, 4, 1, EPI>;
+    return g == 2 ? (void *)bsv_kernel<T, 4, 2, EPI, true> : (void *)bsv_kernel<T, 4, 1, EPI, true>;
 }
 
 // The kernel of variant v in dt with epilogue epi (bsv_kernel's EPI).
