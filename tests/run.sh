@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Runs every test program under $BUILD/tests (C binaries; BUILD defaults to
 # build, and the CLI tests get BIN=$BUILD/bin) and tests/*.sh (CLI tests), adds up their "N passed, N failed, N skipped" lines and ends with
-# the total on a line of its own. Exit status 1 when anything failed.
+# the total on a line of its own, after the eight slowest programs and their seconds. Exit status 1 when anything failed.
 set -u
 cd "$(dirname "$0")/.."
 B=${BUILD:-build}
 export BIN=${BIN:-$B/bin}
 pass=0; fail=0; skip=0; broken=0
+times=()  # "seconds name" per program, for the slowest list at the end
 # OpenBLAS 0.3.21 does not know recent CPUs and falls back to SSE3 kernels;
 # its AVX2 kernels are 1.5x faster for the CPU tests where the CPU has AVX2.
 if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx2 /proc/cpuinfo 2>/dev/null; then
@@ -21,8 +22,9 @@ if [ "${SANITIZE:-0}" = 1 ]; then
 fi
 run_one() {  # run_one NAME CMD...
     local name=$1; shift
-    local out rc line
+    local out rc line t0=$EPOCHREALTIME
     out=$("$@" 2>&1); rc=$?
+    times+=("$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') $name")
     printf '%s\n' "$out" | grep -v '^ok ' | sed "s|^|[$name] |"
     line=$(printf '%s\n' "$out" | grep -E '[0-9]+ passed, [0-9]+ failed' | tail -n 1)
     if [ -z "$line" ]; then
@@ -46,5 +48,7 @@ for t in tests/*.sh; do
     run_one "$(basename "$t")" bash "$t"
 done
 fail=$((fail + broken))
+echo "slowest programs (seconds):"
+printf '%s\n' "${times[@]}" | sort -rg | head -n 8 | sed 's/^/  /'
 echo "${pass} passed, ${fail} failed, ${skip} skipped"
 [ "$fail" -eq 0 ]
