@@ -9,8 +9,8 @@
 #                                                     26, 28), every shape, then the tail kernel's chains)
 #   tests/halo_emu.sh vec [-s SHAPE]                 the vector kernel's variants only
 #   tests/halo_emu.sh tail                           the tail kernel's chains only
-# By default the 0.5 and 0.95 sparsities in fp16 (about a minute on 2 cores);
-# EMU_FULL=1 every sparsity in fp16 and bf16 (about 4 minutes). Halo variant v
+# By default the 0.5 and 0.95 sparsities in fp16 (about 1.5 minutes on 2 cores, the build included);
+# EMU_FULL=1 every sparsity in fp16 and bf16 (several times longer). Halo variant v
 # is gpu_test_bsconv's variant v + 4. SANITIZE=1 adds AddressSanitizer;
 # EMU_SMS=N emulates a GPU of N SMs (default 132).
 set -u

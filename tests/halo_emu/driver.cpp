@@ -1,7 +1,8 @@
 // A CPU emulation of the halo, direct, vector and tail kernels of the block-sparse conv
 // (kernels/bsconv_halo.cu, kernels/bsconv_direct.cu, kernels/bsconv_vec.cu and kernels/bsconv_tail.cu, built as host C++ by
-// tests/halo_emu.sh with prelude.h): one host thread per CUDA thread, CTAs one after another, a
-// barrier per CTA and per warp; cp.async queued per thread and done at
+// tests/halo_emu.sh with prelude.h): each CUDA thread a coroutine (ucontext) on one host thread,
+// CTAs one after another, switching only at barriers (per CTA and per warp; between two CTA
+// barriers one warp at a time, in a seeded random order); cp.async queued per thread and done at
 // wait_group; ldmatrix and mma.sync (m16n8k16, m16n8k8) as warp-collective
 // operations with the PTX ISA's fragment layouts; the CUDA runtime calls the
 // file makes stubbed on host memory. Every shared-memory access the PTX
@@ -12,14 +13,19 @@
 // index math and buffers; barrier order only partly (a copy lands at its
 // thread's wait_group); not what nvcc makes of the code, timing or the
 // hardware's faults.
-#include <pthread.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <ucontext.h>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
-#include <thread>
 #include <vector>
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#define EMU_ASAN 1
+#endif
 #include "prelude.h"
 #include "kernels/bsconv_direct_gpu.h"
 #include "kernels/bsconv_halo_gpu.h"
@@ -32,13 +38,56 @@ extern "C" {
 #include "tests/tail_cases.h"
 }
 
-thread_local uint3 threadIdx, blockIdx;
+uint3 threadIdx, blockIdx;  // the running coroutine's
 dim3 blockDim, gridDim;
 char *emu_smem;
 static size_t emu_dyn;  // the launch's dynamic shared memory
 #define EMU_WARPS 32  // warps per CTA at most (the tail kernel's 1024 threads)
-static pthread_barrier_t cta_bar, warp_bar[EMU_WARPS];
+#define EMU_THREADS (32 * EMU_WARPS)
 static std::atomic<int> or_acc;
+
+// --- the CTA's threads as coroutines ----------------------------------------------------
+static const size_t EMU_STACK = 256 << 10;  // bytes of stack per emulated thread
+// idle: the last switch came from a wait that found its barrier still closed;
+// at_cta: waiting at the CTA barrier of generation gen.
+struct emu_fiber { ucontext_t ctx; char *stack; int done, idle, at_cta; unsigned gen; };
+static emu_fiber fibers[EMU_THREADS];
+static ucontext_t sched_ctx;  // the launch loop's
+static int cur;               // the running coroutine
+#ifdef EMU_ASAN
+static const void *sched_bottom;
+static size_t sched_size;
+#endif
+
+// Returns control to the launch loop; the coroutine resumes where it left.
+static void emu_yield() {
+#ifdef EMU_ASAN
+    __sanitizer_start_switch_fiber(NULL, sched_bottom, sched_size);
+    swapcontext(&fibers[cur].ctx, &sched_ctx);
+    __sanitizer_finish_switch_fiber(NULL, &sched_bottom, &sched_size);
+#else
+    swapcontext(&fibers[cur].ctx, &sched_ctx);
+#endif
+}
+
+// A barrier of `need` threads (those that have not ended): the last to
+// arrive goes on, the others yield until it has.
+struct emu_bar { int need, arrived; unsigned gen; };
+static emu_bar cta_bar, warp_bar[EMU_WARPS];
+static void bar_open(emu_bar &b) {
+    if (b.arrived > 0 && b.arrived >= b.need) b.arrived = 0, b.gen++;
+}
+static void bar_wait(emu_bar &b) {
+    const unsigned g = b.gen;
+    b.arrived++;
+    bar_open(b);
+    if (b.gen != g) return;
+    emu_fiber &f = fibers[cur];
+    f.at_cta = &b == &cta_bar, f.gen = g, f.idle = 0;
+    emu_yield();
+    while (b.gen == g) f.idle = 1, emu_yield();
+    f.at_cta = 0;
+}
 
 // Stops the emulation with a message (a fault the GPU would report or not).
 static void emu_fault(const char *what, long long at) {
@@ -47,7 +96,7 @@ static void emu_fault(const char *what, long long at) {
     exit(3);
 }
 
-void __syncthreads() { pthread_barrier_wait(&cta_bar); }
+void __syncthreads() { bar_wait(cta_bar); }
 int __syncthreads_or(int p) {
     __syncthreads();
     if (p) or_acc |= 1;
@@ -59,7 +108,7 @@ int __syncthreads_or(int p) {
     return r;
 }
 int atomicAdd(int *p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
-static void warp_sync() { pthread_barrier_wait(&warp_bar[threadIdx.x / 32]); }
+static void warp_sync() { bar_wait(warp_bar[threadIdx.x / 32]); }
 void __syncwarp() { warp_sync(); }
 static uint32_t shfl_ubuf[EMU_WARPS][32];
 uint32_t __shfl_sync(unsigned, uint32_t v, int src) {
@@ -87,8 +136,10 @@ size_t __cvta_generic_to_shared(const void *p) {
 
 // --- cp.async ---------------------------------------------------------------------------
 struct cp_op { char *dst; const void *src; int valid; };
-static thread_local std::vector<cp_op> cp_cur;
-static thread_local std::deque<std::vector<cp_op>> cp_groups;
+static std::vector<cp_op> cp_cur_of[EMU_THREADS];               // per thread
+static std::deque<std::vector<cp_op>> cp_groups_of[EMU_THREADS];
+#define cp_cur cp_cur_of[threadIdx.x]
+#define cp_groups cp_groups_of[threadIdx.x]
 void ptx_cp16(void *dst, const void *src, int valid) {
     const long long o = (char *)dst - emu_smem;
     if (o < 0 || (size_t)o + 16 > emu_dyn || o % 16) emu_fault("cp.async destination", o);
@@ -159,31 +210,105 @@ void emu_run_direct(const void *fn, void **args);
 void emu_run_tail(const void *fn, void **args);
 void emu_run_vec(const void *fn, void **args);
 static void (*emu_run_cta)(const void *fn, void **args) = emu_run_halo;  // the file of the kernel launched next
+// A coroutine's body: the kernel for the CTA the launch loop set up, then back to the loop.
+static const void *cta_fn;
+static void **cta_args;
+static void emu_fiber_main() {
+#ifdef EMU_ASAN
+    __sanitizer_finish_switch_fiber(NULL, &sched_bottom, &sched_size);
+#endif
+    emu_run_cta(cta_fn, cta_args);
+    if (!cp_cur.empty() || !cp_groups.empty()) emu_fault("copies left in flight", 0);
+    fibers[cur].done = 1;  // an ended thread no longer counts at the barriers
+    cta_bar.need--, warp_bar[threadIdx.x / 32].need--;
+    bar_open(cta_bar), bar_open(warp_bar[threadIdx.x / 32]);
+#ifdef EMU_ASAN
+    __sanitizer_start_switch_fiber(NULL, sched_bottom, sched_size);
+#endif
+}  // (uc_link: back to the launch loop)
+
+// Resumes thread t where it yielded: 1 when it got anywhere (it arrived at a
+// barrier, passed one or ended), 0 when it found its barrier still closed.
+static int emu_resume(unsigned t) {
+    emu_fiber &f = fibers[t];
+    cur = (int)t, threadIdx = {t, 0, 0};
+#ifdef EMU_ASAN
+    __sanitizer_start_switch_fiber(NULL, f.stack, EMU_STACK);
+    swapcontext(&sched_ctx, &f.ctx);
+    __sanitizer_finish_switch_fiber(NULL, NULL, NULL);
+#else
+    swapcontext(&sched_ctx, &f.ctx);
+#endif
+    return f.done || !f.idle;
+}
+
+// Runs warp w's lanes until each has ended or waits at a closed CTA
+// barrier: the number of threads that ended; *moved = 1 when any got anywhere.
+static unsigned emu_run_warp(unsigned w, unsigned nthreads, int *moved) {
+    unsigned ended = 0;
+    for (int again = 1; again;) {
+        again = 0;
+        for (unsigned t = w * 32; t < w * 32 + 32 && t < nthreads; t++) {
+            const emu_fiber &f = fibers[t];
+            if (f.done || (f.at_cta && f.gen == cta_bar.gen)) continue;
+            again |= emu_resume(t);
+            ended += f.done;
+        }
+        *moved |= again;
+    }
+    return ended;
+}
+
+// Runs one CTA's nthreads threads to the end, one warp at a time: each
+// warp, in an order drawn anew (seeded per CTA, so a run repeats) after
+// every CTA barrier, runs until all its lanes wait at the next one, so
+// that a warp reading what another writes without a barrier between them
+// reads it before it is written in about half the draws.
+static void emu_run_block(unsigned nthreads, uint64_t seed) {
+    static char *stacks = NULL;
+    if (!stacks) {
+        stacks = (char *)mmap(NULL, EMU_STACK * EMU_THREADS, PROT_READ | PROT_WRITE,
+                              MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (stacks == MAP_FAILED) { fprintf(stderr, "emulation: no memory for the stacks\n"); exit(3); }
+    }
+    for (unsigned t = 0; t < nthreads; t++) {
+        emu_fiber &f = fibers[t];
+        f.stack = stacks + t * EMU_STACK, f.done = f.idle = f.at_cta = 0;
+        getcontext(&f.ctx);
+        f.ctx.uc_stack.ss_sp = f.stack, f.ctx.uc_stack.ss_size = EMU_STACK, f.ctx.uc_link = &sched_ctx;
+        makecontext(&f.ctx, emu_fiber_main, 0);
+    }
+    const unsigned nw = (nthreads + 31) / 32;
+    unsigned order[EMU_WARPS], left = nthreads;
+    for (unsigned w = 0; w < nw; w++) order[w] = w;
+    while (left) {
+        for (unsigned i = nw - 1; i > 0; i--) {  // Fisher-Yates with a 64-bit LCG
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            std::swap(order[i], order[(seed >> 33) % (i + 1)]);
+        }
+        int moved = 0;
+        for (unsigned i = 0; i < nw; i++) left -= emu_run_warp(order[i], nthreads, &moved);
+        if (left && !moved) emu_fault("deadlock: threads wait at a barrier the others never reach", 0);
+    }
+}
+
 cudaError_t emu_launch(const void *fn, dim3 grid, dim3 block, void **args, size_t smem) {
     const size_t canary = 4096;
-    if (block.x > 32 * EMU_WARPS) { fprintf(stderr, "emulation: %u threads per CTA (at most %d)\n", block.x, 32 * EMU_WARPS); exit(3); }
-    gridDim = grid, blockDim = block, emu_dyn = smem;
+    if (block.x > EMU_THREADS || block.x % 32) { fprintf(stderr, "emulation: %u threads per CTA\n", block.x); exit(3); }
+    gridDim = grid, blockDim = block, emu_dyn = smem, cta_fn = fn, cta_args = args;
     std::vector<char> buf(smem + canary);
     emu_smem = buf.data();
-    pthread_barrier_init(&cta_bar, NULL, block.x);
-    for (unsigned w = 0; w < block.x / 32; w++) pthread_barrier_init(&warp_bar[w], NULL, 32);
     for (unsigned bz = 0; bz < grid.z; bz++)
         for (unsigned by = 0; by < grid.y; by++)
             for (unsigned bx = 0; bx < grid.x; bx++) {
                 memset(emu_smem, 0xA7, smem + canary);  // shared memory starts with anything in it
-                std::vector<std::thread> th;
-                for (unsigned t = 0; t < block.x; t++)
-                    th.emplace_back([=] {
-                        threadIdx = {t, 0, 0}, blockIdx = {bx, by, bz};
-                        emu_run_cta(fn, args);
-                        if (!cp_cur.empty() || !cp_groups.empty()) emu_fault("copies left in flight", 0);
-                    });
-                for (auto &x : th) x.join();
+                blockIdx = {bx, by, bz};
+                cta_bar = {(int)block.x, 0, 0};
+                for (unsigned w = 0; w < block.x / 32; w++) warp_bar[w] = {32, 0, 0};
+                emu_run_block(block.x, ((uint64_t)bz * grid.y + by) * grid.x + bx + 1);
                 for (size_t i = smem; i < smem + canary; i++)
-                    if ((unsigned char)emu_smem[i] != 0xA7) { blockIdx = {bx, by, bz}; emu_fault("store past the dynamic shared memory", (long long)i); }
+                    if ((unsigned char)emu_smem[i] != 0xA7) emu_fault("store past the dynamic shared memory", (long long)i);
             }
-    pthread_barrier_destroy(&cta_bar);
-    for (unsigned w = 0; w < block.x / 32; w++) pthread_barrier_destroy(&warp_bar[w]);
     return cudaSuccess;
 }
 
@@ -359,7 +484,14 @@ static int run_tail(const char *what, const tail_spec *sp, int nops, int n, doub
 // argv: halo variants to run (default: every halo and every direct variant,
 // then the tail chains; "tail": the tail chains only), then with -s N only
 // shape N; EMU_FULL=1: every sparsity in fp16 and bf16.
+// A segmentation fault (a wild pointer the GPU would fault on too) named
+// like the emulator's own faults, with the CTA and thread that made it.
+static void emu_segv(int) { emu_fault("segmentation fault", 0); }
+
 int main(int argc, char **argv) {
+#ifndef EMU_ASAN
+    signal(SIGSEGV, emu_segv);
+#endif
     std::vector<int> vs;
     int shape = -1;
     bool tail_only = false, vec_only = false;

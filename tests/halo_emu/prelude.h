@@ -22,7 +22,7 @@
 #define __shared__
 #define __align__(n) __attribute__((aligned(n)))
 using std::min;
-extern thread_local uint3 threadIdx, blockIdx;
+extern uint3 threadIdx, blockIdx;
 extern dim3 blockDim, gridDim;
 void __syncthreads();
 int __syncthreads_or(int p);
@@ -50,7 +50,7 @@ template <typename T> inline void ptx_mma16816(float *d, const uint32_t *a, cons
 template <typename T> inline void ptx_mma1688(float *d, const uint32_t *a, uint32_t b) {
     emu_mma(d, a, &b, 0, sizeof(T) == 2 && !std::is_same<T, __half>::value);
 }
-// The launch: the grid's CTAs one after another, a host thread per CUDA thread.
+// The launch: the grid's CTAs one after another, a coroutine per CUDA thread.
 cudaError_t emu_launch(const void *fn, dim3 grid, dim3 block, void **args, size_t smem);
 #define cudaLaunchKernel(fn, grid, block, args, smem, stream) emu_launch((const void *)(fn), grid, block, args, smem)
 // kernels/device_gpu.h's launch helper and the grid dependency controls of
