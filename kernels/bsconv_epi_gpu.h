@@ -73,6 +73,21 @@ __device__ __forceinline__ void bsh_bias(const A &a, int k, int nk, float2 *bias
                                        : make_float2(0.0f, 0.0f);
 }
 
+// Calls piece(i, p) for every 16-byte piece p < pieces of the staged rows
+// i < rows, spread over the CTA's threads: where pieces divides the CTA, a
+// thread keeps one piece index and steps rows (no division per piece).
+template <typename F> __device__ __forceinline__ void bsh_for_pieces(int rows, int pieces, F piece) {
+    if (blockDim.x % pieces == 0) {
+        const int p = threadIdx.x % pieces, step = blockDim.x / pieces;
+        for (int i = threadIdx.x / pieces; i < rows; i += step) piece(i, p);
+    } else {
+        for (int q = threadIdx.x; q < rows * pieces; q += blockDim.x) {
+            const int i = q / pieces;
+            piece(i, q - i * pieces);
+        }
+    }
+}
+
 // Writes the warp's accumulators of the group of nk channels from k0:
 // fragment (mf, f) holds rows mf * 16 + lane / 4 (+ 8) and channels k0 + f *
 // 8 + 2 (lane % 4) + {0, 1}; the bias

@@ -214,16 +214,7 @@ __device__ __forceinline__ void bsh_stage_store(const bsh_args &a, const int *to
     }
     __syncthreads();
     const int kb = g0 * NP, kn = min(gpc * NP, a.K - kb), pieces = kn / 8;  // 16-byte pieces per row
-    if (blockDim.x % pieces == 0) {  // each thread keeps one piece of every step-th row: no division per piece
-        const int p = threadIdx.x % pieces, step = blockDim.x / pieces;
-        for (int i = threadIdx.x / pieces; i < a.t.tm; i += step)
-            bsh_copy_piece<T>(a, tout[i], kb, p, bsh_smem + i * a.srow);
-    } else {
-        for (int q = threadIdx.x; q < a.t.tm * pieces; q += blockDim.x) {
-            const int i = q / pieces, p = q - i * pieces;
-            bsh_copy_piece<T>(a, tout[i], kb, p, bsh_smem + i * a.srow);
-        }
-    }
+    bsh_for_pieces(a.t.tm, pieces, [&](int i, int p) { bsh_copy_piece<T>(a, tout[i], kb, p, bsh_smem + i * a.srow); });
 }
 
 // --- the remainder ------------------------------------------------------------------------

@@ -136,7 +136,8 @@ __device__ __forceinline__ void bsv_stage_store(const bsv_args &a, const int *to
     for (int j = 0; j < G; j++) {
         if (gw + j >= a.ng) break;
         const int k = (gw + j) * BSV_NG + (lane & 3) * 2;
-        const float2 bias = a.bias ? make_float2(__ldg(a.bias + k), __ldg(a.bias + k + 1)) : make_float2(0.0f, 0.0f);
+        float2 bias;
+        bsh_bias<1>(a, k, BSV_NG, &bias);
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -146,21 +147,16 @@ __device__ __forceinline__ void bsv_stage_store(const bsv_args &a, const int *to
             }
     }
     __syncthreads();
-    // Piece q is row q / pieces; where pieces divides the CTA (64 to 512
-    // channels), a thread keeps one piece index and steps rows: no division per piece.
-    const int pieces = kn / BSV_NG, nq = a.g.tm * pieces, whole = (int)blockDim.x % pieces == 0;
-    const int p0 = whole ? (int)threadIdx.x % pieces : 0, di = whole ? (int)blockDim.x / pieces : 0;
-    for (int q = threadIdx.x, i = whole ? (int)threadIdx.x / pieces : 0; q < nq; q += blockDim.x, i += di) {
-        if (!whole) i = q / pieces;
-        const int p = whole ? p0 : q - i * pieces, pix = tout[i];
-        if (pix < 0) continue;
+    bsh_for_pieces(a.g.tm, kn / BSV_NG, [&](int i, int p) {
+        const int pix = tout[i];
+        if (pix < 0) return;
         const float4 *s = reinterpret_cast<const float4 *>(stg + i * pitch + p * 32);
         const float4 u = s[0], w = s[1];
         float v[8] = {u.x, u.y, u.z, u.w, w.x, w.y, w.z, w.w};
         const size_t o = (size_t)pix * a.K + kb + p * BSV_NG;
         if (a.z) bsv_add8<T>(v, __ldg(reinterpret_cast<const uint4 *>((const T *)a.z + o)));
         bsv_put8<T>(a, o, v);
-    }
+    });
 }
 
 // --- the transposed window (variants 6-7) ---------------------------------------------------
@@ -246,7 +242,8 @@ __global__ void __launch_bounds__(BSV_WARPS * 32) bsv_kernel(bsv_args a) {
     unsigned char *win = bsv_sm + BSV_TABLE_BYTES, *tt = win + a.tt_off;
     const int lane = threadIdx.x & 31, t = (int)blockIdx.x;
     if (a.dep_early) ptx_dep_launch();  // else at the end, below
-    if (threadIdx.x < MT * 16) bsv_row(&a.g, t, threadIdx.x, tbase + threadIdx.x, tout + threadIdx.x);
+    int unused;  // the transposed window reads no window bases
+    if (threadIdx.x < MT * 16) bsv_row(&a.g, t, threadIdx.x, TP ? &unused : tbase + threadIdx.x, tout + threadIdx.x);
     ptx_dep_wait();  // x and z belong to earlier kernels; the weights are the layer's own
     bsv_stage(a, t, reinterpret_cast<uint16_t *>(win));
     __syncthreads();
@@ -346,14 +343,15 @@ static long long bsv_tt_off(const bsv_geom *geo, int v) {
     return BSV_V[v].tp ? (bsconv_vec_smem(geo) - BSV_TABLE_BYTES + 15) / 16 * 16 : 0;
 }
 
-// Bytes of dynamic shared memory of variant v on geometry geo: the tables,
-// the window and the transposed window, or the staged tile over them when that is larger.
-static long long bsv_smem_bytes(const bsconv_shape *s, const bsv_geom *geo, int v) {
+// Bytes of dynamic shared memory of variant v on geometry geo with epilogue
+// epi: the tables, the window and the transposed window, or for the staged
+// epilogue (2) the staged tile over them when that is larger.
+static long long bsv_smem_bytes(const bsconv_shape *s, const bsv_geom *geo, int v, int epi) {
     long long win = bsconv_vec_smem(geo);
     if (BSV_V[v].tp) win = BSV_TABLE_BYTES + bsv_tt_off(geo, v) + (long long)geo->S * geo->C * bsvt_hrp(geo) * 16;
     const long long kn = BSV_WARPS * BSV_V[v].gpw * BSV_NG;
     const long long stg = BSV_TABLE_BYTES + (long long)BSV_V[v].tm * bsv_stage_pitch((int)(kn < s->K ? kn : s->K));
-    return s->pool == 2 || win >= stg ? win : stg;
+    return epi != 2 || win >= stg ? win : stg;
 }
 
 // Why variant v cannot run layer s (NULL: it can), besides shared memory.
@@ -372,7 +370,7 @@ extern "C" int bsv_gpu_prepare(const gpu_ctx *g, const bsconv_shape *s, gpu_dtyp
     bsv_gpu_geom(s, v, &geo);
     const char *no = bsv_refuse(s, &geo, v);
     if (no) return sc_fail(err, "block-sparse conv: vector variant %d: %s", v, no);
-    const long long bytes = bsv_smem_bytes(s, &geo, v), tiles = (long long)geo.nti * geo.ntr * geo.ntq;
+    const long long bytes = bsv_smem_bytes(s, &geo, v, s->pool == 2 ? 1 : 2), tiles = (long long)geo.nti * geo.ntr * geo.ntq;
     if (bytes > g->dev.smem_block_optin)
         return sc_fail(err, "block-sparse conv: the vector kernel's window needs %lld bytes of shared memory (%d)",
                        bytes, g->dev.smem_block_optin);
@@ -396,8 +394,8 @@ extern "C" int bsv_gpu_run(const gpu_ctx *g, const bsconv_shape *s, const bsv_gp
     const dim3 grid((unsigned)(a.g.nti * a.g.ntr * a.g.ntq), (unsigned)((a.ng + a.gpc - 1) / a.gpc));
     const int epi = bsv_epi(s, y, z);
     void *args[] = {&a};
-    cudaCheck(err, sc_launch(g, bsv_fn(dt, v, epi), grid, dim3(BSV_WARPS * 32), (size_t)bsv_smem_bytes(s, &a.g, v),
-                             args));
+    cudaCheck(err, sc_launch(g, bsv_fn(dt, v, epi), grid, dim3(BSV_WARPS * 32),
+                             (size_t)bsv_smem_bytes(s, &a.g, v, epi), args));
     return 0;
 }
 
