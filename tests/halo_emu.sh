@@ -4,9 +4,8 @@
 # compiled as host C++, threads, barriers, shuffles, cp.async, ldmatrix and
 # mma.sync emulated) on the GPU test's cases against the CPU reference, so that
 # a machine without a GPU checks the kernels' index math and buffers. Needs g++ and the CUDA headers (skipped without them).
-#   tests/halo_emu.sh [HALO_VARIANT...] [-s SHAPE]   (default: every halo and direct variant, vector
-#                                                     variants 0, 3, 5, 7 (gpu_test_bsconv's 21, 24,
-#                                                     26, 28), every shape, then the tail kernel's chains)
+#   tests/halo_emu.sh [HALO_VARIANT...] [-s SHAPE]   (default: every halo, direct and vector variant,
+#                                                     every shape, then the tail kernel's chains)
 #   tests/halo_emu.sh vec [-s SHAPE]                 the vector kernel's variants only
 #   tests/halo_emu.sh tail                           the tail kernel's chains only
 # By default the 0.5 and 0.95 sparsities in fp16 (about 1.5 minutes on 2 cores, the build included);

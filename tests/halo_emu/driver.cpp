@@ -504,11 +504,8 @@ int main(int argc, char **argv) {
     if (all) for (int v = 0; v < BSH_VARIANTS; v++) vs.push_back(v);
     if (all) for (int v = 0; v < BSD_VARIANTS; v++) vs.push_back(-1 - v);
     const bool full = getenv("EMU_FULL") && atoi(getenv("EMU_FULL"));  // else sparsities 0.5 and 0.95 in fp16
-    // The vector variants: all of them with "vec" or EMU_FULL; by default 0, 3, 5 and 7, which meet every
-    // slice count (4, 2, 1), 1, 4 and 8 groups per warp and the transposed window (each emulated CTA is
-    // 256 threads: all eight doubled the default run's vector time).
-    for (int v = 0; (all || vec_only) && v < BSV_VARIANTS; v++)
-        if (vec_only || full || v == 0 || v == 3 || v == 5 || v == 7) vs.push_back(-100 - v);
+    // The vector variants: all of them by default and with "vec".
+    for (int v = 0; (all || vec_only) && v < BSV_VARIANTS; v++) vs.push_back(-100 - v);
     int n[3] = {0, 0, 0};
     for (int v : vs)
         for (int si = 0; si < BSC_GPU_SHAPES; si++)
