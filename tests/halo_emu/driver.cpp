@@ -16,7 +16,6 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <ucontext.h>
-#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -44,7 +43,7 @@ char *emu_smem;
 static size_t emu_dyn;  // the launch's dynamic shared memory
 #define EMU_WARPS 32  // warps per CTA at most (the tail kernel's 1024 threads)
 #define EMU_THREADS (32 * EMU_WARPS)
-static std::atomic<int> or_acc;
+static int or_acc;  // __syncthreads_or's (the threads take turns on one host thread)
 
 // --- the CTA's threads as coroutines ----------------------------------------------------
 static const size_t EMU_STACK = 256 << 10;  // bytes of stack per emulated thread
@@ -54,21 +53,26 @@ struct emu_fiber { ucontext_t ctx; char *stack; int done, idle, at_cta; unsigned
 static emu_fiber fibers[EMU_THREADS];
 static ucontext_t sched_ctx;  // the launch loop's
 static int cur;               // the running coroutine
-#ifdef EMU_ASAN
-static const void *sched_bottom;
+static const void *sched_bottom;  // the launch loop's stack (AddressSanitizer builds)
 static size_t sched_size;
-#endif
 
-// Returns control to the launch loop; the coroutine resumes where it left.
-static void emu_yield() {
+// Switches from context `from` to `to`, whose stack starts at bottom and
+// holds size bytes; AddressSanitizer builds are told, and store the stack
+// switched back from in *from_bottom, *from_size when those are given.
+static void emu_switch(ucontext_t *from, ucontext_t *to, const void *bottom, size_t size,
+                       const void **from_bottom, size_t *from_size) {
 #ifdef EMU_ASAN
-    __sanitizer_start_switch_fiber(NULL, sched_bottom, sched_size);
-    swapcontext(&fibers[cur].ctx, &sched_ctx);
-    __sanitizer_finish_switch_fiber(NULL, &sched_bottom, &sched_size);
+    __sanitizer_start_switch_fiber(NULL, bottom, size);
+    swapcontext(from, to);
+    __sanitizer_finish_switch_fiber(NULL, from_bottom, from_size);
 #else
-    swapcontext(&fibers[cur].ctx, &sched_ctx);
+    (void)bottom, (void)size, (void)from_bottom, (void)from_size;
+    swapcontext(from, to);
 #endif
 }
+
+// Returns control to the launch loop; the coroutine resumes where it left.
+static void emu_yield() { emu_switch(&fibers[cur].ctx, &sched_ctx, sched_bottom, sched_size, &sched_bottom, &sched_size); }
 
 // A barrier of `need` threads (those that have not ended): the last to
 // arrive goes on, the others yield until it has.
@@ -101,7 +105,7 @@ int __syncthreads_or(int p) {
     __syncthreads();
     if (p) or_acc |= 1;
     __syncthreads();
-    const int r = or_acc.load();
+    const int r = or_acc;
     __syncthreads();
     if (threadIdx.x == 0) or_acc = 0;
     __syncthreads();
@@ -232,13 +236,7 @@ static void emu_fiber_main() {
 static int emu_resume(unsigned t) {
     emu_fiber &f = fibers[t];
     cur = (int)t, threadIdx = {t, 0, 0};
-#ifdef EMU_ASAN
-    __sanitizer_start_switch_fiber(NULL, f.stack, EMU_STACK);
-    swapcontext(&sched_ctx, &f.ctx);
-    __sanitizer_finish_switch_fiber(NULL, NULL, NULL);
-#else
-    swapcontext(&sched_ctx, &f.ctx);
-#endif
+    emu_switch(&sched_ctx, &f.ctx, f.stack, EMU_STACK, NULL, NULL);
     return f.done || !f.idle;
 }
 
