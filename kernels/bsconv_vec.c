@@ -50,6 +50,28 @@ long long bsconv_vec_smem(const bsv_geom *g) {
     return BSV_TABLE_BYTES + (long long)g->ti * g->hr * g->hw * g->ldc * 2;
 }
 
+// The order of a tile's pixel rows in the kernel's tables (greedy, in the tile's order).
+void bsconv_vec_row_order(const bsv_geom *g, int keep, unsigned char *order) {
+    for (int m = 0; m < BSV_TM_MAX; m++) order[m] = (unsigned char)m;
+    if (keep) return;
+    int bank[BSV_TM_MAX], used[BSV_TM_MAX] = {0};
+    for (int r = 0; r < g->tm; r++) {
+        int base, out;
+        bsv_row(g, 0, r, &base, &out);  // tile 0 holds every row of a tile, at the same bases
+        bank[r] = base / 8 % 8;         // base in elements: 16-byte slot base / 8
+    }
+    for (int m = 0; m < g->tm; m++) {
+        int pick = -1;
+        unsigned banks = 0;
+        for (int k = m & ~7; k < m; k++) banks |= 1u << bank[order[k]];
+        for (int r = 0; r < g->tm && pick < 0; r++)
+            if (!used[r] && !(banks >> bank[r] & 1)) pick = r;
+        for (int r = 0; r < g->tm && pick < 0; r++)
+            if (!used[r]) pick = r;  // no bank group left free: the next unused row
+        used[pick] = 1, order[m] = (unsigned char)pick;
+    }
+}
+
 // Frees the packed arrays.
 void bsconv_vpack_free(bsconv_vpack *p) {
     free(p->gstart);
@@ -64,17 +86,96 @@ static size_t bsv_val_at(int st, int k, int n) {
     return ((size_t)st * 32 + n * 4 + (k % 8) / 2) * 4 + (k & 1) + 2 * (k / 8);
 }
 
-// Fills group g's k-steps from step st: the columns of block row i, channel slice j.
-static void pack_group(const bsconv_shape *s, const bsconv_bsr *w, int i, int j, int st, bsconv_vpack *p) {
+// Column code of filter tap `tap`, channel c.
+static uint32_t code_of(const bsconv_shape *s, int tap, int c) {
+    return (uint32_t)c | (uint32_t)(tap % s->S) << 16 | (uint32_t)(tap / s->S) << 24;
+}
+
+// The bank group of column `code` in the transposed window of the 8x8-pixel
+// tiles (bsconv_vec_gpu.h's variants 6-7: 7 stride + R window rows made odd,
+// hrp): its 16-byte row (s C + c) hrp + r, mod 8. An ldmatrix phase reads 8
+// columns' rows at once, one wavefront where their bank groups differ.
+static int tp_slot(const bsconv_shape *s, uint32_t code) {
+    const unsigned hrp = (unsigned)((7 * s->stride + s->R) | 1);
+    return (int)((((code >> 16 & 255u) * (unsigned)s->C + (code & 0xFFFFu)) * hrp + (code >> 24)) & 7u);
+}
+
+// A padding column (zero weights) of bank group `slot`: channel c at tap 0, c hrp = slot mod 8.
+static uint32_t pad_code(const bsconv_shape *s, int slot) {
+    for (int c = 0; c < 8; c++)
+        if (tp_slot(s, code_of(s, 0, c)) == slot) return code_of(s, 0, c);
+    return 0;  // unreachable: hrp is odd, so c = 0..7 meets every group
+}
+
+// Fills group g's k-steps from step st: the columns of block row i, channel
+// slice j. The columns, sorted by bank group (tp_slot), are dealt to the
+// group's half-steps (k 0-7 and 8-15 of each k-step) in turn, so a half-step
+// holds two columns of one bank group only where that group has more columns
+// than there are half-steps; padding takes the groups a half-step lacks.
+// code and slot: scratch of the group's column count.
+static void pack_group(const bsconv_shape *s, const bsconv_bsr *w, int i, int j, int st, bsconv_vpack *p,
+                       uint32_t *code, int *slot) {
+    int n = 0, cnt[8] = {0}, first[9] = {0};
+    for (int b = w->indptr[i]; b < w->indptr[i + 1]; b++)
+        for (int cc = 0; cc < w->cb; cc++, n++) {
+            const int kc = w->indices[b] * w->cb + cc;
+            code[n] = code_of(s, kc / s->C, kc % s->C);
+            cnt[slot[n] = tp_slot(s, code[n])]++;
+        }
+    for (int x = 0; x < 8; x++) first[x + 1] = first[x] + cnt[x];
+    const int nh = 2 * ((n + BSV_KSTEP - 1) / BSV_KSTEP);
     int col = 0;
     for (int b = w->indptr[i]; b < w->indptr[i + 1]; b++)
         for (int cc = 0; cc < w->cb; cc++, col++) {
-            const int kc = w->indices[b] * w->cb + cc, tap = kc / s->C, c = kc % s->C;
-            const int step = st + col / BSV_KSTEP, k = col % BSV_KSTEP;
-            p->codes[step * BSV_KSTEP + k] = (uint32_t)c | (uint32_t)(tap % s->S) << 16 | (uint32_t)(tap / s->S) << 24;
-            for (int n = 0; n < BSV_NG; n++)
-                p->vals[bsv_val_at(step, k, n)] = w->data[((size_t)b * w->kb + j * BSV_NG + n) * w->cb + cc];
+            const int idx = first[slot[col]]++, h = idx % nh;  // rank in slot order, then its half-step
+            const int step = st + h / 2, k = (h % 2) * 8 + idx / nh;
+            p->codes[step * BSV_KSTEP + k] = code[col];
+            for (int n8 = 0; n8 < BSV_NG; n8++)
+                p->vals[bsv_val_at(step, k, n8)] = w->data[((size_t)b * w->kb + j * BSV_NG + n8) * w->cb + cc];
         }
+    for (int h = 0; h < nh; h++) {  // padding: the bank groups this half-step lacks
+        const int step = st + h / 2, k0 = (h % 2) * 8, real = n / nh + (h < n % nh);
+        unsigned have = 0;
+        for (int k = 0; k < real; k++) have |= 1u << tp_slot(s, p->codes[step * BSV_KSTEP + k0 + k]);
+        for (int k = real, x = 0; k < 8; k++, x++) {
+            while (x < 7 && (have >> x & 1)) x++;
+            p->codes[step * BSV_KSTEP + k0 + k] = pad_code(s, x);
+            have |= 1u << x;
+        }
+    }
+}
+
+// The shared-memory bank class of column `code` in the plain window: one
+// load of the gather reads 4 columns (k = 2 l + e + 8 h for lanes l % 4 =
+// 0..3) for 8 pixels whose window positions sit 4 banks apart, so column c
+// lands in bank 4 (pixel + tap position) + c / 2 mod 32 and two of the 4
+// columns meet in a bank exactly when their (c / 2) % 4 are equal.
+static int lane_class(uint32_t code) { return (int)(code >> 1 & 3u); }
+
+// Permutes the 8 columns of the half-step at k-step st, k0 (codes with their
+// weights) so that its even k (read by one load) and its odd k (another)
+// hold as few pairs of one lane class as any split does: each class's
+// columns are split evenly between the two sides, and the odd one out of
+// each odd-sized class goes to the sides in turn (as many are left as the
+// sides lack, and it is an even number). The half-step keeps its columns,
+// so the transposed window's dealing (pack_group) holds.
+static void deal_lanes(bsconv_vpack *p, int st, int k0) {
+    uint32_t code[8];
+    float val[8][BSV_NG];
+    int cnt[4] = {0}, seen[4] = {0}, next[2] = {0, 1}, odd = 0;
+    for (int k = 0; k < 8; k++) {
+        code[k] = p->codes[st * BSV_KSTEP + k0 + k];
+        cnt[lane_class(code[k])]++;
+        for (int n = 0; n < BSV_NG; n++) val[k][n] = p->vals[bsv_val_at(st, k0 + k, n)];
+    }
+    for (int k = 0; k < 8; k++) {
+        const int c = lane_class(code[k]), r = seen[c]++;
+        const int side = r < cnt[c] / 2 * 2 ? r & 1 : odd++ & 1;
+        const int to = next[side];
+        next[side] += 2;
+        p->codes[st * BSV_KSTEP + k0 + to] = code[k];
+        for (int n = 0; n < BSV_NG; n++) p->vals[bsv_val_at(st, k0 + to, n)] = val[k][n];
+    }
 }
 
 // Builds the vector weights of a layer the kernel applies to.
@@ -98,7 +199,19 @@ int bsconv_vpack_build(const bsconv_shape *s, const bsconv_bsr *w, bsconv_vpack 
         bsconv_vpack_free(p);
         return sc_fail(err, "block-sparse conv: out of memory");
     }
-    for (int g = 0; g < p->ng; g++) pack_group(s, w, g / per, g % per, p->gstart[g], p);
+    int most = 0;  // the most columns of any group: the scratch pack_group needs
+    for (int i = 0; i < p->ng / per; i++)
+        if ((w->indptr[i + 1] - w->indptr[i]) * w->cb > most) most = (w->indptr[i + 1] - w->indptr[i]) * w->cb;
+    uint32_t *code = malloc(((size_t)most + 1) * sizeof *code);
+    int *slot = malloc(((size_t)most + 1) * sizeof *slot);
+    if (!code || !slot) {
+        free(code), free(slot);
+        bsconv_vpack_free(p);
+        return sc_fail(err, "block-sparse conv: out of memory");
+    }
+    for (int g = 0; g < p->ng; g++) pack_group(s, w, g / per, g % per, p->gstart[g], p, code, slot);
+    free(code), free(slot);
+    for (int st = 0; st < p->nsteps; st++) deal_lanes(p, st, 0), deal_lanes(p, st, 8);
     return 0;
 }
 

@@ -28,6 +28,7 @@ struct bsv_args {
     int K, relu, ng, gpc;  // gpc: groups per CTA (blockIdx.y takes groups [y gpc, (y + 1) gpc))
     int dep_early;         // 1: the next kernel may start from this one's start (gpu_ctx.pdl 2)
     int tt_off;            // transposed variants: bytes from the window to the transposed window
+    unsigned char order[BSV_TM_MAX];  // slot m of the tables holds the tile's pixel row order[m]
 };
 
 // Stages tile t's window into win: each position's C channels by 16-byte
@@ -62,13 +63,13 @@ __device__ __forceinline__ void bsv_stage(const bsv_args &a, int t, uint16_t *wi
 }
 
 // acc[.][j] += group g's k-steps for the warp's MT 16-row slices (rows:
-// each slice's two row pointers into the window). A lane multiplies 4
-// columns per k-step; the next k-step's codes and weights load while this
-// one multiplies (the last step loads itself again, so no load leaves the
-// layer's arrays).
+// each slice's two rows' shared addresses in the window). A lane multiplies
+// 4 columns per k-step, each an offset in bytes added to a row's address;
+// the next k-step's codes and weights load while this one multiplies (the
+// last step loads itself again, so no load leaves the layer's arrays).
 template <typename T, int MT, int G>
-__device__ __forceinline__ void bsv_group(const bsv_args &a, int g, int j, int lane,
-                                          const unsigned char *const (*rows)[2], float (*acc)[G][4]) {
+__device__ __forceinline__ void bsv_group(const bsv_args &a, int g, int j, int lane, const uint32_t (*rows)[2],
+                                          float (*acc)[G][4]) {
     const int s0 = __ldg(a.gstart + g), s1 = __ldg(a.gstart + g + 1), c = lane & 3;
     if (s0 >= s1) return;
     const uint2 *codes = reinterpret_cast<const uint2 *>(a.codes);
@@ -78,17 +79,17 @@ __device__ __forceinline__ void bsv_group(const bsv_args &a, int g, int j, int l
         const uint2 nlo = __ldg(codes + sn * 8 + c), nhi = __ldg(codes + sn * 8 + 4 + c),
                     nbw = __ldg(a.vals + sn * 32 + lane);
         // byte offsets of the lane's 4 columns from a pixel's window base
-        const int o0 = bsv_off(&a.g, lo.x) * 2, o1 = bsv_off(&a.g, lo.y) * 2;
-        const int o2 = bsv_off(&a.g, hi.x) * 2, o3 = bsv_off(&a.g, hi.y) * 2;
+        const uint32_t o0 = bsv_off(&a.g, lo.x) * 2, o1 = bsv_off(&a.g, lo.y) * 2;
+        const uint32_t o2 = bsv_off(&a.g, hi.x) * 2, o3 = bsv_off(&a.g, hi.y) * 2;
         const uint32_t b[2] = {bw.x, bw.y};
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
-            const unsigned char *r0 = rows[mt][0], *r1 = rows[mt][1];
+            const uint32_t r0 = rows[mt][0], r1 = rows[mt][1];
             uint32_t af[4];
-            af[0] = (uint32_t) * (const uint16_t *)(r0 + o0) | (uint32_t) * (const uint16_t *)(r0 + o1) << 16;
-            af[1] = (uint32_t) * (const uint16_t *)(r1 + o0) | (uint32_t) * (const uint16_t *)(r1 + o1) << 16;
-            af[2] = (uint32_t) * (const uint16_t *)(r0 + o2) | (uint32_t) * (const uint16_t *)(r0 + o3) << 16;
-            af[3] = (uint32_t) * (const uint16_t *)(r1 + o2) | (uint32_t) * (const uint16_t *)(r1 + o3) << 16;
+            af[0] = ptx_lds_u16(r0 + o0) | ptx_lds_u16(r0 + o1) << 16;
+            af[1] = ptx_lds_u16(r1 + o0) | ptx_lds_u16(r1 + o1) << 16;
+            af[2] = ptx_lds_u16(r0 + o2) | ptx_lds_u16(r0 + o3) << 16;
+            af[3] = ptx_lds_u16(r1 + o2) | ptx_lds_u16(r1 + o3) << 16;
             ptx_mma16816<T>(acc[mt][j], af, b);
         }
         lo = nlo, hi = nhi, bw = nbw;
@@ -243,7 +244,8 @@ __global__ void __launch_bounds__(BSV_WARPS * 32) bsv_kernel(bsv_args a) {
     const int lane = threadIdx.x & 31, t = (int)blockIdx.x;
     if (a.dep_early) ptx_dep_launch();  // else at the end, below
     int unused;  // the transposed window reads no window bases
-    if (threadIdx.x < MT * 16) bsv_row(&a.g, t, threadIdx.x, TP ? &unused : tbase + threadIdx.x, tout + threadIdx.x);
+    if (threadIdx.x < MT * 16)
+        bsv_row(&a.g, t, a.order[threadIdx.x], TP ? &unused : tbase + threadIdx.x, tout + threadIdx.x);
     ptx_dep_wait();  // x and z belong to earlier kernels; the weights are the layer's own
     bsv_stage(a, t, reinterpret_cast<uint16_t *>(win));
     __syncthreads();
@@ -263,11 +265,12 @@ __global__ void __launch_bounds__(BSV_WARPS * 32) bsv_kernel(bsv_args a) {
         for (int j = 0; j < G; j++)
             if (gw + j < a.ng) bsvt_group<T, MT, G>(a, gw + j, j, lane, t0, acc);
     } else {
-        const unsigned char *rows[MT][2];
+        const uint32_t w0 = (uint32_t)__cvta_generic_to_shared(win);
+        uint32_t rows[MT][2];
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-            for (int h = 0; h < 2; h++) rows[mt][h] = win + tbase[mt * 16 + (lane >> 2) + h * 8] * 2;
+            for (int h = 0; h < 2; h++) rows[mt][h] = w0 + (uint32_t)tbase[mt * 16 + (lane >> 2) + h * 8] * 2;
 #pragma unroll
         for (int j = 0; j < G; j++)
             if (gw + j < a.ng) bsv_group<T, MT, G>(a, gw + j, j, lane, rows, acc);
@@ -391,6 +394,7 @@ extern "C" int bsv_gpu_run(const gpu_ctx *g, const bsconv_shape *s, const bsv_gp
     bsv_gpu_geom(s, v, &a.g);
     a.K = s->K, a.relu = s->relu, a.ng = d->ng, a.gpc = BSV_WARPS * BSV_V[v].gpw, a.dep_early = g->pdl == 2;
     a.tt_off = (int)bsv_tt_off(&a.g, v);
+    bsconv_vec_row_order(&a.g, BSV_V[v].tp || a.g.pool == 2, a.order);
     const dim3 grid((unsigned)(a.g.nti * a.g.ntr * a.g.ntq), (unsigned)((a.ng + a.gpc - 1) / a.gpc));
     const int epi = bsv_epi(s, y, z);
     void *args[] = {&a};

@@ -81,6 +81,16 @@ void bsconv_vgeom_of(const bsconv_shape *s, int tm_max, bsv_geom *g);
 // Bytes of shared memory a CTA of geometry g needs (table and window).
 long long bsconv_vec_smem(const bsv_geom *g);
 
+// The order of a tile's pixel rows in the kernel's tables: slot m holds row
+// order[m] (BSV_TM_MAX entries; identity past tm). One shared load of the
+// gather reads a column for 8 consecutive slots, so each 8 slots get rows at
+// window positions in distinct bank groups (16-byte slots mod 8) where the
+// tile has them; on small planes the tile's own order puts the rows that
+// wrap into the next window row on the first ones' banks. keep: the tile's
+// own order (the transposed window and the pool, whose fragments and pool
+// windows depend on it).
+void bsconv_vec_row_order(const bsv_geom *g, int keep, unsigned char *order);
+
 // Builds the vector weights of a layer the kernel applies to. 0 or -1.
 int bsconv_vpack_build(const bsconv_shape *s, const bsconv_bsr *w, bsconv_vpack *p, sc_err *err);
 

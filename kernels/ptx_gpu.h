@@ -67,6 +67,17 @@ __device__ __forceinline__ void ptx_dep_launch() {
 #endif
 }
 
+// --- shared loads ------------------------------------------------------------------------
+
+// The 16-bit value at shared address addr, zero-extended (not volatile: the
+// compiler may schedule it among the multiplies; its address comes from
+// values loaded after the barrier that makes the data visible).
+__device__ __forceinline__ uint32_t ptx_lds_u16(uint32_t addr) {
+    unsigned short v;
+    asm("ld.shared.u16 %0, [%1];\n" : "=h"(v) : "r"(addr));
+    return v;
+}
+
 // --- ldmatrix ---------------------------------------------------------------------------
 
 // Four 8x8 16-bit matrices; lane l gives the shared address of row l % 8 of matrix l / 8.

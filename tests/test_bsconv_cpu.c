@@ -232,6 +232,154 @@ static void test_vec_tiles(tctx *t) {
         }
 }
 
+// 8-row groups of the row order whose rows share a bank group (16-byte slot mod 8 of the window base).
+static int order_clashes(const bsv_geom *g, const unsigned char *order) {
+    int n = 0;
+    for (int m0 = 0; m0 < g->tm; m0 += 8) {
+        unsigned seen = 0;
+        int clash = 0;
+        for (int m = m0; m < m0 + 8 && m < g->tm; m++) {
+            int base, out;
+            bsv_row(g, 0, order[m], &base, &out);
+            clash |= (int)(seen >> (base / 8 % 8) & 1);
+            seen |= 1u << (base / 8 % 8);
+        }
+        n += clash;
+    }
+    return n;
+}
+
+// The vector kernel's row order is a permutation of the tile's rows
+// (identity past tm and where kept), never has more clashing 8-row groups
+// than the tile's own order, and has none on a 4x4 plane in tiles of two
+// images (whose own order wraps rows 6 and 7 onto rows 0 and 1's banks).
+static void test_vec_row_order(tctx *t) {
+    const bsconv_shape shapes[] = {
+        {128, 64, 32, 32, 64, 3, 3, 1, 1, 1, 0}, {128, 512, 4, 4, 512, 3, 3, 1, 1, 1, 0},
+        {128, 256, 8, 8, 256, 3, 3, 1, 1, 1, 0}, {128, 512, 2, 2, 512, 3, 3, 1, 1, 1, 0},
+        {7, 24, 9, 11, 16, 3, 3, 1, 1, 1, 0},    {3, 8, 13, 7, 8, 1, 1, 2, 0, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int tm = 16; tm <= 64; tm *= 2)
+            for (int keep = 0; keep < 2; keep++) {
+                bsv_geom g;
+                bsconv_vgeom_of(&shapes[i], tm, &g);
+                unsigned char order[BSV_TM_MAX], own[BSV_TM_MAX];
+                bsconv_vec_row_order(&g, keep, order);
+                int seen[BSV_TM_MAX] = {0}, bad = 0;
+                for (int m = 0; m < BSV_TM_MAX; m++) {
+                    own[m] = (unsigned char)m;
+                    bad |= order[m] >= BSV_TM_MAX || seen[order[m]]++ || (m >= g.tm && order[m] != m) ||
+                           (keep && order[m] != m);
+                }
+                const int have = order_clashes(&g, order), was = order_clashes(&g, own);
+                bad |= have > was || (i == 1 && tm == 32 && !keep && have);
+                CHECK(t, !bad, "shape %zu, tiles of %d, keep %d: not a permutation, or %d clashing groups (own order %d)",
+                      i, tm, keep, have, was);
+            }
+}
+
+// The vector pack deals each group's columns over its half-steps (k 0-7,
+// 8-15) by bank group in the transposed window: 16-byte row (s C + c) hrp +
+// r mod 8, hrp = (7 stride + R) | 1, computed here independently. A
+// half-step may hold two codes of one bank group only where the group has
+// more columns of it than there are half-steps; codes stay in the filter.
+static void test_vec_bank_groups(tctx *t) {
+    int n = 0, bad = 0;
+    for (int si = 0; si < BSC_GPU_SHAPES; si++)
+        for (int pi = 1; pi <= 3; pi++) {  // 50%, 95%, 99%
+            const bsc_case c = bsc_gpu_case(si, pi);
+            bsc_layer L;
+            bsc_make(&c, 7 + (uint64_t)si, &L);
+            bsconv_vpack p;
+            sc_err err;
+            if (!bsconv_vec_applies(&L.s, &L.w, NULL, 0) || bsconv_vpack_build(&L.s, &L.w, &p, &err)) {
+                bsc_free(&L);
+                continue;
+            }
+            const unsigned hrp = (unsigned)((7 * L.s.stride + L.s.R) | 1);
+            for (int g = 0; g < p.ng; g++) {
+                const int s0 = p.gstart[g], nh = 2 * (p.gstart[g + 1] - s0);
+                int per[8] = {0};  // the group's real columns (a non-zero weight) per bank group
+                for (int k = s0 * BSV_KSTEP; k < p.gstart[g + 1] * BSV_KSTEP; k++) {
+                    const uint32_t cd = p.codes[k];
+                    const int st = k / BSV_KSTEP, kk = k % BSV_KSTEP;
+                    bad |= (int)(cd & 0xFFFFu) >= L.s.C || (int)(cd >> 16 & 255u) >= L.s.S || (int)(cd >> 24) >= L.s.R;
+                    int real = 0;  // vals layout: kernels/bsconv_vec.h (lane 4 n + k % 8 / 2, element k % 2 + 2 (k / 8))
+                    for (int nn = 0; nn < BSV_NG; nn++)
+                        real |= p.vals[((size_t)st * 32 + nn * 4 + (kk % 8) / 2) * 4 + (kk & 1) + 2 * (kk / 8)] != 0.0f;
+                    if (real) per[(((cd >> 16 & 255u) * (unsigned)L.s.C + (cd & 0xFFFFu)) * hrp + (cd >> 24)) & 7u]++;
+                }
+                for (int h = 0; h < nh; h++) {
+                    int seen[8] = {0};
+                    for (int k = 0; k < 8; k++) {
+                        const uint32_t cd = p.codes[(s0 + h / 2) * BSV_KSTEP + (h % 2) * 8 + k];
+                        const int x = (int)((((cd >> 16 & 255u) * (unsigned)L.s.C + (cd & 0xFFFFu)) * hrp + (cd >> 24)) & 7u);
+                        bad |= seen[x]++ && per[x] <= nh;
+                    }
+                }
+            }
+            n++;
+            bsconv_vpack_free(&p);
+            bsc_free(&L);
+        }
+    CHECK(t, n > 10 && !bad, "%d layers packed; a half-step holds two codes of one bank group it need not, or a code "
+                            "leaves the filter", n);
+}
+
+// Pairs of one lane class ((c / 2) % 4) among the 4 codes at k = k0 + side + 2 i.
+static int class_clashes(const uint32_t *codes, int k0, int side) {
+    int n = 0;
+    for (int i = 0; i < 4; i++)
+        for (int j = i + 1; j < 4; j++)
+            n += (codes[k0 + side + 2 * i] >> 1 & 3u) == (codes[k0 + side + 2 * j] >> 1 & 3u);
+    return n;
+}
+
+// The fewest same-class pairs any split of the 8 codes at k0 .. k0 + 7 into two 4s has (all 70 tried).
+static int fewest_clashes(const uint32_t *codes, int k0) {
+    int best = 99;
+    for (unsigned m = 0; m < 256; m++) {
+        if (__builtin_popcount(m) != 4) continue;
+        uint32_t a[8];
+        for (int k = 0, e = 0, o = 1; k < 8; k++) {
+            if (m >> k & 1) a[e] = codes[k0 + k], e += 2;
+            else a[o] = codes[k0 + k], o += 2;
+        }
+        const int n = class_clashes(a, 0, 0) + class_clashes(a, 0, 1);
+        if (n < best) best = n;
+    }
+    return best;
+}
+
+// The vector pack puts each half-step's columns on its even and odd k (one
+// shared load each) with as few pairs of one lane class (c / 2) % 4 as any
+// split of those 8 columns has: such a pair reads one bank for two pixels.
+static void test_vec_lane_classes(tctx *t) {
+    int n = 0, bad = 0, halves = 0;
+    for (int si = 0; si < BSC_GPU_SHAPES; si++)
+        for (int pi = 1; pi <= 3; pi++) {
+            const bsc_case c = bsc_gpu_case(si, pi);
+            bsc_layer L;
+            bsc_make(&c, 11 + (uint64_t)si, &L);
+            bsconv_vpack p;
+            sc_err err;
+            if (!bsconv_vec_applies(&L.s, &L.w, NULL, 0) || bsconv_vpack_build(&L.s, &L.w, &p, &err)) {
+                bsc_free(&L);
+                continue;
+            }
+            for (int k0 = 0; k0 < p.nsteps * BSV_KSTEP; k0 += 8, halves++) {
+                const int have = class_clashes(p.codes, k0, 0) + class_clashes(p.codes, k0, 1);
+                bad += have != fewest_clashes(p.codes, k0);
+            }
+            n++;
+            bsconv_vpack_free(&p);
+            bsc_free(&L);
+        }
+    CHECK(t, n > 10 && !bad, "%d layers packed; %d of %d half-steps have more same-class pairs than they need", n, bad,
+          halves);
+}
+
 // The direct codes keep each unit's tap and put its chunk into the channel:
 // chunk c's slot j is input channel c cc + 8 j (three chunks of 32 here).
 static void test_direct_codes(tctx *t) {
@@ -475,6 +623,9 @@ int main(void) {
     RUN(&t, test_direct_codes);
     RUN(&t, test_vec_vs_dense);
     RUN(&t, test_vec_tiles);
+    RUN(&t, test_vec_bank_groups);
+    RUN(&t, test_vec_lane_classes);
+    RUN(&t, test_vec_row_order);
     RUN(&t, test_split_range);
     RUN(&t, test_halo_tiles);
     RUN(&t, test_pack_layout);

@@ -183,6 +183,12 @@ void ptx_ldmatrix_x4_trans(uint32_t addr, uint32_t *a) {
     warp_sync();
 }
 void ptx_ldmatrix_x2(uint32_t addr, uint32_t *a) { ldmatrix(addr, a, 2); }
+uint32_t ptx_lds_u16(uint32_t addr) {
+    if ((size_t)addr + 2 > emu_dyn || addr % 2) emu_fault("shared load address", addr);
+    uint16_t v;
+    memcpy(&v, emu_smem + addr, 2);
+    return v;
+}
 // Element e (0 low, 1 high) of a register holding two 16-bit values, as a float.
 static float half_of(uint32_t r, int e, int bf16) {
     const uint16_t b = (uint16_t)(r >> (16 * e));

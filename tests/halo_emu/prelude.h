@@ -40,6 +40,7 @@ void ptx_cp_commit();
 void emu_cp_wait(int n);
 template <int N> inline void ptx_cp_wait() { emu_cp_wait(N); }
 inline void ptx_cp_wait_n(int n) { emu_cp_wait(n < 7 ? n : 7); }
+uint32_t ptx_lds_u16(uint32_t addr);
 void ptx_ldmatrix_x4(uint32_t addr, uint32_t *a);
 void ptx_ldmatrix_x2(uint32_t addr, uint32_t *a);
 void ptx_ldmatrix_x4_trans(uint32_t addr, uint32_t *a);
