@@ -15,8 +15,12 @@
 // channels, zeros outside the image) in shared memory once, by 16-byte
 // copies, each window position padded to C + 8 channels (16-byte aligned;
 // 8 consecutive positions then start in different bank groups when C % 16 ==
-// 0, but the 4 columns a load reads, and rows that wrap into the next window
-// row, still meet in banks). Its warps then take the
+// 0). Two orders keep a load's 32 two-byte reads off each other's banks:
+// the pack splits each half k-step's columns so that the 4 columns one load
+// reads differ in (c / 2) % 4 where they can (bsconv_vpack_build), and the
+// row tables take a tile's pixels so that each 8 a load reads sit in
+// distinct bank groups (bsconv_vec_row_order: on small planes rows wrap into
+// the next window row). Its warps then take the
 // CTA's groups in turn: per k-step of 16 columns a lane reads the codes of
 // its 4 columns and its B fragment (the group's 16 x 8 weights, packed in
 // fragment order), and for each 16-row slice of the tile builds its A
