@@ -25,6 +25,39 @@ int bsconv_vec_applies(const bsconv_shape *s, const bsconv_bsr *w, char *why, in
 // Largest multiple of m (>= m) at most v, or v itself when m is 1.
 static int down_to(int v, int m) { return v < m ? m : v / m * m; }
 
+// 8-row groups of the kernel's row order (bsconv_vec_row_order) whose rows share a bank group.
+static int row_clashes(const bsv_geom *g) {
+    unsigned char order[BSV_TM_MAX];
+    bsconv_vec_row_order(g, 0, order);
+    int n = 0;
+    for (int m0 = 0; m0 < g->tm; m0 += 8) {
+        unsigned seen = 0;
+        int clash = 0;
+        for (int m = m0; m < m0 + 8 && m < g->tm; m++) {
+            int base, out;
+            bsv_row(g, 0, order[m], &base, &out);
+            clash |= (int)(seen >> (base / 8 % 8) & 1);
+            seen |= 1u << (base / 8 % 8);
+        }
+        n += clash;
+    }
+    return n;
+}
+
+// Window positions from one image of a tile to the next: hr hw, or up to 7
+// more where that leaves fewer 8-row groups of the row order on a shared
+// bank group (2x2 planes: every image's window of 16 positions starts on
+// the same bank group, and 18 puts the next image's rows on the other four).
+static int image_pitch(bsv_geom *g) {
+    int best = g->hr * g->hw, fewest = -1;
+    for (int ip = g->hr * g->hw; g->ti > 1 && ip < g->hr * g->hw + 8; ip++) {
+        g->ip = ip;
+        const int n = row_clashes(g);
+        if (fewest < 0 || n < fewest) fewest = n, best = ip;
+    }
+    return best;
+}
+
 // The geometry of layer s with tiles of at most tm_max pixel rows.
 void bsconv_vgeom_of(const bsconv_shape *s, int tm_max, bsv_geom *g) {
     memset(g, 0, sizeof *g);
@@ -43,11 +76,12 @@ void bsconv_vgeom_of(const bsconv_shape *s, int tm_max, bsv_geom *g) {
     g->tm = g->ti * g->tr * g->tq;
     g->hr = (g->tr - 1) * g->stride + g->R, g->hw = (g->tq - 1) * g->stride + g->S, g->ldc = g->C + 8;
     g->nti = (g->n + g->ti - 1) / g->ti, g->ntr = (g->cp + g->tr - 1) / g->tr, g->ntq = (g->cq + g->tq - 1) / g->tq;
+    g->ip = image_pitch(g);
 }
 
 // Bytes of shared memory a CTA of geometry g needs.
 long long bsconv_vec_smem(const bsv_geom *g) {
-    return BSV_TABLE_BYTES + (long long)g->ti * g->hr * g->hw * g->ldc * 2;
+    return BSV_TABLE_BYTES + ((long long)(g->ti - 1) * g->ip + g->hr * g->hw) * g->ldc * 2;
 }
 
 // The order of a tile's pixel rows in the kernel's tables (greedy, in the tile's order).
@@ -220,7 +254,8 @@ int bsconv_vpack_build(const bsconv_shape *s, const bsconv_bsr *w, bsconv_vpack 
 static long long walk_src(const bsv_geom *g, int t, int pos) {
     int img0, p0, q0;
     bsv_tile(g, t, &img0, &p0, &q0);
-    const int ii = pos / (g->hr * g->hw), yy = pos / g->hw % g->hr, xx = pos % g->hw;
+    const int ii = pos / g->ip, yy = pos % g->ip / g->hw, xx = pos % g->ip % g->hw;
+    if (yy >= g->hr) return -1;  // between two images' windows
     const int img = img0 + ii, h = p0 * g->stride - g->pad + yy, w = q0 * g->stride - g->pad + xx;
     if (img >= g->n || h < 0 || h >= g->H || w < 0 || w >= g->W) return -1;
     return (((long long)img * g->H + h) * g->W + w) * g->C;
@@ -228,7 +263,7 @@ static long long walk_src(const bsv_geom *g, int t, int pos) {
 
 // Stages tile t's window of x into win (zeros outside the image), as the kernel does.
 static void walk_stage(const bsv_geom *g, int t, const float *x, float *win) {
-    const int npos = g->ti * g->hr * g->hw;
+    const int npos = (g->ti - 1) * g->ip + g->hr * g->hw;
     for (int pos = 0; pos < npos; pos++) {
         const long long src = walk_src(g, t, pos);
         for (int c = 0; c < g->ldc; c++) win[(size_t)pos * g->ldc + c] = src >= 0 && c < g->C ? x[src + c] : 0.0f;

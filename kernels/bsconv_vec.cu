@@ -48,7 +48,7 @@ __device__ __forceinline__ void bsv_stage(const bsv_args &a, int t, uint16_t *wi
         const int ii = row / a.g.hr, img = img0 + ii, h = p0 * a.g.stride - a.g.pad + row - ii * a.g.hr;
         const bool rin = img < a.g.n && h >= 0 && h < a.g.H;
         const uint16_t *xr = x + ((long long)(rin ? img : 0) * a.g.H + (rin ? h : 0)) * rowc;
-        uint16_t *wr = win + (size_t)row * a.g.hw * a.g.ldc;
+        uint16_t *wr = win + (size_t)(ii * a.g.ip + (row - ii * a.g.hr) * a.g.hw) * a.g.ldc;
         long long e = (long long)(q0 * a.g.stride - a.g.pad) * a.g.C + lane * 8;  // element in the image row
         int xx = lane / slots, j = lane % slots;
         for (int i = lane; i < rowlen; i += 32) {
@@ -301,7 +301,7 @@ extern "C" void bsv_gpu_geom(const bsconv_shape *s, int v, bsv_geom *g) {
     bsconv_vgeom_of(s, BSV_V[v].tm, g);
     if (!BSV_V[v].tp) return;
     g->ti = 1, g->tr = BSV_V[v].tm / 8, g->tq = 8, g->tm = g->tr * g->tq;
-    g->hr = (g->tr - 1) * g->stride + g->R, g->hw = (g->tq - 1) * g->stride + g->S;
+    g->hr = (g->tr - 1) * g->stride + g->R, g->hw = (g->tq - 1) * g->stride + g->S, g->ip = g->hr * g->hw;
     g->nti = g->n, g->ntr = (g->cp + g->tr - 1) / g->tr, g->ntq = (g->cq + g->tq - 1) / g->tq;
 }
 

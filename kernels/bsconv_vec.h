@@ -15,12 +15,14 @@
 // channels, zeros outside the image) in shared memory once, by 16-byte
 // copies, each window position padded to C + 8 channels (16-byte aligned;
 // 8 consecutive positions then start in different bank groups when C % 16 ==
-// 0). Two orders keep a load's 32 two-byte reads off each other's banks:
+// 0). Three orders keep a load's 32 two-byte reads off each other's banks:
 // the pack splits each half k-step's columns so that the 4 columns one load
-// reads differ in (c / 2) % 4 where they can (bsconv_vpack_build), and the
-// row tables take a tile's pixels so that each 8 a load reads sit in
-// distinct bank groups (bsconv_vec_row_order: on small planes rows wrap into
-// the next window row). Its warps then take the
+// reads differ in (c / 2) % 4 where they can (bsconv_vpack_build), the row
+// tables take a tile's pixels so that each 8 a load reads sit in distinct
+// bank groups (bsconv_vec_row_order: on small planes rows wrap into the next
+// window row), and where a tile holds several images their windows are a
+// few positions apart (bsv_geom.ip: on 2x2 planes every image's window
+// would start on the same bank group). Its warps then take the
 // CTA's groups in turn: per k-step of 16 columns a lane reads the codes of
 // its 4 columns and its B fragment (the group's 16 x 8 weights, packed in
 // fragment order), and for each 16-row slice of the tile builds its A
@@ -70,6 +72,7 @@ typedef struct {
     int cp, cq;        // conv rows and columns computed (Po * pool, Qo * pool)
     int ti, tr, tq;    // tile: images x conv rows x conv columns
     int hr, hw, ldc;   // window rows and columns per image; elements per position (C + 8)
+    int ip;            // window positions from one image to the next (hr hw, or a few more: bank groups)
     int tm;            // pixel rows of a tile (ti tr tq <= 64)
     int nti, ntr, ntq; // tiles along images, rows and columns
 } bsv_geom;
@@ -140,7 +143,7 @@ BSH_HD void bsv_row(const bsv_geom *g, int t, int m, int *base, int *out) {
         *base = 0, *out = -1;
         return;
     }
-    *base = ((ii * g->hr + rr * g->stride) * g->hw + qq * g->stride) * g->ldc;
+    *base = (ii * g->ip + rr * g->stride * g->hw + qq * g->stride) * g->ldc;
     *out = g->pool == 2 ? (img * g->Po + p / 2) * g->Qo + q / 2 : (img * g->P + p) * g->Q + q;
 }
 
