@@ -25,10 +25,8 @@ int bsconv_vec_applies(const bsconv_shape *s, const bsconv_bsr *w, char *why, in
 // Largest multiple of m (>= m) at most v, or v itself when m is 1.
 static int down_to(int v, int m) { return v < m ? m : v / m * m; }
 
-// 8-row groups of the kernel's row order (bsconv_vec_row_order) whose rows share a bank group.
-static int row_clashes(const bsv_geom *g) {
-    unsigned char order[BSV_TM_MAX];
-    bsconv_vec_row_order(g, 0, order);
+// 8-row groups of a row order whose rows share a bank group.
+int bsconv_vec_row_clashes(const bsv_geom *g, const unsigned char *order) {
     int n = 0;
     for (int m0 = 0; m0 < g->tm; m0 += 8) {
         unsigned seen = 0;
@@ -52,7 +50,9 @@ static int image_pitch(bsv_geom *g) {
     int best = g->hr * g->hw, fewest = -1;
     for (int ip = g->hr * g->hw; g->ti > 1 && ip < g->hr * g->hw + 8; ip++) {
         g->ip = ip;
-        const int n = row_clashes(g);
+        unsigned char order[BSV_TM_MAX];
+        bsconv_vec_row_order(g, 0, order);
+        const int n = bsconv_vec_row_clashes(g, order);
         if (fewest < 0 || n < fewest) fewest = n, best = ip;
     }
     return best;

@@ -98,6 +98,10 @@ long long bsconv_vec_smem(const bsv_geom *g);
 // windows depend on it).
 void bsconv_vec_row_order(const bsv_geom *g, int keep, unsigned char *order);
 
+// The 8-slot groups of row order `order` (bsconv_vec_row_order's) that hold
+// two rows whose window bases share a bank group (16-byte slot mod 8).
+int bsconv_vec_row_clashes(const bsv_geom *g, const unsigned char *order);
+
 // Builds the vector weights of a layer the kernel applies to. 0 or -1.
 int bsconv_vpack_build(const bsconv_shape *s, const bsconv_bsr *w, bsconv_vpack *p, sc_err *err);
 
