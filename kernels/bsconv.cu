@@ -368,7 +368,7 @@ extern "C" int bsconv_gpu_set_variant(const gpu_ctx *g, bsconv_gpu *b, int v, sc
         return sc_fail(err, "block-sparse conv: variant %d (0 to %d)", v, BSCONV_GPU_VARIANTS - 1);
     if (v >= BSCONV_VEC_FIRST) {
         if (!b->vk) return sc_fail(err, "block-sparse conv: no vector kernel: %s", b->no_vec);
-        SC_TRY(bsv_gpu_prepare(g, &b->s, b->dt, v - BSCONV_VEC_FIRST, err));
+        SC_TRY(bsv_gpu_prepare(g, &b->s, b->dt, v - BSCONV_VEC_FIRST, &b->v, err));
         b->variant = v;
         return 0;
     }

@@ -366,8 +366,9 @@ static const char *bsv_refuse(const bsconv_shape *s, const bsv_geom *geo, int v)
     return NULL;
 }
 
-// Checks that variant v runs the layer and allows its shared memory.
-extern "C" int bsv_gpu_prepare(const gpu_ctx *g, const bsconv_shape *s, gpu_dtype dt, int v, sc_err *err) {
+// Checks that variant v runs the layer, allows its shared memory and keeps its geometry and row order in d.
+extern "C" int bsv_gpu_prepare(const gpu_ctx *g, const bsconv_shape *s, gpu_dtype dt, int v, bsv_gpu *d,
+                               sc_err *err) {
     if (v < 0 || v >= BSV_VARIANTS) return sc_fail(err, "block-sparse conv: vector variant %d", v);
     bsv_geom geo;
     bsv_gpu_geom(s, v, &geo);
@@ -382,19 +383,23 @@ extern "C" int bsv_gpu_prepare(const gpu_ctx *g, const bsconv_shape *s, gpu_dtyp
     for (int epi = 0; epi < 3; epi++)
         cudaCheck(err, cudaFuncSetAttribute(bsv_fn(dt, v, epi), cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             g->dev.smem_block_optin));
+    d->geo = geo;
+    bsconv_vec_row_order(&geo, BSV_V[v].tp || geo.pool == 2, d->order);
+    d->ready = v + 1;
     return 0;
 }
 
 // Queues the kernel of variant v.
 extern "C" int bsv_gpu_run(const gpu_ctx *g, const bsconv_shape *s, const bsv_gpu *d, gpu_dtype dt, int v,
                            const float *bias, const void *x, const void *z, void *y, sc_err *err) {
+    if (d->ready != v + 1) return sc_fail(err, "block-sparse conv: vector variant %d not prepared", v);
     bsv_args a;
     a.x = x, a.z = z, a.y = y, a.bias = bias, a.gstart = d->gstart;
     a.codes = d->codes, a.vals = (const uint2 *)d->vals;
-    bsv_gpu_geom(s, v, &a.g);
+    a.g = d->geo;
     a.K = s->K, a.relu = s->relu, a.ng = d->ng, a.gpc = BSV_WARPS * BSV_V[v].gpw, a.dep_early = g->pdl == 2;
     a.tt_off = (int)bsv_tt_off(&a.g, v);
-    bsconv_vec_row_order(&a.g, BSV_V[v].tp || a.g.pool == 2, a.order);
+    memcpy(a.order, d->order, sizeof a.order);
     const dim3 grid((unsigned)(a.g.nti * a.g.ntr * a.g.ntq), (unsigned)((a.ng + a.gpc - 1) / a.gpc));
     const int epi = bsv_epi(s, y, z);
     void *args[] = {&a};

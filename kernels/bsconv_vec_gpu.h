@@ -28,6 +28,9 @@ typedef struct {
     int32_t *gstart;            // device (ng + 1): group g is channels 8g .. 8g + 7
     uint32_t *codes;            // device (nsteps * 16)
     void *vals;                 // device (nsteps * 128) of the layer's dtype
+    int ready;                  // 1 + the variant bsv_gpu_prepare set up (0: none)
+    bsv_geom geo;               // that variant's tile geometry
+    unsigned char order[BSV_TM_MAX];  // and its row order (bsconv_vec_row_order), made once, not per launch
 } bsv_gpu;
 
 // Uploads p, the weights narrowed to dt on the device (complete on return). 0 or -1.
@@ -42,10 +45,11 @@ int bsv_groups_per_warp(int v);
 // The tile geometry of layer s on variant v.
 void bsv_gpu_geom(const bsconv_shape *s, int v, bsv_geom *g);
 
-// Checks that variant v runs layer s on g's device (shared memory) and allows it. 0 or -1.
-int bsv_gpu_prepare(const gpu_ctx *g, const bsconv_shape *s, gpu_dtype dt, int v, sc_err *err);
+// Checks that variant v runs layer s on g's device (shared memory), allows
+// it, and keeps its geometry and row order in d (uploaded). 0 or -1.
+int bsv_gpu_prepare(const gpu_ctx *g, const bsconv_shape *s, gpu_dtype dt, int v, bsv_gpu *d, sc_err *err);
 
-// Queues y = pool(act(conv(x) + bias [+ z])) with variant v (prepared) on
+// Queues y = pool(act(conv(x) + bias [+ z])) with variant v (prepared in d) on
 // g's stream; x 16-byte aligned, y and z 4-byte aligned.
 int bsv_gpu_run(const gpu_ctx *g, const bsconv_shape *s, const bsv_gpu *d, gpu_dtype dt, int v,
                 const float *bias, const void *x, const void *z, void *y, sc_err *err);

@@ -374,7 +374,7 @@ static int run_vec(const bsc_layer &L, int v, gpu_dtype dt, const uint16_t *x, c
     if (bsconv_vpack_build(&L.s, &L.w, &p, &err) || bsv_gpu_upload(&g, &p, dt, &d, &err)) { printf("upload: %s\n", err.msg); exit(1); }
     bsconv_vpack_free(&p);
     emu_run_cta = emu_run_vec;
-    int rc = bsv_gpu_prepare(&g, &L.s, dt, v, &err) == 0 ? 0 : -1;
+    int rc = bsv_gpu_prepare(&g, &L.s, dt, v, &d, &err) == 0 ? 0 : -1;
     if (!rc) bsv_gpu_run(&g, &L.s, &d, dt, v, L.bias, x, z, y, &err);
     bsv_gpu_free(&d);
     return rc;
