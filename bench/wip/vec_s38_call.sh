@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The device call session 38 had ready for bench/wip/vec_s38_all.patch (no machine was lent): on the GPU
-# machine, after `bench/ab_pack.sh bench/wip/vec_s38_all.patch .dev/ab` here (A: main, B: main + the six
+# machine, after `bench/ab_pack.sh bench/wip/vec_s38_all.patch .dev/ab` here (A: main, B: main + the eight
 # changes) and carrying .dev/ab:
 #   bash bench/wip/vec_s38_call.sh .dev/ab        (about 6 minutes; everything under $OUT/logs.tar.xz)
 # 1. A's and B's gpu_test_bsconv, every case; 2. bench/kernel_ab.sh A B on 8x1 blocks (B checked first:
-# every case, memcheck of vector variants 21, 23, 25 and 27); 3. shared-load wavefronts and instructions of
+# every case, memcheck of vector variants 21, 23, 25, 27 and 30); 3. shared-load wavefronts and instructions of
 # both under ncu; 4. 8x2 blocks, A against B, best checked variant.
 set -u
 d=${1:?pack directory}; L=$OUT/logs; mkdir -p "$L"
@@ -13,7 +13,7 @@ for k in A B; do mkdir -p /tmp/vs38$k; tar xJf "$d/$k.tar.xz" -C /tmp/vs38$k; do
 for k in A B; do timeout 200 /tmp/vs38$k/tests/gpu_test_bsconv >"$L/$k.bsconv.log" 2>&1
     echo "$k gpu_test_bsconv: $(tail -n 1 "$L/$k.bsconv.log")"; done
 LAY="r18-64x32 r18-64x32+res r18-128x16 r18-256x8 r18-512x4 vgg-512x2 vgg-256x8+pool r18-64to128s2"
-BLOCK=8x1 SPARSITIES="0.95 0.9" VARIANTS="21 23 25 27" LAYERS="$LAY" OUT=$L/ab timeout 300 \
+BLOCK=8x1 SPARSITIES="0.95 0.9" VARIANTS="21 23 25 27 30" LAYERS="$LAY" OUT=$L/ab timeout 300 \
     bench/kernel_ab.sh "$d/A.tar.xz" "$d/B.tar.xz"
 for k in A B; do for c in "r18-64x32 21" "r18-512x4 23" "vgg-256x8+pool 21" "r18-64to128s2 21"; do set -- $c
     BLOCK=8x1 timeout 30 ncu --metrics l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,sm__sass_inst_executed_op_shared_ld.sum,smsp__inst_executed.sum,gpu__time_duration.sum \
