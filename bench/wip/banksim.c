@@ -1,6 +1,6 @@
 // CPU model of the vector kernel's gather: shared-memory wavefronts per load and per MMA, from the
 // kernel's own pack (gather dealing), row order and addresses of tile 0 (a load takes as many wavefronts
-// as the most distinct 4-byte words any bank serves). Needs bench/wip/vec_s38_all.patch applied; build with
+// as the most distinct 4-byte words any bank serves). Needs session 38's eight bench/wip patches applied; build with
 //   cc -O2 -I. -I/usr/include/hdf5/serial -fopenmp bench/wip/banksim.c build/libsparsecnn.a -lm -o banksim
 // and run banksim C H TM SPARSITY STRIDE POOL CB K (e.g. 512 4 64 0.95 1 0 1 512: r18-512x4, 8x1 blocks).
 #include "tests/bsconv_cases.h"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The device call session 38 had ready for bench/wip/vec_s38_all.patch (no machine was lent): on the GPU
-# machine, after `bench/ab_pack.sh bench/wip/vec_s38_all.patch .dev/ab` here (A: main, B: main + the eight
+# The device call session 38 had ready for its eight stacked patches in bench/wip (no machine was lent): on
+# the GPU machine, after `bench/ab_pack.sh bench/wip/vec_{epi_halves,deal_classes,offsets,regular_rows,stride2_dei,pairs,pool_staged,small_tiles}.patch .dev/ab` here (A: main, B: main + the eight
 # changes) and carrying .dev/ab:
 #   bash bench/wip/vec_s38_call.sh .dev/ab        (about 6 minutes; everything under $OUT/logs.tar.xz)
 # 1. A's and B's gpu_test_bsconv, every case; 2. bench/kernel_ab.sh A B on 8x1 blocks (B checked first:
